@@ -1,0 +1,356 @@
+"""The GPU device layer: one lazily created wgpu device per process.
+
+* Never created at import; created by the first :func:`get_gpu` call.
+* Adapter: high-performance first; ``TORCH_GPUBPE_ADAPTER`` forces one (a case-insensitive
+  substring of its backend, type, name or vendor: ``vulkan``, ``cpu``, ``llvmpipe``, ``nvidia``).
+* The adapter's real limits are requested (storage binding, buffer size, workgroup storage), not
+  WebGPU's defaults.
+* The ``subgroup`` feature is used where present (``TORCH_GPUBPE_NO_SUBGROUPS=1`` turns it off for
+  testing); the subgroup size is read from ``@builtin(subgroup_size)`` by a probe kernel, as
+  ``adapter.info`` is wrong about it (WGPU_NOTES.md §0.7).
+* Fork (DESIGN.md §8): a process forked after its parent touched the GPU cannot use it; that
+  raises :class:`~torch_gpubpe.errors.GPUForkError` instead of hanging.
+* Shader modules and pipelines are compiled once and cached; workgroup memory is checked against
+  the adapter's limit before a pipeline is created (wgpu does not check it; the H200 hangs).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .errors import GPUForkError, GPUOperationError, NoAdapterError
+from .shaders import shader_source
+
+ENV_ADAPTER = "TORCH_GPUBPE_ADAPTER"
+ENV_NO_SUBGROUPS = "TORCH_GPUBPE_NO_SUBGROUPS"
+ENV_TIMEOUT = "TORCH_GPUBPE_TIMEOUT"
+DEFAULT_TIMEOUT_S = 600.0
+MAX_WORKGROUPS_PER_DIM = 65535
+
+_lock = threading.RLock()
+_gpu: GPU | None = None
+_touched_pid: int | None = None  # pid of the process that first touched wgpu adapters
+
+
+def _mark_touched() -> None:
+    global _touched_pid
+    if _touched_pid is None:
+        _touched_pid = os.getpid()
+
+
+def _check_fork() -> None:
+    if _touched_pid is not None and _touched_pid != os.getpid():
+        raise GPUForkError(
+            f"this process (pid {os.getpid()}) was forked from pid {_touched_pid} after that "
+            "process had opened the GPU; wgpu cannot be used across fork() (DESIGN.md §8). "
+            "Use the 'spawn' or 'forkserver' start method (torch_gpubpe.data.make_dataloader does), "
+            "or run the GPU work in the main process (DataLoader num_workers=0)."
+        )
+
+
+def timeout_s() -> float:
+    """Seconds to wait for a GPU readback before raising (env ``TORCH_GPUBPE_TIMEOUT``)."""
+    try:
+        return float(os.environ.get(ENV_TIMEOUT, DEFAULT_TIMEOUT_S))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+
+
+def _describe(adapter) -> str:
+    i = adapter.info
+    return f"{i.get('device', '?')} ({i.get('adapter_type', '?')}, {i.get('backend_type', '?')})"
+
+
+def _pick_adapter(wgpu):
+    want = os.environ.get(ENV_ADAPTER, "").strip().lower()
+    if not want:
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+        if adapter is not None:
+            return adapter
+    adapters = list(wgpu.gpu.enumerate_adapters_sync())
+    if want:
+        for a in adapters:
+            i = a.info
+            hay = " ".join(
+                str(i.get(k, "")) for k in ("backend_type", "adapter_type", "device", "vendor")
+            ).lower()
+            if want in hay:
+                return a
+        raise NoAdapterError(
+            f"{ENV_ADAPTER}={want!r} matches no adapter; available: "
+            + ("; ".join(_describe(a) for a in adapters) or "none")
+        )
+    if adapters:
+        return adapters[0]
+    raise NoAdapterError(
+        "no WebGPU adapter found: torch_gpubpe needs a Vulkan, Metal or D3D12 device. On a machine "
+        "without a GPU, `apt-get install mesa-vulkan-drivers` gives lavapipe, a Vulkan device on "
+        "the CPU (slow, but exact)."
+    )
+
+
+class GPU:
+    """An opened device with its limits, features and a pipeline cache.
+
+    Attributes:
+        device: the ``wgpu.GPUDevice``.
+        adapter_name: human-readable adapter description.
+        has_subgroups: whether subgroup builtins are used.
+        subgroup_size: lanes per subgroup (0 when subgroups are off).
+        has_timestamps: whether the ``timestamp-query`` feature is enabled.
+        max_storage_binding: max bytes of one storage-buffer binding.
+        max_buffer_size: max bytes of one buffer.
+        max_workgroup_storage: max bytes of ``var<workgroup>`` per pipeline.
+    """
+
+    def __init__(self) -> None:
+        _check_fork()
+        _mark_touched()
+        try:
+            import wgpu
+        except ImportError as e:  # pragma: no cover - wgpu is a dependency
+            raise NoAdapterError("the `wgpu` package is not installed: pip install wgpu") from e
+        try:
+            from wgpu.backends.wgpu_native import extras
+
+            if os.environ.get(ENV_ADAPTER, "").strip().lower() in ("", "vulkan"):
+                # Skip the slow GL probe unless an adapter is forced by name (WGPU_NOTES.md §10).
+                extras.set_instance_extras(backends=["Vulkan", "Metal", "DX12"])
+        except Exception:  # noqa: BLE001 - optional speed-up only
+            pass
+        self.wgpu = wgpu
+        self.pid = os.getpid()
+        adapter = _pick_adapter(wgpu)
+        self.adapter = adapter
+        self.adapter_name = _describe(adapter)
+        self.adapter_info = dict(adapter.info)
+        feats = set(adapter.features)
+        want = []
+        use_sg = "subgroup" in feats and os.environ.get(ENV_NO_SUBGROUPS, "") not in ("1", "true")
+        if use_sg:
+            want.append("subgroup")
+        if "timestamp-query" in feats:
+            want.append("timestamp-query")
+        limits = dict(adapter.limits)
+        keep = (
+            "max-storage-buffer-binding-size",
+            "max-buffer-size",
+            "max-compute-workgroup-storage-size",
+            "max-compute-invocations-per-workgroup",
+            "max-compute-workgroup-size-x",
+            "max-storage-buffers-per-shader-stage",
+        )
+        try:
+            self.device = adapter.request_device_sync(
+                label="torch_gpubpe",
+                required_features=want,
+                required_limits={k: limits[k] for k in keep if k in limits},
+            )
+        except Exception as e:
+            raise NoAdapterError(f"could not open a device on {self.adapter_name}: {e}") from e
+        self.has_timestamps = "timestamp-query" in want
+        self.limits = dict(self.device.limits)
+        self.max_storage_binding = int(self.limits["max-storage-buffer-binding-size"])
+        self.max_buffer_size = int(self.limits["max-buffer-size"])
+        self.max_workgroup_storage = int(self.limits["max-compute-workgroup-storage-size"])
+        self.has_subgroups = use_sg
+        self._modules: dict[tuple, Any] = {}
+        self._pipelines: dict[tuple, Any] = {}
+        self.subgroup_size = self._probe_subgroup_size() if use_sg else 0
+        self.lost = False
+
+    # -- shaders and pipelines ---------------------------------------------------------------
+    @property
+    def flags(self) -> frozenset[str]:
+        return frozenset({"SUBGROUPS"} if self.has_subgroups else set())
+
+    def module(self, name: str, source: str | None = None):
+        """Compiled shader module ``common.wgsl + name.wgsl`` (or ``source``), cached."""
+        key = (name, source)
+        if key not in self._modules:
+            code = source if source is not None else shader_source(name, self.flags)
+            self._modules[key] = self.device.create_shader_module(label=name, code=code)
+        return self._modules[key]
+
+    def pipeline(
+        self,
+        name: str,
+        entry_point: str,
+        *,
+        workgroup_bytes: int,
+        constants: Mapping[str, float] | None = None,
+        source: str | None = None,
+    ):
+        """Compute pipeline for ``entry_point`` of shader ``name``, compiled once and cached.
+
+        Args:
+            workgroup_bytes: bytes of ``var<workgroup>`` the entry point declares (with these
+                constants). Checked against the adapter limit here because wgpu does not check
+                it and the H200 hangs when it is exceeded (WGPU_NOTES.md §0.4).
+        Raises:
+            ValueError: ``workgroup_bytes`` above the adapter's workgroup-storage limit.
+        """
+        if workgroup_bytes > self.max_workgroup_storage:
+            raise ValueError(
+                f"{name}.{entry_point} needs {workgroup_bytes} B of workgroup memory; the adapter "
+                f"allows {self.max_workgroup_storage} B"
+            )
+        consts = dict(sorted((constants or {}).items()))
+        key = (name, source, entry_point, tuple(consts.items()))
+        if key not in self._pipelines:
+            compute: dict[str, Any] = {
+                "module": self.module(name, source),
+                "entry_point": entry_point,
+            }
+            if consts:
+                compute["constants"] = {k: float(v) for k, v in consts.items()}
+            self._pipelines[key] = self.device.create_compute_pipeline(
+                label=f"{name}.{entry_point}", layout="auto", compute=compute
+            )
+        return self._pipelines[key]
+
+    # -- buffers and dispatch ----------------------------------------------------------------
+    def buffer(self, size: int, usage: int, label: str):
+        """A new buffer of ``size`` bytes (rounded up to a multiple of 16, at least 16)."""
+        size = max(16, (int(size) + 15) // 16 * 16)
+        if size > self.max_buffer_size:
+            raise ValueError(
+                f"buffer {label!r} of {size} B is above the adapter's max buffer size "
+                f"{self.max_buffer_size} B"
+            )
+        return self.device.create_buffer(label=label, size=size, usage=usage)
+
+    def bind_group(self, pipeline, buffers: Mapping[int, Any] | list, label: str = ""):
+        """Bind group 0 of ``pipeline`` with ``buffers`` (binding → buffer or (buffer, off, size))."""
+        items = buffers.items() if isinstance(buffers, Mapping) else enumerate(buffers)
+        entries = []
+        for b, buf in items:
+            if isinstance(buf, tuple):
+                buf, off, size = buf
+                entries.append({"binding": b, "resource": {"buffer": buf, "offset": off, "size": size}})
+            else:
+                entries.append({"binding": b, "resource": {"buffer": buf, "offset": 0, "size": buf.size}})
+        return self.device.create_bind_group(
+            label=label, layout=pipeline.get_bind_group_layout(0), entries=entries
+        )
+
+    @staticmethod
+    def grid(num_workgroups: int) -> tuple[int, int]:
+        """A 2-D grid of at least ``num_workgroups`` workgroups, each side ≤ 65,535.
+
+        Kernels recover the linear workgroup id as ``wid.x + wid.y * num_workgroups.x``.
+        """
+        n = max(1, int(num_workgroups))
+        if n <= MAX_WORKGROUPS_PER_DIM:
+            return n, 1
+        gy = -(-n // MAX_WORKGROUPS_PER_DIM)
+        gx = -(-n // gy)
+        if gy > MAX_WORKGROUPS_PER_DIM:
+            raise ValueError(f"{n} workgroups do not fit a 65,535 × 65,535 grid")
+        return gx, gy
+
+    def wait_map(self, buffer, mode: str = "READ", offset: int = 0, size: int | None = None,
+                 what: str = "readback") -> None:
+        """Map ``buffer`` and wait at most :func:`timeout_s` seconds.
+
+        Raises:
+            GPUOperationError: the map failed or did not complete in time (names ``what``).
+        """
+        promise = buffer.map_async(mode, offset, size)
+        self.wait_promise(promise, what)
+
+    def wait_promise(self, promise, what: str) -> None:
+        """Wait for a ``GPUPromise`` with the configured timeout (see :meth:`wait_map`)."""
+        limit = timeout_s()
+        if promise._state == "pending" and not promise._thread_event.wait(limit):
+            self.lost = True
+            raise GPUOperationError(
+                f"{what} on {self.adapter_name} did not complete within {limit:.0f} s "
+                f"(set {ENV_TIMEOUT} to change the limit); the device will be re-created on the "
+                "next call"
+            )
+        try:
+            promise.sync_wait()
+        except Exception as e:
+            self.check_lost(e)
+            raise GPUOperationError(f"{what} failed on {self.adapter_name}: {e}") from e
+
+    def read_u32(self, src, offset: int, count: int, staging=None, what: str = "readback"):
+        """Copy ``count`` u32 from ``src`` at byte ``offset`` back to the host (blocking)."""
+        nbytes = max(4, count * 4)
+        U = self.wgpu.BufferUsage
+        st = staging if staging is not None and staging.size >= nbytes else self.buffer(
+            nbytes, U.MAP_READ | U.COPY_DST, "readback"
+        )
+        enc = self.device.create_command_encoder()
+        enc.copy_buffer_to_buffer(src, offset, st, 0, (nbytes + 3) // 4 * 4)
+        self.device.queue.submit([enc.finish()])
+        self.wait_map(st, "READ_NOSYNC", 0, (nbytes + 7) // 8 * 8 if nbytes % 8 else nbytes, what)
+        try:
+            out = np.frombuffer(st.read_mapped(0, nbytes), np.uint32)[:count].copy()
+        finally:
+            st.unmap()
+        return out
+
+    def check_lost(self, exc: BaseException) -> None:
+        """Mark the device lost when ``exc`` says so, so that :func:`get_gpu` makes a new one."""
+        if "device is lost" in str(exc).lower() or "device lost" in str(exc).lower():
+            self.lost = True
+
+    def _probe_subgroup_size(self) -> int:
+        src = (
+            "@group(0) @binding(0) var<storage, read_write> out: array<u32>;\n"
+            "@compute @workgroup_size(64)\n"
+            "fn main(@builtin(subgroup_size) sg: u32, @builtin(local_invocation_index) i: u32) {\n"
+            "  if (i == 0u) { out[0] = sg; }\n}\n"
+        )
+        U = self.wgpu.BufferUsage
+        pipe = self.pipeline("probe", "main", workgroup_bytes=0, source=src)
+        buf = self.buffer(16, U.STORAGE | U.COPY_SRC, "subgroup probe")
+        bg = self.bind_group(pipe, [buf])
+        enc = self.device.create_command_encoder()
+        cp = enc.begin_compute_pass()
+        cp.set_pipeline(pipe)
+        cp.set_bind_group(0, bg)
+        cp.dispatch_workgroups(1)
+        cp.end()
+        self.device.queue.submit([enc.finish()])
+        size = int(self.read_u32(buf, 0, 1, what="subgroup-size probe")[0])
+        if size == 0 or size & (size - 1) or size > 128:
+            raise GPUOperationError(f"subgroup-size probe returned {size}")
+        return size
+
+
+def get_gpu() -> GPU:
+    """The process's GPU, created on first use (thread-safe).
+
+    Raises:
+        GPUForkError: this process is a fork of one that had opened the GPU.
+        NoAdapterError: no adapter, or the forced one does not exist.
+    """
+    global _gpu
+    with _lock:
+        _check_fork()
+        if _gpu is None or _gpu.lost:
+            _gpu = GPU()
+        return _gpu
+
+
+def reset_gpu() -> None:
+    """Forget the process's GPU (the next :func:`get_gpu` opens a new device)."""
+    global _gpu
+    with _lock:
+        _gpu = None
+
+
+def _after_fork_in_child() -> None:
+    global _gpu
+    _gpu = None  # never use the parent's device; _touched_pid keeps the parent's pid
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

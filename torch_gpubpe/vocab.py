@@ -1,0 +1,204 @@
+"""Vocab: merges + special tokens, and its one-file format (no wgpu, no torch).
+
+Ids (DESIGN.md §1): 0..255 are the byte values, merge k creates id ``256 + k``, special tokens
+take the ids after the last merge, in the order given.
+
+File format (JSON, UTF-8), self-describing::
+
+    {"format": "torch_gpubpe.vocab", "version": 1, "pre_tokenizer": "gpubpe-bytes-v1",
+     "merges": [[left_id, right_id], ...], "special_tokens": ["<|endoftext|>", ...]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .errors import VocabFormatError
+from .reference import token_bytes
+
+FORMAT_NAME = "torch_gpubpe.vocab"
+FORMAT_VERSION = 1
+PRE_TOKENIZER = "gpubpe-bytes-v1"
+"""Name of the DESIGN.md §2 word rule; stored in every vocab file."""
+
+SPLIT_PATTERN = (
+    r" ?[A-Za-z\x{80}-\x{10FFFF}]+| ?[0-9]+| ?[\x00-\x08\x0E-\x1F!-/:-@\[-`{-\x7F]+|[\r\n]+"
+    r"|[ \t\x0B\x0C]+?(?= (?:[A-Za-z\x{80}-\x{10FFFF}]|[0-9]|[\x00-\x08\x0E-\x1F!-/:-@\[-`{-\x7F]))"
+    r"|[ \t\x0B\x0C]+"
+)
+"""The DESIGN.md §2 rule as a Rust-regex (rustbpe, Hugging Face ``tokenizers``)."""
+
+SPLIT_PATTERN_PY = SPLIT_PATTERN.replace(r"\x{80}", r"\u0080").replace(r"\x{10FFFF}", r"\U0010FFFF")
+"""The same pattern for Python's ``regex`` module and tiktoken's ``pat_str``."""
+
+MAX_VOCAB_SIZE = 1 << 18
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """A byte-level BPE vocab (DESIGN.md §1).
+
+    Attributes:
+        merges: ``(left_id, right_id)`` pairs; merge k creates id ``256 + k``.
+        special_tokens: spellings of the special tokens, ids ``256 + len(merges) + i``.
+    """
+
+    merges: tuple[tuple[int, int], ...]
+    special_tokens: tuple[str, ...] = ()
+    _bytes: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        merges = tuple((int(a), int(b)) for a, b in self.merges)
+        for k, (a, b) in enumerate(merges):
+            if not (0 <= a < 256 + k and 0 <= b < 256 + k):
+                raise ValueError(f"merge {k} = ({a}, {b}) refers to an id not yet defined")
+        specials = tuple(self.special_tokens)
+        if len(set(specials)) != len(specials):
+            raise ValueError(f"duplicate special tokens in {specials!r}")
+        for s in specials:
+            if not isinstance(s, str) or not s:
+                raise ValueError(f"special tokens must be non-empty str, got {s!r}")
+        object.__setattr__(self, "merges", merges)
+        object.__setattr__(self, "special_tokens", specials)
+        object.__setattr__(self, "_bytes", tuple(token_bytes(merges)))
+        if len(self) > MAX_VOCAB_SIZE:
+            raise ValueError(f"vocab size {len(self)} is above the maximum {MAX_VOCAB_SIZE}")
+
+    # -- sizes and lookups -------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Vocab size: 256 + merges + special tokens."""
+        return 256 + len(self.merges) + len(self.special_tokens)
+
+    @property
+    def num_tokens(self) -> int:
+        """Number of ordinary (non-special) tokens: 256 + len(merges)."""
+        return 256 + len(self.merges)
+
+    @property
+    def special_token_ids(self) -> dict[str, int]:
+        """Special token spelling → id."""
+        return {s: self.num_tokens + i for i, s in enumerate(self.special_tokens)}
+
+    def token_to_id(self, special_token: str) -> int:
+        """Id of a special token; ``KeyError`` naming the known ones if absent."""
+        ids = self.special_token_ids
+        if special_token not in ids:
+            raise KeyError(f"{special_token!r} is not a special token of this vocab ({list(ids)})")
+        return ids[special_token]
+
+    @property
+    def token_bytes(self) -> tuple[bytes, ...]:
+        """Bytes of every ordinary token, indexed by id (length ``num_tokens``)."""
+        return self._bytes
+
+    def id_to_bytes(self, token_id: int) -> bytes:
+        """Bytes of one id (a special token's UTF-8 spelling for special ids)."""
+        if 0 <= token_id < self.num_tokens:
+            return self._bytes[token_id]
+        if self.num_tokens <= token_id < len(self):
+            return self.special_tokens[token_id - self.num_tokens].encode()
+        raise ValueError(f"token id {token_id} is outside the vocab (size {len(self)})")
+
+    # -- decode ------------------------------------------------------------------------------
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """Concatenated bytes of ``ids`` (ints or a 1-D integer array; special ids give their
+        spelling).
+
+        Raises:
+            ValueError: an id outside ``[0, len(vocab))``, naming the id and its position.
+        """
+        table, n, specials = self._bytes, self.num_tokens, self.special_tokens
+        out = []
+        for pos, i in enumerate(ids):
+            i = int(i)
+            if 0 <= i < n:
+                out.append(table[i])
+            elif n <= i < len(self):
+                out.append(specials[i - n].encode())
+            else:
+                raise ValueError(
+                    f"token id {i} at position {pos} is outside the vocab (size {len(self)})"
+                )
+        return b"".join(out)
+
+    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
+        """``decode_bytes(ids)`` as text (invalid UTF-8 → U+FFFD unless ``errors`` says else)."""
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    # -- file format -------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "pre_tokenizer": PRE_TOKENIZER,
+            "vocab_size": len(self),
+            "merges": [list(m) for m in self.merges],
+            "special_tokens": list(self.special_tokens),
+        }
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the vocab file (JSON; see the module docstring)."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, ensure_ascii=False)
+            f.write("\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Vocab:
+        """Read a vocab file written by :meth:`save`.
+
+        Raises:
+            VocabFormatError: the file is not valid JSON, not a torch_gpubpe vocab, of another
+                version or pre-tokenizer, or its merges are inconsistent; the message names the
+                file and what is wrong.
+            OSError: the file cannot be read.
+        """
+        try:
+            with open(path, encoding="utf-8") as f:
+                obj = json.load(f)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise VocabFormatError(f"{path}: not a torch_gpubpe vocab file (not JSON: {e})") from e
+        return cls.from_dict(obj, source=str(path))
+
+    @classmethod
+    def from_dict(cls, obj: object, source: str = "<dict>") -> Vocab:
+        """Build a vocab from :meth:`to_dict` output; ``VocabFormatError`` if malformed."""
+        if not isinstance(obj, dict) or obj.get("format") != FORMAT_NAME:
+            raise VocabFormatError(
+                f"{source}: not a torch_gpubpe vocab file (missing \"format\": \"{FORMAT_NAME}\")"
+            )
+        if obj.get("version") != FORMAT_VERSION:
+            raise VocabFormatError(
+                f"{source}: unsupported vocab format version {obj.get('version')!r} "
+                f"(this torch_gpubpe reads version {FORMAT_VERSION})"
+            )
+        if obj.get("pre_tokenizer") != PRE_TOKENIZER:
+            raise VocabFormatError(
+                f"{source}: pre-tokenizer {obj.get('pre_tokenizer')!r} is not supported "
+                f"(expected {PRE_TOKENIZER!r})"
+            )
+        merges, specials = obj.get("merges"), obj.get("special_tokens", [])
+        if not isinstance(merges, list) or not all(
+            isinstance(m, list) and len(m) == 2 and all(type(x) is int for x in m) for m in merges
+        ):
+            raise VocabFormatError(f"{source}: \"merges\" must be a list of [left_id, right_id]")
+        if not isinstance(specials, list):
+            raise VocabFormatError(f"{source}: \"special_tokens\" must be a list of strings")
+        try:
+            vocab = cls(tuple(tuple(m) for m in merges), tuple(specials))
+        except ValueError as e:
+            raise VocabFormatError(f"{source}: {e}") from e
+        if "vocab_size" in obj and obj["vocab_size"] != len(vocab):
+            raise VocabFormatError(
+                f"{source}: vocab_size {obj['vocab_size']} does not match its merges and special "
+                f"tokens ({len(vocab)}); the file is damaged"
+            )
+        return vocab
+
+    @classmethod
+    def from_merges(
+        cls, merges: Sequence[tuple[int, int]], special_tokens: Sequence[str] = ()
+    ) -> Vocab:
+        return cls(tuple(tuple(m) for m in merges), tuple(special_tokens))

@@ -1,0 +1,37 @@
+// common.wgsl — helpers shared by every torch_gpubpe shader (prepended to each file).
+// Byte classes and the word-start rule of DESIGN.md §2; linear ids over 2-D grids.
+
+const WORD_START_BIT: u32 = 0x10000u;   // carried on a symbol (seed §1)
+const SYMBOL_MASK: u32 = 0xFFFFu;       // low bits of a packed symbol (byte or id < 2^16)
+
+const CLS_LETTER: u32 = 0u;
+const CLS_DIGIT: u32 = 1u;
+const CLS_SPACE: u32 = 2u;
+const CLS_PUNCT: u32 = 3u;
+const CLS_NEWLINE: u32 = 4u;
+
+// DESIGN.md §2 byte class; the (b - base) <= range trick is the seed's.
+fn byte_class(b: u32) -> u32 {
+    if (b == 0x0Au || b == 0x0Du) { return CLS_NEWLINE; }
+    if (b == 0x20u || b == 0x09u || b == 0x0Bu || b == 0x0Cu) { return CLS_SPACE; }
+    if (b - 0x30u <= 9u) { return CLS_DIGIT; }
+    if (b >= 0x80u || (b | 0x20u) - 0x61u <= 25u) { return CLS_LETTER; }
+    return CLS_PUNCT;
+}
+
+fn is_wordlike(c: u32) -> bool { return c != CLS_SPACE && c != CLS_NEWLINE; }
+
+// Whether `cur` starts a word (DESIGN.md §2). `has_prev`: a byte `prev` of the same document
+// precedes it; `has_next`: a byte `next` of the same document follows it.
+fn is_word_start(prev: u32, cur: u32, next: u32, has_prev: bool, has_next: bool) -> bool {
+    if (!has_prev) { return true; }
+    let c = byte_class(cur);
+    let p = byte_class(prev);
+    if (c != p && !(prev == 0x20u && is_wordlike(c))) { return true; }
+    return cur == 0x20u && p == CLS_SPACE && has_next && is_wordlike(byte_class(next));
+}
+
+// Linear workgroup id of a 2-D grid (dispatches past 65,535 workgroups).
+fn linear_workgroup(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return wid.x + wid.y * nwg.x;
+}
