@@ -47,7 +47,10 @@ _WORDLIKE = (LETTER, DIGIT, PUNCT)
 def to_bytes(text: str | bytes | bytearray | memoryview) -> bytes:
     """UTF-8 bytes of ``text``; lone surrogates in a ``str`` become U+FFFD (DESIGN.md §1)."""
     if isinstance(text, str):
-        return text.encode("utf-8", errors="replace")
+        try:
+            return text.encode("utf-8")
+        except UnicodeEncodeError:  # lone surrogates → U+FFFD, as tiktoken does
+            return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
     if isinstance(text, (bytes, bytearray, memoryview)):
         return bytes(text)
     raise TypeError(f"expected str or bytes, got {type(text).__name__}")

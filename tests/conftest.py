@@ -1,0 +1,36 @@
+"""Shared test helpers: real corpora from ../shared/corpora (beside the checkout)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+
+CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+CORPUS_NAMES = sorted(p.name[: -len(".jsonl.gz")] for p in CORPORA.glob("*.jsonl.gz"))
+
+
+def corpus_docs(name: str, max_bytes: int = 100_000, max_doc_bytes: int | None = None) -> list[str]:
+    """Documents of corpus ``name`` in file order until ``max_bytes`` UTF-8 bytes; each document
+    cut to ``max_doc_bytes`` characters (default ``max_bytes // 4``) so one novel cannot fill it."""
+    cap = max_doc_bytes or max(1, max_bytes // 4)
+    out, total = [], 0
+    with gzip.open(CORPORA / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
+        for line in f:
+            text = json.loads(line)["text"][:cap]
+            out.append(text)
+            total += len(text.encode())
+            if total >= max_bytes:
+                break
+    return out
+
+
+@pytest.fixture(scope="session")
+def corpora_available() -> list[str]:
+    assert CORPUS_NAMES, f"no corpora found in {CORPORA}: tests expect ../shared/corpora"
+    return CORPUS_NAMES
