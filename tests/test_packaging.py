@@ -1,0 +1,41 @@
+"""The built wheel carries the WGSL shaders, and the kernel runs from an installed copy."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.gpu
+def test_wheel_contains_shaders_and_runs_outside_checkout(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "w"), str(ROOT)],
+        check=True, timeout=600,
+    )
+    (wheel,) = (tmp_path / "w").glob("torch_gpubpe-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    for shader in sorted(p.name for p in (ROOT / "wgsl").glob("*.wgsl")):
+        assert f"torch_gpubpe/wgsl/{shader}" in names
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
+        check=True, timeout=600,
+    )
+    code = (
+        "import torch_gpubpe, torch_gpubpe.shaders as s; "
+        "from torch_gpubpe.pretokenize import word_starts_gpu; "
+        "assert str(s.wgsl_dir()).startswith(%r), s.wgsl_dir(); "
+        "print(word_starts_gpu([b'a  b'])[0])" % str(site)
+    )
+    env = dict(os.environ, PYTHONPATH=str(site))
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[True, True, True, False]"
