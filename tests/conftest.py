@@ -7,12 +7,19 @@ import json
 import os
 from pathlib import Path
 
-import pytest
-
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 
-CORPORA = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+# ../shared/corpora beside the checkout; TORCH_GPUBPE_CORPORA points elsewhere (e.g. on the lent GPU).
+CORPORA = Path(
+    os.environ.get("TORCH_GPUBPE_CORPORA")
+    or Path(__file__).resolve().parents[2] / "shared" / "corpora"
+)
 CORPUS_NAMES = sorted(p.name[: -len(".jsonl.gz")] for p in CORPORA.glob("*.jsonl.gz"))
+if not CORPUS_NAMES:
+    raise RuntimeError(
+        f"no corpora in {CORPORA}: the tests need ../shared/corpora beside the checkout "
+        "(or TORCH_GPUBPE_CORPORA=<folder of *.jsonl.gz>)"
+    )
 
 
 def corpus_docs(name: str, max_bytes: int = 100_000, max_doc_bytes: int | None = None) -> list[str]:
