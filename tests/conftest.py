@@ -36,8 +36,3 @@ def corpus_docs(name: str, max_bytes: int = 100_000, max_doc_bytes: int | None =
                 break
     return out
 
-
-@pytest.fixture(scope="session")
-def corpora_available() -> list[str]:
-    assert CORPUS_NAMES, f"no corpora found in {CORPORA}: tests expect ../shared/corpora"
-    return CORPUS_NAMES

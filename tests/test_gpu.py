@@ -147,3 +147,22 @@ def test_import_touches_no_gpu():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True).stdout
     assert out.split() == ["True", "None"]
+
+
+def test_lost_device_is_replaced_on_next_call():
+    code = r"""
+from torch_gpubpe import gpu
+from torch_gpubpe.pretokenize import word_starts_gpu
+g = gpu.get_gpu()
+g.device.destroy()
+from torch_gpubpe.errors import GPUOperationError
+try:
+    word_starts_gpu([b"a b"])
+except GPUOperationError as e:
+    assert "pre-tokenization" in str(e) and "device is lost" in str(e), e
+g2 = gpu.get_gpu()
+print(g2 is not g, g.lost, word_starts_gpu([b"a b"])[0])
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().splitlines()[-1] == "True True [True, True, False]"

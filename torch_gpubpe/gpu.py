@@ -16,9 +16,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -161,8 +163,11 @@ class GPU:
         self.has_subgroups = use_sg
         self._modules: dict[tuple, Any] = {}
         self._pipelines: dict[tuple, Any] = {}
-        self.subgroup_size = self._probe_subgroup_size() if use_sg else 0
         self.lost = False
+        # wgpu only logs device loss (WGPU_NOTES.md §9): watch its logger to know when to reopen.
+        self._loss_handler = _LossHandler(self)
+        logging.getLogger("wgpu").addHandler(self._loss_handler)
+        self.subgroup_size = self._probe_subgroup_size() if use_sg else 0
 
     # -- shaders and pipelines ---------------------------------------------------------------
     @property
@@ -297,6 +302,17 @@ class GPU:
             st.unmap()
         return out
 
+    @contextlib.contextmanager
+    def operation(self, what: str) -> Iterator[None]:
+        """Run GPU calls; a wgpu error becomes :class:`GPUOperationError` naming ``what`` (the
+        original, with its shader diagnostics, is chained), and a lost device is marked so the
+        next :func:`get_gpu` opens a fresh one."""
+        try:
+            yield
+        except self.wgpu.GPUError as e:
+            self.check_lost(e)
+            raise GPUOperationError(f"{what} failed on {self.adapter_name}: {e}") from e
+
     def check_lost(self, exc: BaseException) -> None:
         """Mark the device lost when ``exc`` says so, so that :func:`get_gpu` makes a new one."""
         if "device is lost" in str(exc).lower() or "device lost" in str(exc).lower():
@@ -326,6 +342,16 @@ class GPU:
         return size
 
 
+class _LossHandler(logging.Handler):
+    def __init__(self, gpu: GPU) -> None:
+        super().__init__(level=logging.ERROR)
+        self.gpu = gpu
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "device was lost" in record.getMessage().lower():
+            self.gpu.lost = True
+
+
 def get_gpu() -> GPU:
     """The process's GPU, created on first use (thread-safe).
 
@@ -337,6 +363,8 @@ def get_gpu() -> GPU:
     with _lock:
         _check_fork()
         if _gpu is None or _gpu.lost:
+            if _gpu is not None:
+                logging.getLogger("wgpu").removeHandler(_gpu._loss_handler)
             _gpu = GPU()
         return _gpu
 

@@ -129,7 +129,8 @@ class GPUPreTokenizer:
         while s < n:
             e = min(n, s + self.max_slice_bytes)
             lo, hi = max(0, s - 1), min(n, e + 1)  # one-byte halo each side
-            res = self._run(data[lo:hi], offsets, lo)
+            with self.gpu.operation("pre-tokenization (bpe_word_boundary)"):
+                res = self._run(data[lo:hi], offsets, lo)
             out[s:e] = res[s - lo : e - lo]
             s = e
         return out
