@@ -159,7 +159,7 @@ from torch_gpubpe.errors import GPUOperationError
 try:
     word_starts_gpu([b"a b"])
 except GPUOperationError as e:
-    assert "pre-tokenization" in str(e) and "device is lost" in str(e), e
+    assert "device is lost" in str(e), e
 g2 = gpu.get_gpu()
 print(g2 is not g, g.lost, word_starts_gpu([b"a b"])[0])
 """

@@ -179,7 +179,8 @@ class GPU:
         key = (name, source)
         if key not in self._modules:
             code = source if source is not None else shader_source(name, self.flags)
-            self._modules[key] = self.device.create_shader_module(label=name, code=code)
+            with self.operation(f"compiling shader {name!r}"):
+                self._modules[key] = self.device.create_shader_module(label=name, code=code)
         return self._modules[key]
 
     def pipeline(
@@ -214,9 +215,10 @@ class GPU:
             }
             if consts:
                 compute["constants"] = {k: float(v) for k, v in consts.items()}
-            self._pipelines[key] = self.device.create_compute_pipeline(
-                label=f"{name}.{entry_point}", layout="auto", compute=compute
-            )
+            with self.operation(f"creating pipeline {name}.{entry_point}"):
+                self._pipelines[key] = self.device.create_compute_pipeline(
+                    label=f"{name}.{entry_point}", layout="auto", compute=compute
+                )
         return self._pipelines[key]
 
     # -- buffers and dispatch ----------------------------------------------------------------
