@@ -1,0 +1,256 @@
+"""Benchmark: GPU BPE training (torch_gpubpe.trainer) vs rustbpe vs Hugging Face tokenizers.
+
+Same documents, same pre-tokenizer (DESIGN.md §2 regex, vocab.SPLIT_PATTERN), same vocab size.
+Each method runs in its own child process (fresh interpreter) so that its peak host memory
+(``ru_maxrss``) is its own; the child loads the documents itself.
+
+Usage::
+
+    python3 benchmarks/train.py                                  # 4 largest corpora, vocab 32,768
+    python3 benchmarks/train.py --corpus en_novels --max-bytes 20000000 --vocab-size 8192
+    python3 benchmarks/train.py --skip-hf --profile --json-out out.json
+
+Reports wall time (split into word counting and merging where the method allows), peak RSS,
+merges/s, whether the merges equal rustbpe's (token bytes in rank order), and with
+``--profile`` the GPU time per kernel per merge from timestamp queries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gzip
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+
+DEFAULT_CORPORA = ["en_novels", "code_cpython_stdlib", "web_html", "en_python_docs"]
+
+
+def corpora_dir() -> Path:
+    env = os.environ.get("TORCH_GPUBPE_CORPORA")
+    return Path(env) if env else REPO.parent / "shared" / "corpora"
+
+
+def load_docs(names: list[str], max_bytes: int | None) -> list[str]:
+    """Documents of the named corpora in file order; each corpus cut at ``max_bytes`` bytes."""
+    out: list[str] = []
+    for name in names:
+        total = 0
+        with gzip.open(corpora_dir() / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
+            for line in f:
+                text = json.loads(line)["text"]
+                out.append(text)
+                total += len(text.encode())
+                if max_bytes and total >= max_bytes:
+                    break
+    return out
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# -- methods (run inside a child process) --------------------------------------------------------
+def run_gpubpe(docs, vocab_size, min_frequency, profile):
+    from torch_gpubpe.trainer import train
+
+    stats: dict = {}
+    t = time.perf_counter()
+    vocab = train(docs, vocab_size, min_frequency=min_frequency, stats=stats, profile=profile)
+    wall = time.perf_counter() - t
+    return {"wall_s": wall, "count_s": stats.get("seconds_count"),
+            "merge_s": stats.get("seconds_merge"), "num_merges": len(vocab.merges),
+            "token_bytes": [b.hex() for b in vocab.token_bytes], "stats": {
+                k: v for k, v in stats.items() if isinstance(v, (int, float, str, dict))}}
+
+
+def run_rustbpe(docs, vocab_size, min_frequency, profile):
+    import rustbpe
+
+    from torch_gpubpe.vocab import SPLIT_PATTERN
+
+    t = time.perf_counter()
+    tok = rustbpe.Tokenizer()
+    tok.train_from_iterator(iter(docs), vocab_size, pattern=SPLIT_PATTERN)
+    wall = time.perf_counter() - t
+    ranks = [bytes(b) for b, _ in sorted(tok.get_mergeable_ranks(), key=lambda kv: kv[1])]
+    return {"wall_s": wall, "num_merges": len(ranks) - 256, "token_bytes": [b.hex() for b in ranks]}
+
+
+def run_rustbpe_count(docs, vocab_size, min_frequency, profile):
+    """rustbpe's own counting (pre-tokenize + count), measured as a training to 257 tokens."""
+    import rustbpe
+
+    from torch_gpubpe.vocab import SPLIT_PATTERN
+
+    t = time.perf_counter()
+    tok = rustbpe.Tokenizer()
+    tok.train_from_iterator(iter(docs), 257, pattern=SPLIT_PATTERN)
+    return {"wall_s": time.perf_counter() - t, "num_merges": 1}
+
+
+def run_gpubpe_count(docs, vocab_size, min_frequency, profile):
+    from torch_gpubpe.wordcount import count_words
+
+    t = time.perf_counter()
+    counts = count_words(docs)
+    return {"wall_s": time.perf_counter() - t, "num_merges": 0, "unique_words": len(counts)}
+
+
+def run_hf(docs, vocab_size, min_frequency, profile):
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
+
+    from torch_gpubpe.vocab import SPLIT_PATTERN
+
+    t = time.perf_counter()
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False, special_tokens=[])
+    tok.train_from_iterator(docs, trainer)
+    wall = time.perf_counter() - t
+    return {"wall_s": wall, "num_merges": tok.get_vocab_size() - 256}
+
+
+METHODS = {"gpubpe": run_gpubpe, "rustbpe": run_rustbpe, "hf_tokenizers": run_hf,
+           "gpubpe_count_only": run_gpubpe_count, "rustbpe_count_only": run_rustbpe_count}
+
+
+def child(args) -> None:
+    docs = load_docs(args.corpus, args.max_bytes)
+    res = METHODS[args.worker](docs, args.vocab_size, args.min_frequency, args.profile)
+    res["peak_rss_mb"] = peak_rss_mb()
+    res["corpus_bytes"] = sum(len(d.encode()) for d in docs)
+    res["num_documents"] = len(docs)
+    print("@@RESULT@@" + json.dumps(res))
+
+
+def run_child(method: str, args) -> dict:
+    cmd = [sys.executable, __file__, "--worker", method, "--vocab-size", str(args.vocab_size),
+           "--min-frequency", str(args.min_frequency)]
+    for c in args.corpus:
+        cmd += ["--corpus", c]
+    if args.max_bytes:
+        cmd += ["--max-bytes", str(args.max_bytes)]
+    if args.profile:
+        cmd += ["--profile"]
+    print(f"running {method} ...", file=sys.stderr, flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ,
+                       "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    for line in p.stdout.splitlines():
+        if line.startswith("@@RESULT@@"):
+            return json.loads(line[len("@@RESULT@@"):])
+    return {"error": (p.stderr or p.stdout)[-2000:]}
+
+
+def machine() -> str:
+    gpu = "?"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        gpu = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else "?"
+    except (OSError, subprocess.SubprocessError, IndexError):
+        pass
+    return f"{platform.node()} | {os.cpu_count()} CPUs | GPU {gpu} | Python {platform.python_version()}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--corpus", action="append", help="corpus name (repeatable); default: the "
+                    "4 largest (" + ", ".join(DEFAULT_CORPORA) + ")")
+    ap.add_argument("--max-bytes", type=int, default=None, help="cut each corpus at this many bytes")
+    ap.add_argument("--vocab-size", type=int, default=32768)
+    ap.add_argument("--min-frequency", type=int, default=1,
+                    help="1 (default) is what rustbpe does, so merges can be compared")
+    ap.add_argument("--skip-hf", action="store_true", help="skip Hugging Face tokenizers")
+    ap.add_argument("--skip-rustbpe", action="store_true")
+    ap.add_argument("--skip-count", action="store_true", help="skip the counting-only rows")
+    ap.add_argument("--profile", action="store_true",
+                    help="also time each GPU kernel (timestamp queries; a second GPU run)")
+    ap.add_argument("--json-out", help="write all results as JSON here")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    args.corpus = args.corpus or DEFAULT_CORPORA
+    if args.worker:
+        child(args)
+        return
+
+    methods = ["gpubpe"]
+    if not args.skip_rustbpe:
+        methods.append("rustbpe")
+    if not args.skip_hf:
+        methods.append("hf_tokenizers")
+    if not args.skip_count:
+        methods += ["gpubpe_count_only"] + ([] if args.skip_rustbpe else ["rustbpe_count_only"])
+    profile = args.profile
+    args.profile = False
+    results = {m: run_child(m, args) for m in methods}
+    if profile:
+        args.profile = True
+        results["gpubpe_profiled"] = run_child("gpubpe", args)
+
+    ref = results.get("rustbpe", {}).get("token_bytes")
+    rows = []
+    for m, r in results.items():
+        if "error" in r:
+            rows.append((m, "ERROR", "", "", "", "", "", r["error"].splitlines()[-1][:60]))
+            continue
+        same = ""
+        if ref is not None and "token_bytes" in r:
+            same = "yes" if r["token_bytes"] == ref else "NO"
+        merge_s = r.get("merge_s")
+        mps = r["num_merges"] / merge_s if merge_s else (
+            r["num_merges"] / r["wall_s"] if r["num_merges"] > 1 else 0)
+        rows.append((m, f"{r['wall_s']:.2f}", f"{r['count_s']:.2f}" if r.get("count_s") else "",
+                     f"{merge_s:.2f}" if merge_s else "", f"{r['peak_rss_mb']:.0f}",
+                     str(r["num_merges"]), f"{mps:.0f}" if mps else "", same))
+    corpus_bytes = next((r["corpus_bytes"] for r in results.values() if "corpus_bytes" in r), 0)
+    print()
+    print(f"corpora: {', '.join(args.corpus)} ({corpus_bytes / 1e6:.1f} MB"
+          f"{', max ' + str(args.max_bytes) + ' B each' if args.max_bytes else ''}); "
+          f"vocab {args.vocab_size}; min_frequency {args.min_frequency}")
+    head = ("method", "wall s", "count s", "merge s", "peak RSS MB", "merges", "merges/s",
+            "= rustbpe")
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    for row in [head, tuple("-" * w for w in widths), *rows]:
+        print(" | ".join(str(x).ljust(w) for x, w in zip(row, widths)))
+    g = results.get("gpubpe", {}).get("stats", {})
+    if g:
+        print(f"\ngpubpe: {g.get('adapter')}; unique words {g.get('unique_words')}, stream "
+              f"{g.get('stream_symbols')} symbols, table {g.get('table_slots')} slots, "
+              f"{g.get('merges_per_submit')} merges/submit, restarts {g.get('restarts')}")
+    prof = results.get("gpubpe_profiled", {}).get("stats", {}).get("gpu_us_per_merge")
+    if prof:
+        print("\nGPU time per merge (µs, timestamp queries, sampled batches):")
+        for name, us in prof.items():
+            print(f"  {name:<20} {us:9.2f}")
+        print(f"  {'total':<20} {sum(prof.values()):9.2f}")
+    if "rustbpe" in results and "gpubpe" in results and "wall_s" in results["rustbpe"]:
+        sp = results["rustbpe"]["wall_s"] / results["gpubpe"]["wall_s"]
+        print(f"\nspeed-up vs rustbpe (wall): {sp:.2f}x")
+    print(f"\nmachine: {machine()}")
+    print(f"date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
+    print(f"command: {' '.join([sys.executable, *sys.argv])}")
+    if args.json_out:
+        for r in results.values():
+            r.pop("token_bytes", None)
+        Path(args.json_out).write_text(json.dumps({
+            "args": vars(args), "machine": machine(), "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

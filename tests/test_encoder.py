@@ -1,0 +1,221 @@
+"""GPU encoder == reference.encode token for token (DESIGN.md §4), on lavapipe in CI.
+
+Covers real corpora, random bytes, boundary lengths, words longer than a chunk / a slice /
+a thread's budget, multi-pass slicing under forced tiny limits, the async double-buffered
+submit, u16 and u32 ids, and the no-subgroup path on an adapter that has subgroups.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import CORPUS_NAMES, corpus_docs
+from torch_gpubpe import gpu as gpumod
+from torch_gpubpe import reference
+from torch_gpubpe.encoder import BatchEncoding, Tokenizer
+from torch_gpubpe.errors import InputError
+from torch_gpubpe.vocab import Vocab
+
+pytestmark = pytest.mark.gpu
+
+SAMPLE = 6_000  # bytes per corpus for the shared vocab's training sample
+
+
+@pytest.fixture(scope="module")
+def merges():
+    docs = []
+    for name in CORPUS_NAMES:
+        docs += corpus_docs(name, SAMPLE)
+    return reference.train(docs, vocab_size=1200, min_frequency=2)
+
+
+@pytest.fixture(scope="module")
+def vocab(merges):
+    return Vocab.from_merges(merges, special_tokens=["<|endoftext|>"])
+
+
+@pytest.fixture(scope="module")
+def tok(vocab):
+    return Tokenizer(vocab)
+
+
+def ref_batch(docs, merges):
+    return [reference.encode(d, merges) for d in docs]
+
+
+def check_batch(tok, docs, merges):
+    be = tok.encode_batch(docs)
+    assert isinstance(be, BatchEncoding) and len(be) == len(docs)
+    assert be.ids.dtype == tok.id_dtype and be.offsets.dtype == np.int64
+    assert be.offsets.shape == (len(docs) + 1,) and be.offsets[0] == 0
+    got = be.tolist()
+    want = ref_batch(docs, merges)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"document {k}: first difference at token " + str(
+            next(i for i in range(min(len(g), len(w)) + 1) if i >= min(len(g), len(w)) or g[i] != w[i])
+        )
+    return be
+
+
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_corpus_equals_reference(tok, merges, name):
+    docs = corpus_docs(name, 25_000, max_doc_bytes=8_000)
+    be = check_batch(tok, docs, merges)
+    for k in range(min(3, len(docs))):
+        assert tok.decode(be[k]) == docs[k]
+
+
+def test_encode_single_and_types(tok, merges, vocab):
+    text = "2026 yılı\tx=1;\r\n  hello  world"
+    ids = tok.encode(text)
+    assert isinstance(ids, list) and ids == reference.encode(text, merges)
+    arr = tok.encode_to_numpy(text.encode())
+    assert arr.dtype == np.uint16 and arr.tolist() == ids
+    assert tok.n_vocab == len(vocab) == 1 + 256 + len(merges)
+    assert tok.encode("") == [] and tok.encode(b"") == []
+    # The special token's spelling is encoded as ordinary text.
+    eot = vocab.special_token_ids["<|endoftext|>"]
+    assert eot not in tok.encode("a<|endoftext|>b")
+    assert tok.decode([eot]) == "<|endoftext|>"
+
+
+def test_lengths_around_powers_of_two(tok, merges):
+    src = "".join(corpus_docs("en_python_docs", 20_000)).encode()
+    lengths = [0, 1, 2, 3, 5] + [x for k in range(3, 15) for x in (2**k - 1, 2**k, 2**k + 1)]
+    docs = [src[:n] for n in lengths]  # bytes: cuts may split UTF-8 sequences
+    check_batch(tok, docs, merges)
+    for d in docs[::5]:
+        assert tok.decode_bytes(tok.encode_to_numpy(d)) == d
+
+
+def test_invalid_utf8_and_lone_surrogates(tok, merges):
+    docs = [b"\xff\xfe abc \x80\x80\xc4", b"\x00" * 9 + b"a\x00b", "ok \ud800 x", b"\xc4\xb1" * 50]
+    be = check_batch(tok, docs, merges)
+    assert tok.decode_bytes(be[0]) == docs[0]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.binary(max_size=300), min_size=1, max_size=6))
+def test_random_bytes(tok, merges, docs):
+    be = check_batch(tok, docs, merges)
+    for k, d in enumerate(docs):
+        assert tok.decode_bytes(be[k]) == d
+
+
+WORDISH = st.sampled_from([b"a", b"e", b" ", b"  ", b"\n", b"1", b"=", b"\xc4\xb1", b"th", b"\t"])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(WORDISH, max_size=400).map(b"".join), min_size=1, max_size=4))
+def test_random_wordish_text(tok, merges, docs):
+    check_batch(tok, docs, merges)
+
+
+def test_long_words_across_chunks_and_budget(vocab, merges):
+    # Budget of 7 walk steps per thread: every word longer than ~3 bytes needs continuation
+    # dispatches; the result must not change.
+    small = Tokenizer(vocab, thread_budget=7, chunk_bytes=8)
+    docs = [b"a" * 5000, b" " * 3000 + b"x", "yakınlık " * 50, b"=" * 777 + b"ab" * 500, b"q"]
+    docs += corpus_docs("tr_manpages", 6_000)
+    check_batch(small, docs, merges)
+
+
+def test_multi_pass_slicing(vocab, merges):
+    docs = corpus_docs("web_html", 30_000, max_doc_bytes=3_000) + [b"a" * 2500, b"", b" " * 1500]
+    docs += corpus_docs("tr_ud_boun", 4_000)
+    total = sum(len(reference.to_bytes(d)) for d in docs)
+    for limit in (256, 1000, 4096):
+        t = Tokenizer(vocab, max_slice_bytes=limit)
+        assert t._session().limit <= max(limit, 2 * t.trie.max_depth + 8)
+        assert total > 3 * t._session().limit
+        check_batch(t, docs, merges)
+    # A word longer than a slice, with a tiny budget too.
+    t = Tokenizer(vocab, max_slice_bytes=300, thread_budget=50)
+    check_batch(t, [b"ab" * 2000, b"x" + b"a" * 1999, "ğ" * 900], merges)
+
+
+def test_async_submit_double_buffered(tok, merges):
+    batches = [corpus_docs(n, 8_000, max_doc_bytes=1_500) for n in
+               ("en_fortunes", "multi_xquad", "code_cpython_stdlib", "tr_libreoffice_help")]
+    want = [ref_batch(b, merges) for b in batches]
+    p1 = tok.submit(batches[0])
+    p2 = tok.submit(batches[1])
+    r1 = p1.result()
+    p3 = tok.submit(batches[2])
+    r2 = p2.result()
+    p4 = tok.submit(batches[3])  # two pending: completes p3 first, internally
+    assert p3.done()
+    r3, r4 = p3.result(), p4.result()
+    assert [r.tolist() for r in (r1, r2, r3, r4)] == want
+    assert p1.result() is r1
+
+
+def test_input_errors(tok):
+    with pytest.raises(InputError, match="document 2"):
+        tok.encode_batch(["a", b"b", 3])
+    with pytest.raises(InputError):
+        tok.encode(12)
+    with pytest.raises(InputError):
+        tok.encode_batch("not a list")
+    with pytest.raises(ValueError, match="position 1"):
+        tok.decode([1, 10**6])
+    with pytest.raises(ValueError, match="position 0"):
+        tok.decode_bytes(np.array([-1], np.int64))
+
+
+def test_decode_matches_vocab(tok, vocab):
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, vocab.num_tokens, 500)
+    assert tok.decode_bytes(ids) == vocab.decode_bytes(ids.tolist())
+    assert tok.decode_bytes(ids.astype(np.uint16)) == vocab.decode_bytes(ids.tolist())
+    assert tok.decode(iter(ids.tolist())) == vocab.decode(ids.tolist())
+    assert tok.decode_bytes(np.zeros(0, np.uint16)) == b""
+
+
+@pytest.mark.parametrize("chunk", [4, 64])
+def test_chunk_sizes(vocab, merges, chunk):
+    docs = corpus_docs("en_novels", 12_000, max_doc_bytes=4_000) + [b"b" * 300]
+    check_batch(Tokenizer(vocab, chunk_bytes=chunk), docs, merges)
+
+
+def test_u32_ids_and_duplicate_spellings():
+    # > 65,536 ids: ids come back as uint32. Random merges (left: any id, right: a byte) repeat
+    # pairs, so many byte strings are spelled twice: the smallest id must win.
+    rng = np.random.default_rng(1)
+    letters = np.frombuffer(b"ab \nc", np.uint8)
+    merges = []
+    for k in range(70_000 - 256):
+        left = int(rng.integers(0, 256 + k)) if k % 3 else int(rng.choice(letters))
+        merges.append((left, int(rng.choice(letters))))
+    vocab = Vocab.from_merges(merges)
+    t = Tokenizer(vocab)
+    assert t.id_dtype == np.uint32
+    docs = [b"ab ab  abc\ncab" * 20, b"aaaa bbbb cccc" * 10, b"", b"c"]
+    ids = t.encode_batch(docs)
+    assert ids.ids.dtype == np.uint32
+    assert ids.tolist() == ref_batch(docs, merges)
+    assert max(max(x) for x in ids.tolist() if x) >= 1 << 16
+
+
+def test_no_subgroup_path_forced(vocab, merges):
+    had_subgroups = gpumod.get_gpu().has_subgroups  # lavapipe and the H200 have them
+    docs = corpus_docs("multi_udhr", 15_000, max_doc_bytes=3_000) + [b"a" * 700]
+    old = os.environ.get(gpumod.ENV_NO_SUBGROUPS)
+    os.environ[gpumod.ENV_NO_SUBGROUPS] = "1"
+    gpumod.reset_gpu()
+    try:
+        plain = Tokenizer(vocab, max_slice_bytes=2048, thread_budget=100)
+        assert not plain._session().gpu.has_subgroups
+        check_batch(plain, docs, merges)
+    finally:
+        if old is None:
+            os.environ.pop(gpumod.ENV_NO_SUBGROUPS, None)
+        else:
+            os.environ[gpumod.ENV_NO_SUBGROUPS] = old
+        gpumod.reset_gpu()
+    assert gpumod.get_gpu().has_subgroups == had_subgroups

@@ -1,0 +1,283 @@
+"""GPU BPE training (wgsl/train.wgsl, torch_gpubpe/trainer.py) against the oracles.
+
+Every test compares merges with ``torch_gpubpe.reference`` (DESIGN.md §3) or with rustbpe;
+nothing is hard-coded. Inputs are small: lavapipe runs the kernels on 2 shared CPU cores.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hst
+
+from conftest import CORPUS_NAMES, corpus_docs
+from torch_gpubpe import reference
+from torch_gpubpe.errors import InputError
+from torch_gpubpe.trainer import GPUTrainer, TrainProgress, train, train_from_word_counts
+from torch_gpubpe.vocab import SPLIT_PATTERN, Vocab
+from torch_gpubpe.wordcount import count_words
+
+pytestmark = pytest.mark.gpu
+
+
+def ref_merges(docs, vocab_size, min_frequency=2, specials=0):
+    return reference.train(docs, vocab_size, min_frequency, specials)
+
+
+# -- real corpora --------------------------------------------------------------------------------
+@pytest.mark.parametrize("corpus", CORPUS_NAMES)
+def test_merges_equal_reference_on_every_corpus(corpus):
+    docs = corpus_docs(corpus, 40_000)
+    vocab = train(docs, 420, min_frequency=2)
+    assert isinstance(vocab, Vocab)
+    assert list(vocab.merges) == ref_merges(docs, 420)
+
+
+def test_merges_equal_rustbpe_on_real_text():
+    rustbpe = pytest.importorskip("rustbpe")
+    docs = corpus_docs("tr_manpages", 60_000) + corpus_docs("code_cpython_headers", 30_000)
+    vocab = train(docs, 700, min_frequency=1)
+    tok = rustbpe.Tokenizer()
+    tok.train_from_iterator(iter(docs), 700, pattern=SPLIT_PATTERN)
+    ranks = [bytes(b) for b, _ in sorted(tok.get_mergeable_ranks(), key=lambda kv: kv[1])]
+    assert list(vocab.token_bytes) == ranks
+
+
+def test_word_counting_equals_reference():
+    for name in ("multi_udhr", "en_fortunes", "web_html"):
+        docs = corpus_docs(name, 80_000)
+        assert count_words(docs, batch_bytes=20_000) == reference.count_words(docs)
+    odd = [b"", b"\x00\x00 \x00" * 7, bytes(range(256)) * 2, "é" * 40, "a" * 33 + " " * 20]
+    assert count_words(odd, batch_bytes=16) == reference.count_words(odd)
+
+
+# -- runs of one symbol, long words ---------------------------------------------------------------
+def test_single_symbol_runs_merge_left_to_right():
+    # "aaaaa" with (a, a) → aa aa a; runs far longer than a 256-symbol tile, odd and even.
+    # Tiles are 2048 symbols (256 threads × 8): runs cross thread, tile and multi-tile bounds.
+    docs = ["aaaaa", "a" * 3001, " " + "a" * 2047, "b" * 777 + "a" * 513, "ab" * 900,
+            "a" * 6145, "x" + "a" * 4095]
+    for vocab_size in (257, 260, 275):
+        vocab = train(docs, vocab_size, min_frequency=1)
+        assert list(vocab.merges) == ref_merges(docs, vocab_size, 1)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hst.lists(
+    hst.tuples(hst.sampled_from(["a", "b", " ", "aa", "ab", "\n", "1"]), hst.integers(1, 700)),
+    min_size=1, max_size=12,
+))
+def test_random_run_corpora_equal_reference(runs):
+    text = "".join(s * k for s, k in runs)
+    docs = [text, text[: len(text) // 3]]
+    vocab = train(docs, 290, min_frequency=1)
+    assert list(vocab.merges) == ref_merges(docs, 290, 1)
+
+
+def test_random_small_corpora_equal_reference():
+    rng = random.Random(1234)
+    for _ in range(3):
+        alphabet = rng.choice(["ab ", "abc \n", "xyz01 .", "ı ş"])
+        docs = ["".join(rng.choice(alphabet) * rng.choice((1, 1, 2, 5, 40, 300))
+                        for _ in range(rng.randint(1, 60))) for _ in range(rng.randint(1, 8))]
+        vocab = train(docs, 320, min_frequency=1)
+        assert list(vocab.merges) == ref_merges(docs, 320, 1)
+
+
+# -- counts --------------------------------------------------------------------------------------
+def test_weights_above_2_32_are_exact():
+    big = 1 << 32
+    counts = {b"ab": big + 5, b"ba": big + 5, b"abab": 3, b"cab": big - 1, b"xyz": 2 * big + 7,
+              b"xy": 1, b"aaaa": big + 1, " tr\u0131".encode(): (1 << 40) + 3}
+    vocab = train_from_word_counts(counts, 275, min_frequency=1)
+    ref = reference.train_from_word_counts(counts, 275, 1)
+    assert list(vocab.merges) == ref
+    # Counts that wrap at 2^32 would give other merges: the test can tell.
+    wrapped = {w: c % big for w, c in counts.items()}
+    assert reference.train_from_word_counts(wrapped, 275, 1) != ref
+    # Sums of weights that pass 2^32 only in total (3 × (2^31 + 1)) are exact too.
+    counts2 = {b"ab": (1 << 31) + 1, b"abx": (1 << 31) + 1, b"zab": (1 << 31) + 1, b"cd": 7}
+    vocab2 = train_from_word_counts(counts2, 262, min_frequency=1)
+    assert list(vocab2.merges) == reference.train_from_word_counts(counts2, 262, 1)
+
+
+def test_min_frequency_stops_training():
+    docs = corpus_docs("tr_ud_boun", 20_000)
+    for mf in (3, 50, 10**12):
+        vocab = train(docs, 2000, min_frequency=mf)
+        assert list(vocab.merges) == ref_merges(docs, 2000, mf)
+        assert len(vocab.merges) < 2000 - 256
+
+
+def test_special_tokens_use_the_merge_budget():
+    docs = corpus_docs("en_fortunes", 15_000)
+    specials = ["<|endoftext|>", "<|pad|>"]
+    vocab = train(docs, 300, special_tokens=specials)
+    assert list(vocab.merges) == ref_merges(docs, 300, 2, len(specials))
+    assert len(vocab) == 300 and vocab.special_tokens == tuple(specials)
+
+
+def test_str_keys_and_zero_counts():
+    counts = {"hello": 3, b" hello": 2, "x": 100, "": 5, "yy": 0}
+    vocab = train_from_word_counts(counts, 270, min_frequency=1)
+    as_bytes = {reference.to_bytes(k): v for k, v in counts.items()}
+    assert list(vocab.merges) == reference.train_from_word_counts(as_bytes, 270, 1)
+
+
+def test_nothing_to_merge():
+    assert train([], 300).merges == ()
+    assert train(["a b c"], 300).merges == ()
+    assert train(["abab"], 256).merges == ()
+
+
+# -- determinism ---------------------------------------------------------------------------------
+def test_same_merges_for_reversed_documents_and_across_runs():
+    docs = corpus_docs("multi_xquad", 12_000) + corpus_docs("tr_ud_boun", 8_000)
+    first = train(docs, 330).merges
+    assert list(first) == ref_merges(docs, 330)
+    assert train(docs[::-1], 330).merges == first
+    for _ in range(10):
+        assert train(docs, 330, batch=7).merges == first
+
+
+def test_table_overflow_restarts_with_a_larger_table():
+    docs = corpus_docs("tr_libreoffice_help", 30_000)
+    counts = reference.count_words(docs)
+    words = [w for w, c in counts.items() if len(w) > 1]
+    stats: dict = {}
+    got = GPUTrainer().run(words, [counts[w] for w in words], 150, 2, stats=stats, rows=32)
+    assert got == ref_merges(docs, 406)
+    assert stats["restarts"] >= 1
+
+
+def test_pair_table_rebuild_keeps_merges_exact():
+    # A small table fills with keys whose counts fell to 0: it is recounted (and grown) from
+    # the current stream between batches.
+    docs = corpus_docs("multi_udhr", 40_000)
+    counts = reference.count_words(docs)
+    words = [w for w, c in counts.items() if len(w) > 1]
+    stats: dict = {"rebuilds": 0}
+    got = GPUTrainer().run(words, [counts[w] for w in words], 300, 2, stats=stats, rows=128,
+                           batch=8)
+    assert got == ref_merges(docs, 556)
+    assert stats["rebuilds"] >= 1
+
+
+def test_no_subgroup_path(monkeypatch):
+    from torch_gpubpe import gpu as gpu_mod
+
+    monkeypatch.setenv("TORCH_GPUBPE_NO_SUBGROUPS", "1")
+    gpu_mod.reset_gpu()
+    try:
+        assert not gpu_mod.get_gpu().has_subgroups
+        docs = corpus_docs("tr_manpages", 30_000) + ["a" * 1500]
+        assert list(train(docs, 380).merges) == ref_merges(docs, 380)
+    finally:
+        monkeypatch.delenv("TORCH_GPUBPE_NO_SUBGROUPS")
+        gpu_mod.reset_gpu()
+
+
+def test_pair_key_packing_roundtrip_above_16_bits():
+    """The table keys (a, b) for ids up to 2^18 - 1 survive the Feistel packing exactly."""
+    from torch_gpubpe.gpu import get_gpu
+    from torch_gpubpe.shaders import shader_source
+
+    g = get_gpu()
+    src = shader_source("train", g.flags) + """
+@group(0) @binding(15) var<storage, read_write> probe: array<u32>;
+@compute @workgroup_size(256)
+fn key_roundtrip(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i >= arrayLength(&probe) / 4u) { return; }
+    let k = key_pack(probe[4u * i], probe[4u * i + 1u]);
+    let ab = key_unpack(k.x, k.y);
+    probe[4u * i] = ab.x;
+    probe[4u * i + 1u] = ab.y;
+    probe[4u * i + 2u] = k.x;
+    probe[4u * i + 3u] = k.y;
+}
+"""
+    rng = np.random.default_rng(7)
+    n = 4096
+    pairs = rng.integers(0, 1 << 18, size=(n, 2), dtype=np.uint32)
+    pairs[:4] = [[0, 0], [(1 << 18) - 1, (1 << 18) - 1], [65535, 65536], [262143, 0]]
+    data = np.zeros((n, 4), np.uint32)
+    data[:, :2] = pairs
+    U = g.wgpu.BufferUsage
+    buf = g.buffer(data.nbytes, U.STORAGE | U.COPY_DST | U.COPY_SRC, "test.probe")
+    g.device.queue.write_buffer(buf, 0, data)
+    pipe = g.pipeline("train_test", "key_roundtrip", workgroup_bytes=0, source=src)
+    enc = g.device.create_command_encoder()
+    cp = enc.begin_compute_pass()
+    cp.set_pipeline(pipe)
+    cp.set_bind_group(0, g.bind_group(pipe, {15: buf}))
+    cp.dispatch_workgroups(n // 256)
+    cp.end()
+    g.device.queue.submit([enc.finish()])
+    out = g.read_u32(buf, 0, 4 * n).reshape(n, 4)
+    assert (out[:, :2] == pairs).all()
+    assert (out[:, 2] < (1 << 31)).all() and (out[:, 3] < 32).all()
+    assert len({(int(a), int(b)) for a, b in out[:, 2:]}) == n == len({tuple(p) for p in pairs})
+
+
+# -- API -----------------------------------------------------------------------------------------
+def test_progress_and_stats():
+    docs = corpus_docs("tr_ud_boun", 15_000)
+    reports: list[TrainProgress] = []
+    stats: dict = {}
+    vocab = train(docs, 400, progress=reports.append, stats=stats, batch=16)
+    assert reports and reports[-1].merges_done == len(vocab.merges)
+    assert [r.merges_done for r in reports] == sorted(r.merges_done for r in reports)
+    assert all(r.total_merges == 400 - 256 for r in reports)
+    ref = ref_merges(docs, 400)
+    counts = reference.count_words(docs)
+    assert reports[-1].last_count > 0
+    for key in ("corpus_bytes", "num_documents", "unique_words", "num_merges", "seconds_count",
+                "seconds_merge", "seconds_total"):
+        assert key in stats, key
+    assert stats["num_documents"] == len(docs)
+    assert stats["corpus_bytes"] == sum(len(d.encode()) for d in docs)
+    assert stats["unique_words"] == len(counts)
+    assert stats["num_merges"] == len(ref)
+
+
+def test_errors_name_the_problem():
+    with pytest.raises(ValueError, match="255.*256"):
+        train(["ab"], 255)
+    with pytest.raises(ValueError, match="257.*258"):
+        train(["ab"], 257, special_tokens=["<a>", "<b>"])
+    with pytest.raises(ValueError, match="262145.*262144"):
+        train(["ab"], 262_145)
+    with pytest.raises(InputError, match="document 2"):
+        train(["ab", b"cd", 3], 300)
+    with pytest.raises(ValueError, match="b'ab'"):
+        train_from_word_counts({b"ab": -1}, 300)
+    with pytest.raises(ValueError, match="min_frequency"):
+        train(["ab"], 300, min_frequency=0)
+
+
+@pytest.mark.heavy
+def test_vocab_above_65536_equals_rustbpe():
+    """Ids above 16 bits (run on the real GPU: ~70k merges)."""
+    rustbpe = pytest.importorskip("rustbpe")
+    docs = corpus_docs("en_novels", 8_000_000, max_doc_bytes=2_000_000)
+    vocab = train(docs, 70_000, min_frequency=1)
+    tok = rustbpe.Tokenizer()
+    tok.train_from_iterator(iter(docs), 70_000, pattern=SPLIT_PATTERN)
+    ranks = [bytes(b) for b, _ in sorted(tok.get_mergeable_ranks(), key=lambda kv: kv[1])]
+    assert list(vocab.token_bytes) == ranks
+
+
+@pytest.mark.heavy
+def test_corpus_scale_equals_rustbpe():
+    rustbpe = pytest.importorskip("rustbpe")
+    docs = corpus_docs("code_cpython_stdlib", 20_000_000, max_doc_bytes=10_000_000)
+    vocab = train(docs, 32_768, min_frequency=1)
+    tok = rustbpe.Tokenizer()
+    tok.train_from_iterator(iter(docs), 32_768, pattern=SPLIT_PATTERN)
+    ranks = [bytes(b) for b, _ in sorted(tok.get_mergeable_ranks(), key=lambda kv: kv[1])]
+    assert list(vocab.token_bytes) == ranks

@@ -1,0 +1,568 @@
+"""``python -m torch_gpubpe train|encode`` (console script ``torch_gpubpe``).
+
+``train``  reads documents (a Hugging Face dataset, local files, or — with no data arguments —
+           the English + Turkish corpus shipped in the package), trains a byte-level BPE vocab
+           on the GPU (DESIGN.md §3, :func:`torch_gpubpe.trainer.train`), prints a summary
+           (corpus bytes, unique words, merges, time per stage, peak memory, compression on a
+           held-out slice) and, with ``--out DIR``, writes ``vocab.json``, ``tokenizer.json``
+           (+ ``tokenizer_config.json``) and ``tokenizer.tiktoken`` (:mod:`torch_gpubpe.export`).
+``encode`` tokenizes documents with a trained vocab on the GPU (DESIGN.md §4,
+           :class:`torch_gpubpe.encoder.Tokenizer`) into a flat array of token ids plus document
+           offsets — the offline pre-tokenization step of many pretraining stacks.
+
+Errors a user can act on (unknown dataset or column, empty corpus, bad vocab size, unwritable
+output folder, no GPU adapter, ...) print one line ``torch_gpubpe: error: ...`` and exit with
+status 2; ``--debug`` shows the traceback instead.
+
+Examples::
+
+    python -m torch_gpubpe train                                   # shipped corpus, 2,048 tokens
+    python -m torch_gpubpe train --data-files ../shared/corpora/tr_manpages.jsonl.gz \\
+        --vocab-size 4096 --out /tmp/v
+    python -m torch_gpubpe train --dataset allenai/c4 --config en --max-bytes 1G \\
+        --vocab-size 32768 --out c4-32k
+    python -m torch_gpubpe encode --vocab /tmp/v --data-files docs.jsonl.gz --out /tmp/ids
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .errors import GPUBPEError, InputError
+from .sources import SAMPLE_BY, TextSource, iter_texts, shipped_corpus
+from .vocab import MAX_VOCAB_SIZE, Vocab
+
+PROG = "torch_gpubpe"
+DEFAULT_VOCAB_SIZE = 2048
+DEFAULT_SPECIAL_TOKENS = ("<|endoftext|>",)
+DEFAULT_HOLDOUT_EVERY = 20
+DEFAULT_HOLDOUT_MAX_BYTES = 4_000_000
+DEFAULT_BATCH_BYTES = 4_000_000
+IDS_BIN, IDS_NPY, OFFSETS_NPY, META_JSON = "ids.bin", "ids.npy", "offsets.npy", "meta.json"
+
+_SIZE_RE = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``"500000"``, ``"500K"``, ``"1.5M"``, ``"2G"`` (powers of 1000) or ``"64MiB"`` (powers of
+    1024) → bytes. Raises ``argparse.ArgumentTypeError`` on anything else."""
+    m = _SIZE_RE.match(text)
+    if not m or (m.group(3).lower() == "i"):
+        raise argparse.ArgumentTypeError(
+            f"not a size: {text!r} (examples: 500000, 500K, 1.5M, 64MiB)")
+    num, unit, binary = float(m.group(1).replace("_", "")), m.group(2).lower(), m.group(3)
+    base = 1024 if binary.lower() == "ib" else 1000
+    return int(num * base ** " kmgt".index(unit or " "))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
+
+
+# -- argument parser -----------------------------------------------------------------------------
+def _add_source_args(p: argparse.ArgumentParser, *, default_note: str) -> None:
+    g = p.add_argument_group("input (" + default_note + ")")
+    g.add_argument("--dataset", metavar="NAME",
+                   help="Hugging Face dataset name (e.g. allenai/c4) or local dataset folder")
+    g.add_argument("--config", metavar="NAME", help="dataset configuration (e.g. en)")
+    g.add_argument("--split", default="train", help="split to read (default: train)")
+    g.add_argument("--data-files", nargs="+", metavar="FILE",
+                   help="local files or globs read with the datasets loaders: .txt, .json/.jsonl, "
+                        ".parquet, .csv/.tsv, .arrow, optionally .gz/.bz2/.xz/.zst compressed")
+    g.add_argument("--format", dest="file_format",
+                   choices=("text", "json", "parquet", "csv", "arrow"),
+                   help="loader for --data-files (default: from the file extension)")
+    g.add_argument("--text-column", default="text", help="column with the text (default: text)")
+    g.add_argument("--sample-by", choices=SAMPLE_BY, default="line",
+                   help="for plain-text files: one document per line (default, line breaks kept), "
+                        "paragraph, or whole file")
+    g.add_argument("--no-streaming", dest="streaming", action="store_false",
+                   help="download/prepare the whole dataset first instead of streaming it")
+    g.add_argument("--max-bytes", type=parse_size, metavar="SIZE",
+                   help="read at most this many UTF-8 bytes (e.g. 500M, 2G, 64MiB); the last "
+                        "document is cut at a character boundary")
+    g.add_argument("--max-docs", type=_positive_int, metavar="N", help="read at most N documents")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Byte-level BPE on the GPU (WebGPU): train a vocab, export it to Hugging Face "
+                    "and tiktoken, tokenize corpora to token-id files.",
+    )
+    p.add_argument("--debug", action="store_true",
+                   help="show tracebacks instead of one-line errors")
+    sub = p.add_subparsers(dest="command", metavar="{train,encode}")
+
+    t = sub.add_parser(
+        "train", help="train a vocab (DESIGN.md §3) and export it",
+        description="Train a byte-level BPE vocab on the GPU. With no input arguments it trains on "
+                    "the ~1.4 MB English + Turkish corpus shipped in the package (offline; at the "
+                    f"default --vocab-size {DEFAULT_VOCAB_SIZE}, seconds on a GPU and one to three "
+                    "minutes on lavapipe, the CPU Vulkan device, with 2 cores).",
+    )
+    _add_source_args(t, default_note="default: the corpus shipped in the package")
+    g = t.add_argument_group("training")
+    g.add_argument("--vocab-size", type=_positive_int, default=DEFAULT_VOCAB_SIZE, metavar="N",
+                   help=f"tokens in the vocab, including 256 byte tokens and the special tokens "
+                        f"(default: {DEFAULT_VOCAB_SIZE}: small enough to train the shipped corpus "
+                        f"in a minute or so on lavapipe with 2 CPU cores; use 32768+ for real "
+                        f"models; max {MAX_VOCAB_SIZE})")
+    g.add_argument("--min-frequency", type=_positive_int, default=2, metavar="N",
+                   help="stop when the most frequent pair occurs fewer than N times (default: 2)")
+    g.add_argument("--special-tokens", nargs="*", default=list(DEFAULT_SPECIAL_TOKENS),
+                   metavar="TOKEN",
+                   help="special tokens, ids after the last merge (default: <|endoftext|>; "
+                        "give the option with no value for none)")
+    g.add_argument("--holdout-every", type=int, default=DEFAULT_HOLDOUT_EVERY, metavar="K",
+                   help="every K-th document is held out of training to measure compression "
+                        f"(default: {DEFAULT_HOLDOUT_EVERY}; 0: none)")
+    g.add_argument("--holdout-max-bytes", type=parse_size, default=DEFAULT_HOLDOUT_MAX_BYTES,
+                   metavar="SIZE", help="held-out slice size limit (default: 4M); later documents "
+                                        "all go to training")
+    o = t.add_argument_group("output")
+    o.add_argument("--out", metavar="DIR",
+                   help="write vocab.json, tokenizer.json, tokenizer_config.json and "
+                        "tokenizer.tiktoken here (default: nothing is written)")
+    o.add_argument("--summary-json", metavar="FILE", help="also write the summary as JSON")
+    o.add_argument("--no-progress", action="store_true", help="no progress bars")
+    o.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show tracebacks instead of one-line errors")
+
+    e = sub.add_parser(
+        "encode", help="tokenize documents to a flat token-id file (DESIGN.md §4)",
+        description="Tokenize documents on the GPU into DIR/ids.bin (or ids.npy) — all token ids "
+                    "back to back, uint16 when the vocab has at most 65,536 tokens, else "
+                    "uint32 — "
+                    "and DIR/offsets.npy (int64, documents + 1: document k is "
+                    "ids[offsets[k]:offsets[k+1]]), with DIR/meta.json describing both.",
+    )
+    e.add_argument("--vocab", required=True, metavar="PATH",
+                   help="vocab.json written by `train --out`, or its folder")
+    _add_source_args(e, default_note="default: the corpus shipped in the package")
+    e.add_argument("--out", required=True, metavar="DIR", help="output folder")
+    e.add_argument("--output-format", choices=("bin", "npy"), default="bin",
+                   help="ids as raw little-endian binary (default) or .npy")
+    e.add_argument("--append-eos", action="store_true",
+                   help="append <|endoftext|> (else the vocab's first special token) after every "
+                        "document")
+    e.add_argument("--batch-bytes", type=parse_size, default=DEFAULT_BATCH_BYTES, metavar="SIZE",
+                   help="text per GPU batch (default: 4M)")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show tracebacks instead of one-line errors")
+    return p
+
+
+# -- shared helpers ------------------------------------------------------------------------------
+def source_from_args(args: argparse.Namespace) -> TextSource:
+    """The :class:`TextSource` named by the input options; the shipped corpus when none is."""
+    if args.dataset and args.data_files:
+        raise InputError("give --dataset or --data-files, not both")
+    if not args.dataset and not args.data_files:
+        return shipped_corpus()
+    return TextSource(
+        dataset=args.dataset, data_files=tuple(args.data_files or ()), config=args.config,
+        split=args.split, text_column=args.text_column, streaming=args.streaming,
+        file_format=args.file_format, sample_by=args.sample_by,
+    )
+
+
+def prepare_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:
+    """Create ``path`` and check that a file can be written in it, before any long work.
+
+    Raises:
+        InputError: it cannot be created or is not writable (names the option and the reason).
+    """
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        raise InputError(
+            f"{option} {str(path)!r}: cannot write there ({e.strerror or e}); choose another folder"
+        ) from e
+    return out
+
+
+def _progress(args, **kw):
+    from tqdm.auto import tqdm
+
+    return tqdm(disable=True if args.no_progress else None, file=sys.stderr, dynamic_ncols=True,
+                **kw)
+
+
+def _peak_rss_bytes() -> int:
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Windows
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return str(n)  # pragma: no cover
+
+
+def _adapter_name() -> str:
+    try:
+        from .gpu import get_gpu
+
+        return get_gpu().adapter_name
+    except Exception:  # noqa: BLE001 - only for the summary
+        return "?"
+
+
+def _vocab_path(path: str) -> Path:
+    p = Path(path)
+    return p / "vocab.json" if p.is_dir() else p
+
+
+def load_vocab_arg(path: str) -> Vocab:
+    """``--vocab``: a vocab.json file or a folder holding one; InputError if neither."""
+    p = _vocab_path(path)
+    if not p.is_file():
+        raise InputError(
+            f"--vocab {path!r}: no such vocab file (expected vocab.json or its folder)")
+    return Vocab.load(p)
+
+
+# -- train ---------------------------------------------------------------------------------------
+class CorpusReader:
+    """The training documents of ``source``, read lazily with a progress bar (bytes), every
+    ``holdout_every``-th document diverted to a held-out slice (until ``holdout_max_bytes``).
+
+    Iterate it once (the trainer does, DESIGN.md §3); afterwards ``train_bytes``,
+    ``train_docs``, ``heldout`` (list of str) and ``heldout_bytes`` describe what was read and
+    ``seconds`` is the wall time spent in iteration (reading + the trainer's word counting).
+    """
+
+    def __init__(self, args: argparse.Namespace, source: TextSource) -> None:
+        self.args, self.source = args, source
+        self.train_bytes = self.train_docs = self.heldout_bytes = 0
+        self.heldout: list[str] = []
+        self.seconds = 0.0
+
+    def __iter__(self):
+        a = self.args
+        every, cap = a.holdout_every, a.holdout_max_bytes
+        texts = iter_texts(self.source, text_column=self.source.text_column,
+                           max_docs=a.max_docs, max_bytes=a.max_bytes)
+        t0 = time.perf_counter()
+        with _progress(a, desc="read + pre-tokenize", unit="B", unit_scale=True,
+                       unit_divisor=1000, total=a.max_bytes) as bar:
+            for i, text in enumerate(texts):
+                nb = len(text.encode("utf-8", errors="replace"))
+                bar.update(nb)
+                if every > 0 and i % every == every - 1 and self.heldout_bytes < cap:
+                    self.heldout.append(text)
+                    self.heldout_bytes += nb
+                    continue
+                self.train_docs += 1
+                self.train_bytes += nb
+                yield text
+        self.seconds = time.perf_counter() - t0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    specials = tuple(args.special_tokens or ())
+    if len(set(specials)) != len(specials) or any(not s for s in specials):
+        raise InputError(
+            f"--special-tokens must be distinct non-empty strings, got {list(specials)}")
+    if args.vocab_size < 256 + len(specials):
+        raise InputError(
+            f"--vocab-size {args.vocab_size} is below 256 byte tokens + {len(specials)} special "
+            f"token(s); use at least {256 + len(specials)}"
+        )
+    if args.vocab_size > MAX_VOCAB_SIZE:
+        raise InputError(f"--vocab-size {args.vocab_size} is above the maximum {MAX_VOCAB_SIZE}")
+    if args.holdout_every < 0:
+        raise InputError(f"--holdout-every must be >= 0, got {args.holdout_every}")
+    out = prepare_out_dir(args.out) if args.out else None
+    source = source_from_args(args)
+    from .trainer import train  # the GPU trainer (DESIGN.md §3)
+
+    t0 = time.perf_counter()
+    reader = CorpusReader(args, source)
+    stats: dict = {}
+    bar = None
+
+    def on_progress(p) -> None:
+        nonlocal bar
+        if bar is None:  # created at the first report, once the reading bar is closed
+            bar = _progress(args, desc="merge", unit="merge", total=p.total_merges)
+        bar.update(p.merges_done - bar.n)
+        bar.set_postfix_str(f"last count {p.last_count:,}", refresh=False)
+
+    try:
+        vocab = train(reader, args.vocab_size, min_frequency=args.min_frequency,
+                      special_tokens=specials, progress=on_progress, stats=stats)
+    finally:
+        if bar is not None:
+            bar.close()
+    t_train = time.perf_counter() - t0
+    if reader.train_bytes == 0:
+        raise InputError(
+            f"empty corpus: {source.describe()} gave no text to train on ({reader.train_docs} "
+            f"documents, 0 bytes); check --text-column, --split, --max-docs/--max-bytes and "
+            f"the files"
+        )
+    if not isinstance(vocab, Vocab):  # tolerate a trainer that returns merges
+        vocab = Vocab.from_merges(vocab, specials)
+    held, held_bytes = reader.heldout, reader.heldout_bytes
+
+    written: dict[str, Path] = {}
+    t2 = time.perf_counter()
+    if out is not None:
+        from .export import export_all
+
+        written = export_all(vocab, out)
+    t_export = time.perf_counter() - t2
+
+    t3 = time.perf_counter()
+    held_tokens = _count_tokens(vocab, held) if held else 0
+    t_eval = time.perf_counter() - t3
+
+    summary = {
+        "command": "train",
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        "argv": sys.argv[1:],
+        "source": source.describe(),
+        "adapter": stats.get("adapter") or _adapter_name(),
+        "corpus_bytes": int(stats.get("corpus_bytes") or reader.train_bytes),
+        "num_documents": int(stats.get("num_documents") or reader.train_docs),
+        "heldout_bytes": held_bytes,
+        "heldout_documents": len(held),
+        "unique_words": stats.get("unique_words"),
+        "vocab_size": len(vocab),
+        "requested_vocab_size": args.vocab_size,
+        "num_merges": len(vocab.merges),
+        "requested_merges": args.vocab_size - 256 - len(specials),
+        "min_frequency": args.min_frequency,
+        "special_tokens": list(vocab.special_tokens),
+        "seconds": {
+            "read_and_count": stats.get("seconds_count", reader.seconds),
+            "merge": stats.get("seconds_merge"),
+            "train_total": stats.get("seconds_total", t_train),
+            "export": t_export,
+            "heldout_encode": t_eval,
+            "total": time.perf_counter() - t0,
+        },
+        "peak_rss_bytes": _peak_rss_bytes(),
+        "heldout_tokens": held_tokens,
+        "heldout_bytes_per_token": (held_bytes / held_tokens) if held_tokens else None,
+        "written": {k: str(v) for k, v in written.items()},
+    }
+    print(format_train_summary(summary))
+    if args.summary_json:
+        Path(args.summary_json).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+def _count_tokens(vocab: Vocab, texts: list[str]) -> int:
+    """Tokens of ``texts`` with the GPU encoder (DESIGN.md §4)."""
+    from .encoder import Tokenizer
+
+    enc = Tokenizer(vocab).encode_batch(texts)
+    return int(len(enc.ids))
+
+
+def _docs(n: int) -> str:
+    return f"{n:,} document" + ("" if n == 1 else "s")
+
+
+def format_train_summary(s: dict) -> str:
+    """The human-readable end-of-training table (one ``name  value`` line per item)."""
+    sec, min_frequency = s["seconds"], s.get("min_frequency", 2)
+
+    def t(x):
+        return "-" if x is None else f"{x:.2f} s"
+
+    stopped = ""
+    if s["num_merges"] < s["requested_merges"]:
+        stopped = f" (stopped early: no pair occurs {min_frequency}+ times)"
+    held = (
+        f"{s['heldout_bytes_per_token']:.3f} bytes/token on the held-out slice "
+        f"({s['heldout_bytes']:,} bytes in {_docs(s['heldout_documents'])} → "
+        f"{s['heldout_tokens']:,} tokens)"
+        if s["heldout_tokens"] else "n/a (no held-out documents; see --holdout-every)"
+    )
+    rows = [
+        ("source", s["source"]),
+        ("adapter", s["adapter"]),
+        ("corpus", f"{s['corpus_bytes']:,} bytes ({_fmt_bytes(s['corpus_bytes'])}) in "
+                   f"{_docs(s['num_documents'])}"),
+        ("unique words", "-" if s["unique_words"] is None else f"{s['unique_words']:,}"),
+        ("merges", f"{s['num_merges']:,} of {s['requested_merges']:,}{stopped}"),
+        ("vocab size", f"{s['vocab_size']:,} (256 bytes + {s['num_merges']:,} merges + "
+                       f"{len(s['special_tokens'])} special: "
+                       f"{' '.join(s['special_tokens']) or '-'})"),
+        ("time", f"read + count words {t(sec['read_and_count'])} | merge {t(sec['merge'])} | "
+                 f"train total {t(sec['train_total'])} | export {t(sec['export'])} | "
+                 f"held-out encode {t(sec['heldout_encode'])} | all {t(sec['total'])}"),
+        ("peak memory", f"{_fmt_bytes(s['peak_rss_bytes'])} (host RSS)"),
+        ("compression", held),
+        ("written", ", ".join(s["written"].values()) or "nothing (pass --out DIR to save)"),
+        ("date", s["date"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join([f"{PROG} train: summary"] + [f"  {k:<{width}}  {v}" for k, v in rows])
+
+
+# -- encode --------------------------------------------------------------------------------------
+def _npy_header(dtype, n: int, size: int = 128) -> bytes:
+    """A .npy v1.0 header of exactly ``size`` bytes for a 1-D array of ``n`` items, so it can be
+    written first with a placeholder count and rewritten once the count is known."""
+    import numpy as np
+
+    d = "{'descr': '%s', 'fortran_order': False, 'shape': (%d,), }" % (np.dtype(dtype).str, n)
+    body = d.ljust(size - 10 - 1) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
+
+
+def _batches(texts, batch_bytes: int):
+    batch, nb = [], 0
+    for t in texts:
+        batch.append(t)
+        nb += len(t.encode("utf-8", errors="replace"))
+        if nb >= batch_bytes:
+            yield batch, nb
+            batch, nb = [], 0
+    if batch:
+        yield batch, nb
+
+
+def cmd_encode(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    vocab = load_vocab_arg(args.vocab)
+    out = prepare_out_dir(args.out)
+    source = source_from_args(args)
+    eos = None
+    if args.append_eos:
+        if not vocab.special_tokens:
+            raise InputError(f"--append-eos: the vocab {args.vocab!r} has no special tokens")
+        specials = vocab.special_tokens
+        name = "<|endoftext|>" if "<|endoftext|>" in specials else specials[0]
+        eos = vocab.token_to_id(name)
+    from .encoder import Tokenizer  # the GPU encoder (DESIGN.md §4)
+
+    tok = Tokenizer(vocab)
+    dtype = np.dtype(getattr(tok, "id_dtype", np.uint16 if len(vocab) <= 65536 else np.uint32))
+    ids_path = out / (IDS_NPY if args.output_format == "npy" else IDS_BIN)
+    offsets = [np.zeros(1, np.int64)]
+    n_tokens = n_docs = n_bytes = 0
+    t0 = time.perf_counter()
+    texts = iter_texts(source, text_column=source.text_column, max_docs=args.max_docs,
+                       max_bytes=args.max_bytes)
+    with open(ids_path, "wb") as f, _progress(args, desc="encode", unit="B", unit_scale=True,
+                                              unit_divisor=1000) as bar:
+        if args.output_format == "npy":
+            f.write(_npy_header(dtype, 0))
+
+        def drain(pending) -> None:
+            nonlocal n_tokens, n_docs, n_bytes
+            future, nb = pending
+            enc = future.result()
+            ids = np.asarray(enc.ids)
+            offs = np.asarray(enc.offsets, np.int64)
+            if eos is not None:
+                ids = np.insert(ids, offs[1:], eos)
+                offs = offs + np.arange(len(offs), dtype=np.int64)
+            f.write(np.ascontiguousarray(ids, dtype.newbyteorder("<")).tobytes())
+            offsets.append(offs[1:] + n_tokens)
+            n_tokens += len(ids)
+            n_docs += len(offs) - 1
+            n_bytes += nb
+            bar.update(nb)
+
+        pending = None
+        for batch, nb in _batches(texts, args.batch_bytes):
+            fut = tok.submit(batch)  # the GPU works on this batch while the last one is written
+            if pending is not None:
+                drain(pending)
+            pending = (fut, nb)
+        if pending is not None:
+            drain(pending)
+        if args.output_format == "npy":
+            f.seek(0)
+            f.write(_npy_header(dtype, n_tokens))
+    seconds = time.perf_counter() - t0
+    if n_docs == 0:
+        raise InputError(f"empty corpus: {source.describe()} gave no documents to encode")
+    np.save(out / OFFSETS_NPY, np.concatenate(offsets))
+    meta = {
+        "format": "torch_gpubpe.encoded",
+        "version": 1,
+        "ids_file": ids_path.name,
+        "ids_dtype": dtype.newbyteorder("<").str,
+        "offsets_file": OFFSETS_NPY,
+        "num_tokens": n_tokens,
+        "num_documents": n_docs,
+        "text_bytes": n_bytes,
+        "eos_id": eos,
+        "vocab_file": str(_vocab_path(args.vocab).resolve()),
+        "vocab_size": len(vocab),
+        "source": source.describe(),
+    }
+    (out / META_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    rate = n_bytes / seconds / 1e6 if seconds > 0 else float("inf")
+    bpt = f"{n_bytes / n_tokens:.3f}" if n_tokens else "-"
+    print(
+        f"{PROG} encode: {_docs(n_docs)}, {n_bytes:,} bytes → {n_tokens:,} tokens "
+        f"({bpt} bytes/token) in {seconds:.2f} s ({rate:.2f} MB/s) on {_adapter_name()}\n"
+        f"  wrote {ids_path} ({dtype.name}), {out / OFFSETS_NPY} (int64), {out / META_JSON}"
+    )
+    return 0
+
+
+# -- entry point ---------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 2 usage or input error, 130
+    interrupted)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    handler = {"train": cmd_train, "encode": cmd_encode}[args.command]
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except (GPUBPEError, OSError, ValueError) as e:
+        if args.debug:
+            raise
+        msg = " ".join(str(e).split()) or type(e).__name__
+        if not isinstance(e, GPUBPEError):
+            msg = f"{type(e).__name__}: {msg}"
+        print(f"{PROG}: error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,952 @@
+"""PyTorch data path (DESIGN.md §6): raw text → persistent GPU encoder → ``torch`` tensors.
+
+The only module of torch_gpubpe that imports ``torch``.
+
+Pipeline, per process that iterates (the main process with ``num_workers=0``, else each
+DataLoader worker)::
+
+    source (list of str | datasets.Dataset / IterableDataset | TextFiles)
+      → this shard's documents (document k goes to shard k mod (world_size × num_workers))
+      → batches of about ``batch_bytes`` UTF-8 bytes
+      → Tokenizer.submit(batch)            # GPU; at most 2 batches in flight (double buffering)
+      → pending.result() → BatchEncoding   # while the GPU already encodes the next batch
+      → tensors: one per document (``mode="documents"``) or packed ``seq_len`` blocks
+        (``mode="packed"``: documents joined with EOS, ``input_ids`` + ``labels`` shifted by one)
+
+Reading, batching, submitting and readback run in a background thread, so reading text, GPU
+encoding and tensor building overlap (``background=True``). The GPU session is created lazily in
+the process that iterates; a dataset pickles without GPU state (DESIGN.md §8, WGPU_NOTES.md §8).
+
+Example::
+
+    >>> from torch_gpubpe.data import TokenizedDataset, make_dataloader
+    >>> ds = TokenizedDataset(texts, vocab, mode="packed", seq_len=1024)      # doctest: +SKIP
+    >>> for batch in make_dataloader(ds, batch_size=8, num_workers=2):       # doctest: +SKIP
+    ...     loss = model(batch["input_ids"], labels=batch["labels"])
+
+Resume: :meth:`TokenizedDataset.state_dict` / :meth:`~TokenizedDataset.load_state_dict` describe
+the position of ONE shard (one worker of one rank) after the last item it yielded. With
+``num_workers=0`` use them directly (or through ``torchdata``'s ``StatefulDataLoader``); with
+workers use ``make_dataloader(..., stateful=True)`` (``torchdata.stateful_dataloader``), which
+keeps one state per worker and restores each in its worker.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import queue
+import threading
+import types
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from .errors import GPUForkError, InputError
+from .vocab import Vocab
+
+STATE_FORMAT = "torch_gpubpe.data.TokenizedDataset/1"
+DEFAULT_BATCH_BYTES = 4 << 20
+IGNORE_INDEX = -100
+"""Label value of padded positions (PyTorch's ``cross_entropy`` default ``ignore_index``)."""
+
+
+# ================================================================================================
+# Sources: which documents this shard reads
+# ================================================================================================
+@dataclass(frozen=True)
+class TextFiles:
+    """Text or JSON Lines files as a document source (gzip allowed: names ending in ``.gz``).
+
+    Args:
+        paths: one path or a sequence of paths, read in this order. Document indices run over
+            all files in order.
+        text_column: the key holding the text in JSON Lines objects.
+        text_documents: for plain-text files, ``"file"`` (each file is one document) or
+            ``"line"`` (each line, without its ``\\n``, is one document).
+        format: ``"auto"`` (``.jsonl``/``.json``/``.ndjson`` [+ ``.gz``] are JSON Lines, anything
+            else plain text), ``"jsonl"`` or ``"text"``.
+
+    Plain-text documents are read as bytes (any bytes, DESIGN.md §1: byte-level); JSON Lines
+    must be UTF-8. Blank lines of a JSON Lines file are not documents.
+    """
+
+    paths: tuple[str, ...]
+    text_column: str = "text"
+    text_documents: str = "file"
+    format: str = "auto"
+
+    def __init__(
+        self,
+        paths: str | os.PathLike | Sequence[str | os.PathLike],
+        text_column: str = "text",
+        text_documents: str = "file",
+        format: str = "auto",
+    ) -> None:
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        object.__setattr__(self, "paths", tuple(os.fspath(p) for p in paths))
+        object.__setattr__(self, "text_column", text_column)
+        if text_documents not in ("file", "line"):
+            raise ValueError(f"text_documents must be 'file' or 'line', got {text_documents!r}")
+        object.__setattr__(self, "text_documents", text_documents)
+        if format not in ("auto", "jsonl", "text"):
+            raise ValueError(f"format must be 'auto', 'jsonl' or 'text', got {format!r}")
+        object.__setattr__(self, "format", format)
+        for p in self.paths:
+            if not os.path.isfile(p):
+                raise InputError(f"TextFiles: {p} is not a file")
+
+    def _is_jsonl(self, path: str) -> bool:
+        if self.format != "auto":
+            return self.format == "jsonl"
+        name = path[:-3] if path.endswith(".gz") else path
+        return name.endswith((".jsonl", ".json", ".ndjson"))
+
+    @staticmethod
+    def _open(path: str):
+        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
+
+    def documents(self, shard: int, num_shards: int, start: int) -> Iterator[tuple[int, Any, str]]:
+        """``(global index, text, where)`` of the documents ``k ≡ shard (mod num_shards)`` whose
+        shard position ``k // num_shards`` is at least ``start``. Only those lines are parsed."""
+        k = 0
+        for path in self.paths:
+            if not self._is_jsonl(path) and self.text_documents == "file":
+                if k % num_shards == shard and k // num_shards >= start:
+                    with self._open(path) as f:
+                        yield k, f.read(), path
+                k += 1
+                continue
+            jsonl = self._is_jsonl(path)
+            with self._open(path) as f:
+                for lineno, line in enumerate(f, 1):
+                    if jsonl and not line.strip():
+                        continue
+                    mine = k % num_shards == shard and k // num_shards >= start
+                    k += 1
+                    if not mine:
+                        continue
+                    where = f"{path}:{lineno}"
+                    if not jsonl:
+                        yield k - 1, line[:-1] if line.endswith(b"\n") else line, where
+                        continue
+                    try:
+                        obj = json.loads(line)
+                    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                        raise InputError(f"{where}: not a JSON Lines record ({e})") from e
+                    if not isinstance(obj, dict) or self.text_column not in obj:
+                        keys = list(obj) if isinstance(obj, dict) else type(obj).__name__
+                        raise InputError(
+                            f"{where}: no {self.text_column!r} field (found {keys}); pass "
+                            "text_column= to name the field holding the text"
+                        )
+                    yield k - 1, obj[self.text_column], where
+
+
+def _is_hf(source: object, kind: str) -> bool:
+    return any(
+        c.__module__.startswith("datasets") and c.__name__ == kind for c in type(source).__mro__
+    )
+
+
+def _check_column(source, text_column: str) -> None:
+    names = getattr(source, "column_names", None)
+    if names is not None and text_column not in names:
+        raise InputError(
+            f"the dataset has no column {text_column!r} (columns: {names}); pass text_column="
+        )
+
+
+def _shard_documents(
+    source: object, text_column: str, shard: int, num_shards: int, start: int
+) -> Iterator[tuple[int, Any, str]]:
+    """``(global index, text value, where)`` for the documents of one shard, from position
+    ``start`` of that shard on. Document ``k`` belongs to shard ``k % num_shards``."""
+    if isinstance(source, TextFiles):
+        yield from source.documents(shard, num_shards, start)
+    elif type(source).__name__ == "TextSource" and hasattr(source, "load"):  # .sources
+        yield from _shard_documents(source.load(), source.text_column, shard, num_shards, start)
+    elif _is_hf(source, "Dataset"):  # map-style: read only this shard's rows
+        _check_column(source, text_column)
+        rows = range(shard + start * num_shards, len(source), num_shards)
+        if len(rows):
+            ds = source.select_columns([text_column]).select(rows)
+            it = iter(rows)
+            for batch in ds.iter(batch_size=256):
+                for text in batch[text_column]:
+                    k = next(it)
+                    yield k, text, f"row {k}"
+    elif _is_hf(source, "IterableDataset"):  # streaming: read all, keep ours
+        _check_column(source, text_column)
+        # .iter() (not __iter__) so that datasets does not shard a second time by worker.
+        k = 0
+        for batch in source.iter(batch_size=256):
+            if text_column not in batch:
+                raise InputError(f"row {k}: no column {text_column!r} (columns: {list(batch)})")
+            for text in batch[text_column]:
+                if k % num_shards == shard and k // num_shards >= start:
+                    yield k, text, f"row {k}"
+                k += 1
+    elif callable(source) and not isinstance(source, Iterable):
+        yield from _shard_documents(source(), text_column, shard, num_shards, start)
+    elif isinstance(source, Sequence) and not isinstance(source, (str, bytes)):
+        for k in range(shard + start * num_shards, len(source), num_shards):
+            yield k, source[k], f"item {k}"
+    else:
+        for k, text in enumerate(source):
+            if k % num_shards == shard and k // num_shards >= start:
+                yield k, text, f"item {k}"
+
+
+def _normalize_source(source: object, text_column: str) -> object:
+    if isinstance(source, TextFiles) or type(source).__name__ == "TextSource":
+        return source
+    if isinstance(source, (str, os.PathLike)):
+        if isinstance(source, str) and not os.path.isfile(source):
+            raise InputError(
+                f"source is a str that names no file ({source[:60]!r}); pass a list of documents "
+                "(e.g. [text]), a path, or TextFiles(...)"
+            )
+        return TextFiles(source, text_column=text_column)
+    if isinstance(source, Sequence) and source and all(
+        isinstance(p, os.PathLike) for p in source
+    ):
+        return TextFiles(source, text_column=text_column)
+    if isinstance(source, Mapping):
+        raise InputError("source is a mapping; pass a sequence of documents or a dataset")
+    if not (isinstance(source, Iterable) or callable(source)):
+        raise InputError(f"source of type {type(source).__name__} is not iterable")
+    return source
+
+
+# ================================================================================================
+# Sharding
+# ================================================================================================
+@dataclass(frozen=True)
+class ShardInfo:
+    """Which part of the source one iterator reads: shard ``rank * num_workers + worker``."""
+
+    rank: int
+    world_size: int
+    worker: int
+    num_workers: int
+
+    @property
+    def shard(self) -> int:
+        return self.rank * self.num_workers + self.worker
+
+    @property
+    def num_shards(self) -> int:
+        return self.world_size * self.num_workers
+
+    def describe(self) -> str:
+        return (
+            f"shard {self.shard} of {self.num_shards}: rank {self.rank}/{self.world_size}, "
+            f"worker {self.worker}/{self.num_workers}"
+        )
+
+
+def _distributed_rank() -> tuple[int, int] | None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return None
+
+
+# ================================================================================================
+# Packing helpers (numpy, vectorised)
+# ================================================================================================
+def add_special_tokens(
+    ids: np.ndarray, offsets: np.ndarray, bos_id: int | None, eos_id: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Insert ``bos_id`` before and/or ``eos_id`` after every document of a flat batch.
+
+    Args:
+        ids: token ids of all documents back to back (any integer dtype), shape ``(n_tokens,)``.
+        offsets: int64, shape ``(num_docs + 1,)``; document k is ``ids[offsets[k]:offsets[k+1]]``.
+    Returns:
+        ``(ids, offsets)`` in the same layout, ids as int64.
+    """
+    offsets = np.asarray(offsets, np.int64)
+    lengths = np.diff(offsets)
+    nb, ne = int(bos_id is not None), int(eos_id is not None)
+    new_offsets = np.zeros_like(offsets)
+    np.cumsum(lengths + nb + ne, out=new_offsets[1:])
+    out = np.empty(int(new_offsets[-1]), np.int64)
+    shift = np.repeat(new_offsets[:-1] + nb - offsets[:-1], lengths)
+    out[np.arange(len(ids), dtype=np.int64) + shift] = ids[: int(offsets[-1])]
+    if nb:
+        out[new_offsets[:-1]] = bos_id
+    if ne:
+        out[new_offsets[1:] - 1] = eos_id
+    return out, new_offsets
+
+
+def _accelerator_available() -> bool:
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and hasattr(acc, "is_available"):
+        return bool(acc.is_available())
+    return torch.cuda.is_available()
+
+
+# ================================================================================================
+# The dataset
+# ================================================================================================
+@dataclass
+class _Batch:
+    """One encoded batch handed from the producer to the consumer."""
+
+    positions: list[int]  # shard positions of the documents (bad ones skipped)
+    indices: list[int]  # their global indices
+    end_position: int  # shard position after the batch (skipped documents included)
+    skipped: list[int]  # shard positions of documents skipped (on_bad_document="skip")
+    encoding: Any  # BatchEncoding or None when the batch had no document
+
+
+_END = object()
+
+
+class TokenizedDataset(IterableDataset):
+    """Streams raw text, encodes it on the GPU, yields ``torch`` tensors (DESIGN.md §6).
+
+    Args:
+        source: the documents. One of: a sequence or iterable of ``str`` (or ``bytes``); a
+            zero-argument callable returning such an iterable (re-called each epoch, and works in
+            workers when it pickles); a Hugging Face ``datasets.Dataset`` or
+            ``datasets.IterableDataset`` (streaming) with a ``text_column``; a
+            :class:`torch_gpubpe.sources.TextSource` (its own ``text_column``); a path (``str``
+            of an existing file or ``os.PathLike``), a list of ``os.PathLike``, or
+            :class:`TextFiles`.
+            One-shot iterators (generators) work with ``num_workers=0`` for one epoch only.
+        tokenizer_or_vocab: a :class:`torch_gpubpe.vocab.Vocab` (a ``Tokenizer`` is built lazily
+            in the iterating process) or a ``torch_gpubpe.encoder.Tokenizer``. A ``Tokenizer`` is
+            sent to workers as its vocab and re-created there; any other object with
+            ``submit(texts).result()`` → BatchEncoding and a ``vocab`` is used as is.
+        text_column: column / JSON field holding the text.
+        mode: ``"documents"`` yields one 1-D tensor per document (pad them with
+            :class:`PadCollator`); ``"packed"`` yields ``{"input_ids", "labels"}`` blocks of
+            ``seq_len`` tokens each.
+        seq_len: block length in tokens (``mode="packed"`` only).
+        add_bos: put the BOS token before every document.
+        add_eos: put the EOS token after every document; default True in packed mode (documents
+            are joined with EOS), False in documents mode.
+        eos_token, bos_token: special-token spellings (``vocab.special_tokens``); ``bos_token``
+            None means the EOS token also serves as BOS (GPT-2 style).
+        drop_last: packed mode: drop the tokens at the end of a shard that do not fill a block
+            (default). False emits a last block padded with ``pad_id`` and labels ``-100``.
+        pad_id: the padding id of that last block.
+        batch_bytes: documents are sent to the GPU in batches of about this many bytes (a
+            document larger than that is a batch of its own).
+        max_batch_documents: at most this many documents per GPU batch.
+        rank, world_size: distributed rank; default from ``torch.distributed`` when initialised
+            (read when the dataset is created and again by :func:`make_dataloader`), else 0 / 1.
+        dtype: tensor dtype, ``torch.long`` (default) or ``torch.int32``.
+        pin_memory: pin the yielded tensors (main process only; :func:`make_dataloader` asks the
+            DataLoader to pin when workers are used). Ignored with a warning when no accelerator.
+        on_bad_document: ``"raise"`` (default) raises :class:`InputError` naming the document
+            when a text is None or not a str/bytes; ``"skip"`` skips it and counts it in
+            :attr:`skipped_documents`.
+        with_index: documents mode: yield ``{"input_ids": tensor, "doc_index": int}`` instead of
+            a bare tensor (the global document index in the source).
+        pipeline_depth: GPU batches in flight (2 = double-buffered readback; 1 = none).
+        background: run reading + submitting + readback in a background thread.
+
+    Yields:
+        documents mode: a 1-D tensor of ``dtype``, the document's token ids (plus BOS/EOS if
+        asked), in source order within the shard. Packed mode: ``{"input_ids": (seq_len,),
+        "labels": (seq_len,)}``: the token stream of the shard (``[BOS] doc EOS [BOS] doc EOS
+        …``) cut into consecutive blocks; ``labels`` of a block are its ``input_ids`` shifted by
+        one, so the last label of a block is the first input of the next. Every token is the
+        input of exactly one block; none is lost or repeated at block edges.
+
+    Raises (when iterated):
+        InputError: a bad document (names its index, where it is, and the shard) or source.
+        GPUForkError: this process is a fork of one that had opened the GPU (use ``spawn`` or
+            ``forkserver``: :func:`make_dataloader` does).
+    """
+
+    def __init__(
+        self,
+        source: object,
+        tokenizer_or_vocab: Any,
+        *,
+        text_column: str = "text",
+        mode: str = "documents",
+        seq_len: int | None = None,
+        add_bos: bool = False,
+        add_eos: bool | None = None,
+        eos_token: str = "<|endoftext|>",
+        bos_token: str | None = None,
+        drop_last: bool = True,
+        pad_id: int = 0,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+        max_batch_documents: int = 65536,
+        rank: int | None = None,
+        world_size: int | None = None,
+        dtype: torch.dtype = torch.long,
+        pin_memory: bool = False,
+        on_bad_document: str = "raise",
+        with_index: bool = False,
+        pipeline_depth: int = 2,
+        background: bool = True,
+    ) -> None:
+        super().__init__()
+        if mode not in ("documents", "packed"):
+            raise ValueError(f"mode must be 'documents' or 'packed', got {mode!r}")
+        if mode == "packed" and (not isinstance(seq_len, int) or seq_len < 1):
+            raise ValueError(f"mode='packed' needs seq_len= a positive int, got {seq_len!r}")
+        if mode == "documents" and seq_len is not None:
+            raise ValueError("seq_len= is for mode='packed'; pad documents with PadCollator")
+        if dtype not in (torch.long, torch.int32):
+            raise ValueError(f"dtype must be torch.long or torch.int32, got {dtype}")
+        if on_bad_document not in ("raise", "skip"):
+            raise ValueError(f"on_bad_document must be 'raise' or 'skip', got {on_bad_document!r}")
+        if batch_bytes < 1 or max_batch_documents < 1:
+            raise ValueError("batch_bytes and max_batch_documents must be positive")
+        if pipeline_depth not in (1, 2):
+            raise ValueError(f"pipeline_depth must be 1 or 2, got {pipeline_depth}")
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank= and world_size=, or neither")
+        if world_size is not None and not (0 <= rank < world_size):
+            raise ValueError(f"rank={rank} is not in [0, world_size={world_size})")
+        self.source = _normalize_source(source, text_column)
+        self._tokenizer_arg = tokenizer_or_vocab
+        vocab = self.vocab
+        self.text_column = text_column
+        self.mode = mode
+        self.seq_len = seq_len
+        self.add_eos = (mode == "packed") if add_eos is None else bool(add_eos)
+        self.add_bos = bool(add_bos)
+        self.eos_id = vocab.token_to_id(eos_token) if self.add_eos else None
+        bos = bos_token if bos_token is not None else eos_token
+        self.bos_id = vocab.token_to_id(bos) if self.add_bos else None
+        self.drop_last = drop_last
+        self.pad_id = int(pad_id)
+        self.batch_bytes = int(batch_bytes)
+        self.max_batch_documents = int(max_batch_documents)
+        self._given_rank = (rank, world_size) if rank is not None else None
+        self._dist_rank = _distributed_rank()
+        self.dtype = dtype
+        self.pin_memory = bool(pin_memory)
+        self.on_bad_document = on_bad_document
+        self.with_index = with_index
+        self.pipeline_depth = pipeline_depth
+        self.background = background
+        self.skipped_documents = 0
+        self._state: dict | None = None
+        self._resume: dict | None = None
+        self._tok = None
+
+    # -- tokenizer (lazy, per process) -----------------------------------------------------------
+    @property
+    def vocab(self) -> Vocab:
+        t = self._tokenizer_arg
+        return t if isinstance(t, Vocab) else t.vocab
+
+    @property
+    def tokenizer(self):
+        """The encoder of this process, created on first use (opens the GPU on first encode)."""
+        if self._tok is None:
+            if isinstance(self._tokenizer_arg, Vocab):
+                from .encoder import Tokenizer
+
+                self._tok = Tokenizer(self._tokenizer_arg)
+            else:
+                self._tok = self._tokenizer_arg
+        return self._tok
+
+    def __getstate__(self) -> dict:
+        d = self.__dict__.copy()
+        d["_tok"] = None  # never send a GPU session to another process
+        t = d["_tokenizer_arg"]
+        if type(t).__module__ == "torch_gpubpe.encoder":
+            d["_tokenizer_arg"] = t.vocab
+        if isinstance(d["source"], (types.GeneratorType, Iterator)):
+            raise InputError(
+                "TokenizedDataset: a one-shot iterator (generator) as source cannot be sent to "
+                "DataLoader workers; pass a list, a callable returning an iterable, a datasets "
+                "object or files, or use num_workers=0"
+            )
+        return d
+
+    # -- sharding ----------------------------------------------------------------------------------
+    def resolve_distributed(self) -> None:
+        """Re-read rank/world size from ``torch.distributed`` (when initialised and not given).
+        Called by :func:`make_dataloader` in the main process, before workers start."""
+        self._dist_rank = _distributed_rank() or self._dist_rank
+
+    def shard_info(self) -> ShardInfo:
+        """The shard this process reads: worker info from ``torch.utils.data``, rank as given,
+        else from ``torch.distributed``, else 0 of 1."""
+        if self._given_rank is not None:
+            rank, world = self._given_rank
+        else:
+            rank, world = _distributed_rank() or self._dist_rank or (0, 1)
+        w = get_worker_info()
+        return ShardInfo(rank, world, w.id if w else 0, w.num_workers if w else 1)
+
+    # -- resume ------------------------------------------------------------------------------------
+    def _fresh_state(self, info: ShardInfo) -> dict:
+        return {
+            "format": STATE_FORMAT,
+            "shard": info.shard,
+            "num_shards": info.num_shards,
+            "mode": self.mode,
+            "seq_len": self.seq_len,
+            "position": 0,
+            "carry": [],
+            "skip_blocks": 0,
+            "skipped_documents": 0,
+        }
+
+    def state_dict(self) -> dict:
+        """Position of this shard after the last item yielded (a small dict of ints and a list
+        of at most ``seq_len`` token ids). Before iteration: the state a new iteration starts
+        from. See the module docstring for workers."""
+        if self._resume is not None:
+            return dict(self._resume)
+        if self._state is None:
+            return self._fresh_state(self.shard_info())
+        return dict(self._state, carry=list(self._state["carry"]))
+
+    def load_state_dict(self, state: Mapping) -> None:
+        """Make the next iteration continue after the item at which ``state`` was taken.
+
+        Raises:
+            ValueError: ``state`` is not a state of this kind of dataset (format, mode,
+                ``seq_len``); checked against the shard when iteration starts.
+        """
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            raise ValueError(f"not a TokenizedDataset state (format {STATE_FORMAT!r} expected)")
+        if state["mode"] != self.mode or state["seq_len"] != self.seq_len:
+            raise ValueError(
+                f"state is of mode={state['mode']!r}, seq_len={state['seq_len']}; this dataset "
+                f"has mode={self.mode!r}, seq_len={self.seq_len}"
+            )
+        self._resume = dict(state, carry=list(state["carry"]))
+
+    # -- iteration ---------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator:
+        from . import gpu
+
+        if gpu._touched_pid is not None and gpu._touched_pid != os.getpid():
+            gpu._check_fork()  # raises GPUForkError with the fix, before anything hangs
+        info = self.shard_info()
+        start = self._resume if self._resume is not None else self._fresh_state(info)
+        self._resume = None
+        if (start["shard"], start["num_shards"]) != (info.shard, info.num_shards):
+            raise ValueError(
+                f"the state was saved by shard {start['shard']} of {start['num_shards']}, but this "
+                f"iterator reads {info.describe()}; resume with the same world size and workers"
+            )
+        self._state = dict(start, carry=list(start["carry"]))
+        self.skipped_documents = start["skipped_documents"]
+        batches = self._encoded_batches(info, start["position"])
+        if self.background:
+            batches = _background(batches, f"torch_gpubpe reader ({info.describe()})")
+        if self.mode == "documents":
+            return self._documents(batches)
+        return self._blocks(batches, start)
+
+    def _document_batches(self, info: ShardInfo, start: int) -> Iterator[tuple]:
+        """Groups of ``(position, index, text)`` of about ``batch_bytes`` bytes."""
+        docs = _shard_documents(self.source, self.text_column, info.shard, info.num_shards, start)
+        batch, nbytes, skipped, pos = [], 0, [], start
+        for k, text, where in docs:
+            pos = k // info.num_shards
+            if isinstance(text, str):
+                size = len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
+            elif isinstance(text, (bytes, bytearray, memoryview)):
+                text = bytes(text)
+                size = len(text)
+            else:
+                if self.on_bad_document == "raise":
+                    raise InputError(
+                        f"document {k} ({where}; {info.describe()}): text is "
+                        f"{'None' if text is None else type(text).__name__}, not str; pass "
+                        "on_bad_document='skip' to skip such documents"
+                    )
+                skipped.append(pos)
+                continue
+            batch.append((pos, k, text))
+            nbytes += size
+            if nbytes >= self.batch_bytes or len(batch) >= self.max_batch_documents:
+                yield batch, pos + 1, skipped
+                batch, nbytes, skipped = [], 0, []
+        if batch or skipped:
+            yield batch, pos + 1, skipped
+
+    def _encoded_batches(self, info: ShardInfo, start: int) -> Iterator[_Batch]:
+        """Submit batches to the GPU, ``pipeline_depth`` in flight; yield them in order."""
+        inflight: deque = deque()
+        try:
+            for docs, end, skipped in self._document_batches(info, start):
+                meta = _Batch([d[0] for d in docs], [d[1] for d in docs], end, skipped, None)
+                pending = None
+                if docs:
+                    try:
+                        pending = self.tokenizer.submit([d[2] for d in docs])
+                    except GPUForkError:
+                        raise
+                    except Exception as e:
+                        _add_note(e, f"while submitting documents {meta.indices[0]}.."
+                                     f"{meta.indices[-1]} ({info.describe()})")
+                        raise
+                inflight.append((meta, pending))
+                if len(inflight) >= self.pipeline_depth:
+                    yield self._finish(*inflight.popleft(), info)
+            while inflight:
+                yield self._finish(*inflight.popleft(), info)
+        finally:
+            for _, pending in inflight:  # leave the session idle for the next iteration
+                try:
+                    if pending is not None:
+                        pending.result()
+                except Exception:  # noqa: BLE001 - already failing or closing
+                    pass
+
+    @staticmethod
+    def _finish(meta: _Batch, pending, info: ShardInfo) -> _Batch:
+        if pending is not None:
+            try:
+                meta.encoding = pending.result()
+            except GPUForkError:
+                raise
+            except Exception as e:
+                _add_note(e, f"while encoding documents {meta.indices[0]}..{meta.indices[-1]} "
+                             f"({info.describe()})")
+                raise
+        return meta
+
+    def _to_tensor(self, a: np.ndarray) -> torch.Tensor:
+        np_dtype = np.int64 if self.dtype == torch.long else np.int32
+        t = torch.from_numpy(np.ascontiguousarray(a, np_dtype))
+        if self.pin_memory and get_worker_info() is None:
+            if _accelerator_available():
+                t = t.pin_memory()
+            else:
+                _warn_once("pin_memory=True ignored: no accelerator is available")
+        return t
+
+    def _documents(self, batches: Iterator[_Batch]) -> Iterator:
+        state = self._state
+        for b in batches:
+            skipped_before = state["skipped_documents"]
+            if b.encoding is not None:
+                ids, offsets = b.encoding.ids, np.asarray(b.encoding.offsets, np.int64)
+                if self.add_bos or self.add_eos:
+                    ids, offsets = add_special_tokens(ids, offsets, self.bos_id, self.eos_id)
+                flat = self._to_tensor(ids)
+                for j, (pos, k) in enumerate(zip(b.positions, b.indices)):
+                    t = flat[offsets[j] : offsets[j + 1]]
+                    state["position"] = pos + 1
+                    state["skipped_documents"] = skipped_before + sum(p < pos for p in b.skipped)
+                    self.skipped_documents = state["skipped_documents"]
+                    yield {"input_ids": t, "doc_index": k} if self.with_index else t
+            state["position"] = b.end_position
+            state["skipped_documents"] = self.skipped_documents = skipped_before + len(b.skipped)
+
+    def _blocks(self, batches: Iterator[_Batch], start: dict) -> Iterator[dict]:
+        state, L = self._state, self.seq_len
+        carry = np.asarray(start["carry"], np.int64)
+        skip = int(start["skip_blocks"])
+        batch_start = start["position"]
+        for b in batches:
+            if b.encoding is not None:
+                ids, offsets = add_special_tokens(
+                    b.encoding.ids, b.encoding.offsets, self.bos_id, self.eos_id
+                )
+                stream = np.concatenate([carry, ids])
+            else:
+                stream = carry
+            m = (len(stream) - 1) // L if len(stream) > L else 0
+            if m > skip:
+                flat = self._to_tensor(stream[: m * L + 1])
+                inputs, labels = flat[: m * L].view(m, L), flat[1:].view(m, L)
+                carry_before = carry.tolist()
+                for i in range(skip, m):
+                    # Resume point: re-read this batch's documents after the same carry and
+                    # skip the blocks already yielded (the stream does not depend on batching).
+                    state.update(position=batch_start, carry=carry_before, skip_blocks=i + 1)
+                    yield {"input_ids": inputs[i], "labels": labels[i]}
+            skip = max(0, skip - m)
+            carry = stream[m * L :]
+            batch_start = b.end_position
+            state["skipped_documents"] += len(b.skipped)
+            self.skipped_documents = state["skipped_documents"]
+            state.update(position=batch_start, carry=carry.tolist(), skip_blocks=skip)
+        if not self.drop_last and len(carry) and skip == 0:
+            inp = np.full(L, self.pad_id, np.int64)
+            lab = np.full(L, IGNORE_INDEX, np.int64)
+            inp[: len(carry)] = carry
+            lab[: len(carry) - 1] = carry[1:]
+            state.update(carry=[], skip_blocks=0)
+            yield {"input_ids": self._to_tensor(inp), "labels": self._to_tensor(lab)}
+
+
+def _add_note(e: BaseException, note: str) -> None:
+    if hasattr(e, "add_note"):
+        e.add_note(note)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _warned:
+        _warned.add(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def _background(items: Iterator, name: str, depth: int = 2) -> Iterator:
+    """Run ``items`` in a daemon thread, ``depth`` results ahead; exceptions are re-raised here,
+    closing this generator stops the thread."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(x) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(x, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for x in items:
+                if not put((x, None)):
+                    break
+            put((_END, None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            put((_END, e))
+        finally:
+            items.close()
+
+    t = threading.Thread(target=run, name=name, daemon=True)
+    t.start()
+    try:
+        while True:
+            try:
+                x, err = q.get(timeout=1.0)
+            except queue.Empty:
+                if not t.is_alive() and q.empty():
+                    raise RuntimeError(f"{name} stopped without a result") from None
+                continue
+            if x is _END:
+                if err is not None:
+                    raise err
+                return
+            yield x
+    finally:
+        stop.set()
+        t.join(timeout=60)
+
+
+# ================================================================================================
+# Collate
+# ================================================================================================
+@dataclass
+class PadCollator:
+    """Pads per-document token tensors to a batch (picklable, so it works in spawned workers).
+
+    Args:
+        pad_id: id written at padded positions of ``input_ids``.
+        padding_side: ``"right"`` (tokens first) or ``"left"`` (padding first; for generation).
+        max_length: if set, documents longer than this keep their first ``max_length`` tokens.
+        dtype: of ``input_ids`` (default: the input tensors' dtype); ``attention_mask`` is
+            ``torch.long``.
+        pin_memory: pin the outputs (needs an accelerator; else ignored with a warning).
+
+    Call with a list of 1-D integer tensors (or of dicts with ``"input_ids"``, whose other keys,
+    e.g. ``doc_index``, are collected into a tensor). Returns ``{"input_ids": (B, T),
+    "attention_mask": (B, T)}`` with ``T`` = the longest (truncated) length in the batch;
+    ``attention_mask`` is 1 on tokens and 0 on padding.
+
+    Raises:
+        ValueError: an empty batch, a tensor that is not 1-D, or a bad option.
+    """
+
+    pad_id: int = 0
+    padding_side: str = "right"
+    max_length: int | None = None
+    dtype: torch.dtype | None = None
+    pin_memory: bool = False
+
+    def __post_init__(self) -> None:
+        if self.padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side must be 'right' or 'left', got {self.padding_side!r}")
+        if self.max_length is not None and self.max_length < 1:
+            raise ValueError(f"max_length must be positive, got {self.max_length}")
+
+    def __call__(self, batch: Sequence[torch.Tensor | Mapping]) -> dict[str, torch.Tensor]:
+        if not len(batch):
+            raise ValueError("PadCollator: empty batch")
+        extra: dict[str, list] = {}
+        seqs = []
+        for j, item in enumerate(batch):
+            if isinstance(item, Mapping):
+                for key, v in item.items():
+                    if key != "input_ids":
+                        extra.setdefault(key, []).append(v)
+                item = item["input_ids"]
+            item = torch.as_tensor(item)
+            if item.dim() != 1:
+                raise ValueError(f"PadCollator: item {j} has shape {tuple(item.shape)}, not 1-D")
+            seqs.append(item[: self.max_length] if self.max_length is not None else item)
+        dtype = self.dtype or seqs[0].dtype
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=dtype)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for j, s in enumerate(seqs):
+            n = len(s)
+            if n == 0:
+                continue
+            cols = slice(0, n) if self.padding_side == "right" else slice(width - n, width)
+            ids[j, cols] = s
+            mask[j, cols] = 1
+        out = {"input_ids": ids, "attention_mask": mask}
+        for key, vals in extra.items():
+            out[key] = torch.as_tensor(vals)
+        if self.pin_memory:
+            if _accelerator_available():
+                out = {k: v.pin_memory() for k, v in out.items()}
+            else:
+                _warn_once("pin_memory=True ignored: no accelerator is available")
+        return out
+
+
+def pad_collate(
+    batch: Sequence[torch.Tensor | Mapping],
+    pad_id: int = 0,
+    padding_side: str = "right",
+    max_length: int | None = None,
+    dtype: torch.dtype | None = None,
+) -> dict[str, torch.Tensor]:
+    """Function form of :class:`PadCollator` (use ``functools.partial`` or PadCollator to set
+    options for a DataLoader)."""
+    return PadCollator(pad_id, padding_side, max_length, dtype)(batch)
+
+
+def packed_collate(batch: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Stacks packed blocks: ``{"input_ids": (B, seq_len), "labels": (B, seq_len)}``."""
+    return {k: torch.stack([b[k] for b in batch]) for k in batch[0]}
+
+
+# ================================================================================================
+# DataLoader
+# ================================================================================================
+def gpu_touched() -> bool:
+    """Whether this process has opened a wgpu adapter or device (then ``fork`` is unsafe)."""
+    from . import gpu
+
+    return gpu._touched_pid is not None
+
+
+def choose_context(num_workers: int, multiprocessing_context: Any = None) -> Any:
+    """The multiprocessing start method for DataLoader workers (DESIGN.md §8).
+
+    ``None`` for ``num_workers=0``; a given context is kept, except ``"fork"`` after this
+    process opened the GPU, which raises :class:`GPUForkError` here rather than hang in a worker;
+    otherwise ``"spawn"`` when this process touched the GPU, else ``"forkserver"`` (a fresh
+    server process, safe whatever the parent does later) where available, else ``"spawn"``.
+    """
+    import multiprocessing as mp
+
+    if num_workers == 0:
+        return None
+    if multiprocessing_context is not None:
+        method = (multiprocessing_context if isinstance(multiprocessing_context, str)
+                  else multiprocessing_context.get_start_method())
+        if method == "fork" and gpu_touched():
+            from . import gpu
+
+            raise GPUForkError(
+                f"multiprocessing_context='fork' but this process (pid {os.getpid()}) has opened "
+                "the GPU; forked workers cannot use it (DESIGN.md §8). Use 'spawn' or "
+                "'forkserver' (make_dataloader's default), or num_workers=0"
+                + (f" [GPU opened by pid {gpu._touched_pid}]" if gpu._touched_pid else "")
+            )
+        return multiprocessing_context
+    if gpu_touched():
+        return "spawn"
+    if "forkserver" not in mp.get_all_start_methods():
+        return "spawn"
+    ctx = mp.get_context("forkserver")
+    # Workers fork from a fresh server process; preloading torch there saves each worker the
+    # torch import (seconds on a small machine). No effect once the server is running.
+    ctx.set_forkserver_preload(["torch", "torch_gpubpe.data"])
+    return ctx
+
+
+def make_dataloader(
+    dataset: TokenizedDataset,
+    batch_size: int | None = None,
+    num_workers: int = 0,
+    *,
+    collate_fn: Callable | None = None,
+    multiprocessing_context: Any = None,
+    pin_memory: bool | None = None,
+    stateful: bool = False,
+    **kwargs: Any,
+) -> DataLoader:
+    """A DataLoader over ``dataset`` with a safe worker start method.
+
+    Args:
+        batch_size: items per batch; None yields the dataset's items one by one.
+        num_workers: 0 runs the GPU session in this process (with a background thread);
+            more gives each worker its own shard and its own GPU session.
+        collate_fn: default :class:`PadCollator` (documents mode) or :func:`packed_collate`.
+        multiprocessing_context: see :func:`choose_context` (None → spawn/forkserver).
+        pin_memory: default ``dataset.pin_memory`` (honoured only with an accelerator).
+        stateful: build ``torchdata.stateful_dataloader.StatefulDataLoader`` (resumable with
+            workers: ``state_dict()`` / ``load_state_dict()``).
+        kwargs: passed to the DataLoader (``prefetch_factor``, ``persistent_workers``, ...).
+    Raises:
+        GPUForkError: ``multiprocessing_context="fork"`` after this process opened the GPU.
+        ImportError: ``stateful=True`` without ``torchdata``.
+    """
+    if isinstance(dataset, TokenizedDataset):
+        dataset.resolve_distributed()
+        if collate_fn is None and batch_size is not None:
+            collate_fn = PadCollator(pad_id=dataset.pad_id) if dataset.mode == "documents" \
+                else packed_collate
+        if pin_memory is None:
+            pin_memory = dataset.pin_memory
+    pin_memory = bool(pin_memory) and _accelerator_available()
+    ctx = choose_context(num_workers, multiprocessing_context)
+    cls = DataLoader
+    if stateful:
+        from torchdata.stateful_dataloader import StatefulDataLoader as cls  # noqa: N813
+    return cls(
+        dataset,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        collate_fn=collate_fn,
+        multiprocessing_context=ctx,
+        pin_memory=pin_memory,
+        **kwargs,
+    )
+
+
+__all__ = [
+    "IGNORE_INDEX",
+    "PadCollator",
+    "ShardInfo",
+    "TextFiles",
+    "TokenizedDataset",
+    "add_special_tokens",
+    "choose_context",
+    "gpu_touched",
+    "make_dataloader",
+    "pad_collate",
+    "packed_collate",
+]

@@ -1,0 +1,596 @@
+"""GPU greedy longest-match encoder in a persistent session (DESIGN.md §4–§6; seed §4 and
+"Host Mimarisi": persistent buffer pool, multi-pass slicing, one submit per slice).
+
+Pipeline per slice (wgsl/encode.wgsl), recorded in ONE command encoder and ONE submit:
+``trie_tokenizer_chunked`` (each thread walks the words that start in its 32-byte chunk and writes
+each token id at its first byte) → ``trie_prefix_sum`` (block counts → offsets, total) →
+``trie_tokenizer_compact`` (coalesced compaction), then the 4-byte total and each document's
+first-token index are read back, then exactly ``total`` token ids (``uint16`` when the vocab has
+at most 65,536 ids, else ``uint32``).
+
+Example::
+
+    >>> from torch_gpubpe import Vocab, reference
+    >>> from torch_gpubpe.encoder import Tokenizer
+    >>> merges = reference.train(["yakınlık ve yakınlık"], vocab_size=270, min_frequency=1)
+    >>> tok = Tokenizer(Vocab.from_merges(merges))
+    >>> ids = tok.encode("yakınlık ve")
+    >>> ids == reference.encode("yakınlık ve", merges), tok.decode(ids)
+    (True, 'yakınlık ve')
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from .errors import GPUOperationError, InputError
+from .pretokenize import pack_documents, word_start_mask
+from .trie import Trie, compile_trie
+from .vocab import Vocab
+
+WG = 256
+DEFAULT_CHUNK = 32
+DEFAULT_BUDGET = 1 << 15  # walk steps per thread per dispatch (lavapipe stops loops at 65,535)
+MAX_CONTINUATIONS_PER_SUBMIT = 64
+_LUT_BYTES = 4 * 256 * 4 + 4  # root LUT + depth-1 cache + counter (trie_tokenizer_chunked)
+_SCAN_BYTES = 256 * 4
+
+
+def _pack(texts: Sequence[str | bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """``pack_documents`` with a fast path for a list of ``str`` (one C-level loop)."""
+    if isinstance(texts, (str, bytes, bytearray, memoryview)):
+        raise InputError("encode_batch expects a sequence of documents, not one str/bytes; "
+                         "use encode() for one document")
+    try:
+        parts = [t.encode("utf-8", "replace") for t in texts]
+    except (AttributeError, TypeError):
+        return pack_documents(texts)  # mixed/bytes input, or a bad item (named InputError)
+    lengths = np.fromiter(map(len, parts), np.int64, len(parts))
+    offsets = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return np.frombuffer(b"".join(parts), np.uint8), offsets
+
+
+class BatchEncoding:
+    """Token ids of a batch of documents, stored flat.
+
+    Attributes:
+        ids: 1-D ``np.uint16`` or ``np.uint32`` array of every document's ids, back to back.
+        offsets: ``np.int64`` array of shape ``(num_docs + 1,)``; document k is
+            ``ids[offsets[k]:offsets[k+1]]`` (units: tokens).
+    """
+
+    __slots__ = ("ids", "offsets")
+
+    def __init__(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+        self.ids = ids
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        n = len(self)
+        if not -n <= k < n:
+            raise IndexError(f"document {k} out of range for a batch of {n}")
+        k %= n
+        return self.ids[self.offsets[k] : self.offsets[k + 1]]
+
+    def __iter__(self):
+        return (self[k] for k in range(len(self)))
+
+    def tolist(self) -> list[list[int]]:
+        """Per-document ids as Python lists."""
+        flat = self.ids.tolist()
+        o = self.offsets.tolist()
+        return [flat[o[k] : o[k + 1]] for k in range(len(self))]
+
+    def __repr__(self) -> str:
+        return f"BatchEncoding(num_docs={len(self)}, num_tokens={len(self.ids)}, dtype={self.ids.dtype})"
+
+
+class _Slot:
+    """One set of per-batch GPU buffers (two slots → two batches in flight), grown ×1.5."""
+
+    def __init__(self, sess: _Session, idx: int) -> None:
+        self.sess, self.idx = sess, idx
+        self.cap_n = 0
+        self.cap_docs = 0
+        self.up_promise = None  # pending map_async(WRITE) of the upload staging buffer
+        self.meta_promise = None
+        self.query_set = None
+
+    # -- buffers -------------------------------------------------------------------------
+    def ensure(self, n: int, ndocs: int) -> None:
+        if n <= self.cap_n and ndocs <= self.cap_docs:
+            return
+        s = self.sess
+        g, U = s.gpu, s.gpu.wgpu.BufferUsage
+        self._drop_upload_mapping()
+        cap_n = self.cap_n if n <= self.cap_n else min(max(n, int(self.cap_n * 1.5), 4096), s.limit)
+        cap_d = self.cap_docs if ndocs <= self.cap_docs else max(ndocs, int(self.cap_docs * 1.5), 64)
+        self.cap_n, self.cap_docs = cap_n, cap_d
+        lab = f"encode[{self.idx}]"
+        nb = -(-cap_n // s.block)
+        nchunks = nb * WG
+        self.text_bytes = (cap_n + 1 + 3) // 4 * 4 + 4
+        self.bits_bytes = ((cap_n + 1 + 31) // 32 + 1) * 4
+        self.docs_bytes = cap_d * 4
+        self.text = g.buffer(self.text_bytes, U.STORAGE | U.COPY_DST, f"{lab}.text")
+        self.bits = g.buffer(self.bits_bytes, U.STORAGE | U.COPY_DST, f"{lab}.doc_bits")
+        self.scratch = g.buffer(cap_n * 4, U.STORAGE, f"{lab}.scratch")
+        self.counts = g.buffer(nb * 4, U.STORAGE | U.COPY_DST, f"{lab}.counts")
+        self.block_off = g.buffer(nb * 4, U.STORAGE, f"{lab}.block_off")
+        self.state = g.buffer(nchunks * 4, U.STORAGE, f"{lab}.state")
+        self.meta = g.buffer(16, U.STORAGE | U.COPY_SRC | U.COPY_DST, f"{lab}.meta")
+        self.params = g.buffer(32, U.UNIFORM | U.COPY_DST, f"{lab}.params")
+        self.out_bytes = cap_n * s.id_size + 8
+        self.out = g.buffer(self.out_bytes, U.STORAGE | U.COPY_SRC | U.COPY_DST, f"{lab}.out")
+        self.doc_starts = g.buffer(self.docs_bytes, U.STORAGE | U.COPY_DST, f"{lab}.doc_starts")
+        self.doc_tok = g.buffer(self.docs_bytes, U.STORAGE | U.COPY_SRC | U.COPY_DST,
+                                f"{lab}.doc_tok")
+        self.off_bits = self.text_bytes
+        self.off_docs = self.off_bits + self.bits_bytes
+        self.upload = g.device.create_buffer(
+            label=f"{lab}.upload", size=self.off_docs + self.docs_bytes,
+            usage=U.MAP_WRITE | U.COPY_SRC, mapped_at_creation=True)
+        self.rb_meta = g.buffer(64 + self.docs_bytes, U.MAP_READ | U.COPY_DST, f"{lab}.rb_meta")
+        self.rb_tok = g.buffer(self.out_bytes, U.MAP_READ | U.COPY_DST, f"{lab}.rb_tokens")
+        bind = {0: self.text, 1: self.bits, 2: s.nodes, 3: s.edges, 4: self.scratch,
+                5: self.counts, 6: self.state, 7: self.meta, 8: self.params, 9: self.block_off,
+                10: self.out, 11: self.doc_starts, 12: self.doc_tok}
+        self.bg = {}
+        for name, uses in (("chunked", (0, 1, 2, 3, 4, 5, 6, 7, 8)),
+                           ("prefix", (5, 7, 8, 9)),
+                           ("compact", (1, 4, 8, 9, 10, 11, 12))):
+            self.bg[name] = g.bind_group(s.pipes[name], {b: bind[b] for b in uses},
+                                         label=f"{lab}.{name}")
+        if s.profile and self.query_set is None:
+            self.query_set = g.device.create_query_set(label=f"{lab}.timestamps",
+                                                       type="timestamp", count=6)
+            self.ts_resolve = g.buffer(48, U.QUERY_RESOLVE | U.COPY_SRC, f"{lab}.ts_resolve")
+
+    def _drop_upload_mapping(self) -> None:
+        if self.up_promise is not None:
+            self.sess.gpu.wait_promise(self.up_promise, "upload staging map")
+            self.up_promise = None
+
+    def _mapped_upload(self) -> np.ndarray:
+        """The upload staging buffer, mapped for writing, as a uint8 array (valid until unmap)."""
+        if self.up_promise is not None:
+            self.sess.gpu.wait_promise(self.up_promise, "upload staging map")
+            self.up_promise = None
+        if self.upload.map_state != "mapped":
+            self.sess.gpu.wait_map(self.upload, "WRITE", what="upload staging map")
+        return np.frombuffer(self.upload._experimental_get_mapped_range(), np.uint8)
+
+    # -- one slice -----------------------------------------------------------------------
+    def start(self, data: np.ndarray, s: int, e: int, doc_rel: np.ndarray, end_bit: bool) -> None:
+        """Upload bytes ``data[s:e]`` (+ halo) and submit the three passes (no wait).
+
+        ``doc_rel``: uint32 starts (relative to ``s``) of the documents starting in ``[s, e)``;
+        ``end_bit``: byte ``e`` does not continue the last document (or does not exist).
+        """
+        sess, g = self.sess, self.sess.gpu
+        n = e - s
+        ndocs = len(doc_rel)
+        self.ensure(n, ndocs)
+        self.n, self.ndocs = n, ndocs
+        self.nb = -(-n // sess.block)
+        # Upload: bytes + halo, document-start bitmap, document starts; one staging buffer.
+        up = self._mapped_upload()
+        up[:n] = data[s:e]
+        up[n : n + 8] = 0
+        if e < len(data):
+            up[n] = data[e]
+        nbits_words = (n + 1 + 31) // 32 + 1
+        bits = np.zeros(nbits_words, np.uint32)
+        pos = doc_rel.astype(np.int64)
+        if end_bit:
+            pos = np.append(pos, n)
+        np.bitwise_or.at(bits, pos >> 5, (np.uint32(1) << (pos & 31).astype(np.uint32)))
+        up[self.off_bits : self.off_bits + 4 * nbits_words] = bits.view(np.uint8)
+        up[self.off_docs : self.off_docs + 4 * ndocs] = doc_rel.view(np.uint8)
+        del up
+        self.upload.unmap()  # unmapped before the submit that reads it (WGPU_NOTES §0.2)
+        dev = g.device
+        self._write_params(resume=0)
+        enc = dev.create_command_encoder(label=f"encode[{self.idx}].slice")
+        text_len = (n + 1 + 3) // 4 * 4
+        enc.copy_buffer_to_buffer(self.upload, 0, self.text, 0, text_len)
+        enc.copy_buffer_to_buffer(self.upload, self.off_bits, self.bits, 0, 4 * nbits_words)
+        if ndocs:
+            enc.copy_buffer_to_buffer(self.upload, self.off_docs, self.doc_starts, 0, 4 * ndocs)
+        self._record_passes(enc, first=True, continuations=0)
+        dev.queue.submit([enc.finish()])
+        self.up_promise = self.upload.map_async("WRITE")
+        self.meta_promise = self.rb_meta.map_async("READ_NOSYNC", 0, 64 + 4 * max(ndocs, 0))
+
+    def _write_params(self, resume: int) -> None:
+        p = np.array([self.n, resume, self.sess.budget, self.nb, self.ndocs, 0, 0, 0], np.uint32)
+        self.sess.gpu.device.queue.write_buffer(self.params, 0, p)
+
+    def _record_passes(self, enc, first: bool, continuations: int) -> None:
+        s, g = self.sess, self.sess.gpu
+        enc.clear_buffer(self.meta, 0, 16)
+        if first:
+            enc.clear_buffer(self.counts, 0, self.nb * 4)
+        if self.ndocs:
+            enc.clear_buffer(self.doc_tok, 0, 4 * self.ndocs)
+        if s.id_size == 2:
+            enc.clear_buffer(self.out, 0, (self.n * 2 + 4 + 3) // 4 * 4)
+        grid = g.grid(self.nb)
+        ts = self.query_set is not None and first
+
+        def begin(k: int, label: str):
+            kw = {}
+            if ts:
+                kw["timestamp_writes"] = {"query_set": self.query_set,
+                                          "beginning_of_pass_write_index": 2 * k,
+                                          "end_of_pass_write_index": 2 * k + 1}
+            return enc.begin_compute_pass(label=label, **kw)
+
+        cp = begin(0, "trie_tokenizer_chunked")
+        cp.set_pipeline(s.pipes["chunked"])
+        cp.set_bind_group(0, self.bg["chunked"])
+        for _ in range(1 if first else continuations):
+            cp.dispatch_workgroups(*grid)
+        cp.end()
+        cp = begin(1, "trie_prefix_sum")
+        cp.set_pipeline(s.pipes["prefix"])
+        cp.set_bind_group(0, self.bg["prefix"])
+        cp.dispatch_workgroups(1)
+        cp.end()
+        cp = begin(2, "trie_tokenizer_compact")
+        cp.set_pipeline(s.pipes["compact"])
+        cp.set_bind_group(0, self.bg["compact"])
+        cp.dispatch_workgroups(*grid)
+        cp.end()
+        enc.copy_buffer_to_buffer(self.meta, 0, self.rb_meta, 0, 16)
+        if ts:
+            enc.resolve_query_set(self.query_set, 0, 6, self.ts_resolve, 0)
+            enc.copy_buffer_to_buffer(self.ts_resolve, 0, self.rb_meta, 16, 48)
+        if self.ndocs:
+            enc.copy_buffer_to_buffer(self.doc_tok, 0, self.rb_meta, 64, 4 * self.ndocs)
+
+    def _read_meta(self) -> tuple[int, int, np.ndarray]:
+        g = self.sess.gpu
+        g.wait_promise(self.meta_promise, "token-count readback")
+        self.meta_promise = None
+        try:
+            raw = self.rb_meta.read_mapped(0, 64 + 4 * self.ndocs)
+        finally:
+            self.rb_meta.unmap()
+        head = np.frombuffer(raw, np.uint32, 16)
+        if self.query_set is not None and head[2] == 0:
+            t = np.frombuffer(raw, np.uint64, 6, offset=16).astype(np.int64)
+            self.sess.last_pass_us = {
+                name: (t[2 * k + 1] - t[2 * k]) * self.sess.ns_per_tick / 1e3
+                for k, name in enumerate(("trie_tokenizer_chunked", "trie_prefix_sum",
+                                          "trie_tokenizer_compact"))}
+        doc_tok = np.frombuffer(raw, np.uint32, self.ndocs, offset=64)
+        return int(head[0]), int(head[1]), doc_tok
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """Wait for the slice; continue out-of-budget walks; read the ids.
+
+        Returns:
+            ``(ids, doc_tok)``: ids (id dtype, shape ``(total,)``) and, per document of the
+            slice, 1 + the index of its first token (0 for an empty document).
+        """
+        g = self.sess.gpu
+        total, unfinished, doc_tok = self._read_meta()
+        k = 1
+        while unfinished:  # a word longer than the per-thread budget: continue (rare)
+            self._write_params(resume=1)
+            enc = g.device.create_command_encoder(label=f"encode[{self.idx}].continue")
+            self._record_passes(enc, first=False, continuations=k)
+            g.device.queue.submit([enc.finish()])
+            self.meta_promise = self.rb_meta.map_async("READ_NOSYNC", 0, 64 + 4 * self.ndocs)
+            total, unfinished, doc_tok = self._read_meta()
+            k = min(2 * k, MAX_CONTINUATIONS_PER_SUBMIT)
+        nbytes = (total * self.sess.id_size + 3) // 4 * 4
+        if nbytes == 0:
+            return np.zeros(0, self.sess.id_dtype), doc_tok
+        enc = g.device.create_command_encoder(label=f"encode[{self.idx}].readback")
+        enc.copy_buffer_to_buffer(self.out, 0, self.rb_tok, 0, nbytes)
+        g.device.queue.submit([enc.finish()])
+        g.wait_map(self.rb_tok, "READ_NOSYNC", 0, (nbytes + 7) // 8 * 8, what="token readback")
+        try:
+            raw = self.rb_tok.read_mapped(0, nbytes)
+        finally:
+            self.rb_tok.unmap()
+        return np.frombuffer(raw, self.sess.id_dtype, total), doc_tok
+
+
+class _Session:
+    """Device-side state of one :class:`Tokenizer`: trie buffers, pipelines, two slots."""
+
+    def __init__(self, trie: Trie, id_size: int, chunk: int, max_slice_bytes: int | None,
+                 budget: int, profile: bool) -> None:
+        from .gpu import get_gpu
+
+        self.gpu = g = get_gpu()
+        U = g.wgpu.BufferUsage
+        self.trie = trie
+        self.id_size = id_size
+        self.id_dtype = np.uint16 if id_size == 2 else np.uint32
+        self.chunk = chunk
+        self.block = WG * chunk
+        self.budget = budget
+        self.profile = bool(profile) and g.has_timestamps
+        self.last_pass_us: dict[str, float] = {}
+        self.ns_per_tick = 1.0
+        if self.profile:
+            try:
+                from wgpu.backends.wgpu_native._ffi import lib
+
+                self.ns_per_tick = float(lib.wgpuQueueGetTimestampPeriod(g.device.queue._internal))
+            except Exception:  # noqa: BLE001 - 1.0 on every device measured (WGPU_NOTES §6)
+                pass
+        # Scratch and out are 4 B per input byte: they bound the slice (DESIGN.md §6).
+        limit = (min(g.max_storage_binding, g.max_buffer_size) - 1024) // 4
+        if max_slice_bytes is not None:
+            limit = min(limit, int(max_slice_bytes))
+        limit = max(limit, 2 * trie.max_depth + 8, 64)
+        self.limit = limit // 4 * 4
+        self.nodes = g.buffer(trie.nodes.nbytes, U.STORAGE | U.COPY_DST, "encode.trie_nodes")
+        self.edges = g.buffer(trie.edges.nbytes, U.STORAGE | U.COPY_DST, "encode.trie_edges")
+        g.device.queue.write_buffer(self.nodes, 0, trie.nodes)
+        g.device.queue.write_buffer(self.edges, 0, trie.edges)
+        consts = {"WG": WG, "CHUNK": chunk, "OUT16": int(id_size == 2)}
+        self.pipes = {
+            "chunked": g.pipeline("encode", "trie_tokenizer_chunked", workgroup_bytes=_LUT_BYTES,
+                                  constants=consts),
+            "prefix": g.pipeline("encode", "trie_prefix_sum", workgroup_bytes=_SCAN_BYTES,
+                                 constants=consts),
+            "compact": g.pipeline("encode", "trie_tokenizer_compact",
+                                  workgroup_bytes=_SCAN_BYTES, constants=consts),
+        }
+        self.slots = [_Slot(self, 0), _Slot(self, 1)]
+
+
+class PendingEncoding:
+    """A batch submitted with :meth:`Tokenizer.submit`; :meth:`result` waits and reads back."""
+
+    def __init__(self, tok: Tokenizer, data: np.ndarray, offsets: np.ndarray) -> None:
+        self._tok = tok
+        self._data, self._offsets = data, offsets
+        self._result: BatchEncoding | None = None
+        self._slot: _Slot | None = None
+
+    def done(self) -> bool:
+        """Whether the result has been read back already."""
+        return self._result is not None
+
+    def result(self) -> BatchEncoding:
+        """Wait (bounded by ``TORCH_GPUBPE_TIMEOUT``) and return the :class:`BatchEncoding`.
+
+        Raises:
+            GPUOperationError: the GPU did not answer in time or a readback failed.
+        """
+        if self._result is None:
+            self._result = self._tok._complete(self)
+        return self._result
+
+
+class Tokenizer:
+    """Greedy longest-match BPE encoder on the GPU, exact w.r.t. ``reference.encode``
+    (DESIGN.md §4), with a persistent GPU session opened on the first encode.
+
+    Args:
+        vocab: the :class:`~torch_gpubpe.vocab.Vocab` (special tokens are never emitted).
+        chunk_bytes: bytes each GPU thread starts words in (multiple of 4, 4..1024).
+        max_slice_bytes: cap on bytes per GPU pass (default: what the storage-binding limit
+            allows, 1/4 of it); a batch above it is sliced at word starts.
+        thread_budget: walk steps per GPU thread per dispatch (default 32,768); a word that needs
+            more continues in further dispatches with the same result. For tests.
+        profile: record per-pass GPU times (µs) in :attr:`last_pass_us` (timestamp queries).
+    Raises:
+        ValueError: bad ``chunk_bytes`` or ``thread_budget``.
+    """
+
+    def __init__(self, vocab: Vocab, *, chunk_bytes: int = DEFAULT_CHUNK,
+                 max_slice_bytes: int | None = None, thread_budget: int | None = None,
+                 profile: bool = False) -> None:
+        if not isinstance(vocab, Vocab):
+            raise TypeError(f"vocab must be a torch_gpubpe.Vocab, got {type(vocab).__name__}")
+        if chunk_bytes % 4 or not 4 <= chunk_bytes <= 1024:
+            raise ValueError(f"chunk_bytes must be a multiple of 4 in 4..1024, got {chunk_bytes}")
+        budget = DEFAULT_BUDGET if thread_budget is None else int(thread_budget)
+        if not 1 <= budget <= 65535 - chunk_bytes - 64:
+            raise ValueError(f"thread_budget must be in 1..{65535 - chunk_bytes - 64} "
+                             f"(lavapipe stops loops at 65,535 iterations), got {budget}")
+        self.vocab = vocab
+        self.n_vocab = len(vocab)
+        self.id_dtype = np.uint16 if len(vocab) <= 1 << 16 else np.uint32
+        self._chunk, self._max_slice, self._budget = chunk_bytes, max_slice_bytes, budget
+        self._profile = profile
+        self._trie: Trie | None = None
+        self._sess: _Session | None = None
+        self._sess_pid: int | None = None
+        self._inflight: deque[PendingEncoding] = deque()
+        tb = vocab.token_bytes
+        self._tok_len = np.fromiter(map(len, tb), np.int64, len(tb))
+        self._flat_bytes: np.ndarray | None = None
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, **kwargs) -> Tokenizer:
+        """``Tokenizer(Vocab.load(path), **kwargs)``; raises ``VocabFormatError``/``OSError``."""
+        return cls(Vocab.load(path), **kwargs)
+
+    @property
+    def trie(self) -> Trie:
+        """The compiled trie (DESIGN.md §5), built on first use."""
+        if self._trie is None:
+            self._trie = compile_trie(self.vocab.token_bytes)
+        return self._trie
+
+    @property
+    def last_pass_us(self) -> dict[str, float]:
+        """GPU time per pass (µs) of the last slice, when ``profile=True`` and supported."""
+        return dict(self._sess.last_pass_us) if self._sess else {}
+
+    def _session(self) -> _Session:
+        if self._sess is None or self._sess_pid != os.getpid() or self._sess.gpu.lost:
+            self._inflight.clear()
+            self._sess = _Session(self.trie, np.dtype(self.id_dtype).itemsize, self._chunk,
+                                  self._max_slice, self._budget, self._profile)
+            self._sess_pid = os.getpid()
+        return self._sess
+
+    # -- encoding ------------------------------------------------------------------------
+    def encode(self, text: str | bytes) -> list[int]:
+        """Token ids of one document (DESIGN.md §4); ``str`` is UTF-8 encoded first (lone
+        surrogates replaced), ``bytes`` may be any bytes. Never emits special ids.
+
+        Raises:
+            InputError: ``text`` is neither ``str`` nor bytes-like.
+        """
+        return self.encode_to_numpy(text).tolist()
+
+    def encode_to_numpy(self, text: str | bytes) -> np.ndarray:
+        """:meth:`encode` as a 1-D array of :attr:`id_dtype`."""
+        if not isinstance(text, (str, bytes, bytearray, memoryview)):
+            raise InputError(f"text must be str or bytes, got {type(text).__name__}")
+        return self.encode_batch([text]).ids
+
+    def encode_batch(self, texts: Sequence[str | bytes]) -> BatchEncoding:
+        """Encode many documents with one GPU round trip per slice (not per document).
+
+        Args:
+            texts: ``str`` or bytes-like documents; empty documents are allowed.
+        Returns:
+            :class:`BatchEncoding` (flat ids + int64 token offsets).
+        Raises:
+            InputError: an item is neither ``str`` nor bytes-like (names its index).
+            GPUOperationError: the GPU did not answer in time.
+        """
+        return self.submit(texts).result()
+
+    def submit(self, texts: Sequence[str | bytes]) -> PendingEncoding:
+        """Pack, upload and submit a batch; return at once (at most 2 batches in flight).
+
+        Calling it with two batches pending first completes the oldest (its ``result()`` still
+        works). A batch larger than one slice is encoded at once (one submit per slice).
+        """
+        data, offsets = _pack(texts)
+        p = PendingEncoding(self, data, offsets)
+        sess = self._session()
+        while len(self._inflight) >= 2:
+            old = self._inflight[0]
+            old.result()  # removes itself from _inflight
+        if len(data) == 0:
+            p._result = BatchEncoding(np.zeros(0, self.id_dtype), np.zeros(len(offsets), np.int64))
+            return p
+        if len(data) <= sess.limit:
+            busy = {q._slot for q in self._inflight}
+            p._slot = next(s for s in sess.slots if s not in busy)
+            starts = offsets[:-1].astype(np.uint32)
+            p._slot.start(data, 0, len(data), starts, True)
+            self._inflight.append(p)
+        else:
+            p._result = self._encode_sliced(data, offsets)
+        return p
+
+    def _complete(self, p: PendingEncoding) -> BatchEncoding:
+        try:
+            ids, doc_tok = p._slot.finish()
+        finally:
+            if p in self._inflight:
+                self._inflight.remove(p)
+        first = doc_tok.astype(np.int64) - 1
+        return BatchEncoding(ids, self._doc_offsets(first, len(ids)))
+
+    @staticmethod
+    def _doc_offsets(first: np.ndarray, total: int) -> np.ndarray:
+        """Token offsets from each document's first-token index (-1 for empty documents)."""
+        off = np.empty(len(first) + 1, np.int64)
+        off[:-1] = np.where(first < 0, np.iinfo(np.int64).max, first)
+        off[-1] = total
+        # An empty document starts where the next non-empty one does.
+        return np.minimum.accumulate(off[::-1])[::-1].copy()
+
+    def _encode_sliced(self, data: np.ndarray, offsets: np.ndarray) -> BatchEncoding:
+        """Multi-pass encoding of a batch above the slice limit (cut at word starts)."""
+        sess = self._session()
+        slot = next(s for s in sess.slots if s not in {q._slot for q in self._inflight})
+        total = len(data)
+        starts = offsets[:-1]
+        first = np.full(len(starts), -1, np.int64)
+        pieces: list[np.ndarray] = []
+        base = 0
+        s = 0
+        while s < total:
+            e, truncated = self._cut(data, offsets, s, sess.limit)
+            k0, k1 = np.searchsorted(starts, [s, e], side="left")
+            end_bit = e == total or bool(np.isin(e, starts[k1:k1 + 1]).any())
+            slot.start(data, s, e, (starts[k0:k1] - s).astype(np.uint32), end_bit)
+            ids, doc_tok = slot.finish()
+            if truncated:  # keep the tokens that the cut cannot have changed (see _cut)
+                lens = self._tok_len[ids]
+                tstart = np.cumsum(lens) - lens
+                keep = int(np.searchsorted(tstart, (e - s) - self.trie.max_depth, side="right"))
+                e = s + int(tstart[keep]) if keep < len(ids) else e
+                ids = ids[:keep]
+            got = doc_tok.astype(np.int64) - 1
+            first[k0:k1] = np.where(got >= 0, got + base, -1)
+            pieces.append(ids.copy())
+            base += len(ids)
+            s = e
+        ids = np.concatenate(pieces) if pieces else np.zeros(0, self.id_dtype)
+        return BatchEncoding(ids, self._doc_offsets(first, len(ids)))
+
+    def _cut(self, data: np.ndarray, offsets: np.ndarray, s: int, limit: int) -> tuple[int, bool]:
+        """End of the slice starting at ``s``: the last word start in ``(s, s + limit]``, or
+        ``(s + limit, True)`` when one word covers all of it (then the caller keeps only tokens
+        starting at least ``max_depth`` bytes before the end, and the next slice resumes at the
+        first dropped token: greedy matching restarted at a token boundary gives the same ids)."""
+        total = len(data)
+        if total - s <= limit:
+            return total, False
+        hi = s + limit
+        width = 4096
+        while True:
+            a = max(s + 1, hi - width)
+            lo_ = a - 1
+            hi_ = min(total, hi + 2)
+            sub = data[lo_:hi_]
+            st = offsets[:-1]
+            rel = st[(st >= lo_) & (st < hi_)] - lo_
+            mask = word_start_mask(sub, np.append(rel, len(sub)))
+            idx = np.flatnonzero(mask[1 : hi - lo_ + 1])
+            if len(idx):
+                return lo_ + 1 + int(idx[-1]), False
+            if a == s + 1:
+                return hi, True
+            width *= 4
+
+    # -- decoding ------------------------------------------------------------------------
+    def decode_bytes(self, ids: Iterable[int] | np.ndarray) -> bytes:
+        """Bytes spelled by ``ids`` (special ids give their spelling).
+
+        Raises:
+            ValueError: an id outside ``[0, n_vocab)``, naming the id and its position.
+        """
+        if isinstance(ids, np.ndarray) and ids.ndim == 1 and ids.dtype.kind in "iu":
+            if len(ids) == 0:
+                return b""
+            a = ids.astype(np.int64)
+            if a.min() >= 0 and a.max() < self.vocab.num_tokens:
+                if self._flat_bytes is None:
+                    self._flat_bytes = np.frombuffer(b"".join(self.vocab.token_bytes), np.uint8)
+                    self._tok_start = np.cumsum(self._tok_len) - self._tok_len
+                lens = self._tok_len[a]
+                ends = np.cumsum(lens)
+                idx = np.arange(ends[-1]) - np.repeat(ends - lens - self._tok_start[a], lens)
+                return self._flat_bytes[idx].tobytes()
+        return self.vocab.decode_bytes(ids)
+
+    def decode(self, ids: Iterable[int] | np.ndarray, errors: str = "replace") -> str:
+        """:meth:`decode_bytes` as text (invalid UTF-8 → U+FFFD unless ``errors`` says else)."""
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)

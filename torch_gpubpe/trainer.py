@@ -1,0 +1,622 @@
+"""GPU BPE training: documents or word counts → :class:`~torch_gpubpe.vocab.Vocab`.
+
+What is computed is DESIGN.md §3 exactly (the merges of :func:`torch_gpubpe.reference.train`);
+how: the seed's ten-kernel pipeline in ``wgsl/train.wgsl`` (see its header), run on the unique
+words of the corpus, each weighted by its count.
+
+Host flow:
+
+1. count words (:mod:`torch_gpubpe.wordcount`, vectorised numpy, exact);
+2. upload the unique words as one symbol stream (id | bit 31 at word starts), a word index per
+   symbol and a 64-bit weight per word;
+3. ``clear_table`` + ``pair_count`` once;
+4. per merge ``find_max4 → find_max_final_det → setup_merge → merge_reduce → scan_pass1 →
+   scan_pass2 → scan_pass3 → finalize_compact``, ``batch`` merges recorded into one command
+   buffer and one submit; the stream kernels are dispatched indirectly, sized on the GPU; the
+   merge list stays on the GPU and only a 64-byte state (+ the batch's merges, for progress) is
+   read back per batch, while the next batch already runs;
+5. if a probe sequence of the pair table ran out (overflow flag), training restarts with a
+   table twice as large (the result is the same; it only costs time).
+
+Example::
+
+    >>> from torch_gpubpe.trainer import train
+    >>> vocab = train(["aaaaa aaaaa"], 258, min_frequency=1)
+    >>> vocab.merges   # aa aa a: then (aa, a) and (aa, aa) tie at 2; the smaller pair wins
+    ((97, 97), (256, 97))
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import GPUOperationError, InputError
+from .reference import to_bytes
+from .vocab import MAX_VOCAB_SIZE, Vocab
+
+WG = 256
+COLS = 32
+BLOCK = 1024
+TWS = 0x80000000
+PC_SYMBOLS_PER_WG = 1024
+STATE_WORDS = 16
+S_N, S_NCUR, S_K, S_STOP, S_A, S_B, S_C, S_OCC, S_OVERFLOW = range(9)
+SMALL_WG_BYTES = 4 * WG * 4 + 128 * 4 + 64  # sh_a..sh_d, sh_sg, scalars: upper bound
+
+# Bindings each entry point uses (layout="auto" holds exactly these).
+_P, _STATE, _ARGS, _SYM_IN, _WID_IN, _SYM_OUT, _WID_OUT, _WEIGHTS = range(8)
+_FLAGS, _TILES, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _MERGES = range(8, 15)
+ENTRY_BINDINGS = {
+    "clear_table": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY),
+    "pair_count": (_P, _STATE, _SYM_IN, _WID_IN, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY),
+    "find_max4": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY, _BEST),
+    "find_max_final_det": (_P, _STATE, _BEST, _MERGES),
+    "setup_merge": (_STATE, _ARGS),
+    "merge_reduce": (_STATE, _SYM_IN, _TILES),
+    "scan_pass1": (_STATE, _TILES),
+    "scan_pass2": (_P, _STATE, _SYM_IN, _FLAGS, _TILES),
+    "scan_pass3": (_P, _STATE, _TILES),
+    "finalize_compact": (_P, _STATE, _SYM_IN, _WID_IN, _SYM_OUT, _WID_OUT, _WEIGHTS, _FLAGS,
+                         _TILES, _TKEYS, _TCOUNTS, _DIRTY),
+}
+MERGE_STEP = ("find_max4", "find_max_final_det", "setup_merge", "merge_reduce", "scan_pass1",
+              "scan_pass2", "scan_pass3", "finalize_compact")
+# Indirect dispatches: byte offset of their args (written by setup_merge).
+INDIRECT = {"merge_reduce": 16, "scan_pass1": 32, "scan_pass2": 0, "finalize_compact": 0}
+TILE = WG * 8  # symbols per stream workgroup (ITEMS = 8 per thread)
+
+
+@dataclass
+class TrainProgress:
+    """Progress report passed to the ``progress`` callback after each batch of merges.
+
+    Attributes:
+        merges_done: merges learned so far.
+        total_merges: the merge budget (``vocab_size - 256 - len(special_tokens)``); training
+            may stop earlier when the best count falls below ``min_frequency``.
+        last_count: the count (sum of word weights) of the last merge learned, 0 if none.
+        merges_per_s: merges per second of wall time since the merge loop started.
+    """
+
+    merges_done: int
+    total_merges: int
+    last_count: int
+    merges_per_s: float
+
+
+ProgressFn = Callable[[TrainProgress], None]
+
+
+def _check_sizes(vocab_size: int, special_tokens: Sequence[str], min_frequency: int) -> int:
+    nspecial = len(special_tokens)
+    if not isinstance(vocab_size, (int, np.integer)) or isinstance(vocab_size, bool):
+        raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
+    if vocab_size < 256 + nspecial:
+        raise ValueError(
+            f"vocab_size={vocab_size} is below 256 byte tokens + {nspecial} special tokens "
+            f"= {256 + nspecial}"
+        )
+    if vocab_size > MAX_VOCAB_SIZE:
+        raise ValueError(f"vocab_size={vocab_size} is above the maximum {MAX_VOCAB_SIZE}")
+    if int(min_frequency) < 1:
+        raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
+    return int(vocab_size) - 256 - nspecial
+
+
+def train(
+    documents: Iterable[str | bytes],
+    vocab_size: int,
+    *,
+    min_frequency: int = 2,
+    special_tokens: Sequence[str] = (),
+    progress: ProgressFn | None = None,
+    stats: dict | None = None,
+    batch: int | None = None,
+    profile: bool = False,
+) -> Vocab:
+    """Learn a byte-level BPE vocab from documents on the GPU (DESIGN.md §2–§3; seed training
+    pipeline).
+
+    Args:
+        documents: iterable of ``str`` (UTF-8; lone surrogates → U+FFFD) or bytes-like items;
+            consumed once, word-counted in batches of ~32 MB.
+        vocab_size: total vocab size in tokens: 256 bytes + merges + special tokens;
+            ``256 + len(special_tokens) ≤ vocab_size ≤ 262,144``.
+        min_frequency: stop when the best pair's count is below this (counts are sums of word
+            counts, exact 64-bit integers).
+        special_tokens: spellings given ids after the last merge (they use up merge budget).
+        progress: called with a :class:`TrainProgress` after each batch of merges.
+        stats: if a dict, filled with ``corpus_bytes``, ``num_documents``, ``unique_words``,
+            ``stream_symbols``, ``num_merges``, ``seconds_count``, ``seconds_upload``,
+            ``seconds_merge``, ``seconds_total``, ``table_slots``, ``restarts``, ``adapter``.
+        batch: merges per submit (default: 64 on a CPU adapter, 512 otherwise).
+        profile: time each kernel with timestamp queries on sampled batches (slower);
+            ``stats["gpu_us_per_merge"]`` = mean GPU µs per merge of each kernel.
+    Returns:
+        the :class:`~torch_gpubpe.vocab.Vocab` (merges equal to ``reference.train``).
+    Raises:
+        ValueError: ``vocab_size`` out of range (names it and the bound), ``min_frequency < 1``.
+        InputError: a document is neither ``str`` nor bytes (names its index).
+        NoAdapterError, GPUOperationError: no usable GPU / a GPU operation failed.
+    """
+    from .wordcount import count_words
+
+    _check_sizes(vocab_size, special_tokens, min_frequency)
+    t0 = time.perf_counter()
+    info: dict = {}
+    counts = count_words(documents, info=info)
+    t1 = time.perf_counter()
+    st = {} if stats is None else stats
+    st.update(info)
+    st["seconds_count"] = t1 - t0
+    vocab = train_from_word_counts(
+        counts, vocab_size, min_frequency=min_frequency, special_tokens=special_tokens,
+        progress=progress, stats=st, batch=batch, profile=profile, _checked=True,
+    )
+    st["seconds_total"] = time.perf_counter() - t0
+    return vocab
+
+
+def train_from_word_counts(
+    word_counts: Mapping[bytes | str, int],
+    vocab_size: int,
+    *,
+    min_frequency: int = 2,
+    special_tokens: Sequence[str] = (),
+    progress: ProgressFn | None = None,
+    stats: dict | None = None,
+    batch: int | None = None,
+    profile: bool = False,
+    _checked: bool = False,
+) -> Vocab:
+    """Learn a vocab from a word → count mapping (DESIGN.md §3; words are taken as given, not
+    pre-tokenized again). Same arguments, result and errors as :func:`train`, plus:
+
+    Raises:
+        ValueError: a negative count (names the word), or the total pair count reaching 2^64.
+        InputError: a key that is neither ``str`` nor bytes (names it).
+    """
+    num_merges = _check_sizes(vocab_size, special_tokens, min_frequency)
+    t0 = time.perf_counter()
+    st = {} if stats is None else stats
+    words: list[bytes] = []
+    weights: list[int] = []
+    total_pairs = 0
+    for w, c in word_counts.items():
+        try:
+            c = int(c)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"count of word {w!r} is not an integer: {c!r}") from e
+        if c < 0:
+            raise ValueError(f"negative count {c} for word {w!r}")
+        try:
+            b = to_bytes(w)
+        except TypeError as e:
+            raise InputError(f"word {w!r}: {e}") from e
+        if c and len(b) > 1:
+            words.append(b)
+            weights.append(c)
+            total_pairs += c * (len(b) - 1)
+    if total_pairs >= 1 << 64:
+        raise ValueError(
+            f"the total pair count {total_pairs} reaches 2^64; the GPU counts in 64 bits"
+        )
+    st.setdefault("corpus_bytes", sum(len(to_bytes(w)) * int(c) for w, c in word_counts.items()))
+    st.setdefault("num_documents", 0)
+    st["unique_words"] = len(word_counts)
+    merges: list[tuple[int, int]] = []
+    if num_merges and words:
+        merges = GPUTrainer().run(words, weights, num_merges, int(min_frequency),
+                                  progress=progress, stats=st, batch=batch, profile=profile)
+    else:
+        st.update(stream_symbols=0, seconds_merge=0.0)
+    st["num_merges"] = len(merges)
+    if not _checked:
+        st.setdefault("seconds_count", 0.0)
+        st["seconds_total"] = time.perf_counter() - t0
+    return Vocab(tuple(merges), tuple(special_tokens))
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, int(x - 1).bit_length())
+
+
+class GPUTrainer:
+    """The ``train.wgsl`` pipelines of one device, compiled once; :meth:`run` trains.
+
+    One instance may run many trainings (sequentially); buffers are per run.
+    """
+
+    def __init__(self, gpu=None) -> None:
+        from .gpu import get_gpu
+
+        self.gpu = g = gpu or get_gpu()
+        lslots = 2048
+        while lslots > 64 and 12 * lslots + SMALL_WG_BYTES > g.max_workgroup_storage:
+            lslots //= 2
+        self.local_slots = lslots
+        self.pipes = {}
+        for name in ENTRY_BINDINGS:
+            wg_bytes = 12 * lslots if name == "pair_count" else SMALL_WG_BYTES
+            self.pipes[name] = g.pipeline("train", name, workgroup_bytes=wg_bytes,
+                                          constants={"LSLOTS": lslots})
+        self.is_cpu = "cpu" in str(g.adapter_info.get("adapter_type", "")).lower()
+
+    # -- one training run ---------------------------------------------------------------------
+    def run(self, words: list[bytes], weights: list[int], num_merges: int, min_frequency: int,
+            *, progress: ProgressFn | None = None, stats: dict | None = None,
+            batch: int | None = None, rows: int | None = None,
+            profile: bool = False) -> list[tuple[int, int]]:
+        """Learn up to ``num_merges`` merges from unique ``words`` (each ≥ 2 bytes) with
+        positive integer ``weights`` (< 2^64 in total pair count).
+
+        Args:
+            batch: most merges per submit (batches start at 16 and double up to it).
+            rows: initial pair-table rows (power of two; default from the distinct pairs).
+            profile: (adapters with timestamp queries) sampled batches are recorded one pass
+                per dispatch with timestamps; ``stats["gpu_us_per_merge"]`` gets the mean GPU
+                µs per merge of each kernel.
+        Returns:
+            the merges ``(left_id, right_id)``, merge k creating id ``256 + k``.
+        """
+        st = {} if stats is None else stats
+        t0 = time.perf_counter()
+        lens = np.fromiter((len(w) for w in words), np.int64, len(words))
+        sym = np.frombuffer(b"".join(words), np.uint8).astype(np.uint32)
+        starts = np.zeros(len(words), np.int64)
+        np.cumsum(lens[:-1], out=starts[1:])
+        wid = np.repeat(np.arange(len(words), dtype=np.uint32), lens)
+        # Distinct byte pairs inside words (≤ 65,536): sizes the pair table.
+        inner = np.ones(len(sym), bool)
+        inner[starts] = False
+        pairs = (sym[:-1] << 8 | sym[1:])[inner[1:]]
+        distinct = int(np.count_nonzero(np.bincount(pairs, minlength=1 << 16)))
+        sym[starts] |= np.uint32(TWS)
+        wts = np.array(weights, dtype=np.uint64).view(np.uint32)
+        n = len(sym)
+        g = self.gpu
+        if 4 * (n + 64) > g.max_storage_binding:
+            raise InputError(
+                f"the unique words hold {n} symbols; this adapter binds at most "
+                f"{g.max_storage_binding // 4} (train on fewer/shorter documents)"
+            )
+        max_rows = max(COLS, _pow2_at_least(g.max_storage_binding // (8 * COLS)) // 2)
+        if rows is None:
+            rows = max(COLS, _pow2_at_least(8 * distinct // COLS + 1))
+        rows = min(max_rows, rows)
+        batch = batch or (64 if self.is_cpu else 512)
+        st.update(stream_symbols=n, distinct_initial_pairs=distinct, restarts=0, rebuilds=0,
+                  adapter=g.adapter_name, merges_per_submit=batch)
+        while True:
+            res = _Run(self, sym, wid, wts, n, num_merges, min_frequency, rows, batch,
+                       max_rows, st, profile).train(progress, t0)
+            if res is not None:
+                return res
+            if rows >= max_rows:
+                raise GPUOperationError(
+                    f"the pair table overflowed at its largest size ({rows * COLS} slots)"
+                )
+            rows = min(max_rows, rows * 4)
+            st["restarts"] += 1
+
+    # -- recording --------------------------------------------------------------------------------
+    def record_merges(self, cp, bgs: list[dict], args, k0: int, cnt: int, grid_blocks) -> None:
+        """Record merges ``k0 .. k0+cnt-1`` (MERGE_STEP each) into the compute pass ``cp``.
+
+        wgpu-py's host cost per dispatch (13–36 µs, WGPU_NOTES.md §10) would dominate 32k merges
+        × 8 dispatches; the three native calls per dispatch are made directly through wgpu-py's
+        cffi library (the same calls its own methods make, minus argument checking), with the
+        wrappers as a fallback.
+        """
+        raw = _raw_api()
+        if raw is None:
+            for k in range(k0, k0 + cnt):
+                bg = bgs[k % 2]
+                for name in MERGE_STEP:
+                    if name in INDIRECT:
+                        self.dispatch_indirect(cp, name, bg[name], args, INDIRECT[name])
+                    elif name == "find_max4":
+                        self.dispatch(cp, name, bg[name], grid_blocks)
+                    else:
+                        self.dispatch(cp, name, bg[name], (1, 1))
+            return
+        set_pipeline, set_bind_group, dispatch, dispatch_indirect, null = raw
+        c = cp._internal
+        a = args._internal
+        steps = []
+        for p in (0, 1):
+            row = []
+            for name in MERGE_STEP:
+                grid = grid_blocks if name == "find_max4" else (1, 1)
+                row.append((self.pipes[name]._internal, bgs[p][name]._internal,
+                            INDIRECT.get(name, -1), grid[0], grid[1]))
+            steps.append(row)
+        for k in range(k0, k0 + cnt):
+            for pipe, bg, off, gx, gy in steps[k & 1]:
+                set_pipeline(c, pipe)
+                set_bind_group(c, 0, bg, 0, null)
+                if off >= 0:
+                    dispatch_indirect(c, a, off)
+                else:
+                    dispatch(c, gx, gy, 1)
+
+    def dispatch(self, cp, name: str, bind_group, grid) -> None:
+        cp.set_pipeline(self.pipes[name])
+        cp.set_bind_group(0, bind_group)
+        cp.dispatch_workgroups(grid[0], grid[1], 1)
+
+    def dispatch_indirect(self, cp, name: str, bind_group, args, offset: int = 0) -> None:
+        cp.set_pipeline(self.pipes[name])
+        cp.set_bind_group(0, bind_group)
+        cp.dispatch_workgroups_indirect(args, offset)
+
+
+_RAW = []
+
+
+def _raw_api():
+    """(setPipeline, setBindGroup, dispatch, dispatchIndirect, NULL) of wgpu-native, or None."""
+    if not _RAW:
+        try:
+            # The unwrapped library: errors of pass commands are deferred by wgpu-native to
+            # pass end / encoder.finish(), where wgpu-py's wrapped calls raise them.
+            from wgpu.backends.wgpu_native._ffi import ffi, lib
+
+            _RAW.append((lib.wgpuComputePassEncoderSetPipeline,
+                         lib.wgpuComputePassEncoderSetBindGroup,
+                         lib.wgpuComputePassEncoderDispatchWorkgroups,
+                         lib.wgpuComputePassEncoderDispatchWorkgroupsIndirect, ffi.NULL))
+        except (ImportError, AttributeError):
+            _RAW.append(None)
+    return _RAW[0]
+
+
+class _Run:
+    """Buffers and state of one training run (see the module docstring for the flow)."""
+
+    def __init__(self, trainer: GPUTrainer, sym, wid, wts, n, num_merges, min_frequency, rows,
+                 batch, max_rows, st, profile) -> None:
+        self.t, self.g = trainer, trainer.gpu
+        self.n, self.num_merges, self.batch, self.max_rows = n, num_merges, batch, max_rows
+        self.st = st
+        g, U = self.g, self.g.wgpu.BufferUsage
+        S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
+        self.tile_cap = (n + TILE - 1) // TILE + 1
+        self.b = {
+            "params": g.buffer(32, U.UNIFORM | U.COPY_DST, "train.params"),
+            "state": g.buffer(4 * STATE_WORDS, S | C, "train.state"),
+            "args": g.buffer(48, S | U.INDIRECT | C, "train.args"),
+            "sym0": g.buffer(4 * n + 16, S | C, "train.sym0"),
+            "sym1": g.buffer(4 * n + 16, S | C, "train.sym1"),
+            "wid0": g.buffer(4 * n + 16, S | C, "train.wid0"),
+            "wid1": g.buffer(4 * n + 16, S | C, "train.wid1"),
+            "weights": g.buffer(4 * len(wts), S | C, "train.weights"),
+            "flags": g.buffer(4 * n + 16, S, "train.flags"),
+            "tiles": g.buffer(8 * self.tile_cap, S, "train.tiles"),
+            "merges": g.buffer(16 * num_merges, S | C, "train.merges"),
+        }
+        mf = min(int(min_frequency), (1 << 64) - 1)
+        self.min_freq = (mf & 0xFFFFFFFF, mf >> 32)
+        q = g.device.queue
+        state = np.zeros(STATE_WORDS, np.uint32)
+        state[S_N] = n
+        q.write_buffer(self.b["state"], 0, state)
+        q.write_buffer(self.b["sym0"], 0, sym)
+        q.write_buffer(self.b["wid0"], 0, wid)
+        q.write_buffer(self.b["weights"], 0, wts)
+        self._table(rows)
+        self.profiler = _Profiler(g, batch) if profile and g.has_timestamps else None
+
+    def _table(self, rows: int) -> None:
+        """(Re)create the pair table with ``rows`` rows, its params and the bind groups."""
+        g, U = self.g, self.g.wgpu.BufferUsage
+        self.rows = rows
+        self.slots = rows * COLS
+        self.nblocks = max(1, self.slots // BLOCK)
+        S = U.STORAGE
+        self.b.update(
+            tkeys=g.buffer(4 * self.slots, S, "train.table_keys"),
+            tcounts=g.buffer(8 * self.slots, S, "train.table_counts"),
+            dirty=g.buffer(4 * self.nblocks, S, "train.dirty"),
+            best=g.buffer(16 * self.nblocks, S, "train.block_best"),
+        )
+        g.device.queue.write_buffer(self.b["params"], 0, np.array(
+            [self.num_merges, *self.min_freq, rows, self.nblocks, self.tile_cap, 0, 0],
+            np.uint32))
+        self.bgs = []
+        b = self.b
+        for p in (0, 1):
+            res = {
+                _P: b["params"], _STATE: b["state"], _ARGS: b["args"],
+                _SYM_IN: b[f"sym{p}"], _WID_IN: b[f"wid{p}"],
+                _SYM_OUT: b[f"sym{1 - p}"], _WID_OUT: b[f"wid{1 - p}"],
+                _WEIGHTS: b["weights"], _FLAGS: b["flags"], _TILES: b["tiles"],
+                _TKEYS: b["tkeys"], _TCOUNTS: b["tcounts"], _DIRTY: b["dirty"],
+                _BEST: b["best"], _MERGES: b["merges"],
+            }
+            self.bgs.append({
+                name: g.bind_group(self.t.pipes[name], {k: res[k] for k in binds},
+                                   label=f"train.{name}.{p}")
+                for name, binds in ENTRY_BINDINGS.items()
+            })
+        self.st["table_slots"] = self.slots
+
+    def _count(self, merges_done: int, n: int) -> None:
+        """clear_table + pair_count over the current stream (``merges_done`` fixes its buffer)."""
+        g = self.g
+        bg = self.bgs[merges_done % 2]
+        enc = g.device.create_command_encoder(label="train.count")
+        cp = enc.begin_compute_pass(label="train.count")
+        self.t.dispatch(cp, "clear_table", bg["clear_table"], g.grid(-(-self.slots // WG)))
+        self.t.dispatch(cp, "pair_count", bg["pair_count"], g.grid(-(-max(n, 1) // PC_SYMBOLS_PER_WG)))
+        cp.end()
+        g.device.queue.submit([enc.finish()])
+
+    def _record(self, k0: int, cnt: int, buf) -> object:
+        """Record merges k0 .. k0+cnt-1 and the readback of state + their merges into ``buf``."""
+        g, t, b = self.g, self.t, self.b
+        enc = g.device.create_command_encoder(label="train.merges")
+        prof = self.profiler is not None and self.profiler.wants(k0)
+        grid_blocks = g.grid(self.nblocks)
+        if prof:
+            for k in range(k0, k0 + cnt):
+                bg = self.bgs[k % 2]
+                for name in MERGE_STEP:
+                    cp = self.profiler.begin(enc, name, k - k0)
+                    if name in INDIRECT:
+                        t.dispatch_indirect(cp, name, bg[name], b["args"], INDIRECT[name])
+                    elif name == "find_max4":
+                        t.dispatch(cp, name, bg[name], grid_blocks)
+                    else:
+                        t.dispatch(cp, name, bg[name], (1, 1))
+                    cp.end()
+            self.profiler.resolve(enc)
+        else:
+            cp = enc.begin_compute_pass(label="train.merges")
+            t.record_merges(cp, self.bgs, b["args"], k0, cnt, grid_blocks)
+            cp.end()
+        enc.copy_buffer_to_buffer(b["state"], 0, buf, 0, 4 * STATE_WORDS)
+        enc.copy_buffer_to_buffer(b["merges"], 16 * k0, buf, 4 * STATE_WORDS, 16 * cnt)
+        g.device.queue.submit([enc.finish()])
+        if prof:
+            self.profiler.collect()
+        return buf.map_async("READ_NOSYNC", 0, 4 * STATE_WORDS + 16 * cnt)
+
+    def train(self, progress: ProgressFn | None, t0: float) -> list[tuple[int, int]] | None:
+        """Run the merge loop; None when the pair table overflowed (caller restarts larger)."""
+        g, st = self.g, self.st
+        self._count(0, self.n)
+        t_up = time.perf_counter()
+        st["seconds_upload"] = t_up - t0
+        U = g.wgpu.BufferUsage
+        staging = [g.buffer(4 * STATE_WORDS + 16 * self.batch, U.MAP_READ | U.COPY_DST,
+                            f"train.readback{i}") for i in (0, 1)]
+        inflight: list = []   # (buffer, promise, k0, cnt), oldest first, at most 2
+        recorded = done = last_count = nbatches = 0
+        stopped = need_rebuild = False
+        size = min(16, self.batch)
+        while True:
+            if need_rebuild and not inflight:
+                self._rebuild(done, n_now)
+                need_rebuild = False
+            if (not stopped and not need_rebuild and recorded < self.num_merges
+                    and len(inflight) < 2):
+                cnt = min(size, self.num_merges - recorded)
+                buf = staging[nbatches % 2]
+                inflight.append((buf, self._record(recorded, cnt, buf), recorded, cnt))
+                recorded += cnt
+                nbatches += 1
+                size = min(self.batch, size * 2)
+                if len(inflight) < 2 and recorded < self.num_merges:
+                    continue        # keep one batch queued behind the one being read
+            if not inflight:
+                break
+            buf, promise, k0, cnt = inflight.pop(0)
+            g.wait_promise(promise, "training state readback")
+            raw = np.frombuffer(buf.read_mapped(0, 4 * STATE_WORDS + 16 * cnt), np.uint32).copy()
+            buf.unmap()
+            stv = raw[:STATE_WORDS]
+            if stv[S_OVERFLOW]:
+                for b2, p2, _, _ in inflight:
+                    g.wait_promise(p2, "training state readback")
+                    b2.unmap()
+                return None
+            done = int(stv[S_K])
+            stopped = stopped or bool(stv[S_STOP])
+            got = min(cnt, max(0, done - k0))
+            if got:
+                mm = raw[STATE_WORDS:].reshape(-1, 4)[got - 1]
+                last_count = int(mm[2]) | (int(mm[3]) << 32)
+            if progress is not None:
+                el = time.perf_counter() - t_up
+                progress(TrainProgress(done, self.num_merges, last_count,
+                                       done / el if el > 0 else 0.0))
+            n_now = int(stv[S_N])
+            if not stopped and int(stv[S_OCC]) * 2 > self.slots:
+                # Rebuild once the queued batch has drained (it must see the final stream).
+                need_rebuild = True
+        merges = g.read_u32(self.b["merges"], 0, 4 * done, what="merge list readback")
+        st["seconds_merge"] = time.perf_counter() - t_up
+        if self.profiler is not None:
+            st["gpu_us_per_merge"] = self.profiler.per_merge_us()
+        m = merges.reshape(-1, 4)
+        return [(int(a), int(c)) for a, c in zip(m[:, 0], m[:, 1])]
+
+    def _rebuild(self, merges_done: int, n: int) -> None:
+        """Recount the pair table from the current stream (drops the keys whose count fell to
+        0); grow it first when the live pairs would fill more than a quarter of it."""
+        self.st["rebuilds"] += 1
+        self._count(merges_done, n)
+        occ = int(self.g.read_u32(self.b["state"], 4 * S_OCC, 1, what="table occupancy")[0])
+        if occ * 4 > self.slots and self.rows < self.max_rows:
+            rows = self.rows
+            while occ * 4 > rows * COLS and rows < self.max_rows:
+                rows *= 2
+            self._table(rows)
+            self._count(merges_done, n)
+
+
+class _Profiler:
+    """Timestamp queries around each dispatch of sampled batches (WGPU_NOTES.md §6)."""
+
+    MAX_MERGES = 64  # per sampled batch (2 timestamps × 8 kernels × 64 = 1024 queries)
+
+    def __init__(self, gpu, batch: int) -> None:
+        self.g = gpu
+        U = gpu.wgpu.BufferUsage
+        self.n = 2 * len(MERGE_STEP) * self.MAX_MERGES
+        self.qs = gpu.device.create_query_set(label="train.timestamps", type="timestamp",
+                                              count=self.n)
+        self.resolve_buf = gpu.buffer(8 * self.n, U.QUERY_RESOLVE | U.COPY_SRC, "train.ts")
+        self.read_buf = gpu.buffer(8 * self.n, U.MAP_READ | U.COPY_DST, "train.ts_read")
+        self.totals = {name: 0.0 for name in MERGE_STEP}
+        self.merges = 0
+        self.calls = 0
+        self.used = 0
+        self.names: list[str] = []
+        try:
+            from wgpu.backends.wgpu_native._ffi import lib
+
+            self.ns_per_tick = float(lib.wgpuQueueGetTimestampPeriod(gpu.device.queue._internal))
+        except Exception:  # noqa: BLE001 - 1.0 on every adapter measured (WGPU_NOTES.md §6)
+            self.ns_per_tick = 1.0
+
+    def wants(self, first_merge: int) -> bool:
+        """Sample every 4th batch (the first is skipped: it includes lazy compilation)."""
+        self.calls += 1
+        return self.calls % 4 == 2
+
+    def begin(self, enc, name: str, j: int):
+        if j >= self.MAX_MERGES:
+            return enc.begin_compute_pass(label=f"train.{name}")
+        i = self.used
+        self.used += 2
+        self.names.append(name)
+        return enc.begin_compute_pass(label=f"train.{name}", timestamp_writes={
+            "query_set": self.qs, "beginning_of_pass_write_index": i,
+            "end_of_pass_write_index": i + 1})
+
+    def resolve(self, enc) -> None:
+        if self.used:
+            enc.resolve_query_set(self.qs, 0, self.used, self.resolve_buf, 0)
+            enc.copy_buffer_to_buffer(self.resolve_buf, 0, self.read_buf, 0, 8 * self.used)
+
+    def collect(self) -> None:
+        if not self.used:
+            return
+        self.g.wait_map(self.read_buf, "READ_NOSYNC", 0, 8 * self.used, "timestamp readback")
+        t = np.frombuffer(self.read_buf.read_mapped(0, 8 * self.used), np.uint64).astype(np.int64)
+        self.read_buf.unmap()
+        for j, name in enumerate(self.names):
+            self.totals[name] += max(0, int(t[2 * j + 1] - t[2 * j])) * self.ns_per_tick / 1e3
+        self.merges += len(self.names) // len(MERGE_STEP)
+        self.used = 0
+        self.names = []
+
+    def per_merge_us(self) -> dict[str, float]:
+        m = max(1, self.merges)
+        return {name: v / m for name, v in self.totals.items()}

@@ -1,0 +1,692 @@
+// train.wgsl — GPU BPE training (DESIGN.md §3; seed "Eğitim Pipeline", §2 two-level pair count,
+// §3 subgroup-cooperative compaction).
+//
+// The trainer works on the *unique words* of the corpus (DESIGN.md §3: "words may be
+// deduplicated with counts first"), concatenated into one symbol stream:
+//   symbol = token id (18 bits, ids < 2^18) | TWS on the first symbol of every word.
+// Deviation from the seed/§2: the word-start flag is bit 31 (TWS), not WORD_START_BIT = 0x10000,
+// because training ids reach 2^18 - 1 and bit 16 is an id bit above 65,535.
+// Every symbol carries the index of its word; the word's weight (its count, a 64-bit integer
+// split into lo/hi u32) multiplies every pair the word holds.
+//
+// One training step ("merge") is, in order (all recorded into one command buffer, many merges
+// per submit, no readback per merge):
+//   find_max4          per 1024-slot block of the pair table whose counts changed: the block's
+//                      best (count desc, left asc, right asc) → best[]
+//   find_max_final_det one workgroup: best of the blocks → merges[k]; stop when < min_frequency
+//   setup_merge        one thread: stream length → indirect dispatch args (0 when stopped)
+//   merge_reduce       per 2048-symbol tile: last "run break" (runs of A; only when A == B)
+//   scan_pass1         one workgroup: exclusive prefix max of the tiles' run breaks (A == B)
+//   scan_pass2         per tile: merge marks (left to right, non-overlapping), keep flags → flags[],
+//                      kept symbols per tile
+//   scan_pass3         one workgroup: exclusive prefix sum of the kept counts → tile offsets
+//   finalize_compact   per tile: scan + merge apply + scatter into the other stream buffer, and
+//                      the exact pair-count deltas (old pairs around each merge out, new ones in)
+// clear_table + pair_count run once at the start (and on a rebuild): afterwards the pair table is
+// updated by deltas, which is exact and touches only the neighbourhood of each merge.
+// Deviation from the seed: pair_count is not re-run per merge (the deltas replace it).
+//
+// Pair table: open addressing, 32 "columns" × rows (rows a power of two). A pair (a, b) is
+// mapped by an invertible 3-round Feistel mix over 18+18 bits to (stored, col): col = 5 bits,
+// stored = the other 31 bits; the pair lives in column col, so the key is recovered exactly
+// from (stored, slot % 32) and fits one u32 for atomicCompareExchange. EMPTY = 0xFFFFFFFF
+// (never a stored value: stored < 2^31). Rows are probed quadratically (triangular numbers).
+// Counts are 64-bit: lo/hi u32 with the carry of every atomicAdd on lo added to hi, so sums
+// over 2^32 are exact; subtraction adds the two's complement (mod 2^64).
+//
+// Bindings (group 0; each entry point uses a subset):
+//   0 P        : uniform             Params      run constants (below)
+//   1 state    : storage, read_write array<atomic<u32>>  S_* words below; length ≥ 16
+//   2 args     : storage, read_write array<u32>  indirect dispatch args (3 × u32 each, at 0, 4,
+//                                               8: see setup_merge); length ≥ 12
+//   3 sym_in   : storage, read       array<u32>  current stream, symbol | TWS; length ≥ S_NCUR
+//   4 wid_in   : storage, read       array<u32>  word index of each symbol of sym_in
+//   5 sym_out  : storage, read_write array<u32>  compacted stream (next step's sym_in)
+//   6 wid_out  : storage, read_write array<u32>  word index of each symbol of sym_out
+//   7 weights  : storage, read       array<u32>  word counts, (lo, hi) per word; length 2·words
+//   8 flags    : storage, read_write array<u32>  per symbol: bit0 merge starts here, bit1 alive
+//                                               (not the right half of a merge), bit2 kept
+//   9 tiles    : storage, read_write array<u32>  [0, tile_cap): run breaks → prefix max;
+//                                               [tile_cap, 2·tile_cap): kept counts → offsets
+//  10 tkeys    : storage, read_write array<atomic<u32>>  pair table keys; length rows·32
+//  11 tcounts  : storage, read_write array<atomic<u32>>  pair table counts (lo, hi); 2·rows·32
+//  12 dirty    : storage, read_write array<u32>  per 1024-slot block: counts changed; nblocks
+//  13 best     : storage, read_write array<u32>  per block: (count lo, count hi, a, b)
+//  14 merges   : storage, read_write array<u32>  per merge: (a, b, count lo, count hi)
+
+struct Params {
+    num_merges: u32,    // merge budget (vocab_size - 256 - specials)
+    min_freq_lo: u32,   // min_frequency, 64-bit
+    min_freq_hi: u32,
+    rows: u32,          // pair-table rows (power of two); slots = rows * COLS
+    nblocks: u32,       // slots / BLOCK
+    tile_cap: u32,      // capacity of each half of `tiles`
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read_write> state: array<atomic<u32>>;
+@group(0) @binding(2) var<storage, read_write> args: array<u32>;
+@group(0) @binding(3) var<storage, read> sym_in: array<u32>;
+@group(0) @binding(4) var<storage, read> wid_in: array<u32>;
+@group(0) @binding(5) var<storage, read_write> sym_out: array<u32>;
+@group(0) @binding(6) var<storage, read_write> wid_out: array<u32>;
+@group(0) @binding(7) var<storage, read> weights: array<u32>;
+@group(0) @binding(8) var<storage, read_write> flags: array<u32>;
+@group(0) @binding(9) var<storage, read_write> tiles: array<u32>;
+@group(0) @binding(10) var<storage, read_write> tkeys: array<atomic<u32>>;
+@group(0) @binding(11) var<storage, read_write> tcounts: array<atomic<u32>>;
+@group(0) @binding(12) var<storage, read_write> dirty: array<u32>;
+@group(0) @binding(13) var<storage, read_write> best: array<u32>;
+@group(0) @binding(14) var<storage, read_write> merges: array<u32>;
+
+// ---- constants -------------------------------------------------------------------------------
+const WG: u32 = 256u;              // threads per workgroup = symbols per tile
+const TWS: u32 = 0x80000000u;      // word start flag of the training stream (see header)
+const IDM: u32 = 0x3FFFFu;         // id bits (vocab ≤ 2^18)
+const EMPTY: u32 = 0xFFFFFFFFu;
+const COLS: u32 = 32u;             // table columns (5 key bits live in the slot index)
+const BLOCK: u32 = 1024u;          // table slots per find_max4 workgroup (4 per thread)
+const MAX_PROBE: u32 = 64u;        // bounded probing; past it the overflow flag is raised
+const F_MERGE: u32 = 1u;
+const F_ALIVE: u32 = 2u;
+const F_KEEP: u32 = 4u;
+
+// state words
+const S_N: u32 = 0u;        // stream length after the last merge
+const S_NCUR: u32 = 1u;     // stream length the running merge reads
+const S_K: u32 = 2u;        // merges done
+const S_STOP: u32 = 3u;     // 1: finished (budget reached or best count < min_frequency)
+const S_A: u32 = 4u;        // running merge: left id
+const S_B: u32 = 5u;        //                right id
+const S_C: u32 = 6u;        //                new id
+const S_OCC: u32 = 7u;      // occupied table slots
+const S_OVERFLOW: u32 = 8u; // 1: a probe sequence ran out (host grows the table and restarts)
+
+// pair_count's workgroup hash table (seed: 1024 slots; sized on the host for the adapter's
+// workgroup-storage limit: 12 B per slot). Power of two, multiple of COLS·WG/… (see trainer.py).
+override LSLOTS: u32 = 2048u;
+const PC_ITEMS: u32 = 4u;          // symbols per pair_count thread (1024 per workgroup)
+
+// ---- workgroup memory --------------------------------------------------------------------------
+var<workgroup> lkeys: array<atomic<u32>, LSLOTS>;
+var<workgroup> lcnt: array<atomic<u32>, 2u * LSLOTS>;
+var<workgroup> sh_a: array<u32, WG>;
+var<workgroup> sh_b: array<u32, WG>;
+var<workgroup> sh_c: array<u32, WG>;
+var<workgroup> sh_d: array<u32, WG>;
+var<workgroup> sh_u: u32;
+var<workgroup> sh_v: u32;
+var<workgroup> sh_w: u32;
+var<workgroup> sh_x: u32;
+var<workgroup> sh_cnt: atomic<u32>;
+var<workgroup> sh_sg: array<u32, 128>;
+
+// ---- hashing and keys --------------------------------------------------------------------------
+// Murmur3 finaliser (seed §2).
+fn fmix(h0: u32) -> u32 {
+    var h = h0;
+    h ^= h >> 16u;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13u;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16u;
+    return h;
+}
+
+// (a, b) → (stored, col): invertible Feistel mix over 18 + 18 bits.
+fn key_pack(a: u32, b: u32) -> vec2<u32> {
+    var l = a;
+    var r = b;
+    l ^= fmix(r ^ 0x9E3779B9u) & IDM;
+    r ^= fmix(l ^ 0x7F4A7C15u) & IDM;
+    l ^= fmix(r ^ 0x85EBCA77u) & IDM;
+    return vec2<u32>((l << 13u) | (r >> 5u), r & 31u);
+}
+
+fn key_unpack(stored: u32, col: u32) -> vec2<u32> {
+    var l = stored >> 13u;
+    var r = ((stored & 0x1FFFu) << 5u) | col;
+    l ^= fmix(r ^ 0x85EBCA77u) & IDM;
+    r ^= fmix(l ^ 0x7F4A7C15u) & IDM;
+    l ^= fmix(r ^ 0x9E3779B9u) & IDM;
+    return vec2<u32>(l, r);
+}
+
+fn row_home(stored: u32) -> u32 { return fmix(stored ^ 0x5bd1e995u); }
+
+// Slot of `stored` in column `col` of the global table, inserting it if absent;
+// EMPTY (and the overflow flag) when MAX_PROBE rows were all taken by other keys.
+fn table_slot(stored: u32, col: u32) -> u32 {
+    let mask = P.rows - 1u;
+    var row = row_home(stored) & mask;
+    for (var p = 1u; p <= MAX_PROBE; p++) {
+        let slot = row * COLS + col;
+        var cur = atomicLoad(&tkeys[slot]);
+        if (cur == EMPTY) {
+            let r = atomicCompareExchangeWeak(&tkeys[slot], EMPTY, stored);
+            if (r.exchanged) {
+                atomicAdd(&state[S_OCC], 1u);
+                return slot;
+            }
+            cur = r.old_value;
+            if (cur == EMPTY) {        // spurious weak-CAS failure: try this slot once more
+                let r2 = atomicCompareExchangeWeak(&tkeys[slot], EMPTY, stored);
+                if (r2.exchanged) {
+                    atomicAdd(&state[S_OCC], 1u);
+                    return slot;
+                }
+                cur = r2.old_value;
+            }
+        }
+        if (cur == stored) { return slot; }
+        row = (row + p) & mask;
+    }
+    atomicStore(&state[S_OVERFLOW], 1u);
+    return EMPTY;
+}
+
+// Add the 64-bit value (lo, hi) to a table slot's count (mod 2^64) and mark its block dirty.
+fn table_add(slot: u32, lo: u32, hi: u32) {
+    let old = atomicAdd(&tcounts[2u * slot], lo);
+    let h = hi + select(0u, 1u, old + lo < old);
+    if (h != 0u) { atomicAdd(&tcounts[2u * slot + 1u], h); }
+    dirty[slot / BLOCK] = 1u;
+}
+
+// Add (sign=false) or subtract (sign=true) the 64-bit weight (lo, hi) to pair (a, b).
+fn pair_delta(a: u32, b: u32, lo: u32, hi: u32, negative: bool) {
+    let k = key_pack(a, b);
+    let slot = table_slot(k.x, k.y);
+    if (slot == EMPTY) { return; }
+    if (negative) {
+        table_add(slot, 0u - lo, ~hi + select(0u, 1u, lo == 0u));
+    } else {
+        table_add(slot, lo, hi);
+    }
+}
+
+// (count desc, a asc, b asc): whether candidate x beats y. Entries are (lo, hi, a, b).
+fn better(x: vec4<u32>, y: vec4<u32>) -> bool {
+    if (x.y != y.y) { return x.y > y.y; }
+    if (x.x != y.x) { return x.x > y.x; }
+    if (x.z != y.z) { return x.z < y.z; }
+    return x.w < y.w;
+}
+
+const NO_BEST: vec4<u32> = vec4<u32>(0u, 0u, 0xFFFFFFFFu, 0xFFFFFFFFu);
+
+// Tree reduction of `v` over the workgroup by `better`; the result is valid in thread 0.
+fn wg_best(lid: u32, v: vec4<u32>) -> vec4<u32> {
+    sh_a[lid] = v.x;
+    sh_b[lid] = v.y;
+    sh_c[lid] = v.z;
+    sh_d[lid] = v.w;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            let x = vec4<u32>(sh_a[lid], sh_b[lid], sh_c[lid], sh_d[lid]);
+            let y = vec4<u32>(sh_a[lid + s], sh_b[lid + s], sh_c[lid + s], sh_d[lid + s]);
+            if (better(y, x)) {
+                sh_a[lid] = y.x;
+                sh_b[lid] = y.y;
+                sh_c[lid] = y.z;
+                sh_d[lid] = y.w;
+            }
+        }
+        workgroupBarrier();
+    }
+    return vec4<u32>(sh_a[0], sh_b[0], sh_c[0], sh_d[0]);
+}
+
+// Inclusive prefix max of `v` over the workgroup (Hillis–Steele in workgroup memory).
+fn wg_incl_max(lid: u32, v: u32) -> u32 {
+    var x = v;
+    sh_a[lid] = x;
+    workgroupBarrier();
+    for (var d = 1u; d < WG; d <<= 1u) {
+        var y = 0u;
+        if (lid >= d) { y = sh_a[lid - d]; }
+        workgroupBarrier();
+        x = max(x, y);
+        sh_a[lid] = x;
+        workgroupBarrier();
+    }
+    return x;
+}
+
+// Inclusive prefix sum of `v` over the workgroup in lid order (Hillis–Steele).
+fn wg_incl_add(lid: u32, v: u32) -> u32 {
+    var x = v;
+    sh_a[lid] = x;
+    workgroupBarrier();
+    for (var d = 1u; d < WG; d <<= 1u) {
+        var y = 0u;
+        if (lid >= d) { y = sh_a[lid - d]; }
+        workgroupBarrier();
+        x = x + y;
+        sh_a[lid] = x;
+        workgroupBarrier();
+    }
+    return x;
+}
+
+fn linear_id(wid: vec3<u32>, nwg: vec3<u32>) -> u32 { return linear_workgroup(wid, nwg); }
+
+// ---- clear_table: empty the pair table, mark every block dirty ---------------------------------
+@compute @workgroup_size(WG)
+fn clear_table(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let slot = linear_id(wid, nwg) * WG + lid;
+    if (slot == 0u) {
+        atomicStore(&state[S_OCC], 0u);
+        atomicStore(&state[S_OVERFLOW], 0u);
+    }
+    if (slot >= P.rows * COLS) { return; }
+    atomicStore(&tkeys[slot], EMPTY);
+    atomicStore(&tcounts[2u * slot], 0u);
+    atomicStore(&tcounts[2u * slot + 1u], 0u);
+    if (slot % BLOCK == 0u) { dirty[slot / BLOCK] = 1u; }
+}
+
+// ---- pair_count: two-level counting of every pair of the stream (seed §2) ----------------------
+// Each workgroup aggregates 1024 symbols' pairs in a workgroup-memory table (same key packing,
+// LSLOTS / COLS rows per column), then adds its totals to the global table.
+@compute @workgroup_size(WG)
+fn pair_count(@builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let lrows = LSLOTS / COLS;
+    for (var j = lid; j < LSLOTS; j += WG) {
+        atomicStore(&lkeys[j], EMPTY);
+        atomicStore(&lcnt[2u * j], 0u);
+        atomicStore(&lcnt[2u * j + 1u], 0u);
+    }
+    workgroupBarrier();
+    let n = atomicLoad(&state[S_N]);
+    let base = linear_id(wid, nwg) * (WG * PC_ITEMS);
+    for (var it = 0u; it < PC_ITEMS; it++) {
+        let i = base + it * WG + lid;
+        if (i + 1u >= n) { continue; }
+        let s1 = sym_in[i + 1u];
+        if ((s1 & TWS) != 0u) { continue; }
+        let w = wid_in[i];
+        let lo = weights[2u * w];
+        let hi = weights[2u * w + 1u];
+        let k = key_pack(sym_in[i] & IDM, s1 & IDM);
+        var row = row_home(k.x) & (lrows - 1u);
+        var done = false;
+        for (var p = 1u; p <= lrows; p++) {
+            let slot = row * COLS + k.y;
+            var cur = atomicLoad(&lkeys[slot]);
+            if (cur == EMPTY) {
+                let r = atomicCompareExchangeWeak(&lkeys[slot], EMPTY, k.x);
+                cur = select(r.old_value, k.x, r.exchanged);
+            }
+            if (cur == k.x) {
+                let old = atomicAdd(&lcnt[2u * slot], lo);
+                let h = hi + select(0u, 1u, old + lo < old);
+                if (h != 0u) { atomicAdd(&lcnt[2u * slot + 1u], h); }
+                done = true;
+                break;
+            }
+            if (cur != EMPTY) { row = (row + p) & (lrows - 1u); }
+        }
+        if (!done) {   // local column full: count straight into the global table
+            let g = table_slot(k.x, k.y);
+            if (g != EMPTY) { table_add(g, lo, hi); }
+        }
+    }
+    workgroupBarrier();
+    for (var j = lid; j < LSLOTS; j += WG) {
+        let st = atomicLoad(&lkeys[j]);
+        if (st == EMPTY) { continue; }
+        let g = table_slot(st, j % COLS);
+        if (g != EMPTY) {
+            table_add(g, atomicLoad(&lcnt[2u * j]), atomicLoad(&lcnt[2u * j + 1u]));
+        }
+    }
+}
+
+// ---- find_max4: best entry of each dirty 1024-slot block (4 slots per thread) ------------------
+@compute @workgroup_size(WG)
+fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let blk = linear_id(wid, nwg);
+    if (blk >= P.nblocks) { return; }
+    if (lid == 0u) {
+        sh_u = atomicLoad(&state[S_STOP]);
+        sh_v = dirty[blk];
+    }
+    let stop = workgroupUniformLoad(&sh_u);
+    let is_dirty = workgroupUniformLoad(&sh_v);
+    if (stop != 0u || is_dirty == 0u) { return; }
+    var b = NO_BEST;
+    for (var j = 0u; j < 4u; j++) {
+        let slot = blk * BLOCK + j * WG + lid;
+        let st = atomicLoad(&tkeys[slot]);
+        if (st == EMPTY) { continue; }
+        let lo = atomicLoad(&tcounts[2u * slot]);
+        let hi = atomicLoad(&tcounts[2u * slot + 1u]);
+        if ((lo | hi) == 0u) { continue; }
+        let ab = key_unpack(st, slot % COLS);
+        let c = vec4<u32>(lo, hi, ab.x, ab.y);
+        if (better(c, b)) { b = c; }
+    }
+    let r = wg_best(lid, b);
+    if (lid == 0u) {
+        best[4u * blk] = r.x;
+        best[4u * blk + 1u] = r.y;
+        best[4u * blk + 2u] = r.z;
+        best[4u * blk + 3u] = r.w;
+        dirty[blk] = 0u;
+    }
+}
+
+// ---- find_max_final_det: the deterministic global best → merges[k] -----------------------------
+// The order (count desc, a asc, b asc) is total, so the result does not depend on slot order or
+// thread scheduling.
+@compute @workgroup_size(WG)
+fn find_max_final_det(@builtin(local_invocation_index) lid: u32) {
+    if (lid == 0u) { sh_u = atomicLoad(&state[S_STOP]); }
+    if (workgroupUniformLoad(&sh_u) != 0u) { return; }
+    var b = NO_BEST;
+    for (var j = lid; j < P.nblocks; j += WG) {
+        let c = vec4<u32>(best[4u * j], best[4u * j + 1u], best[4u * j + 2u], best[4u * j + 3u]);
+        if (better(c, b)) { b = c; }
+    }
+    let r = wg_best(lid, b);
+    if (lid == 0u) {
+        let k = atomicLoad(&state[S_K]);
+        let below = r.y < P.min_freq_hi || (r.y == P.min_freq_hi && r.x < P.min_freq_lo);
+        if (k >= P.num_merges || (r.x | r.y) == 0u || below) {
+            atomicStore(&state[S_STOP], 1u);
+        } else {
+            merges[4u * k] = r.z;
+            merges[4u * k + 1u] = r.w;
+            merges[4u * k + 2u] = r.x;
+            merges[4u * k + 3u] = r.y;
+            atomicStore(&state[S_A], r.z);
+            atomicStore(&state[S_B], r.w);
+            atomicStore(&state[S_C], 256u + k);
+            atomicStore(&state[S_K], k + 1u);
+        }
+    }
+}
+
+// ---- setup_merge: size this merge's stream dispatches on the GPU -------------------------------
+// args[0..3): every tile; args[4..7): every tile if A == B (runs to resolve) else none;
+// args[8..11): one workgroup if A == B else none. Stopped: all none.
+fn grid_args(off: u32, tiles_n: u32) {
+    // 2-D grid, each side ≤ 65,535 (indirect args above that are silently a no-op).
+    var gy = 1u;
+    if (tiles_n > 65535u) { gy = (tiles_n + 65534u) / 65535u; }
+    args[off] = (tiles_n + gy - 1u) / gy;
+    args[off + 1u] = select(0u, gy, tiles_n > 0u);
+    args[off + 2u] = 1u;
+}
+
+@compute @workgroup_size(1)
+fn setup_merge() {
+    let n = atomicLoad(&state[S_N]);
+    atomicStore(&state[S_NCUR], n);
+    var tiles_n = (n + TILE - 1u) / TILE;
+    if (atomicLoad(&state[S_STOP]) != 0u) { tiles_n = 0u; }
+    let runs = atomicLoad(&state[S_A]) == atomicLoad(&state[S_B]);
+    grid_args(0u, tiles_n);
+    grid_args(4u, select(0u, tiles_n, runs));
+    grid_args(8u, select(0u, 1u, runs && tiles_n > 0u));
+}
+
+// ---- stream helpers ------------------------------------------------------------------------------
+// Stream kernels: one tile = WG threads × ITEMS consecutive symbols per thread.
+const ITEMS: u32 = 8u;
+const TILE: u32 = WG * ITEMS;
+
+// Whether position j is not the continuation of a run of A ("run break"; used when A == B).
+fn is_break(j: u32, a: u32) -> bool {
+    let s = sym_in[j];
+    if ((s & IDM) != a || j == 0u || (s & TWS) != 0u) { return true; }
+    return (sym_in[j - 1u] & IDM) != a;
+}
+
+// Whether the merge (A, B) starts at position j; rsj = start of j's run (A == B only):
+// runs of A are merged left to right, pairs at even offsets from the run start.
+fn is_merge(j: u32, rsj: u32, n: u32, a: u32, b: u32) -> bool {
+    if (j + 1u >= n) { return false; }
+    let s0 = sym_in[j];
+    let s1 = sym_in[j + 1u];
+    if ((s1 & TWS) != 0u || (s0 & IDM) != a || (s1 & IDM) != b) { return false; }
+    return a != b || ((j - rsj) & 1u) == 0u;
+}
+
+struct StreamCtx {
+    n: u32,
+    a: u32,
+    b: u32,
+    c: u32,
+}
+
+fn load_ctx(lid: u32) -> StreamCtx {
+    if (lid == 0u) {
+        sh_u = atomicLoad(&state[S_NCUR]);
+        sh_v = atomicLoad(&state[S_A]);
+        sh_w = atomicLoad(&state[S_B]);
+    }
+    let n = workgroupUniformLoad(&sh_u);
+    let a = workgroupUniformLoad(&sh_v);
+    let b = workgroupUniformLoad(&sh_w);
+    return StreamCtx(n, a, b, atomicLoad(&state[S_C]));
+}
+
+// Last run break among this thread's ITEMS positions starting at `first` (0 if none).
+fn thread_last_break(first: u32, n: u32, a: u32) -> u32 {
+    var v = 0u;
+    for (var j = 0u; j < ITEMS; j++) {
+        let i = first + j;
+        if (i < n && is_break(i, a)) { v = i; }
+    }
+    return v;
+}
+
+// ---- merge_reduce: per tile, the last run break (input of the prefix max; A == B only) ---------
+@compute @workgroup_size(WG)
+fn merge_reduce(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let t = linear_id(wid, nwg);
+    let ctx = load_ctx(lid);
+    let ntiles = (ctx.n + TILE - 1u) / TILE;
+    if (t >= ntiles) { return; }
+    let v = thread_last_break(t * TILE + lid * ITEMS, ctx.n, ctx.a);
+    let m = wg_incl_max(lid, v);
+    if (lid == WG - 1u) { tiles[t] = m; }
+}
+
+// ---- scan_pass1 / scan_pass3: one-workgroup exclusive scans over the tiles ---------------------
+// Each thread owns a contiguous chunk of ceil(ntiles / 256) tiles (bounded loop).
+fn tile_scan(lid: u32, base: u32, count: u32, use_max: bool) -> u32 {
+    let per = (count + WG - 1u) / WG;
+    let lo = min(lid * per, count);
+    let hi = min(lo + per, count);
+    var acc = 0u;
+    for (var j = lo; j < hi; j++) {
+        let x = tiles[base + j];
+        acc = select(acc + x, max(acc, x), use_max);
+    }
+    var incl: u32;
+    if (use_max) { incl = wg_incl_max(lid, acc); } else { incl = wg_incl_add(lid, acc); }
+    var run = select(incl - acc, 0u, use_max);
+    if (use_max) {
+        workgroupBarrier();
+        sh_b[lid] = incl;
+        workgroupBarrier();
+        if (lid > 0u) { run = sh_b[lid - 1u]; }
+    }
+    for (var j = lo; j < hi; j++) {
+        let x = tiles[base + j];
+        tiles[base + j] = run;
+        run = select(run + x, max(run, x), use_max);
+    }
+    workgroupBarrier();
+    if (lid == WG - 1u) { sh_u = incl; }
+    return workgroupUniformLoad(&sh_u);
+}
+
+// Dispatched (indirectly) only when A == B.
+@compute @workgroup_size(WG)
+fn scan_pass1(@builtin(local_invocation_index) lid: u32) {
+    let ctx = load_ctx(lid);
+    let ntiles = (ctx.n + TILE - 1u) / TILE;
+    tile_scan(lid, 0u, ntiles, true);
+}
+
+@compute @workgroup_size(WG)
+fn scan_pass3(@builtin(local_invocation_index) lid: u32) {
+    if (lid == 0u) { sh_x = atomicLoad(&state[S_STOP]); }
+    let stop = workgroupUniformLoad(&sh_x);
+    let ctx = load_ctx(lid);
+    if (stop != 0u) { return; }
+    let ntiles = (ctx.n + TILE - 1u) / TILE;
+    let total = tile_scan(lid, P.tile_cap, ntiles, false);
+    if (lid == 0u) { atomicStore(&state[S_N], total); }
+}
+
+// ---- scan_pass2: merge marks and keep flags per symbol, kept count per tile --------------------
+@compute @workgroup_size(WG)
+fn scan_pass2(@builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let t = linear_id(wid, nwg);
+    let ctx = load_ctx(lid);
+    let n = ctx.n;
+    let ntiles = (n + TILE - 1u) / TILE;
+    if (t >= ntiles) { return; }
+    if (lid == 0u) { atomicStore(&sh_cnt, 0u); }
+    let first = t * TILE + lid * ITEMS;
+    let same = ctx.a == ctx.b;
+    // rs = start of the current run of A: the last break before this thread's first position
+    // (carried in from earlier tiles and earlier threads of this tile), then updated per item.
+    var rs = 0u;
+    if (same) {
+        let carry = tiles[t];
+        let v = thread_last_break(first, n, ctx.a);
+        let incl = wg_incl_max(lid, v);
+        workgroupBarrier();
+        sh_b[lid] = incl;
+        workgroupBarrier();
+        rs = carry;
+        if (lid > 0u) { rs = max(carry, sh_b[lid - 1u]); }
+    } else {
+        workgroupBarrier();
+    }
+    var m_prev = false;
+    if (first > 0u && first - 1u < n) { m_prev = is_merge(first - 1u, rs, n, ctx.a, ctx.b); }
+    var kept = 0u;
+    for (var j = 0u; j < ITEMS; j++) {
+        let i = first + j;
+        if (i >= n) { break; }
+        if (same && is_break(i, ctx.a)) { rs = i; }
+        let m_i = is_merge(i, rs, n, ctx.a, ctx.b);
+        let alive = !m_prev;
+        var keep = alive;
+        if (alive && (sym_in[i] & TWS) != 0u) {
+            // A word that is one symbol after this merge has no pairs: drop it from the stream.
+            let k = i + select(1u, 2u, m_i);
+            keep = k < n && (sym_in[k] & TWS) == 0u;
+        }
+        flags[i] = select(0u, F_MERGE, m_i) | select(0u, F_ALIVE, alive) |
+                   select(0u, F_KEEP, keep);
+        kept += select(0u, 1u, keep);
+        m_prev = m_i;
+    }
+    if (kept != 0u) { atomicAdd(&sh_cnt, kept); }
+    workgroupBarrier();
+    if (lid == 0u) { tiles[P.tile_cap + t] = atomicLoad(&sh_cnt); }
+}
+
+// ---- finalize_compact: scan + merge apply + scatter, and the pair-count deltas (seed §3) -------
+fn merged(j: u32, n: u32) -> bool { return j < n && (flags[j] & F_MERGE) != 0u; }
+
+@compute @workgroup_size(WG)
+fn finalize_compact(@builtin(workgroup_id) wid: vec3<u32>,
+                    @builtin(num_workgroups) nwg: vec3<u32>,
+                    @builtin(local_invocation_index) lid: u32,
+//#if SUBGROUPS
+                    @builtin(subgroup_invocation_id) lane: u32,
+                    @builtin(subgroup_size) sg_size: u32,
+                    @builtin(subgroup_id) sg_id: u32,
+//#endif
+                    ) {
+    let t = linear_id(wid, nwg);
+    let ctx = load_ctx(lid);
+    let n = ctx.n;
+    let ntiles = (n + TILE - 1u) / TILE;
+    if (t >= ntiles) { return; }
+//#if SUBGROUPS
+    // Element order follows (subgroup, lane), whatever the hardware's lid ↔ lane mapping.
+    let e = sg_id * sg_size + lane;
+//#else
+    let e = lid;
+//#endif
+    let first = t * TILE + e * ITEMS;
+    var kept = 0u;
+    for (var j = 0u; j < ITEMS; j++) {
+        let i = first + j;
+        if (i < n && (flags[i] & F_KEEP) != 0u) { kept += 1u; }
+    }
+//#if SUBGROUPS
+    // Subgroup-cooperative exclusive scan (seed §3): lanes by subgroupExclusiveAdd, subgroup
+    // totals through workgroup memory (any subgroup size: ≤ 128 totals summed serially).
+    let local_excl = subgroupExclusiveAdd(kept);
+    let sg_total = subgroupAdd(kept);
+    if (lane == 0u) { sh_sg[sg_id] = sg_total; }
+    workgroupBarrier();
+    var base = 0u;
+    for (var q = 0u; q < sg_id; q++) { base += sh_sg[q]; }
+    var dst = tiles[P.tile_cap + t] + base + local_excl;
+//#else
+    var dst = tiles[P.tile_cap + t] + wg_incl_add(lid, kept) - kept;
+//#endif
+    for (var j = 0u; j < ITEMS; j++) {
+        let i = first + j;
+        if (i >= n) { break; }
+        let f = flags[i];
+        let s = sym_in[i];
+        let id = s & IDM;
+        let m_i = (f & F_MERGE) != 0u;
+        let w = wid_in[i];
+        if ((f & F_KEEP) != 0u) {
+            sym_out[dst] = select(id, ctx.c, m_i) | (s & TWS);
+            wid_out[dst] = w;
+            dst += 1u;
+        }
+        // Pair-count deltas. Old pair (i, i+1) disappears if i or i+1 is part of a merge; new
+        // pair (new(i), new(k)) appears if either side is a new symbol; the rest is unchanged.
+        // Only symbols next to a merge change anything: the flags decide before any weight
+        // or neighbour symbol is read.
+        let m_next = merged(i + 1u, n);
+        let m_before = i > 0u && merged(i - 1u, n);
+        if (!(m_i || m_next || m_before)) { continue; }
+        let lo = weights[2u * w];
+        let hi = weights[2u * w + 1u];
+        if (i + 1u < n) {
+            let s1 = sym_in[i + 1u];
+            if ((s1 & TWS) == 0u) { pair_delta(id, s1 & IDM, lo, hi, true); }
+        }
+        if ((f & F_ALIVE) != 0u) {
+            let k = i + select(1u, 2u, m_i);
+            if (k < n) {
+                let sk = sym_in[k];
+                let m_k = merged(k, n);
+                if ((sk & TWS) == 0u && (m_i || m_k)) {
+                    pair_delta(select(id, ctx.c, m_i), select(sk & IDM, ctx.c, m_k), lo, hi,
+                               false);
+                }
+            }
+        }
+    }
+}
