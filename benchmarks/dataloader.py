@@ -44,14 +44,14 @@ from torch_gpubpe import reference  # noqa: E402
 from torch_gpubpe.data import TokenizedDataset, make_dataloader, packed_collate  # noqa: E402
 from torch_gpubpe.vocab import SPLIT_PATTERN_PY, Vocab  # noqa: E402
 
-CORPORA = REPO.parent / "shared" / "corpora"
+CORPORA = Path(os.environ.get("TORCH_GPUBPE_CORPORA") or REPO.parent / "shared" / "corpora")
 DEFAULT_CORPORA = ["en_novels", "code_cpython_stdlib", "web_html"]
 EOT = "<|endoftext|>"
 
 
-def read_docs(names: list[str], max_bytes: int, max_doc_bytes: int) -> list[str]:
+def read_docs(folder: Path, names: list[str], max_bytes: int, max_doc_bytes: int) -> list[str]:
     """Documents of the corpora, round robin over files, each cut to ``max_doc_bytes`` chars."""
-    files = [gzip.open(CORPORA / f"{n}.jsonl.gz", "rt", encoding="utf-8") for n in names]
+    files = [gzip.open(folder / f"{n}.jsonl.gz", "rt", encoding="utf-8") for n in names]
     docs, total = [], 0
     while files and total < max_bytes:
         for f in list(files):
@@ -151,8 +151,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n", 1)[1])
+    ap.add_argument("--corpora-dir", type=Path, default=CORPORA,
+                    help="folder of *.jsonl.gz (default: env TORCH_GPUBPE_CORPORA or "
+                         "../shared/corpora)")
     ap.add_argument("--corpora", nargs="+", default=DEFAULT_CORPORA,
-                    help=f"corpus names in {CORPORA}")
+                    help="corpus names in that folder")
     ap.add_argument("--max-bytes", type=int, default=32 << 20, help="bytes of text to encode")
     ap.add_argument("--max-doc-bytes", type=int, default=200_000, help="cut documents to this")
     ap.add_argument("--vocab", default=None, help="vocab file (loaded if it exists, else saved)")
@@ -172,7 +175,7 @@ def main() -> None:
         args.seq_len, args.batch_bytes, args.num_workers = 256, 64 << 10, [2]
         args.step_ms, args.max_doc_bytes = [0.0, 10.0], 20_000
 
-    docs = read_docs(args.corpora, args.max_bytes, args.max_doc_bytes)
+    docs = read_docs(args.corpora_dir, args.corpora, args.max_bytes, args.max_doc_bytes)
     nbytes = sum(len(d.encode()) for d in docs)
     print(f"{len(docs):,} documents, {nbytes:,} bytes from {', '.join(args.corpora)}", flush=True)
     vocab = get_vocab(args, docs)

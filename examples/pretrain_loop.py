@@ -15,6 +15,7 @@ import argparse
 import gzip
 import json
 import math
+import os
 import time
 from pathlib import Path
 
@@ -31,8 +32,10 @@ EOT = "<|endoftext|>"
 
 
 def default_corpus() -> Path:
-    """../shared/corpora beside the checkout, else the small corpus shipped in the package."""
-    for cand in (REPO.parent / "shared" / "corpora" / "tr_ud_boun.jsonl.gz",
+    """``$TORCH_GPUBPE_CORPORA`` or ../shared/corpora beside the checkout, else the small corpus
+    shipped in the package."""
+    shared = Path(os.environ.get("TORCH_GPUBPE_CORPORA") or REPO.parent / "shared" / "corpora")
+    for cand in (shared / "tr_ud_boun.jsonl.gz",
                  REPO / "torch_gpubpe" / "corpus" / "tr_ud_boun.jsonl.gz"):
         if cand.is_file():
             return cand
@@ -91,8 +94,14 @@ def main() -> None:
     ap.add_argument("--num-workers", type=int, default=2)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--device", default="cpu", help="torch device of the model")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads (default: 1 on machines with at most 4 CPUs, where "
+                         "OpenMP threads spinning against the DataLoader workers cost ~20x)")
     args = ap.parse_args()
     torch.manual_seed(0)
+    threads = args.threads or (1 if (os.cpu_count() or 1) <= 4 else None)
+    if threads:
+        torch.set_num_threads(threads)
 
     # 1. documents
     corpus = args.corpus or default_corpus()

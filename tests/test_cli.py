@@ -369,9 +369,20 @@ def test_iter_texts_formats(tmp_path):
     assert list(iter_texts(TextSource(data_files=(str(tmp_path / "d.txt"),),
                                       sample_by="document"))) == ["one\ntwo\n\nthree"]
     assert list(iter_texts(str(tmp_path / "e.csv"))) == ["a b", "İlk belge."]
+    (tmp_path / "f.tsv").write_text("id\ttext\n1\tbir iki\n", encoding="utf-8")
+    assert list(iter_texts(str(tmp_path / "f.tsv"))) == ["bir iki"]
     src = TextSource(data_files=(str(tmp_path / "a.jsonl.gz"), str(tmp_path / "b.jsonl")),
                      file_format="json", streaming=False)
     assert list(iter_texts(src, max_docs=6)) == (docs + docs)[:6]
+
+
+def test_iter_texts_local_dataset_folder(tmp_path):
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "train.jsonl").write_text('{"text": "a b"}\n{"text": "ç"}\n')
+    assert list(iter_texts(TextSource(dataset=str(tmp_path / "ds")))) == ["a b", "ç"]
+    assert list(iter_texts(str(tmp_path / "ds"))) == ["a b", "ç"]
+    with pytest.raises(InputError, match="split"):
+        list(iter_texts(TextSource(dataset=str(tmp_path / "ds"), split="validation")))
 
 
 def test_iter_texts_on_real_corpus_equals_stdlib_read():
@@ -405,13 +416,14 @@ def test_iter_texts_row_errors_name_the_row():
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.text(max_size=12), max_size=8), st.integers(0, 80))
+@given(st.lists(st.text(st.characters(blacklist_categories=()), max_size=12), max_size=8),
+       st.integers(0, 80))
 def test_iter_texts_max_bytes_cuts_at_character_boundary(docs, limit):
     got = list(iter_texts(docs, max_bytes=limit))
-    enc = [d.encode("utf-8", "replace") for d in docs]
-    total = sum(len(g.encode("utf-8", "replace")) for g in got)
+    enc = [reference.to_bytes(d) for d in docs]
+    total = sum(len(reference.to_bytes(g)) for g in got)
     assert total <= limit
-    joined_in, joined_out = b"".join(enc), b"".join(g.encode("utf-8", "replace") for g in got)
+    joined_in, joined_out = b"".join(enc), b"".join(map(reference.to_bytes, got))
     assert joined_in.startswith(joined_out)
     # stops only when the limit is reached or the input is exhausted; at most 3 bytes short
     # (a multi-byte character that did not fit)

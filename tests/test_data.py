@@ -21,7 +21,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import corpus_docs
+from conftest import CORPORA, corpus_docs
 from torch_gpubpe import data as datamod
 from torch_gpubpe import reference
 from torch_gpubpe.data import (
@@ -295,6 +295,25 @@ def test_empty_and_huge_documents(tok, ref, vocab):
 
 
 @pytest.mark.gpu
+def test_background_thread_runs_ahead_and_stops_on_close(docs, tok):
+    import threading
+
+    def readers():
+        return [t for t in threading.enumerate() if t.name.startswith("torch_gpubpe reader")]
+
+    ds = TokenizedDataset(docs, tok, batch_bytes=500)
+    it = iter(ds)
+    next(it)
+    assert len(readers()) == 1  # reading + GPU submits run beside the consumer
+    it.close()
+    assert readers() == []
+    it = iter(TokenizedDataset(docs, tok, background=False))
+    next(it)
+    assert readers() == []
+    it.close()
+
+
+@pytest.mark.gpu
 def test_bad_documents_raise_or_skip(tok, ref):
     docs = ["ok", "fine", None, "good", 17]
     with pytest.raises(InputError, match=r"document 2 \(item 2; shard 0 of 1.*None"):
@@ -537,7 +556,7 @@ def test_fork_works_until_gpu_touched_then_clear_error():
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_example_pretrain_loop_runs():
-    corpus = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "tr_ud_boun.jsonl.gz"
+    corpus = CORPORA / "tr_ud_boun.jsonl.gz"
     r = subprocess.run(
         [sys.executable, str(REPO / "examples" / "pretrain_loop.py"), "--corpus", str(corpus),
          "--steps", "4", "--max-bytes", "60000", "--vocab-size", "400", "--seq-len", "64"],

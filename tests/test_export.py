@@ -224,16 +224,14 @@ def test_tiktoken_file_and_encoding(tmp_path, mixed):
 
 
 def test_transformers_fast_tokenizer(tmp_path, mixed):
-    """transformers.PreTrainedTokenizerFast loads the file with the same ids (where transformers
-    is installed; the tokenizers checks above hold either way)."""
+    """transformers.PreTrainedTokenizerFast loads the file with the same ids (transformers is a
+    test extra)."""
     vocab, test_docs = mixed
     paths = export_all(vocab, tmp_path / "hf")
     docs = [d for docs in test_docs.values() for d in docs[:2]]
     want = _reference_ids(vocab, docs)
     tok = tokenizers.Tokenizer.from_file(str(paths["hf"]))
     assert [e.ids for e in tok.encode_batch(docs)] == want
-    if importlib.util.find_spec("transformers") is None:
-        return
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     fast = PreTrainedTokenizerFast(tokenizer_file=str(paths["hf"]),
@@ -256,3 +254,14 @@ def test_docstring_example():
 
     res = doctest.testmod(export)
     assert res.attempted >= 3 and res.failed == 0
+
+
+def test_lone_surrogates_need_replacing_for_hf(mixed):
+    vocab, _ = mixed
+    tok = _hf(vocab)
+    text = "ab\ud800 cd"
+    with pytest.raises(TypeError):
+        tok.encode(text)
+    fixed = reference.to_bytes(text).decode()
+    assert fixed == "ab\ufffd cd"
+    assert tok.encode(fixed).ids == reference.encode(text, vocab.merges)

@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .errors import GPUBPEError, InputError
+from .reference import to_bytes
 from .sources import SAMPLE_BY, TextSource, iter_texts, shipped_corpus
 from .vocab import MAX_VOCAB_SIZE, Vocab
 
@@ -137,8 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
                                         "all go to training")
     o = t.add_argument_group("output")
     o.add_argument("--out", metavar="DIR",
-                   help="write vocab.json, tokenizer.json, tokenizer_config.json and "
-                        "tokenizer.tiktoken here (default: nothing is written)")
+                   help="write vocab.json (this project), tokenizer.json + tokenizer_config.json "
+                        "(Hugging Face; same ids as this project) and tokenizer.tiktoken "
+                        "(tiktoken; it applies merge-order BPE, not greedy longest match, so "
+                        "its ids can differ) here (default: nothing is written)")
     o.add_argument("--summary-json", metavar="FILE", help="also write the summary as JSON")
     o.add_argument("--no-progress", action="store_true", help="no progress bars")
     o.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -273,7 +276,7 @@ class CorpusReader:
         with _progress(a, desc="read + pre-tokenize", unit="B", unit_scale=True,
                        unit_divisor=1000, total=a.max_bytes) as bar:
             for i, text in enumerate(texts):
-                nb = len(text.encode("utf-8", errors="replace"))
+                nb = len(to_bytes(text))
                 bar.update(nb)
                 if every > 0 and i % every == every - 1 and self.heldout_bytes < cap:
                     self.heldout.append(text)
@@ -445,7 +448,7 @@ def _batches(texts, batch_bytes: int):
     batch, nb = [], 0
     for t in texts:
         batch.append(t)
-        nb += len(t.encode("utf-8", errors="replace"))
+        nb += len(to_bytes(t))
         if nb >= batch_bytes:
             yield batch, nb
             batch, nb = [], 0

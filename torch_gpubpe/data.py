@@ -340,7 +340,9 @@ class TokenizedDataset(IterableDataset):
         eos_token, bos_token: special-token spellings (``vocab.special_tokens``); ``bos_token``
             None means the EOS token also serves as BOS (GPT-2 style).
         drop_last: packed mode: drop the tokens at the end of a shard that do not fill a block
-            (default). False emits a last block padded with ``pad_id`` and labels ``-100``.
+            (default; each worker of each rank packs its own shard, so up to ``seq_len`` tokens
+            per shard). False emits a last block padded with ``pad_id`` and labels ``-100``;
+            then the tokens of all shards together are exactly those of ``num_workers=0``.
         pad_id: the padding id of that last block.
         batch_bytes: documents are sent to the GPU in batches of about this many bytes (a
             document larger than that is a batch of its own).

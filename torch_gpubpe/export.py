@@ -24,6 +24,9 @@ Hugging Face (``tokenizers`` / ``transformers``) — exact
     are kept in the file under a placeholder name that can never match text (``"\\u2400dup…"``),
     so the id space stays dense. ``tokenizers``' WordPiece rescans a word for every token it
     emits: words of many thousand characters (long runs of spaces) are slow there, not wrong.
+    A ``str`` with lone surrogates is refused by ``tokenizers`` (``TypeError``), while this
+    project encodes them as U+FFFD (DESIGN.md §1); ``reference.to_bytes(text).decode()`` gives
+    ``tokenizers`` the same text.
 
 tiktoken — not exact
     :func:`save_tiktoken` writes the ``.tiktoken`` format (``base64(token bytes) rank`` per

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .reference import to_bytes
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 """Folder of the small English + Turkish corpus shipped in the package (see its README.md)."""
@@ -54,6 +55,16 @@ _FORMATS = {
 SAMPLE_BY = ("line", "paragraph", "document")
 
 
+def _extension(path: str) -> str:
+    """Lower-case extension under one compression suffix: ``a.JSONL.gz`` → ``".jsonl"``."""
+    name = os.path.basename(str(path)).lower()
+    for suf in _COMPRESSION:
+        if name.endswith(suf):
+            name = name[: -len(suf)]
+            break
+    return os.path.splitext(name)[1]
+
+
 def infer_format(path: str) -> str:
     """The ``datasets`` loader for a file name: ``"text"``, ``"json"``, ``"parquet"``, ``"csv"``
     or ``"arrow"``, looking through one compression suffix (``a.jsonl.gz`` → ``"json"``).
@@ -62,12 +73,7 @@ def infer_format(path: str) -> str:
         InputError: the extension is not one of the known ones (names the file and the
             ``file_format`` argument / ``--format`` option to pass).
     """
-    name = os.path.basename(str(path)).lower()
-    for suf in _COMPRESSION:
-        if name.endswith(suf):
-            name = name[: -len(suf)]
-            break
-    ext = os.path.splitext(name)[1]
+    ext = _extension(path)
     if ext not in _FORMATS:
         raise InputError(
             f"{path}: cannot tell the file format from the extension {ext or '(none)'!r}; "
@@ -149,7 +155,7 @@ class TextSource:
             if fmt == "text":
                 kwargs.setdefault("sample_by", self.sample_by)
                 kwargs.setdefault("keep_linebreaks", True)
-            if fmt == "csv" and self.data_files[0].lower().split(".gz")[0].endswith(".tsv"):
+            if fmt == "csv" and _extension(self.data_files[0]) == ".tsv":
                 kwargs.setdefault("delimiter", "\t")
             args: tuple = (fmt,)
             kwargs["data_files"] = list(self.data_files)
@@ -252,7 +258,36 @@ def iter_texts(
             raise InputError(f"{name} must be a non-negative int or None, got {val!r}")
     column = text_column or (source.text_column if isinstance(source, TextSource) else "text")
     rows, what = _rows(source)
+    if _is_hf_dataset(rows):
+        rows = _column_values(rows, column, what)
     return _iter(rows, what, column, max_docs, max_bytes, skip_docs, skip_none)
+
+
+def _is_hf_dataset(obj: Any) -> bool:
+    return type(obj).__name__ in ("Dataset", "IterableDataset") and hasattr(obj, "iter") and (
+        type(obj).__module__.startswith("datasets"))
+
+
+def _column_values(ds, column: str, what: str, batch_size: int = 1024) -> Iterator[Any]:
+    """The values of one column, read in batches (much faster than row dicts)."""
+    names = getattr(ds, "column_names", None)
+    if names is not None and column not in names:
+        raise InputError(
+            f"{what}: row 0 has no column {column!r} (columns: {', '.join(names)}); "
+            f"pass --text-column (text_column=) with one of them"
+        )
+    if names is not None and len(names) > 1 and hasattr(ds, "select_columns"):
+        ds = ds.select_columns([column])
+    k = 0
+    for batch in ds.iter(batch_size=batch_size):
+        if column not in batch:
+            raise InputError(
+                f"{what}: row {k} has no column {column!r} (columns: {', '.join(batch)}); "
+                f"pass --text-column (text_column=) with one of them"
+            )
+        values = batch[column]
+        k += len(values)
+        yield from values
 
 
 def _iter(rows, what, column, max_docs, max_bytes, skip_docs, skip_none) -> Iterator[str]:
@@ -284,10 +319,11 @@ def _iter(rows, what, column, max_docs, max_bytes, skip_docs, skip_none) -> Iter
         if seen <= skip_docs:
             continue
         if max_bytes is not None:
-            nb = len(text.encode("utf-8", errors="replace"))
+            data = to_bytes(text)
+            nb = len(data)
             if done_bytes + nb > max_bytes:
                 room = max_bytes - done_bytes
-                text = text.encode("utf-8", errors="replace")[:room].decode("utf-8", "ignore")
+                text = data[:room].decode("utf-8", "ignore")
                 nb = room
             done_bytes += nb
         yield text
@@ -323,4 +359,4 @@ def _text_of(row: Any, column: str, what: str, index: int) -> str | None:
 def count_utf8_bytes(texts: Sequence[str]) -> int:
     """Total UTF-8 bytes of ``texts`` (lone surrogates count as U+FFFD, as the encoder sees
     them, DESIGN.md §1)."""
-    return sum(len(t.encode("utf-8", errors="replace")) for t in texts)
+    return sum(len(to_bytes(t)) for t in texts)

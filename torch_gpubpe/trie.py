@@ -112,8 +112,9 @@ def _lcp_sorted(flat: np.ndarray, offs: np.ndarray, lens: np.ndarray,
         diff = a != b
         anyd = diff.any(axis=1)
         lcp[pend] = col + np.where(anyd, diff.argmax(axis=1), W)
-        pend = pend[~anyd]
         col += W
+        short = np.minimum(lens[pend], lens[pend - 1]) <= col  # equal up to the shorter end
+        pend = pend[~anyd & ~short]
     return np.minimum(lcp, np.minimum(lens, np.concatenate([[0], lens[:-1]])))
 
 
