@@ -165,14 +165,16 @@ def machine() -> str:
         gpu = out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else "?"
     except (OSError, subprocess.SubprocessError, IndexError):
         pass
-    return f"{platform.node()} | {os.cpu_count()} CPUs | GPU {gpu} | Python {platform.python_version()}"
+    return (f"{platform.node()} | {os.cpu_count()} CPUs | GPU {gpu} | "
+            f"Python {platform.python_version()}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", action="append", help="corpus name (repeatable); default: the "
                     "4 largest (" + ", ".join(DEFAULT_CORPORA) + ")")
-    ap.add_argument("--max-bytes", type=int, default=None, help="cut each corpus at this many bytes")
+    ap.add_argument("--max-bytes", type=int, default=None,
+                    help="cut each corpus at this many bytes")
     ap.add_argument("--vocab-size", type=int, default=32768)
     ap.add_argument("--min-frequency", type=int, default=1,
                     help="1 (default) is what rustbpe does, so merges can be compared")

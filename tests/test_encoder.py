@@ -70,6 +70,15 @@ def test_corpus_equals_reference(tok, merges, name):
         assert tok.decode(be[k]) == docs[k]
 
 
+def test_large_documents_upload_unjoined(tok, merges):
+    from torch_gpubpe.encoder import _pack
+
+    docs = corpus_docs("tr_libreoffice_help", 60_000, max_doc_bytes=20_000)
+    docs = ["".join(docs[i : i + 4]) for i in range(0, len(docs), 4)]  # >= 4 KiB on average
+    assert isinstance(_pack(docs, keep_parts=True)[0], list)  # the per-part upload path
+    check_batch(tok, docs, merges)
+
+
 def test_encode_single_and_types(tok, merges, vocab):
     text = "2026 yılı\tx=1;\r\n  hello  world"
     ids = tok.encode(text)
@@ -116,6 +125,18 @@ def test_random_wordish_text(tok, merges, docs):
     check_batch(tok, docs, merges)
 
 
+@pytest.fixture(scope="module")
+def sliced(vocab):
+    """Slices of ~128 bytes and a minimal walk budget: every boundary case in small inputs."""
+    return Tokenizer(vocab, max_slice_bytes=128, thread_budget=1, chunk_bytes=4)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.lists(WORDISH, max_size=300).map(b"".join), min_size=1, max_size=5))
+def test_random_text_sliced_and_continued(sliced, merges, docs):
+    check_batch(sliced, docs, merges)
+
+
 def test_long_words_across_chunks_and_budget(vocab, merges):
     # Budget of 7 walk steps per thread: every word longer than ~3 bytes needs continuation
     # dispatches; the result must not change.
@@ -123,6 +144,7 @@ def test_long_words_across_chunks_and_budget(vocab, merges):
     docs = [b"a" * 5000, b" " * 3000 + b"x", "yakınlık " * 50, b"=" * 777 + b"ab" * 500, b"q"]
     docs += corpus_docs("tr_manpages", 6_000)
     check_batch(small, docs, merges)
+    assert small._session().continuation_dispatches > 0
 
 
 def test_multi_pass_slicing(vocab, merges):
@@ -134,6 +156,7 @@ def test_multi_pass_slicing(vocab, merges):
         assert t._session().limit <= max(limit, 2 * t.trie.max_depth + 8)
         assert total > 3 * t._session().limit
         check_batch(t, docs, merges)
+        assert t._session().slices > total // t._session().limit
     # A word longer than a slice, with a tiny budget too.
     t = Tokenizer(vocab, max_slice_bytes=300, thread_budget=50)
     check_batch(t, [b"ab" * 2000, b"x" + b"a" * 1999, "ğ" * 900], merges)
@@ -141,18 +164,60 @@ def test_multi_pass_slicing(vocab, merges):
 
 def test_async_submit_double_buffered(tok, merges):
     batches = [corpus_docs(n, 8_000, max_doc_bytes=1_500) for n in
-               ("en_fortunes", "multi_xquad", "code_cpython_stdlib", "tr_libreoffice_help")]
+               ("en_fortunes", "multi_xquad", "code_cpython_stdlib", "tr_libreoffice_help",
+                "web_pypi_readmes")]
     want = [ref_batch(b, merges) for b in batches]
     p1 = tok.submit(batches[0])
     p2 = tok.submit(batches[1])
     r1 = p1.result()
     p3 = tok.submit(batches[2])
     r2 = p2.result()
-    p4 = tok.submit(batches[3])  # two pending: completes p3 first, internally
-    assert p3.done()
-    r3, r4 = p3.result(), p4.result()
-    assert [r.tolist() for r in (r1, r2, r3, r4)] == want
+    p4 = tok.submit(batches[3])
+    assert not p3.done() and not p4.done()
+    p5 = tok.submit(batches[4])  # two pending: completes the oldest (p3) first, internally
+    assert p3.done() and not p4.done()
+    got = [r1, r2, p3.result(), p4.result(), p5.result()]
+    assert [r.tolist() for r in got] == want
     assert p1.result() is r1
+
+
+def test_empty_batches(tok):
+    for docs in ([], [""], ["", b"", ""]):
+        be = tok.encode_batch(docs)
+        assert len(be) == len(docs) and len(be.ids) == 0 and (be.offsets == 0).all()
+    be = tok.encode_batch(iter(["", "ab", "", "c", ""]))  # any iterable; empties between
+    assert be.offsets.tolist() == [0, 0, len(be[1]), len(be[1]), len(be.ids), len(be.ids)]
+
+
+def test_threads_share_a_tokenizer(tok, merges):
+    import threading
+
+    docs = corpus_docs("en_fortunes", 6_000, max_doc_bytes=500)
+    want = ref_batch(docs, merges)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(3):
+                assert tok.encode_batch(docs).tolist() == want
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_pickle_without_session(tok, merges):
+    import pickle
+
+    tok.encode("x")  # the session exists
+    clone = pickle.loads(pickle.dumps(tok))
+    assert clone._sess is None and clone.vocab == tok.vocab
+    assert clone.encode("pickled ok") == reference.encode("pickled ok", merges)
 
 
 def test_input_errors(tok):
@@ -184,10 +249,10 @@ def test_chunk_sizes(vocab, merges, chunk):
 
 
 def test_u32_ids_and_duplicate_spellings():
-    # > 65,536 ids: ids come back as uint32. Random merges (left: any id, right: a byte) repeat
-    # pairs, so many byte strings are spelled twice: the smallest id must win.
+    # > 65,536 ids: ids come back as uint32. Random merges (left: any id, right: a letter)
+    # repeat pairs, so many byte strings are spelled twice: the smallest id must win.
     rng = np.random.default_rng(1)
-    letters = np.frombuffer(b"ab \nc", np.uint8)
+    letters = np.frombuffer(b"abc", np.uint8)
     merges = []
     for k in range(70_000 - 256):
         left = int(rng.integers(0, 256 + k)) if k % 3 else int(rng.choice(letters))
@@ -195,11 +260,18 @@ def test_u32_ids_and_duplicate_spellings():
     vocab = Vocab.from_merges(merges)
     t = Tokenizer(vocab)
     assert t.id_dtype == np.uint32
-    docs = [b"ab ab  abc\ncab" * 20, b"aaaa bbbb cccc" * 10, b"", b"c"]
+    tb = vocab.token_bytes
+    first = {}
+    for i, b in enumerate(tb):
+        first.setdefault(b, i)
+    high = [i for i in range(1 << 16, len(tb)) if first[tb[i]] == i][:40]
+    assert len(high) == 40 and len({first[b] for b in tb}) < len(tb)  # duplicates exist
+    docs = [b" ".join(tb[i] for i in high), b"ab ab  abc\ncab" * 20, b"", b"c",
+            b"".join(tb[i] for i in high[:5]) + b"caab"]
     ids = t.encode_batch(docs)
     assert ids.ids.dtype == np.uint32
     assert ids.tolist() == ref_batch(docs, merges)
-    assert max(max(x) for x in ids.tolist() if x) >= 1 << 16
+    assert ids[0][0] == high[0] and int(ids.ids.max()) >= 1 << 16
 
 
 def test_no_subgroup_path_forced(vocab, merges):
@@ -219,3 +291,16 @@ def test_no_subgroup_path_forced(vocab, merges):
             os.environ[gpumod.ENV_NO_SUBGROUPS] = old
         gpumod.reset_gpu()
     assert gpumod.get_gpu().has_subgroups == had_subgroups
+
+
+@pytest.mark.heavy
+def test_heavy_corpora_and_megabyte_words():
+    """For a real GPU (``pytest -m heavy``): MBs per corpus, a larger vocab, 1 MB words."""
+    train = []
+    for name in CORPUS_NAMES:
+        train += corpus_docs(name, 60_000)
+    merges = reference.train(train, vocab_size=8192, min_frequency=2)
+    t = Tokenizer(Vocab.from_merges(merges))
+    for name in CORPUS_NAMES:
+        check_batch(t, corpus_docs(name, 2_000_000, max_doc_bytes=400_000), merges)
+    check_batch(t, [b"a" * (1 << 20), b" " * (1 << 20) + b"x", b"=-" * (1 << 19)], merges)

@@ -6,7 +6,6 @@ nothing is hard-coded. Inputs are small: lavapipe runs the kernels on 2 shared C
 
 from __future__ import annotations
 
-import os
 import random
 
 import numpy as np
@@ -64,6 +63,22 @@ def test_single_symbol_runs_merge_left_to_right():
     for vocab_size in (257, 260, 275):
         vocab = train(docs, vocab_size, min_frequency=1)
         assert list(vocab.merges) == ref_merges(docs, vocab_size, 1)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_scan_variants_equal_reference(fused):
+    """The seed's separate scan passes (scan_pass1/3 dispatched, used past 2048 tiles) and the
+    fused variant (tile kernels reduce earlier tiles themselves) give the same exact merges."""
+    trainer = GPUTrainer()
+    for docs in (corpus_docs("en_python_docs", 30_000),
+                 ["a" * 6145, "b" + "a" * 4095, "ab" * 2500 + "a" * 2049]):
+        counts = reference.count_words(docs)
+        words = [w for w in counts if len(w) > 1]
+        stats: dict = {}
+        got = trainer.run(words, [counts[w] for w in words], 120, 1, stats=stats, fused=fused,
+                          batch=32)
+        assert stats["fused_scans"] is fused
+        assert got == ref_merges(docs, 376, 1)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -154,6 +169,17 @@ def test_table_overflow_restarts_with_a_larger_table():
     assert stats["restarts"] >= 1
 
 
+def test_large_table_many_blocks():
+    # 2^21 slots = 2048 blocks of 1024: find_max_final_det loops over them in several rounds.
+    docs = corpus_docs("en_fortunes", 15_000)
+    counts = reference.count_words(docs)
+    words = [w for w in counts if len(w) > 1]
+    stats: dict = {}
+    got = GPUTrainer().run(words, [counts[w] for w in words], 60, 2, stats=stats, rows=65536)
+    assert stats["table_slots"] == 65536 * 32
+    assert got == ref_merges(docs, 316)
+
+
 def test_pair_table_rebuild_keeps_merges_exact():
     # A small table fills with keys whose counts fell to 0: it is recounted (and grown) from
     # the current stream between batches.
@@ -174,8 +200,13 @@ def test_no_subgroup_path(monkeypatch):
     gpu_mod.reset_gpu()
     try:
         assert not gpu_mod.get_gpu().has_subgroups
-        docs = corpus_docs("tr_manpages", 30_000) + ["a" * 1500]
-        assert list(train(docs, 380).merges) == ref_merges(docs, 380)
+        docs = corpus_docs("tr_manpages", 30_000) + ["a" * 1500, "b" * 5000]
+        ref = ref_merges(docs, 380)
+        assert list(train(docs, 380).merges) == ref
+        counts = reference.count_words(docs)
+        words = [w for w in counts if len(w) > 1]
+        got = GPUTrainer().run(words, [counts[w] for w in words], 124, 2, fused=False)
+        assert got == ref
     finally:
         monkeypatch.delenv("TORCH_GPUBPE_NO_SUBGROUPS")
         gpu_mod.reset_gpu()

@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Iterable, Sequence
 
@@ -40,8 +41,17 @@ _LUT_BYTES = 4 * 256 * 4 + 4  # root LUT + depth-1 cache + counter (trie_tokeniz
 _SCAN_BYTES = 256 * 4
 
 
-def _pack(texts: Sequence[str | bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """``pack_documents`` with a fast path for a list of ``str`` (one C-level loop)."""
+_PARTS_MIN_AVG_BYTES = 4096
+
+
+def _pack(texts: Sequence[str | bytes], *, keep_parts: bool = False
+          ) -> tuple[np.ndarray | list[bytes], np.ndarray]:
+    """``pack_documents`` with a fast path for a list of ``str`` (one C-level loop).
+
+    With ``keep_parts`` and documents of at least 4 KiB on average, the UTF-8 parts are returned
+    unjoined (a list of bytes): the session copies them straight into its mapped upload buffer,
+    which saves one pass over the batch on the host.
+    """
     if isinstance(texts, (str, bytes, bytearray, memoryview)):
         raise InputError("encode_batch expects a sequence of documents, not one str/bytes; "
                          "use encode() for one document")
@@ -52,6 +62,8 @@ def _pack(texts: Sequence[str | bytes]) -> tuple[np.ndarray, np.ndarray]:
     lengths = np.fromiter(map(len, parts), np.int64, len(parts))
     offsets = np.zeros(len(parts) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
+    if keep_parts and offsets[-1] >= _PARTS_MIN_AVG_BYTES * len(parts):
+        return parts, offsets
     return np.frombuffer(b"".join(parts), np.uint8), offsets
 
 
@@ -90,7 +102,8 @@ class BatchEncoding:
         return [flat[o[k] : o[k + 1]] for k in range(len(self))]
 
     def __repr__(self) -> str:
-        return f"BatchEncoding(num_docs={len(self)}, num_tokens={len(self.ids)}, dtype={self.ids.dtype})"
+        return (f"BatchEncoding(num_docs={len(self)}, num_tokens={len(self.ids)}, "
+                f"dtype={self.ids.dtype})")
 
 
 class _Slot:
@@ -112,7 +125,8 @@ class _Slot:
         g, U = s.gpu, s.gpu.wgpu.BufferUsage
         self._drop_upload_mapping()
         cap_n = self.cap_n if n <= self.cap_n else min(max(n, int(self.cap_n * 1.5), 4096), s.limit)
-        cap_d = self.cap_docs if ndocs <= self.cap_docs else max(ndocs, int(self.cap_docs * 1.5), 64)
+        cap_d = (self.cap_docs if ndocs <= self.cap_docs
+                 else max(ndocs, int(self.cap_docs * 1.5), 64))
         self.cap_n, self.cap_docs = cap_n, cap_d
         lab = f"encode[{self.idx}]"
         nb = -(-cap_n // s.block)
@@ -172,6 +186,9 @@ class _Slot:
     def start(self, data: np.ndarray, s: int, e: int, doc_rel: np.ndarray, end_bit: bool) -> None:
         """Upload bytes ``data[s:e]`` (+ halo) and submit the three passes (no wait).
 
+        ``data``: uint8 array of the batch, or the batch's unjoined UTF-8 parts (a list of
+        bytes; then ``s == 0`` and ``e`` is the batch size).
+
         ``doc_rel``: uint32 starts (relative to ``s``) of the documents starting in ``[s, e)``;
         ``end_bit``: byte ``e`` does not continue the last document (or does not exist).
         """
@@ -180,13 +197,21 @@ class _Slot:
         ndocs = len(doc_rel)
         self.ensure(n, ndocs)
         self.n, self.ndocs = n, ndocs
+        sess.slices += 1
         self.nb = -(-n // sess.block)
         # Upload: bytes + halo, document-start bitmap, document starts; one staging buffer.
         up = self._mapped_upload()
-        up[:n] = data[s:e]
         up[n : n + 8] = 0
-        if e < len(data):
-            up[n] = data[e]
+        if isinstance(data, list):  # unjoined UTF-8 parts of the whole batch (see _pack)
+            mv, o = memoryview(up), 0
+            for part in data:
+                mv[o : o + len(part)] = part
+                o += len(part)
+            del mv
+        else:
+            up[:n] = data[s:e]
+            if e < len(data):
+                up[n] = data[e]
         nbits_words = (n + 1 + 31) // 32 + 1
         bits = np.zeros(nbits_words, np.uint32)
         pos = doc_rel.astype(np.int64)
@@ -266,7 +291,7 @@ class _Slot:
         finally:
             self.rb_meta.unmap()
         head = np.frombuffer(raw, np.uint32, 16)
-        if self.query_set is not None and head[2] == 0:
+        if self.query_set is not None:
             t = np.frombuffer(raw, np.uint64, 6, offset=16).astype(np.int64)
             self.sess.last_pass_us = {
                 name: (t[2 * k + 1] - t[2 * k]) * self.sess.ns_per_tick / 1e3
@@ -284,8 +309,14 @@ class _Slot:
         """
         g = self.sess.gpu
         total, unfinished, doc_tok = self._read_meta()
-        k = 1
+        k, dispatches = 1, 0
         while unfinished:  # a word longer than the per-thread budget: continue (rare)
+            if dispatches > self.n + 8:  # each dispatch emits >= 1 token per unfinished walk
+                raise GPUOperationError(
+                    f"encoding a slice of {self.n} bytes made no progress after {dispatches} "
+                    f"continuation dispatches on {g.adapter_name}")
+            dispatches += k
+            self.sess.continuation_dispatches += k
             self._write_params(resume=1)
             enc = g.device.create_command_encoder(label=f"encode[{self.idx}].continue")
             self._record_passes(enc, first=False, continuations=k)
@@ -321,9 +352,16 @@ class _Session:
         self.id_dtype = np.uint16 if id_size == 2 else np.uint32
         self.chunk = chunk
         self.block = WG * chunk
-        self.budget = budget
+        # A walk needs max_depth extension steps + 1 emit to make progress in one dispatch.
+        self.budget = max(budget, trie.max_depth + 2)
+        if self.budget > 65535 - chunk - 64:
+            raise ValueError(
+                f"the vocab's longest token ({trie.max_depth} bytes) needs more walk steps per "
+                "thread than lavapipe's 65,535-iteration loop cap allows")
         self.profile = bool(profile) and g.has_timestamps
         self.last_pass_us: dict[str, float] = {}
+        self.continuation_dispatches = 0  # statistics (tests, benchmarks)
+        self.slices = 0
         self.ns_per_tick = 1.0
         if self.profile:
             try:
@@ -357,9 +395,8 @@ class _Session:
 class PendingEncoding:
     """A batch submitted with :meth:`Tokenizer.submit`; :meth:`result` waits and reads back."""
 
-    def __init__(self, tok: Tokenizer, data: np.ndarray, offsets: np.ndarray) -> None:
+    def __init__(self, tok: Tokenizer) -> None:
         self._tok = tok
-        self._data, self._offsets = data, offsets
         self._result: BatchEncoding | None = None
         self._slot: _Slot | None = None
 
@@ -373,9 +410,7 @@ class PendingEncoding:
         Raises:
             GPUOperationError: the GPU did not answer in time or a readback failed.
         """
-        if self._result is None:
-            self._result = self._tok._complete(self)
-        return self._result
+        return self._result if self._result is not None else self._tok._complete(self)
 
 
 class Tokenizer:
@@ -387,8 +422,9 @@ class Tokenizer:
         chunk_bytes: bytes each GPU thread starts words in (multiple of 4, 4..1024).
         max_slice_bytes: cap on bytes per GPU pass (default: what the storage-binding limit
             allows, 1/4 of it); a batch above it is sliced at word starts.
-        thread_budget: walk steps per GPU thread per dispatch (default 32,768); a word that needs
-            more continues in further dispatches with the same result. For tests.
+        thread_budget: walk steps per GPU thread per dispatch (default 32,768; raised to the
+            longest token + 2); a word that needs more continues in further dispatches with the
+            same result. For tests.
         profile: record per-pass GPU times (µs) in :attr:`last_pass_us` (timestamp queries).
     Raises:
         ValueError: bad ``chunk_bytes`` or ``thread_budget``.
@@ -414,9 +450,21 @@ class Tokenizer:
         self._sess: _Session | None = None
         self._sess_pid: int | None = None
         self._inflight: deque[PendingEncoding] = deque()
+        self._lock = threading.RLock()  # one GPU session; callers may share it across threads
         tb = vocab.token_bytes
         self._tok_len = np.fromiter(map(len, tb), np.int64, len(tb))
         self._flat_bytes: np.ndarray | None = None
+
+    def __getstate__(self) -> dict:
+        """Pickles without the GPU session (e.g. to a spawned DataLoader worker), which opens
+        its own on first use (DESIGN.md §6, §8)."""
+        state = self.__dict__.copy()
+        state.update(_sess=None, _sess_pid=None, _inflight=deque(), _lock=None, _trie=None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, **kwargs) -> Tokenizer:
@@ -478,33 +526,47 @@ class Tokenizer:
         Calling it with two batches pending first completes the oldest (its ``result()`` still
         works). A batch larger than one slice is encoded at once (one submit per slice).
         """
-        data, offsets = _pack(texts)
-        p = PendingEncoding(self, data, offsets)
+        if not isinstance(texts, (list, tuple)):
+            texts = list(texts) if not isinstance(texts, (str, bytes, bytearray)) else texts
+        data, offsets = _pack(texts, keep_parts=True)
+        with self._lock:
+            return self._submit_packed(data, offsets)
+
+    def _submit_packed(self, data: np.ndarray | list[bytes], offsets: np.ndarray
+                       ) -> PendingEncoding:
+        p = PendingEncoding(self)
         sess = self._session()
+        total = int(offsets[-1])
         while len(self._inflight) >= 2:
             old = self._inflight[0]
             old.result()  # removes itself from _inflight
-        if len(data) == 0:
+        if total == 0:
             p._result = BatchEncoding(np.zeros(0, self.id_dtype), np.zeros(len(offsets), np.int64))
             return p
-        if len(data) <= sess.limit:
+        if total <= sess.limit:
             busy = {q._slot for q in self._inflight}
             p._slot = next(s for s in sess.slots if s not in busy)
             starts = offsets[:-1].astype(np.uint32)
-            p._slot.start(data, 0, len(data), starts, True)
+            p._slot.start(data, 0, total, starts, True)
             self._inflight.append(p)
         else:
+            if isinstance(data, list):
+                data = np.frombuffer(b"".join(data), np.uint8)
             p._result = self._encode_sliced(data, offsets)
         return p
 
     def _complete(self, p: PendingEncoding) -> BatchEncoding:
-        try:
-            ids, doc_tok = p._slot.finish()
-        finally:
-            if p in self._inflight:
-                self._inflight.remove(p)
-        first = doc_tok.astype(np.int64) - 1
-        return BatchEncoding(ids, self._doc_offsets(first, len(ids)))
+        with self._lock:
+            if p._result is not None:  # completed meanwhile by submit() in another thread
+                return p._result
+            try:
+                ids, doc_tok = p._slot.finish()
+            finally:
+                if p in self._inflight:
+                    self._inflight.remove(p)
+            first = doc_tok.astype(np.int64) - 1
+            p._result = BatchEncoding(ids, self._doc_offsets(first, len(ids)))
+            return p._result
 
     @staticmethod
     def _doc_offsets(first: np.ndarray, total: int) -> np.ndarray:

@@ -6,17 +6,27 @@ words of the corpus, each weighted by its count.
 
 Host flow:
 
-1. count words (:mod:`torch_gpubpe.wordcount`, vectorised numpy, exact);
+1. count words (:mod:`torch_gpubpe.wordcount`, vectorised numpy on a thread pool, exact) while
+   a thread opens the device and compiles the pipelines;
 2. upload the unique words as one symbol stream (id | bit 31 at word starts), a word index per
-   symbol and a 64-bit weight per word;
+   symbol and a 64-bit weight per word; the pair table is sized from the distinct byte pairs;
 3. ``clear_table`` + ``pair_count`` once;
 4. per merge ``find_max4 → find_max_final_det → setup_merge → merge_reduce → scan_pass1 →
-   scan_pass2 → scan_pass3 → finalize_compact``, ``batch`` merges recorded into one command
-   buffer and one submit; the stream kernels are dispatched indirectly, sized on the GPU; the
+   scan_pass2 → scan_pass3 → finalize_compact`` (setup_merge and scan_pass1/3 folded away for
+   streams of at most 2048 tiles: 5 dispatches per merge), batches of 16, 32, … up to
+   ``batch`` merges recorded into one command buffer and one submit (native calls, no Python
+   wrapper per dispatch); the stream kernels are dispatched indirectly, sized on the GPU; the
    merge list stays on the GPU and only a 64-byte state (+ the batch's merges, for progress) is
    read back per batch, while the next batch already runs;
-5. if a probe sequence of the pair table ran out (overflow flag), training restarts with a
-   table twice as large (the result is the same; it only costs time).
+5. between batches, when half the pair table is taken (keys whose count fell to 0 stay), it is
+   recounted from the current stream (grown when the live pairs fill a quarter); if a probe
+   sequence ever ran out within a batch (overflow flag), training restarts with a 4× table
+   (same result, only slower).
+
+What bounds the time: per merge, the GPU work is a few passes over the current stream (it
+shrinks as words become one token and are dropped) plus 5–8 dispatches of fixed cost, and
+the host pays wgpu-native's encoding cost per dispatch (overlapped with the GPU running the
+previous batch). No readback per merge.
 
 Example::
 
@@ -28,8 +38,10 @@ Example::
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,7 +66,7 @@ ENTRY_BINDINGS = {
     "clear_table": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY),
     "pair_count": (_P, _STATE, _SYM_IN, _WID_IN, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY),
     "find_max4": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY, _BEST),
-    "find_max_final_det": (_P, _STATE, _BEST, _MERGES),
+    "find_max_final_det": (_P, _STATE, _ARGS, _BEST, _MERGES),
     "setup_merge": (_STATE, _ARGS),
     "merge_reduce": (_STATE, _SYM_IN, _TILES),
     "scan_pass1": (_STATE, _TILES),
@@ -65,6 +77,12 @@ ENTRY_BINDINGS = {
 }
 MERGE_STEP = ("find_max4", "find_max_final_det", "setup_merge", "merge_reduce", "scan_pass1",
               "scan_pass2", "scan_pass3", "finalize_compact")
+# With at most FUSE_MAX_TILES stream tiles the one-workgroup scans are folded into the tile
+# kernels and setup_merge into find_max_final_det (train.wgsl, override FUSED): 5 dispatches
+# per merge instead of 8.
+FUSE_MAX_TILES = 2048
+MERGE_STEP_FUSED = tuple(n for n in MERGE_STEP
+                         if n not in ("setup_merge", "scan_pass1", "scan_pass3"))
 # Indirect dispatches: byte offset of their args (written by setup_merge).
 INDIRECT = {"merge_reduce": 16, "scan_pass1": 32, "scan_pass2": 0, "finalize_compact": 0}
 TILE = WG * 8  # symbols per stream workgroup (ITEMS = 8 per thread)
@@ -80,6 +98,15 @@ class TrainProgress:
             may stop earlier when the best count falls below ``min_frequency``.
         last_count: the count (sum of word weights) of the last merge learned, 0 if none.
         merges_per_s: merges per second of wall time since the merge loop started.
+
+    A progress bar for a CLI (batches of merges arrive every few milliseconds)::
+
+        bar = tqdm(total=vocab_size - 256, unit="merge")
+        def show(p: TrainProgress) -> None:
+            bar.total = p.total_merges
+            bar.update(p.merges_done - bar.n)
+            bar.set_postfix(count=p.last_count, rate=f"{p.merges_per_s:.0f}/s")
+        vocab = train(docs, vocab_size, progress=show)
     """
 
     merges_done: int
@@ -131,8 +158,11 @@ def train(
         special_tokens: spellings given ids after the last merge (they use up merge budget).
         progress: called with a :class:`TrainProgress` after each batch of merges.
         stats: if a dict, filled with ``corpus_bytes``, ``num_documents``, ``unique_words``,
-            ``stream_symbols``, ``num_merges``, ``seconds_count``, ``seconds_upload``,
-            ``seconds_merge``, ``seconds_total``, ``table_slots``, ``restarts``, ``adapter``.
+            ``stream_symbols``, ``num_merges``, ``seconds_count`` (word counting; the device
+            is opened and the pipelines compiled meanwhile on a thread),
+            ``seconds_gpu_init_wait``, ``seconds_upload``, ``seconds_merge``, ``seconds_total``,
+            ``table_slots``, ``distinct_initial_pairs``, ``rebuilds``, ``restarts``,
+            ``adapter``, ``merges_per_submit`` (and ``gpu_us_per_merge`` with ``profile``).
         batch: merges per submit (default: 64 on a CPU adapter, 512 otherwise).
         profile: time each kernel with timestamp queries on sampled batches (slower);
             ``stats["gpu_us_per_merge"]`` = mean GPU µs per merge of each kernel.
@@ -148,11 +178,16 @@ def train(
     _check_sizes(vocab_size, special_tokens, min_frequency)
     t0 = time.perf_counter()
     info: dict = {}
-    counts = count_words(documents, info=info)
-    t1 = time.perf_counter()
+    # Open the device and compile the pipelines on a thread while the CPU counts words.
+    with ThreadPoolExecutor(1, thread_name_prefix="gpubpe-init") as pool:
+        trainer = pool.submit(get_trainer)
+        counts = count_words(documents, info=info)
+        t1 = time.perf_counter()
+        trainer.result()
     st = {} if stats is None else stats
     st.update(info)
     st["seconds_count"] = t1 - t0
+    st["seconds_gpu_init_wait"] = time.perf_counter() - t1
     vocab = train_from_word_counts(
         counts, vocab_size, min_frequency=min_frequency, special_tokens=special_tokens,
         progress=progress, stats=st, batch=batch, profile=profile, _checked=True,
@@ -186,7 +221,10 @@ def train_from_word_counts(
     words: list[bytes] = []
     weights: list[int] = []
     total_pairs = 0
-    for w, c in word_counts.items():
+    if _checked:  # from train(): bytes keys, positive int counts, total < corpus bytes
+        words = [w for w in word_counts if len(w) > 1]
+        weights = [word_counts[w] for w in words]
+    for w, c in () if _checked else word_counts.items():
         try:
             c = int(c)
         except (TypeError, ValueError) as e:
@@ -205,12 +243,13 @@ def train_from_word_counts(
         raise ValueError(
             f"the total pair count {total_pairs} reaches 2^64; the GPU counts in 64 bits"
         )
-    st.setdefault("corpus_bytes", sum(len(to_bytes(w)) * int(c) for w, c in word_counts.items()))
+    if "corpus_bytes" not in st:
+        st["corpus_bytes"] = sum(len(to_bytes(w)) * int(c) for w, c in word_counts.items())
     st.setdefault("num_documents", 0)
     st["unique_words"] = len(word_counts)
     merges: list[tuple[int, int]] = []
     if num_merges and words:
-        merges = GPUTrainer().run(words, weights, num_merges, int(min_frequency),
+        merges = get_trainer().run(words, weights, num_merges, int(min_frequency),
                                   progress=progress, stats=st, batch=batch, profile=profile)
     else:
         st.update(stream_symbols=0, seconds_merge=0.0)
@@ -219,6 +258,23 @@ def train_from_word_counts(
         st.setdefault("seconds_count", 0.0)
         st["seconds_total"] = time.perf_counter() - t0
     return Vocab(tuple(merges), tuple(special_tokens))
+
+
+_trainers: dict[int, GPUTrainer] = {}
+_trainers_lock = threading.Lock()
+
+
+def get_trainer() -> GPUTrainer:
+    """The :class:`GPUTrainer` of the process's GPU (pipelines compiled once per device)."""
+    from .gpu import get_gpu
+
+    with _trainers_lock:
+        g = get_gpu()
+        t = _trainers.get(id(g))
+        if t is None or t.gpu is not g:
+            _trainers.clear()
+            t = _trainers[id(g)] = GPUTrainer(g)
+        return t
 
 
 def _pow2_at_least(x: int) -> int:
@@ -239,24 +295,37 @@ class GPUTrainer:
         while lslots > 64 and 12 * lslots + SMALL_WG_BYTES > g.max_workgroup_storage:
             lslots //= 2
         self.local_slots = lslots
-        self.pipes = {}
-        for name in ENTRY_BINDINGS:
-            wg_bytes = 12 * lslots if name == "pair_count" else SMALL_WG_BYTES
-            self.pipes[name] = g.pipeline("train", name, workgroup_bytes=wg_bytes,
-                                          constants={"LSLOTS": lslots})
+        self._pipes: dict[bool, dict] = {}
+        for fused in (True, False):
+            self.pipelines(fused)
         self.is_cpu = "cpu" in str(g.adapter_info.get("adapter_type", "")).lower()
+
+    def pipelines(self, fused: bool) -> dict:
+        """Entry point → compute pipeline, for the FUSED or the separate-scan variant."""
+        if fused not in self._pipes:
+            g, lslots = self.gpu, self.local_slots
+            self._pipes[fused] = {
+                name: g.pipeline("train", name,
+                                 workgroup_bytes=12 * lslots if name == "pair_count"
+                                 else SMALL_WG_BYTES,
+                                 constants={"LSLOTS": lslots, "FUSED": int(fused)})
+                for name in ENTRY_BINDINGS
+            }
+        return self._pipes[fused]
 
     # -- one training run ---------------------------------------------------------------------
     def run(self, words: list[bytes], weights: list[int], num_merges: int, min_frequency: int,
             *, progress: ProgressFn | None = None, stats: dict | None = None,
             batch: int | None = None, rows: int | None = None,
-            profile: bool = False) -> list[tuple[int, int]]:
+            profile: bool = False, fused: bool | None = None) -> list[tuple[int, int]]:
         """Learn up to ``num_merges`` merges from unique ``words`` (each ≥ 2 bytes) with
         positive integer ``weights`` (< 2^64 in total pair count).
 
         Args:
             batch: most merges per submit (batches start at 16 and double up to it).
             rows: initial pair-table rows (power of two; default from the distinct pairs).
+            fused: fold the one-workgroup scans into the tile kernels (default: when the
+                stream has at most ``FUSE_MAX_TILES`` tiles of 2048 symbols).
             profile: (adapters with timestamp queries) sampled batches are recorded one pass
                 per dispatch with timestamps; ``stats["gpu_us_per_merge"]`` gets the mean GPU
                 µs per merge of each kernel.
@@ -289,11 +358,13 @@ class GPUTrainer:
             rows = max(COLS, _pow2_at_least(8 * distinct // COLS + 1))
         rows = min(max_rows, rows)
         batch = batch or (64 if self.is_cpu else 512)
+        if fused is None:
+            fused = (n + TILE - 1) // TILE <= FUSE_MAX_TILES
         st.update(stream_symbols=n, distinct_initial_pairs=distinct, restarts=0, rebuilds=0,
-                  adapter=g.adapter_name, merges_per_submit=batch)
+                  adapter=g.adapter_name, merges_per_submit=batch, fused_scans=fused)
         while True:
             res = _Run(self, sym, wid, wts, n, num_merges, min_frequency, rows, batch,
-                       max_rows, st, profile).train(progress, t0)
+                       max_rows, st, profile, fused).train(progress, t0)
             if res is not None:
                 return res
             if rows >= max_rows:
@@ -304,8 +375,9 @@ class GPUTrainer:
             st["restarts"] += 1
 
     # -- recording --------------------------------------------------------------------------------
-    def record_merges(self, cp, bgs: list[dict], args, k0: int, cnt: int, grid_blocks) -> None:
-        """Record merges ``k0 .. k0+cnt-1`` (MERGE_STEP each) into the compute pass ``cp``.
+    def record_merges(self, cp, pipes: dict, bgs: list[dict], steps: tuple, args, k0: int,
+                      cnt: int, grid_blocks) -> None:
+        """Record merges ``k0 .. k0+cnt-1`` (``steps`` each) into the compute pass ``cp``.
 
         wgpu-py's host cost per dispatch (13–36 µs, WGPU_NOTES.md §10) would dominate 32k merges
         × 8 dispatches; the three native calls per dispatch are made directly through wgpu-py's
@@ -316,27 +388,27 @@ class GPUTrainer:
         if raw is None:
             for k in range(k0, k0 + cnt):
                 bg = bgs[k % 2]
-                for name in MERGE_STEP:
+                for name in steps:
                     if name in INDIRECT:
-                        self.dispatch_indirect(cp, name, bg[name], args, INDIRECT[name])
+                        self.dispatch_indirect(cp, pipes[name], bg[name], args, INDIRECT[name])
                     elif name == "find_max4":
-                        self.dispatch(cp, name, bg[name], grid_blocks)
+                        self.dispatch(cp, pipes[name], bg[name], grid_blocks)
                     else:
-                        self.dispatch(cp, name, bg[name], (1, 1))
+                        self.dispatch(cp, pipes[name], bg[name], (1, 1))
             return
         set_pipeline, set_bind_group, dispatch, dispatch_indirect, null = raw
         c = cp._internal
         a = args._internal
-        steps = []
+        plan = []
         for p in (0, 1):
             row = []
-            for name in MERGE_STEP:
+            for name in steps:
                 grid = grid_blocks if name == "find_max4" else (1, 1)
-                row.append((self.pipes[name]._internal, bgs[p][name]._internal,
+                row.append((pipes[name]._internal, bgs[p][name]._internal,
                             INDIRECT.get(name, -1), grid[0], grid[1]))
-            steps.append(row)
+            plan.append(row)
         for k in range(k0, k0 + cnt):
-            for pipe, bg, off, gx, gy in steps[k & 1]:
+            for pipe, bg, off, gx, gy in plan[k & 1]:
                 set_pipeline(c, pipe)
                 set_bind_group(c, 0, bg, 0, null)
                 if off >= 0:
@@ -344,13 +416,15 @@ class GPUTrainer:
                 else:
                     dispatch(c, gx, gy, 1)
 
-    def dispatch(self, cp, name: str, bind_group, grid) -> None:
-        cp.set_pipeline(self.pipes[name])
+    @staticmethod
+    def dispatch(cp, pipe, bind_group, grid) -> None:
+        cp.set_pipeline(pipe)
         cp.set_bind_group(0, bind_group)
         cp.dispatch_workgroups(grid[0], grid[1], 1)
 
-    def dispatch_indirect(self, cp, name: str, bind_group, args, offset: int = 0) -> None:
-        cp.set_pipeline(self.pipes[name])
+    @staticmethod
+    def dispatch_indirect(cp, pipe, bind_group, args, offset: int = 0) -> None:
+        cp.set_pipeline(pipe)
         cp.set_bind_group(0, bind_group)
         cp.dispatch_workgroups_indirect(args, offset)
 
@@ -379,8 +453,10 @@ class _Run:
     """Buffers and state of one training run (see the module docstring for the flow)."""
 
     def __init__(self, trainer: GPUTrainer, sym, wid, wts, n, num_merges, min_frequency, rows,
-                 batch, max_rows, st, profile) -> None:
+                 batch, max_rows, st, profile, fused) -> None:
         self.t, self.g = trainer, trainer.gpu
+        self.pipes = trainer.pipelines(fused)
+        self.steps = MERGE_STEP_FUSED if fused else MERGE_STEP
         self.n, self.num_merges, self.batch, self.max_rows = n, num_merges, batch, max_rows
         self.st = st
         g, U = self.g, self.g.wgpu.BufferUsage
@@ -409,7 +485,9 @@ class _Run:
         q.write_buffer(self.b["wid0"], 0, wid)
         q.write_buffer(self.b["weights"], 0, wts)
         self._table(rows)
-        self.profiler = _Profiler(g, batch) if profile and g.has_timestamps else None
+        self.profiler = _Profiler(g, self.steps) if profile and g.has_timestamps else None
+        self.occ_mark = 0       # table occupancy at the last readback / rebuild
+        self.key_rate = 0.0     # most new table keys per merge seen in a batch
 
     def _table(self, rows: int) -> None:
         """(Re)create the pair table with ``rows`` rows, its params and the bind groups."""
@@ -439,7 +517,7 @@ class _Run:
                 _BEST: b["best"], _MERGES: b["merges"],
             }
             self.bgs.append({
-                name: g.bind_group(self.t.pipes[name], {k: res[k] for k in binds},
+                name: g.bind_group(self.pipes[name], {k: res[k] for k in binds},
                                    label=f"train.{name}.{p}")
                 for name, binds in ENTRY_BINDINGS.items()
             })
@@ -451,8 +529,10 @@ class _Run:
         bg = self.bgs[merges_done % 2]
         enc = g.device.create_command_encoder(label="train.count")
         cp = enc.begin_compute_pass(label="train.count")
-        self.t.dispatch(cp, "clear_table", bg["clear_table"], g.grid(-(-self.slots // WG)))
-        self.t.dispatch(cp, "pair_count", bg["pair_count"], g.grid(-(-max(n, 1) // PC_SYMBOLS_PER_WG)))
+        self.t.dispatch(cp, self.pipes["clear_table"], bg["clear_table"],
+                        g.grid(-(-self.slots // WG)))
+        self.t.dispatch(cp, self.pipes["pair_count"], bg["pair_count"],
+                        g.grid(-(-max(n, 1) // PC_SYMBOLS_PER_WG)))
         cp.end()
         g.device.queue.submit([enc.finish()])
 
@@ -465,19 +545,21 @@ class _Run:
         if prof:
             for k in range(k0, k0 + cnt):
                 bg = self.bgs[k % 2]
-                for name in MERGE_STEP:
+                for name in self.steps:
                     cp = self.profiler.begin(enc, name, k - k0)
+                    pipe = self.pipes[name]
                     if name in INDIRECT:
-                        t.dispatch_indirect(cp, name, bg[name], b["args"], INDIRECT[name])
+                        t.dispatch_indirect(cp, pipe, bg[name], b["args"], INDIRECT[name])
                     elif name == "find_max4":
-                        t.dispatch(cp, name, bg[name], grid_blocks)
+                        t.dispatch(cp, pipe, bg[name], grid_blocks)
                     else:
-                        t.dispatch(cp, name, bg[name], (1, 1))
+                        t.dispatch(cp, pipe, bg[name], (1, 1))
                     cp.end()
             self.profiler.resolve(enc)
         else:
             cp = enc.begin_compute_pass(label="train.merges")
-            t.record_merges(cp, self.bgs, b["args"], k0, cnt, grid_blocks)
+            t.record_merges(cp, self.pipes, self.bgs, self.steps, b["args"], k0, cnt,
+                            grid_blocks)
             cp.end()
         enc.copy_buffer_to_buffer(b["state"], 0, buf, 0, 4 * STATE_WORDS)
         enc.copy_buffer_to_buffer(b["merges"], 16 * k0, buf, 4 * STATE_WORDS, 16 * cnt)
@@ -490,6 +572,8 @@ class _Run:
         """Run the merge loop; None when the pair table overflowed (caller restarts larger)."""
         g, st = self.g, self.st
         self._count(0, self.n)
+        self.occ_mark = int(g.read_u32(self.b["state"], 4 * S_OCC, 1, what="table occupancy")[0])
+        st["table_initial_load"] = self.occ_mark / self.slots
         t_up = time.perf_counter()
         st["seconds_upload"] = t_up - t0
         U = g.wgpu.BufferUsage
@@ -536,7 +620,15 @@ class _Run:
                 progress(TrainProgress(done, self.num_merges, last_count,
                                        done / el if el > 0 else 0.0))
             n_now = int(stv[S_N])
-            if not stopped and int(stv[S_OCC]) * 2 > self.slots:
+            occ = int(stv[S_OCC])
+            # New keys per merge, over the last batch read: the queued batch and the next one
+            # will add about as many again before a rebuild can take effect.
+            if occ >= self.occ_mark:
+                self.key_rate = max(self.key_rate, (occ - self.occ_mark) / max(1, cnt))
+            self.occ_mark = occ
+            st["table_max_load"] = max(st.get("table_max_load", 0.0), occ / self.slots)
+            ahead = int(self.key_rate * 2 * self.batch)
+            if not stopped and (occ + ahead) * 2 > self.slots:
                 # Rebuild once the queued batch has drained (it must see the final stream).
                 need_rebuild = True
         merges = g.read_u32(self.b["merges"], 0, 4 * done, what="merge list readback")
@@ -552,12 +644,15 @@ class _Run:
         self.st["rebuilds"] += 1
         self._count(merges_done, n)
         occ = int(self.g.read_u32(self.b["state"], 4 * S_OCC, 1, what="table occupancy")[0])
-        if occ * 4 > self.slots and self.rows < self.max_rows:
+        need = occ + int(self.key_rate * 2 * self.batch)   # live keys + what 2 batches add
+        if need * 4 > self.slots and self.rows < self.max_rows:
             rows = self.rows
-            while occ * 4 > rows * COLS and rows < self.max_rows:
+            while need * 4 > rows * COLS and rows < self.max_rows:
                 rows *= 2
             self._table(rows)
             self._count(merges_done, n)
+            occ = int(self.g.read_u32(self.b["state"], 4 * S_OCC, 1, what="table occupancy")[0])
+        self.occ_mark = occ
 
 
 class _Profiler:
@@ -565,15 +660,16 @@ class _Profiler:
 
     MAX_MERGES = 64  # per sampled batch (2 timestamps × 8 kernels × 64 = 1024 queries)
 
-    def __init__(self, gpu, batch: int) -> None:
+    def __init__(self, gpu, steps: tuple) -> None:
         self.g = gpu
+        self.steps = steps
         U = gpu.wgpu.BufferUsage
-        self.n = 2 * len(MERGE_STEP) * self.MAX_MERGES
+        self.n = 2 * len(steps) * self.MAX_MERGES
         self.qs = gpu.device.create_query_set(label="train.timestamps", type="timestamp",
                                               count=self.n)
         self.resolve_buf = gpu.buffer(8 * self.n, U.QUERY_RESOLVE | U.COPY_SRC, "train.ts")
         self.read_buf = gpu.buffer(8 * self.n, U.MAP_READ | U.COPY_DST, "train.ts_read")
-        self.totals = {name: 0.0 for name in MERGE_STEP}
+        self.totals = {name: 0.0 for name in steps}
         self.merges = 0
         self.calls = 0
         self.used = 0
@@ -613,7 +709,7 @@ class _Profiler:
         self.read_buf.unmap()
         for j, name in enumerate(self.names):
             self.totals[name] += max(0, int(t[2 * j + 1] - t[2 * j])) * self.ns_per_tick / 1e3
-        self.merges += len(self.names) // len(MERGE_STEP)
+        self.merges += len(self.names) // len(self.steps)
         self.used = 0
         self.names = []
 

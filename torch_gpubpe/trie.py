@@ -108,7 +108,8 @@ def _lcp_sorted(flat: np.ndarray, offs: np.ndarray, lens: np.ndarray,
     pend = np.flatnonzero((~anyneq) & (lens[1:] > W) & (lens[:-1] > W)) + 1
     col = W
     while len(pend):  # long tokens equal over their first `col` bytes
-        a, b = _cols(flat, offs[pend - 1], lens[pend - 1], col), _cols(flat, offs[pend], lens[pend], col)
+        a = _cols(flat, offs[pend - 1], lens[pend - 1], col)
+        b = _cols(flat, offs[pend], lens[pend], col)
         diff = a != b
         anyd = diff.any(axis=1)
         lcp[pend] = col + np.where(anyd, diff.argmax(axis=1), W)

@@ -8,7 +8,9 @@ grouped without a Python loop per word:
 * words of 8–15 bytes: two ``uint64`` keys (bytes 0–7; bytes 8–14 + length) → ``np.lexsort``;
 * longer words (rare in text): ``collections.Counter`` over the byte slices.
 
-Batches are counted on a thread pool (numpy releases the GIL) and merged in order.
+Batches are counted on a thread pool (numpy releases the GIL); their distinct keys and counts
+are merged once at the end (sort + ``np.add.reduceat``), so no Python loop runs per word or per
+batch-distinct word, only once per distinct word of the corpus.
 
 Every key holds the word's bytes themselves, never a hash, so no two words can be confused.
 
@@ -31,7 +33,7 @@ import numpy as np
 from .errors import InputError
 from .reference import BYTE_CLASS, NEWLINE, SPACE, to_bytes
 
-DEFAULT_BATCH_BYTES = 8 << 20
+DEFAULT_BATCH_BYTES = 4 << 20
 
 
 def _batches(documents: Iterable[str | bytes], batch_bytes: int,
@@ -128,16 +130,76 @@ def _u64_at(padded: np.ndarray, pos: np.ndarray) -> np.ndarray:
 _LEN_MASK = np.array([(1 << (8 * k)) - 1 for k in range(8)] + [(1 << 64) - 1], np.uint64)
 
 
-def _count_batch(data: np.ndarray, offsets: np.ndarray) -> Counter:
-    out: Counter[bytes] = Counter()
+def _group(keys: tuple[np.ndarray, ...], counts: np.ndarray | None
+           ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """Distinct rows of the u64 key columns ``keys`` and their summed ``counts`` (1 each if
+    None); exact integer sums (sort + ``np.add.reduceat``)."""
+    if len(keys) == 1 and counts is None:
+        k = np.sort(keys[0])
+        order = None
+        cols = (k,)
+    else:
+        order = np.lexsort(keys[::-1])
+        cols = tuple(k[order] for k in keys)
+    new = np.ones(len(cols[0]), bool)
+    if len(new) > 1:
+        diff = np.zeros(len(new) - 1, bool)
+        for c in cols:
+            diff |= c[1:] != c[:-1]
+        new[1:] = diff
+    heads = np.flatnonzero(new)
+    if counts is None:
+        summed = np.diff(np.append(heads, len(new))).astype(np.int64)
+    else:
+        summed = np.add.reduceat(counts[order], heads) if len(heads) else counts[:0]
+    return tuple(c[heads] for c in cols), summed
+
+
+class _Partial:
+    """Word counts of one batch: short (≤ 7 B) and mid (8–15 B) words as u64 key columns with
+    counts, long words in a Counter. Keys hold the bytes themselves (no hashing)."""
+
+    def __init__(self) -> None:
+        self.short: list[tuple[np.ndarray, np.ndarray]] = []
+        self.mid: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.long: Counter[bytes] = Counter()
+
+    def add(self, other: _Partial) -> None:
+        self.short += other.short
+        self.mid += other.mid
+        self.long.update(other.long)
+
+    def to_counter(self) -> Counter[bytes]:
+        out: Counter[bytes] = Counter()
+        top = np.uint64(56)
+        if self.short:
+            (k,), c = _group((np.concatenate([x for x, _ in self.short]),),
+                             np.concatenate([y for _, y in self.short]))
+            blob = k.astype("<u8").tobytes()
+            lens = (k >> top).tolist()
+            for j, (ln, cnt) in enumerate(zip(lens, c.tolist())):
+                out[blob[8 * j : 8 * j + ln]] = cnt
+        if self.mid:
+            (k1, k2), c = _group((np.concatenate([x for x, _, _ in self.mid]),
+                                  np.concatenate([y for _, y, _ in self.mid])),
+                                 np.concatenate([z for _, _, z in self.mid]))
+            blob = np.stack([k1, k2], axis=1).astype("<u8").tobytes()
+            lens = (k2 >> top).tolist()
+            for j, (ln, cnt) in enumerate(zip(lens, c.tolist())):
+                out[blob[16 * j : 16 * j + ln]] = cnt
+        out.update(self.long)
+        return out
+
+
+def _count_batch(data: np.ndarray, offsets: np.ndarray) -> _Partial:
+    part = _Partial()
     n = len(data)
     if n == 0:
-        return out
+        return part
     starts = word_starts_fast(data, offsets)
     lens = np.diff(np.append(starts, n))
     padded = np.zeros(n + 32, np.uint8)
     padded[:n] = data
-    raw = data.tobytes()
     top = np.uint64(56)
 
     short = lens <= 7
@@ -145,16 +207,8 @@ def _count_batch(data: np.ndarray, offsets: np.ndarray) -> Counter:
     if len(s):
         key = _u64_at(padded, s) & _LEN_MASK[ln]
         key |= ln.astype(np.uint64) << top
-        # The key holds the bytes themselves: sort the keys, no argsort, no gather back.
-        key.sort()
-        new = np.ones(len(key), bool)
-        new[1:] = key[1:] != key[:-1]
-        heads = np.flatnonzero(new)
-        counts = np.diff(np.append(heads, len(key))).tolist()
-        uniq = key[heads]
-        blob = uniq.astype("<u8").tobytes()
-        for j, (l, c) in enumerate(zip((uniq >> top).tolist(), counts)):
-            out[blob[8 * j : 8 * j + l]] += c
+        (k,), c = _group((key,), None)
+        part.short.append((k, c))
 
     mid = (lens >= 8) & (lens <= 15)
     s, ln = starts[mid], lens[mid]
@@ -162,20 +216,15 @@ def _count_batch(data: np.ndarray, offsets: np.ndarray) -> Counter:
         k1 = _u64_at(padded, s)
         k2 = _u64_at(padded, s + 8) & _LEN_MASK[ln - 8]
         k2 |= ln.astype(np.uint64) << top
-        order = np.lexsort((k2, k1))
-        k1, k2 = k1[order], k2[order]
-        new = np.ones(len(order), bool)
-        new[1:] = (k1[1:] != k1[:-1]) | (k2[1:] != k2[:-1])
-        heads = np.flatnonzero(new)
-        counts = np.diff(np.append(heads, len(order)))
-        firsts = order[heads]
-        for st, l, c in zip(s[firsts].tolist(), ln[firsts].tolist(), counts.tolist()):
-            out[raw[st : st + l]] += c
+        (k1, k2), c = _group((k1, k2), None)
+        part.mid.append((k1, k2, c))
 
-    long_ = lens >= 16
-    for st, l in zip(starts[long_].tolist(), lens[long_].tolist()):
-        out[raw[st : st + l]] += 1
-    return out
+    long_ = np.flatnonzero(lens >= 16)
+    if len(long_):
+        raw = data.tobytes()
+        for st, l in zip(starts[long_].tolist(), lens[long_].tolist()):
+            part.long[raw[st : st + l]] += 1
+    return part
 
 
 def count_words(documents: Iterable[str | bytes], *, batch_bytes: int = DEFAULT_BATCH_BYTES,
@@ -196,19 +245,20 @@ def count_words(documents: Iterable[str | bytes], *, batch_bytes: int = DEFAULT_
     info.setdefault("num_documents", 0)
     info.setdefault("corpus_bytes", 0)
     workers = max(1, min(threads or os.cpu_count() or 1, 32))
-    out: Counter[bytes] = Counter()
+    total = _Partial()
     if workers == 1:
         for data, offsets in _batches(documents, batch_bytes, info):
-            out.update(_count_batch(data, offsets))
-        return out
+            total.add(_count_batch(data, offsets))
+        return total.to_counter()
     # numpy releases the GIL in the heavy steps: batches are counted on a thread pool, with
-    # at most 2 × workers batches in flight (bounded memory), and merged in submission order.
+    # at most workers + 1 batches in flight (bounded memory); the per-batch key arrays are
+    # merged once at the end (sort + reduceat), not word by word.
     with ThreadPoolExecutor(workers, thread_name_prefix="gpubpe-wordcount") as pool:
         pending: deque = deque()
         for data, offsets in _batches(documents, batch_bytes, info):
             pending.append(pool.submit(_count_batch, data, offsets))
-            while len(pending) > 2 * workers:
-                out.update(pending.popleft().result())
+            while len(pending) > workers:
+                total.add(pending.popleft().result())
         while pending:
-            out.update(pending.popleft().result())
-    return out
+            total.add(pending.popleft().result())
+    return total.to_counter()

@@ -101,7 +101,9 @@ fn bs_step(base: ptr<function, u32>, len: ptr<function, u32>, b: u32) {
 // Child of a node with children edges[fc .. fc+nc) (sorted by byte) along byte b, or NO_TOKEN.
 // Unrolled to 8 steps (nc <= 256), so it adds no loop iterations (lavapipe's cap).
 fn find_child(fc: u32, nc: u32, b: u32) -> u32 {
-    if (nc == 0u) { return NO_TOKEN; }
+    if (nc <= 1u) {  // most deep nodes: one child, no search
+        return select(NO_TOKEN, edges[2u * fc + 1u], nc == 1u && edges[2u * fc] == b);
+    }
     var base = fc;
     var len = nc;
     bs_step(&base, &len, b); bs_step(&base, &len, b); bs_step(&base, &len, b);

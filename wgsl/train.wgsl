@@ -24,7 +24,18 @@
 //                      the exact pair-count deltas (old pairs around each merge out, new ones in)
 // clear_table + pair_count run once at the start (and on a rebuild): afterwards the pair table is
 // updated by deltas, which is exact and touches only the neighbourhood of each merge.
-// Deviation from the seed: pair_count is not re-run per merge (the deltas replace it).
+// Deviations from the seed, and why:
+//  * pair_count is not re-run per merge (the deltas replace it: same counts, far less work);
+//  * merge_reduce and scan_pass1 only run (indirect args ≠ 0) when A == B, the only case with
+//    overlapping occurrences to resolve (runs of A, merged left to right at even offsets from
+//    the run start, however long the run: the start comes from a global prefix max);
+//  * with FUSED = 1 (≤ 2048 tiles, the host's choice) scan_pass1 and scan_pass3 are folded into
+//    scan_pass2 / finalize_compact, which reduce the earlier tiles' raw values themselves, and
+//    setup_merge's work into find_max_final_det: 5 dispatches per merge instead of 8
+//    (dispatches, not bytes, bound a merge of a small stream).
+// Stream tiles are WG × ITEMS = 2048 consecutive symbols (8 per thread, bounded loops).
+// Bounded work per thread everywhere: table probes ≤ MAX_PROBE, tile loops ≤ ITEMS, one-workgroup
+// loops ≤ tiles / 256 or blocks / 256 (lavapipe stops a thread's loops after 65,535 iterations).
 //
 // Pair table: open addressing, 32 "columns" × rows (rows a power of two). A pair (a, b) is
 // mapped by an invertible 3-round Feistel mix over 18+18 bits to (stored, col): col = 5 bits,
@@ -45,9 +56,11 @@
 //   6 wid_out  : storage, read_write array<u32>  word index of each symbol of sym_out
 //   7 weights  : storage, read       array<u32>  word counts, (lo, hi) per word; length 2·words
 //   8 flags    : storage, read_write array<u32>  per symbol: bit0 merge starts here, bit1 alive
-//                                               (not the right half of a merge), bit2 kept
-//   9 tiles    : storage, read_write array<u32>  [0, tile_cap): run breaks → prefix max;
-//                                               [tile_cap, 2·tile_cap): kept counts → offsets
+//                                               (not the right half of a merge), bit2 kept;
+//                                               written only when A == B (else recomputed)
+//   9 tiles    : storage, read_write array<u32>  [0, tile_cap): per-tile last run break (→ its
+//                                               exclusive prefix max); [tile_cap, 2·tile_cap):
+//                                               kept symbols per tile (→ exclusive prefix sum)
 //  10 tkeys    : storage, read_write array<atomic<u32>>  pair table keys; length rows·32
 //  11 tcounts  : storage, read_write array<atomic<u32>>  pair table counts (lo, hi); 2·rows·32
 //  12 dirty    : storage, read_write array<u32>  per 1024-slot block: counts changed; nblocks
@@ -60,7 +73,7 @@ struct Params {
     min_freq_hi: u32,
     rows: u32,          // pair-table rows (power of two); slots = rows * COLS
     nblocks: u32,       // slots / BLOCK
-    tile_cap: u32,      // capacity of each half of `tiles`
+    tile_cap: u32,      // capacity of each half of `tiles` (≥ stream tiles + 1)
     _pad0: u32,
     _pad1: u32,
 }
@@ -104,9 +117,16 @@ const S_C: u32 = 6u;        //                new id
 const S_OCC: u32 = 7u;      // occupied table slots
 const S_OVERFLOW: u32 = 8u; // 1: a probe sequence ran out (host grows the table and restarts)
 
-// pair_count's workgroup hash table (seed: 1024 slots; sized on the host for the adapter's
-// workgroup-storage limit: 12 B per slot). Power of two, multiple of COLS·WG/… (see trainer.py).
+// pair_count's workgroup hash table (seed: 1024 slots). 12 B per slot (key + 64-bit count);
+// the host picks the largest power of two ≤ 2048 that fits the adapter's workgroup-storage
+// limit (2048 on lavapipe's 32 KiB and the H200's 48 KiB): ≤ 1024 pairs per workgroup, so the
+// load stays ≤ 1/2. LSLOTS / COLS rows per column.
 override LSLOTS: u32 = 2048u;
+// FUSED = 1 (host: at most FUSE_MAX_TILES tiles): scan_pass1, scan_pass3 and setup_merge are not
+// dispatched; scan_pass2 and finalize_compact reduce the raw per-tile values of all earlier
+// tiles themselves (O(tiles) reads per workgroup, cheap for ≤ 2048 tiles) and
+// find_max_final_det sizes the dispatches.
+override FUSED: u32 = 0u;
 const PC_ITEMS: u32 = 4u;          // symbols per pair_count thread (1024 per workgroup)
 
 // ---- workgroup memory --------------------------------------------------------------------------
@@ -272,6 +292,21 @@ fn wg_incl_add(lid: u32, v: u32) -> u32 {
     return x;
 }
 
+// Workgroup-wide max / sum of `v`, returned to every thread.
+fn wg_total_max(lid: u32, v: u32) -> u32 {
+    _ = wg_incl_max(lid, v);
+    let total = sh_a[WG - 1u];
+    workgroupBarrier();
+    return total;
+}
+
+fn wg_total_add(lid: u32, v: u32) -> u32 {
+    _ = wg_incl_add(lid, v);
+    let total = sh_a[WG - 1u];
+    workgroupBarrier();
+    return total;
+}
+
 fn linear_id(wid: vec3<u32>, nwg: vec3<u32>) -> u32 { return linear_workgroup(wid, nwg); }
 
 // ---- clear_table: empty the pair table, mark every block dirty ---------------------------------
@@ -394,9 +429,20 @@ fn find_max_final_det(@builtin(local_invocation_index) lid: u32) {
     if (lid == 0u) { sh_u = atomicLoad(&state[S_STOP]); }
     if (workgroupUniformLoad(&sh_u) != 0u) { return; }
     var b = NO_BEST;
-    for (var j = lid; j < P.nblocks; j += WG) {
-        let c = vec4<u32>(best[4u * j], best[4u * j + 1u], best[4u * j + 2u], best[4u * j + 3u]);
-        if (better(c, b)) { b = c; }
+    // Four independent loads per iteration (memory-level parallelism for one workgroup).
+    for (var j0 = 0u; j0 < P.nblocks; j0 += 4u * WG) {
+        var c: array<vec4<u32>, 4>;
+        for (var u = 0u; u < 4u; u++) {
+            let j = j0 + u * WG + lid;
+            c[u] = NO_BEST;
+            if (j < P.nblocks) {
+                c[u] = vec4<u32>(best[4u * j], best[4u * j + 1u], best[4u * j + 2u],
+                                 best[4u * j + 3u]);
+            }
+        }
+        for (var u = 0u; u < 4u; u++) {
+            if (better(c[u], b)) { b = c[u]; }
+        }
     }
     let r = wg_best(lid, b);
     if (lid == 0u) {
@@ -414,6 +460,8 @@ fn find_max_final_det(@builtin(local_invocation_index) lid: u32) {
             atomicStore(&state[S_C], 256u + k);
             atomicStore(&state[S_K], k + 1u);
         }
+        // FUSED: setup_merge's one thread of work is done here (one dispatch fewer per merge).
+        if (FUSED != 0u) { setup_args(); }
     }
 }
 
@@ -430,7 +478,9 @@ fn grid_args(off: u32, tiles_n: u32) {
 }
 
 @compute @workgroup_size(1)
-fn setup_merge() {
+fn setup_merge() { setup_args(); }
+
+fn setup_args() {
     let n = atomicLoad(&state[S_N]);
     atomicStore(&state[S_NCUR], n);
     var tiles_n = (n + TILE - 1u) / TILE;
@@ -555,6 +605,18 @@ fn scan_pass3(@builtin(local_invocation_index) lid: u32) {
     if (lid == 0u) { atomicStore(&state[S_N], total); }
 }
 
+// Flags of position i from its merge marks: alive = not the right half of a merge; kept =
+// alive and not a word that is one symbol after this merge (it has no pairs: dropped).
+fn make_flags(i: u32, n: u32, m_i: bool, m_prev: bool) -> u32 {
+    let alive = !m_prev;
+    var keep = alive;
+    if (alive && (sym_in[i] & TWS) != 0u) {
+        let k = i + select(1u, 2u, m_i);
+        keep = k < n && (sym_in[k] & TWS) == 0u;
+    }
+    return select(0u, F_MERGE, m_i) | select(0u, F_ALIVE, alive) | select(0u, F_KEEP, keep);
+}
+
 // ---- scan_pass2: merge marks and keep flags per symbol, kept count per tile --------------------
 @compute @workgroup_size(WG)
 fn scan_pass2(@builtin(workgroup_id) wid: vec3<u32>,
@@ -572,7 +634,14 @@ fn scan_pass2(@builtin(workgroup_id) wid: vec3<u32>,
     // (carried in from earlier tiles and earlier threads of this tile), then updated per item.
     var rs = 0u;
     if (same) {
-        let carry = tiles[t];
+        var carry = 0u;
+        if (FUSED != 0u) {
+            var mx = 0u;
+            for (var j = lid; j < t; j += WG) { mx = max(mx, tiles[j]); }
+            carry = wg_total_max(lid, mx);
+        } else {
+            carry = tiles[t];
+        }
         let v = thread_last_break(first, n, ctx.a);
         let incl = wg_incl_max(lid, v);
         workgroupBarrier();
@@ -591,16 +660,11 @@ fn scan_pass2(@builtin(workgroup_id) wid: vec3<u32>,
         if (i >= n) { break; }
         if (same && is_break(i, ctx.a)) { rs = i; }
         let m_i = is_merge(i, rs, n, ctx.a, ctx.b);
-        let alive = !m_prev;
-        var keep = alive;
-        if (alive && (sym_in[i] & TWS) != 0u) {
-            // A word that is one symbol after this merge has no pairs: drop it from the stream.
-            let k = i + select(1u, 2u, m_i);
-            keep = k < n && (sym_in[k] & TWS) == 0u;
-        }
-        flags[i] = select(0u, F_MERGE, m_i) | select(0u, F_ALIVE, alive) |
-                   select(0u, F_KEEP, keep);
-        kept += select(0u, 1u, keep);
+        let f = make_flags(i, n, m_i, m_prev);
+        // A != B: finalize_compact recomputes the flags from the symbols (no run state), so
+        // they are stored only for A == B: 8 bytes per symbol less traffic for most merges.
+        if (same) { flags[i] = f; }
+        kept += select(0u, 1u, (f & F_KEEP) != 0u);
         m_prev = m_i;
     }
     if (kept != 0u) { atomicAdd(&sh_cnt, kept); }
@@ -609,7 +673,19 @@ fn scan_pass2(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 // ---- finalize_compact: scan + merge apply + scatter, and the pair-count deltas (seed §3) -------
-fn merged(j: u32, n: u32) -> bool { return j < n && (flags[j] & F_MERGE) != 0u; }
+// Merge mark / flags of position j < n: stored by scan_pass2 when A == B, else recomputed
+// (for A != B occurrences cannot overlap, so the marks are local).
+fn merged(j: u32, ctx: StreamCtx) -> bool {
+    if (j >= ctx.n) { return false; }
+    if (ctx.a == ctx.b) { return (flags[j] & F_MERGE) != 0u; }
+    return is_merge(j, 0u, ctx.n, ctx.a, ctx.b);
+}
+
+fn flags_at(i: u32, ctx: StreamCtx) -> u32 {
+    if (ctx.a == ctx.b) { return flags[i]; }
+    let m_prev = i > 0u && is_merge(i - 1u, 0u, ctx.n, ctx.a, ctx.b);
+    return make_flags(i, ctx.n, is_merge(i, 0u, ctx.n, ctx.a, ctx.b), m_prev);
+}
 
 @compute @workgroup_size(WG)
 fn finalize_compact(@builtin(workgroup_id) wid: vec3<u32>,
@@ -633,10 +709,24 @@ fn finalize_compact(@builtin(workgroup_id) wid: vec3<u32>,
     let e = lid;
 //#endif
     let first = t * TILE + e * ITEMS;
+    var tile_off = 0u;
+    if (FUSED != 0u) {
+        var sum = 0u;
+        for (var j = lid; j < t; j += WG) { sum += tiles[P.tile_cap + j]; }
+        tile_off = wg_total_add(lid, sum);
+        if (t + 1u == ntiles && lid == 0u) {
+            atomicStore(&state[S_N], tile_off + tiles[P.tile_cap + t]);
+        }
+    } else {
+        tile_off = tiles[P.tile_cap + t];
+    }
     var kept = 0u;
+    var fl: array<u32, ITEMS>;
     for (var j = 0u; j < ITEMS; j++) {
         let i = first + j;
-        if (i < n && (flags[i] & F_KEEP) != 0u) { kept += 1u; }
+        fl[j] = 0u;
+        if (i < n) { fl[j] = flags_at(i, ctx); }
+        if ((fl[j] & F_KEEP) != 0u) { kept += 1u; }
     }
 //#if SUBGROUPS
     // Subgroup-cooperative exclusive scan (seed §3): lanes by subgroupExclusiveAdd, subgroup
@@ -647,14 +737,14 @@ fn finalize_compact(@builtin(workgroup_id) wid: vec3<u32>,
     workgroupBarrier();
     var base = 0u;
     for (var q = 0u; q < sg_id; q++) { base += sh_sg[q]; }
-    var dst = tiles[P.tile_cap + t] + base + local_excl;
+    var dst = tile_off + base + local_excl;
 //#else
-    var dst = tiles[P.tile_cap + t] + wg_incl_add(lid, kept) - kept;
+    var dst = tile_off + wg_incl_add(lid, kept) - kept;
 //#endif
     for (var j = 0u; j < ITEMS; j++) {
         let i = first + j;
         if (i >= n) { break; }
-        let f = flags[i];
+        let f = fl[j];
         let s = sym_in[i];
         let id = s & IDM;
         let m_i = (f & F_MERGE) != 0u;
@@ -668,8 +758,8 @@ fn finalize_compact(@builtin(workgroup_id) wid: vec3<u32>,
         // pair (new(i), new(k)) appears if either side is a new symbol; the rest is unchanged.
         // Only symbols next to a merge change anything: the flags decide before any weight
         // or neighbour symbol is read.
-        let m_next = merged(i + 1u, n);
-        let m_before = i > 0u && merged(i - 1u, n);
+        let m_next = merged(i + 1u, ctx);
+        let m_before = i > 0u && merged(i - 1u, ctx);
         if (!(m_i || m_next || m_before)) { continue; }
         let lo = weights[2u * w];
         let hi = weights[2u * w + 1u];
@@ -681,7 +771,7 @@ fn finalize_compact(@builtin(workgroup_id) wid: vec3<u32>,
             let k = i + select(1u, 2u, m_i);
             if (k < n) {
                 let sk = sym_in[k];
-                let m_k = merged(k, n);
+                let m_k = merged(k, ctx);
                 if ((sk & TWS) == 0u && (m_i || m_k)) {
                     pair_delta(select(id, ctx.c, m_i), select(sk & IDM, ctx.c, m_k), lo, hi,
                                false);

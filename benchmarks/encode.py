@@ -1,0 +1,267 @@
+"""Benchmark: GPU greedy encoder (torch_gpubpe.encoder) vs tiktoken, same vocab and split pattern.
+
+    python3 benchmarks/encode.py --help
+    python3 benchmarks/encode.py                                   # 5 corpora, 102 MB, vocab 32,768
+    python3 benchmarks/encode.py --max-bytes 2000000 --vocab-size 2048 --threads 1 2   # lavapipe
+    python3 benchmarks/encode.py --vocab my.vocab.json --batch-bytes 64000000 --json-out r.json
+
+Measures, on the same Python ``str`` documents:
+
+* end to end: ``list[str]`` in → numpy ids + offsets out, two batches in flight
+  (``Tokenizer.submit``/``result``), MB/s and tokens/s;
+* where the time goes, from a second, synchronous run: host packing (str → UTF-8 bytes), upload
+  + submit, GPU wait (token count), token readback; and the GPU time of each pass from
+  timestamp queries, as kernel GB/s;
+* tiktoken built with the SAME vocab (``mergeable_ranks = {token bytes: id}``) and the SAME split
+  pattern (``SPLIT_PATTERN_PY``), ``encode_ordinary_batch(num_threads=N)``. tiktoken applies
+  merges by rank, we take the longest match (DESIGN.md §4), so ids may differ slightly; the
+  table shows both tokens-per-byte figures.
+
+Ends with a table (machine, adapter, date, command). Exactness is the tests' job
+(tests/test_encoder.py); here a sample of documents is still checked against
+``reference.encode``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from torch_gpubpe import reference  # noqa: E402
+from torch_gpubpe.encoder import Tokenizer, _pack  # noqa: E402
+from torch_gpubpe.vocab import SPLIT_PATTERN_PY, Vocab  # noqa: E402
+
+CORPORA = Path(os.environ.get("TORCH_GPUBPE_CORPORA") or REPO.parent / "shared" / "corpora")
+DEFAULT_CORPORA = [
+    "en_novels", "code_cpython_stdlib", "web_html", "en_python_docs", "multi_udhr"]  # ~102 MB
+
+
+def read_docs(paths: list[Path], max_bytes: int) -> list[str]:
+    """Documents round robin over the files until ``max_bytes`` UTF-8 bytes."""
+    files = [gzip.open(p, "rt", encoding="utf-8") for p in paths]
+    docs, total = [], 0
+    while files and total < max_bytes:
+        for f in list(files):
+            line = f.readline()
+            if not line:
+                files.remove(f)
+                continue
+            text = json.loads(line)["text"]
+            docs.append(text)
+            total += len(text.encode())
+            if total >= max_bytes:
+                break
+    return docs
+
+
+def batches(docs: list[str], batch_bytes: int) -> list[list[str]]:
+    out, cur, size = [], [], 0
+    for d in docs:
+        cur.append(d)
+        size += len(d)  # characters: close enough for batching
+        if size >= batch_bytes:
+            out.append(cur)
+            cur, size = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+def get_vocab(args, docs: list[str]) -> Vocab:
+    if args.vocab:
+        return Vocab.load(args.vocab)
+    sample, size = [], 0
+    for d in docs:
+        sample.append(d[: max(1, args.train_bytes // 32)])
+        size += len(sample[-1])
+        if size >= args.train_bytes:
+            break
+    t0 = time.perf_counter()
+    merges = reference.train(sample, vocab_size=args.vocab_size, min_frequency=2)
+    print(f"trained {len(merges)} merges with reference.train on {size / 1e6:.1f} MB "
+          f"in {time.perf_counter() - t0:.1f} s", flush=True)
+    if 256 + len(merges) < args.vocab_size:
+        print(f"note: only {256 + len(merges)} ids (pairs below min_frequency 2); raise "
+              "--train-bytes for the full --vocab-size", flush=True)
+    return Vocab.from_merges(merges)
+
+
+def run_gpu_pipelined(tok: Tokenizer, bs: list[list[str]]) -> tuple[float, int]:
+    """End to end with two batches in flight; returns (seconds, tokens)."""
+    t0 = time.perf_counter()
+    ntok = 0
+    pending = []
+    for b in bs:
+        pending.append(tok.submit(b))
+        if len(pending) == 2:
+            ntok += len(pending.pop(0).result().ids)
+    for p in pending:
+        ntok += len(p.result().ids)
+    return time.perf_counter() - t0, ntok
+
+
+def run_gpu_phases(tok: Tokenizer, bs: list[list[str]]) -> dict[str, float]:
+    """Synchronous run split into phases (seconds, summed over batches) + GPU pass times."""
+    sess = tok._session()
+    ph = {"pack": 0.0, "upload+submit": 0.0, "wait count": 0.0, "readback ids": 0.0}
+    passes: dict[str, float] = {}
+    sliced = 0
+    for b in bs:
+        t0 = time.perf_counter()
+        data, offsets = _pack(b, keep_parts=True)
+        t1 = time.perf_counter()
+        ph["pack"] += t1 - t0
+        total = int(offsets[-1])
+        if total > sess.limit:
+            sliced += 1
+            if isinstance(data, list):
+                data = np.frombuffer(b"".join(data), np.uint8)
+            tok._encode_sliced(data, offsets)
+            ph["upload+submit"] += time.perf_counter() - t1
+            continue
+        slot = sess.slots[0]
+        slot.start(data, 0, total, offsets[:-1].astype(np.uint32), True)
+        t2 = time.perf_counter()
+        total, unfinished, _ = slot._read_meta()
+        t3 = time.perf_counter()
+        for k, v in tok.last_pass_us.items():
+            passes[k] = passes.get(k, 0.0) + v
+        # Same readback as Slot.finish (the count is known now).
+        slot.meta_promise = None
+        nbytes = (total * sess.id_size + 3) // 4 * 4
+        g = sess.gpu
+        enc = g.device.create_command_encoder()
+        enc.copy_buffer_to_buffer(slot.out, 0, slot.rb_tok, 0, max(nbytes, 4))
+        g.device.queue.submit([enc.finish()])
+        g.wait_map(slot.rb_tok, "READ_NOSYNC", 0, (max(nbytes, 4) + 7) // 8 * 8)
+        np.frombuffer(slot.rb_tok.read_mapped(0, max(nbytes, 4)), np.uint8)
+        slot.rb_tok.unmap()
+        t4 = time.perf_counter()
+        ph["upload+submit"] += t2 - t1
+        ph["wait count"] += t3 - t2
+        ph["readback ids"] += t4 - t3
+        assert not unfinished, "a word needed continuation passes; phases would be off"
+    ph["sliced batches"] = sliced
+    return ph, passes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", action="append", type=Path,
+                    help="jsonl.gz file (repeatable); default: en_novels, code_cpython_stdlib, web_html, en_python_docs, multi_udhr")
+    ap.add_argument("--max-bytes", type=int, default=102_000_000, help="bytes of text to encode")
+    ap.add_argument("--vocab-size", type=int, default=32_768)
+    ap.add_argument("--vocab", type=Path, help="vocab file (skips training)")
+    ap.add_argument("--train-bytes", type=int, default=8_000_000,
+                    help="bytes of the sample reference.train learns the vocab on")
+    ap.add_argument("--batch-bytes", type=int, default=32_000_000, help="bytes per GPU batch")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, os.cpu_count() or 1],
+                    help="tiktoken thread counts")
+    ap.add_argument("--repeat", type=int, default=3, help="timed repetitions (best is reported)")
+    ap.add_argument("--chunk-bytes", type=int, default=32)
+    ap.add_argument("--skip-tiktoken", action="store_true")
+    ap.add_argument("--json-out", type=Path)
+    args = ap.parse_args()
+
+    paths = args.corpus or [CORPORA / f"{n}.jsonl.gz" for n in DEFAULT_CORPORA]
+    docs = read_docs(paths, args.max_bytes)
+    nbytes = sum(len(d.encode()) for d in docs)
+    print(f"{len(docs)} documents, {nbytes / 1e6:.1f} MB from {', '.join(p.name for p in paths)}",
+          flush=True)
+    vocab = get_vocab(args, docs)
+    bs = batches(docs, args.batch_bytes)
+
+    t0 = time.perf_counter()
+    tok = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True)
+    first = tok.encode_batch(bs[0][:50])  # opens the GPU, compiles, warms up
+    setup = time.perf_counter() - t0
+    sess = tok._session()
+    check = bs[0][:20]
+    assert tok.encode_batch(check).tolist() == [reference.encode(d, vocab.merges) for d in check]
+    del first
+
+    rows = []
+    best = min((run_gpu_pipelined(tok, bs) for _ in range(args.repeat)), key=lambda r: r[0])
+    gpu_s, gpu_tok = best
+    rows.append(("torch_gpubpe (2 in flight)", gpu_s, gpu_tok))
+    ph, passes = run_gpu_phases(tok, bs)
+    kernel_s = sum(passes.values()) / 1e6
+
+    if not args.skip_tiktoken:
+        import tiktoken
+
+        ranks: dict[bytes, int] = {}
+        for i, tb in enumerate(vocab.token_bytes):
+            ranks.setdefault(tb, i)
+        enc = tiktoken.Encoding("gpubpe-bench", pat_str=SPLIT_PATTERN_PY, mergeable_ranks=ranks,
+                                special_tokens={})
+        for n in args.threads:
+            runs = []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                ntok = sum(len(x) for b in bs for x in enc.encode_ordinary_batch(b, num_threads=n))
+                runs.append((time.perf_counter() - t0, ntok))
+            s, ntok = min(runs)
+            rows.append((f"tiktoken {n} thread{'s' if n > 1 else ''}", s, ntok))
+
+    g = sess.gpu
+    print()
+    print(f"| method | seconds | MB/s | Mtokens/s | tokens/byte |")
+    print(f"|---|---:|---:|---:|---:|")
+    for name, s, ntok in rows:
+        print(f"| {name} | {s:.3f} | {nbytes / s / 1e6:,.1f} | {ntok / s / 1e6:,.2f} | {ntok / nbytes:.4f} |")
+    print()
+    total_ph = sum(v for k, v in ph.items() if k != "sliced batches")
+    print("| phase (synchronous run) | seconds | share | MB/s |")
+    print("|---|---:|---:|---:|")
+    for k, v in ph.items():
+        if k == "sliced batches":
+            continue
+        print(f"| {k} | {v:.3f} | {100 * v / max(total_ph, 1e-12):.0f}% | {nbytes / max(v, 1e-12) / 1e6:,.0f} |")
+    if ph["sliced batches"]:
+        print(f"({ph['sliced batches']} batch(es) above the slice limit were run sliced and "
+              "counted under upload+submit)")
+    print()
+    if passes:
+        print("| GPU pass (timestamp queries) | ms | GB/s of input |")
+        print("|---|---:|---:|")
+        for k, v in passes.items():
+            print(f"| {k} | {v / 1e3:.3f} | {nbytes / (v / 1e6) / 1e9:.3g} |")
+        print(f"| all three | {kernel_s * 1e3:.3f} | {nbytes / kernel_s / 1e9:.3g} |")
+    else:
+        print("(no timestamp queries on this adapter)")
+    bound = max(((k, v) for k, v in ph.items() if k != "sliced batches"), key=lambda kv: kv[1])
+    print(f"\nbounded by: {bound[0]} ({100 * bound[1] / max(total_ph, 1e-12):.0f}% of the synchronous run)")
+    print()
+    print("| machine | adapter | date (UTC) | command |")
+    print("|---|---|---|---|")
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M")
+    cmd = "python3 " + " ".join(sys.argv)
+    print(f"| {platform.node()} ({os.cpu_count()} CPUs) | {g.adapter_name}, subgroup size "
+          f"{g.subgroup_size} | {date} | `{cmd}` |")
+    print(f"\nvocab {len(vocab)} ids ({np.dtype(tok.id_dtype).name}), {len(bs)} batches of "
+          f"~{args.batch_bytes / 1e6:g} MB, slice limit {sess.limit / 1e6:.1f} MB, "
+          f"set-up {setup:.2f} s")
+    if args.json_out:
+        args.json_out.write_text(json.dumps({
+            "machine": platform.node(), "adapter": g.adapter_name, "date": date, "command": cmd,
+            "bytes": nbytes, "docs": len(docs), "vocab_size": len(vocab),
+            "rows": [{"method": n, "seconds": s, "tokens": t} for n, s, t in rows],
+            "phases_s": ph, "gpu_pass_us": passes, "setup_s": setup,
+        }, indent=1))
+
+
+if __name__ == "__main__":
+    main()
