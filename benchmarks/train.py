@@ -68,6 +68,8 @@ def run_gpubpe(docs, vocab_size, min_frequency, profile):
     t = time.perf_counter()
     vocab = train(docs, vocab_size, min_frequency=min_frequency, stats=stats, profile=profile)
     wall = time.perf_counter() - t
+    if os.environ.get("GPUBPE_SAVE_VOCAB") and not profile:
+        vocab.save(os.environ["GPUBPE_SAVE_VOCAB"])  # reused by benchmarks/encode.py
     return {"wall_s": wall, "count_s": stats.get("seconds_count"),
             "merge_s": stats.get("seconds_merge"), "num_merges": len(vocab.merges),
             "token_bytes": [b.hex() for b in vocab.token_bytes], "stats": {
@@ -184,9 +186,12 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true",
                     help="also time each GPU kernel (timestamp queries; a second GPU run)")
     ap.add_argument("--json-out", help="write all results as JSON here")
+    ap.add_argument("--save-vocab", help="save the GPU-trained vocab here (Vocab.save)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.corpus = args.corpus or DEFAULT_CORPORA
+    if args.save_vocab:
+        os.environ["GPUBPE_SAVE_VOCAB"] = os.path.abspath(args.save_vocab)
     if args.worker:
         child(args)
         return

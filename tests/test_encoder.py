@@ -304,3 +304,14 @@ def test_heavy_corpora_and_megabyte_words():
     for name in CORPUS_NAMES:
         check_batch(t, corpus_docs(name, 2_000_000, max_doc_bytes=400_000), merges)
     check_batch(t, [b"a" * (1 << 20), b" " * (1 << 20) + b"x", b"=-" * (1 << 19)], merges)
+
+
+def test_docstring_examples():
+    import doctest
+
+    import torch_gpubpe.encoder as encoder_mod
+    import torch_gpubpe.trie as trie_mod
+
+    for mod in (encoder_mod, trie_mod):
+        res = doctest.testmod(mod)
+        assert res.attempted > 0 and res.failed == 0, mod.__name__
