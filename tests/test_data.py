@@ -301,7 +301,9 @@ def test_background_thread_runs_ahead_and_stops_on_close(docs, tok):
     def readers():
         return [t for t in threading.enumerate() if t.name.startswith("torch_gpubpe reader")]
 
-    ds = TokenizedDataset(docs, tok, batch_bytes=500)
+    # Enough batches that the reader is still blocked on its bounded queue after the first item,
+    # however fast the GPU is.
+    ds = TokenizedDataset(docs * 50, tok, batch_bytes=500)
     it = iter(ds)
     next(it)
     assert len(readers()) == 1  # reading + GPU submits run beside the consumer
