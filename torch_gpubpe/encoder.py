@@ -543,16 +543,22 @@ class Tokenizer:
         if total == 0:
             p._result = BatchEncoding(np.zeros(0, self.id_dtype), np.zeros(len(offsets), np.int64))
             return p
+        # Any wgpu error (validation, lost device) becomes a GPUOperationError naming the step
+        # and marks a lost device, so that the next call opens a fresh session (issue 7).
         if total <= sess.limit:
             busy = {q._slot for q in self._inflight}
             p._slot = next(s for s in sess.slots if s not in busy)
             starts = offsets[:-1].astype(np.uint32)
-            p._slot.start(data, 0, total, starts, True)
+            with sess.gpu.operation(f"encoding a batch of {len(offsets) - 1} documents "
+                                    f"({total} bytes): upload and submit"):
+                p._slot.start(data, 0, total, starts, True)
             self._inflight.append(p)
         else:
             if isinstance(data, list):
                 data = np.frombuffer(b"".join(data), np.uint8)
-            p._result = self._encode_sliced(data, offsets)
+            with sess.gpu.operation(f"encoding a batch of {len(offsets) - 1} documents "
+                                    f"({total} bytes) in slices of {sess.limit} bytes"):
+                p._result = self._encode_sliced(data, offsets)
         return p
 
     def _complete(self, p: PendingEncoding) -> BatchEncoding:
@@ -560,7 +566,9 @@ class Tokenizer:
             if p._result is not None:  # completed meanwhile by submit() in another thread
                 return p._result
             try:
-                ids, doc_tok = p._slot.finish()
+                with p._slot.sess.gpu.operation(f"encoding a batch ({p._slot.n} bytes): "
+                                                "readback"):
+                    ids, doc_tok = p._slot.finish()
             finally:
                 if p in self._inflight:
                     self._inflight.remove(p)
