@@ -52,27 +52,7 @@ def mixed():
 
 
 def _reference_ids(vocab: Vocab, texts: list[str]) -> list[list[int]]:
-    lookup: dict[bytes, int] = {}
-    for i, tb in enumerate(vocab.token_bytes):
-        lookup.setdefault(tb, i)
-    max_len = max(map(len, lookup))
-    out = []
-    for text in texts:
-        ids = []
-        for word in reference.split_words(reference.to_bytes(text)):
-            j = 0
-            while j < len(word):
-                for n in range(min(max_len, len(word) - j), 0, -1):
-                    tid = lookup.get(word[j : j + n])
-                    if tid is not None:
-                        ids.append(tid)
-                        j += n
-                        break
-        out.append(ids)
-    # the inlined loop above is reference.encode with one table; check it on the first text
-    if texts:
-        assert out[0] == reference.encode(texts[0], vocab.merges)
-    return out
+    return reference.encode_batch(texts, vocab.merges)
 
 
 @pytest.mark.parametrize("name", CORPUS_NAMES)
@@ -200,7 +180,7 @@ def test_export_all_files(tmp_path, mixed):
 
 def test_tiktoken_file_and_encoding(tmp_path, mixed):
     """The file loads in tiktoken with the vocab's ranks; decode gives the text back. Ids may
-    differ from ours (merge-order BPE vs greedy longest match) — only counted here."""
+    differ from ours (merge-order BPE vs greedy longest match), so they are not compared."""
     from tiktoken.load import load_tiktoken_bpe
 
     vocab, test_docs = mixed
@@ -211,16 +191,12 @@ def test_tiktoken_file_and_encoding(tmp_path, mixed):
     first = path.read_text().splitlines()[0].split()
     assert base64.b64decode(first[0]) == b"\x00" and first[1] == "0"
     enc = tiktoken_encoding(vocab)
-    same = total = 0
     for docs in test_docs.values():
         for d in docs[:2]:
             ids = enc.encode_ordinary(d)
             assert enc.decode_bytes(ids) == d.encode()
             assert max(ids, default=0) < vocab.num_tokens
-            same += ids == reference.encode(d, vocab.merges)
-            total += 1
     assert enc.encode(EOT, allowed_special="all") == [vocab.token_to_id(EOT)]
-    assert 0 <= same <= total
 
 
 def test_transformers_fast_tokenizer(tmp_path, mixed):

@@ -213,28 +213,35 @@ def token_bytes(merges: Sequence[tuple[int, int]]) -> list[bytes]:
     return table
 
 
+def encode_batch(texts: Iterable[str | bytes], merges: Sequence[tuple[int, int]]) -> list[list[int]]:
+    """Greedy longest-match encoding of each document (DESIGN.md §4); see :func:`encode`."""
+    lookup: dict[bytes, int] = {}
+    for i, tb in enumerate(token_bytes(merges)):
+        lookup.setdefault(tb, i)  # several ids may spell the same bytes: the smallest wins
+    max_len = max(len(t) for t in lookup)
+    out = []
+    for text in texts:
+        ids: list[int] = []
+        for word in split_words(to_bytes(text)):
+            j = 0
+            while j < len(word):
+                for length in range(min(max_len, len(word) - j), 0, -1):
+                    tid = lookup.get(word[j : j + length])
+                    if tid is not None:
+                        ids.append(tid)
+                        j += length
+                        break
+        out.append(ids)
+    return out
+
+
 def encode(text: str | bytes, merges: Sequence[tuple[int, int]]) -> list[int]:
     """Greedy longest-match encoding of one document (DESIGN.md §4).
 
     Per word, repeatedly take the longest vocab token that is a prefix of the rest of the word.
     If several ids spell the same bytes (possible with odd merge lists), the smallest id wins.
     """
-    data = to_bytes(text)
-    lookup: dict[bytes, int] = {}
-    for i, tb in enumerate(token_bytes(merges)):
-        lookup.setdefault(tb, i)
-    max_len = max(len(t) for t in lookup)
-    ids: list[int] = []
-    for word in split_words(data):
-        j = 0
-        while j < len(word):
-            for length in range(min(max_len, len(word) - j), 0, -1):
-                tid = lookup.get(word[j : j + length])
-                if tid is not None:
-                    ids.append(tid)
-                    j += length
-                    break
-    return ids
+    return encode_batch([text], merges)[0]
 
 
 def decode_bytes(ids: Iterable[int], merges: Sequence[tuple[int, int]]) -> bytes:
