@@ -160,6 +160,8 @@ try:
     word_starts_gpu([b"a b"])
 except GPUOperationError as e:
     assert "device is lost" in str(e), e
+else:
+    raise SystemExit("no error after device.destroy()")
 g2 = gpu.get_gpu()
 print(g2 is not g, g.lost, word_starts_gpu([b"a b"])[0])
 """

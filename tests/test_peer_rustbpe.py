@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+import rustbpe  # a test extra: pip install '.[test]'
 
 from conftest import corpus_docs
 from torch_gpubpe import reference
 from torch_gpubpe.vocab import SPLIT_PATTERN
-
-rustbpe = pytest.importorskip("rustbpe", reason="rustbpe is a test extra: pip install '.[test]'")
 
 
 def rustbpe_token_bytes(docs, vocab_size):

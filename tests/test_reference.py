@@ -124,3 +124,15 @@ def test_encode_is_greedy_longest_match_within_words():
 
 def test_str_lone_surrogate_becomes_replacement():
     assert reference.to_bytes("a\ud800b") == "a\ufffdb".encode()
+
+
+def test_single_str_is_not_a_corpus():
+    with pytest.raises(TypeError, match=r"pass \[text\]"):
+        reference.train("hello hello hello", 260, min_frequency=1)
+    with pytest.raises(TypeError, match=r"pass \[text\]"):
+        reference.encode_batch(b"hello", [])
+
+
+def test_reference_decode_rejects_out_of_range():
+    with pytest.raises(ValueError, match="token id -1 at position 1"):
+        reference.decode_bytes([97, -1], [])

@@ -101,17 +101,15 @@ def test_rejects_non_byte_level():
         compile_trie(BYTES + [b""])
 
 
-def test_262144_tokens_compile_fast():
+def test_262144_tokens_compile():
+    """A 2^18-token vocab compiles and round-trips (speed: ~0.35 s, measured, not asserted —
+    timings belong to benchmarks, not to a shared 2-core CI machine)."""
     rng = np.random.default_rng(0)
     alpha = np.frombuffer(b"etaoinshrdlu cmfwypvbgkjqxz\x00\xc4\xb1", np.uint8)
     lens = rng.integers(2, 16, (1 << 18) - 256)
     toks = BYTES + [alpha[rng.integers(0, len(alpha), n)].tobytes() for n in lens]
     toks[-50:] = [b" " * k for k in range(20, 70)]  # long tokens take the slow column path
-    compile_trie(toks[:1000])  # warm-up
-    t0 = time.perf_counter()
     t = compile_trie(toks)
-    dt = time.perf_counter() - t0
-    assert dt < 2.0, f"compiling 262,144 tokens took {dt:.2f} s"  # ~0.35 s here; CI is shared
     smallest: dict[bytes, int] = {}
     for i, tb in enumerate(toks):
         smallest.setdefault(tb, i)

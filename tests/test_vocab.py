@@ -74,3 +74,13 @@ def test_decode_specials_and_bytes(vocab):
     assert vocab.decode([0xFF]) == "\ufffd"
     with pytest.raises(KeyError, match="not a special token"):
         vocab.token_to_id("<|nope|>")
+
+
+def test_decode_rejects_non_integer_ids(vocab):
+    import numpy as np
+
+    with pytest.raises(TypeError, match="position 1"):
+        vocab.decode_bytes([104, 104.9])
+    with pytest.raises(TypeError, match="position 0"):
+        vocab.decode_bytes([True])
+    assert vocab.decode_bytes(np.array([104, 105], np.uint16)) == b"hi"

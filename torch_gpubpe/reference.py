@@ -86,8 +86,20 @@ def split_words(data: bytes) -> list[bytes]:
     return [data[s:e] for s, e in zip(starts, ends)]
 
 
+def _check_documents(documents: object) -> None:
+    if isinstance(documents, (str, bytes, bytearray, memoryview)):
+        raise TypeError(
+            "expected an iterable of documents, got one str/bytes; pass [text] for one document"
+        )
+
+
 def count_words(documents: Iterable[str | bytes]) -> Counter[bytes]:
-    """How often each word occurs over all documents (words never span documents)."""
+    """How often each word occurs over all documents (words never span documents).
+
+    Raises:
+        TypeError: ``documents`` is a single ``str``/``bytes`` or holds a non-text item.
+    """
+    _check_documents(documents)
     counts: Counter[bytes] = Counter()
     for doc in documents:
         counts.update(split_words(to_bytes(doc)))
@@ -214,7 +226,12 @@ def token_bytes(merges: Sequence[tuple[int, int]]) -> list[bytes]:
 
 
 def encode_batch(texts: Iterable[str | bytes], merges: Sequence[tuple[int, int]]) -> list[list[int]]:
-    """Greedy longest-match encoding of each document (DESIGN.md §4); see :func:`encode`."""
+    """Greedy longest-match encoding of each document (DESIGN.md §4); see :func:`encode`.
+
+    Raises:
+        TypeError: ``texts`` is a single ``str``/``bytes``, or an item is not text.
+    """
+    _check_documents(texts)
     lookup: dict[bytes, int] = {}
     for i, tb in enumerate(token_bytes(merges)):
         lookup.setdefault(tb, i)  # several ids may spell the same bytes: the smallest wins
@@ -245,6 +262,15 @@ def encode(text: str | bytes, merges: Sequence[tuple[int, int]]) -> list[int]:
 
 
 def decode_bytes(ids: Iterable[int], merges: Sequence[tuple[int, int]]) -> bytes:
-    """Bytes spelled by ``ids`` (no special tokens here: ids must be < 256 + len(merges))."""
+    """Bytes spelled by ``ids`` (no special tokens here: ids must be < 256 + len(merges)).
+
+    Raises:
+        ValueError: an id outside ``[0, 256 + len(merges))``, naming the id and its position.
+    """
     table = token_bytes(merges)
-    return b"".join(table[i] for i in ids)
+    out = []
+    for pos, i in enumerate(ids):
+        if not 0 <= i < len(table):
+            raise ValueError(f"token id {i} at position {pos} is outside the vocab ({len(table)})")
+        out.append(table[i])
+    return b"".join(out)

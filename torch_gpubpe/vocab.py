@@ -16,6 +16,8 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .errors import VocabFormatError
 from .reference import token_bytes
 
@@ -109,10 +111,15 @@ class Vocab:
 
         Raises:
             ValueError: an id outside ``[0, len(vocab))``, naming the id and its position.
+            TypeError: an id that is not an integer (float, bool, str), naming its position.
         """
         table, n, specials = self._bytes, self.num_tokens, self.special_tokens
         out = []
         for pos, i in enumerate(ids):
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+                raise TypeError(
+                    f"token ids must be integers; got {type(i).__name__} {i!r} at position {pos}"
+                )
             i = int(i)
             if 0 <= i < n:
                 out.append(table[i])
