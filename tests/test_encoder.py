@@ -45,7 +45,7 @@ def tok(vocab):
 
 
 def ref_batch(docs, merges):
-    return [reference.encode(d, merges) for d in docs]
+    return reference.encode_batch(docs, merges)
 
 
 def check_batch(tok, docs, merges):
@@ -207,7 +207,8 @@ def test_threads_share_a_tokenizer(tok, merges):
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(300)
+        assert not t.is_alive(), "a thread is stuck in the tokenizer"
     assert not errors, errors
 
 
@@ -276,6 +277,7 @@ def test_u32_ids_and_duplicate_spellings():
 
 def test_no_subgroup_path_forced(vocab, merges):
     had_subgroups = gpumod.get_gpu().has_subgroups  # lavapipe and the H200 have them
+    assert had_subgroups, "this test forces the no-subgroup path on an adapter that has them"
     docs = corpus_docs("multi_udhr", 15_000, max_doc_bytes=3_000) + [b"a" * 700]
     old = os.environ.get(gpumod.ENV_NO_SUBGROUPS)
     os.environ[gpumod.ENV_NO_SUBGROUPS] = "1"
@@ -315,3 +317,35 @@ def test_docstring_examples():
     for mod in (encoder_mod, trie_mod):
         res = doctest.testmod(mod)
         assert res.attempted > 0 and res.failed == 0, mod.__name__
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_prefix_sum_over_many_blocks(vocab, merges, k):
+    """Slices of more than 256 blocks (256 threads × 4-byte chunks per block): the prefix sum's
+    threads then add several blocks each. Real text of 256·1024·k ± 1 bytes."""
+    text = "".join(corpus_docs("en_novels", 300_000 * k, max_doc_bytes=100_000))
+    data = text.encode()
+    n = 256 * 1024 * k
+    tok4 = Tokenizer(vocab, chunk_bytes=4)
+    for size in (n - 1, n + 1):
+        doc = data[:size]
+        assert tok4.encode_batch([doc, b"x", doc[:1000]]).tolist() == ref_batch(
+            [doc, b"x", doc[:1000]], merges)
+
+
+@pytest.mark.heavy  # ~70 s on lavapipe with 2 cores; run on the lent GPU
+def test_two_dimensional_grid(vocab, merges):
+    """A slice needing more than 65,535 workgroups (2-D dispatch grid): ~65 MiB with 4-byte
+    chunks, made of a few real documents repeated; each copy must equal its source's encoding."""
+    srcs = [d.encode() for d in corpus_docs("multi_xquad", 40_000, max_doc_bytes=3_000)[:8]]
+    srcs.append(b"a" * 4097)
+    want = {s: w for s, w in zip(srcs, ref_batch(srcs, merges))}
+    need = 65_536 * 256 * 4 + 10_000
+    reps = need // sum(map(len, srcs)) + 1
+    docs = srcs * reps
+    tok4 = Tokenizer(vocab, chunk_bytes=4)
+    be = tok4.encode_batch(docs)
+    assert int(be.offsets[-1]) == sum(len(want[d]) for d in srcs) * reps
+    for k in range(0, len(docs), 97):  # a spread of copies, all positions in the slice
+        assert be[k].tolist() == want[docs[k]], f"document {k}"
+    assert be[len(docs) - 1].tolist() == want[docs[-1]]
