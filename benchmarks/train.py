@@ -9,6 +9,7 @@ Usage::
     python3 benchmarks/train.py                                  # 4 largest corpora, vocab 32,768
     python3 benchmarks/train.py --corpus en_novels --max-bytes 20000000 --vocab-size 8192
     python3 benchmarks/train.py --skip-hf --profile --json-out out.json
+    python3 benchmarks/train.py --skip-hf --skip-count --compare-dense    # sparse vs dense path
 
 Reports wall time (split into word counting and merging where the method allows), peak RSS,
 merges/s, whether the merges equal rustbpe's (token bytes in rank order), and with
@@ -61,12 +62,13 @@ def peak_rss_mb() -> float:
 
 
 # -- methods (run inside a child process) --------------------------------------------------------
-def run_gpubpe(docs, vocab_size, min_frequency, profile):
+def run_gpubpe(docs, vocab_size, min_frequency, profile, sparse=None):
     from torch_gpubpe.trainer import train
 
     stats: dict = {}
     t = time.perf_counter()
-    vocab = train(docs, vocab_size, min_frequency=min_frequency, stats=stats, profile=profile)
+    vocab = train(docs, vocab_size, min_frequency=min_frequency, stats=stats, profile=profile,
+                  sparse=sparse)
     wall = time.perf_counter() - t
     if os.environ.get("GPUBPE_SAVE_VOCAB") and not profile:
         vocab.save(os.environ["GPUBPE_SAVE_VOCAB"])  # reused by benchmarks/encode.py
@@ -128,7 +130,13 @@ def run_hf(docs, vocab_size, min_frequency, profile):
     return {"wall_s": wall, "num_merges": tok.get_vocab_size() - 256}
 
 
-METHODS = {"gpubpe": run_gpubpe, "rustbpe": run_rustbpe, "hf_tokenizers": run_hf,
+def run_gpubpe_dense(docs, vocab_size, min_frequency, profile):
+    """The dense path (stream compacted every merge), for comparison."""
+    return run_gpubpe(docs, vocab_size, min_frequency, profile, sparse=False)
+
+
+METHODS = {"gpubpe": run_gpubpe, "gpubpe_dense": run_gpubpe_dense, "rustbpe": run_rustbpe,
+           "hf_tokenizers": run_hf,
            "gpubpe_count_only": run_gpubpe_count, "rustbpe_count_only": run_rustbpe_count}
 
 
@@ -159,6 +167,10 @@ def run_child(method: str, args) -> dict:
     return {"error": (p.stderr or p.stdout)[-2000:]}
 
 
+def _fmt(x) -> str:
+    return f"{x:.2f}" if isinstance(x, (int, float)) else "?"
+
+
 def machine() -> str:
     gpu = "?"
     try:
@@ -183,6 +195,8 @@ def main() -> None:
     ap.add_argument("--skip-hf", action="store_true", help="skip Hugging Face tokenizers")
     ap.add_argument("--skip-rustbpe", action="store_true")
     ap.add_argument("--skip-count", action="store_true", help="skip the counting-only rows")
+    ap.add_argument("--compare-dense", action="store_true",
+                    help="also run the GPU trainer's dense path (gpubpe_dense row)")
     ap.add_argument("--profile", action="store_true",
                     help="also time each GPU kernel (timestamp queries; a second GPU run)")
     ap.add_argument("--json-out", help="write all results as JSON here")
@@ -196,7 +210,7 @@ def main() -> None:
         child(args)
         return
 
-    methods = ["gpubpe"]
+    methods = ["gpubpe"] + (["gpubpe_dense"] if args.compare_dense else [])
     if not args.skip_rustbpe:
         methods.append("rustbpe")
     if not args.skip_hf:
@@ -239,7 +253,10 @@ def main() -> None:
     if g:
         print(f"\ngpubpe: {g.get('adapter')}; unique words {g.get('unique_words')}, stream "
               f"{g.get('stream_symbols')} symbols, table {g.get('table_slots')} slots, "
-              f"{g.get('merges_per_submit')} merges/submit, restarts {g.get('restarts')}")
+              f"{g.get('merges_per_submit')} merges/submit, restarts {g.get('restarts')}, "
+              f"rebuilds {g.get('rebuilds')}, path {'sparse' if g.get('sparse') else 'dense'}; "
+              f"gpu init wait {_fmt(g.get('seconds_gpu_init_wait'))} s, upload "
+              f"{_fmt(g.get('seconds_upload'))} s")
     prof = results.get("gpubpe_profiled", {}).get("stats", {}).get("gpu_us_per_merge")
     if prof:
         print("\nGPU time per merge (µs, timestamp queries, sampled batches):")

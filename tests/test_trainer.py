@@ -16,7 +16,8 @@ from hypothesis import strategies as hst
 from conftest import CORPUS_NAMES, corpus_docs
 from torch_gpubpe import reference
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.trainer import GPUTrainer, TrainProgress, train, train_from_word_counts
+from torch_gpubpe.trainer import (SPARSE_MAX_WORD, GPUTrainer, TrainProgress, train,
+                                  train_from_word_counts)
 from torch_gpubpe.vocab import SPLIT_PATTERN, Vocab
 from torch_gpubpe.wordcount import count_words
 
@@ -101,6 +102,61 @@ def test_random_small_corpora_equal_reference():
                         for _ in range(rng.randint(1, 60))) for _ in range(rng.randint(1, 8))]
         vocab = train(docs, 320, min_frequency=1)
         assert list(vocab.merges) == ref_merges(docs, 320, 1)
+
+
+# -- sparse path (linked stream + occurrence list) vs dense path (compaction per merge) -------
+def _run_both(docs, merges, min_frequency=1, **kw):
+    counts = reference.count_words(docs)
+    words = [w for w in counts if len(w) > 1]
+    out = {}
+    for sparse in (True, False):
+        stats: dict = {}
+        out[sparse] = GPUTrainer().run(words, [counts[w] for w in words], merges, min_frequency,
+                                       stats=stats, sparse=sparse, **kw)
+        assert stats["sparse"] is sparse
+    return out
+
+
+def test_sparse_and_dense_paths_equal_reference():
+    cases = [
+        (corpus_docs("code_cpython_headers", 40_000), 200),
+        # adjacent occurrences (A B A B → C C), runs of merged tokens, odd/even runs, words
+        # of one token after a merge (still linked, never compacted)
+        (["abababab", "bababa", "ab", "aab", "abba", "aaaa aaaaa " * 3, "ba" * 301,
+          "x" + "ab" * 77 + "a", "  " * 40 + "==" * 9 + "=", "a b ab ba"], 40),
+    ]
+    for docs, merges in cases:
+        got = _run_both(docs, merges)
+        ref = ref_merges(docs, 256 + merges, 1)
+        assert got[True] == ref
+        assert got[False] == ref
+
+
+def test_sparse_run_walk_at_the_word_length_limit():
+    """A == B runs are walked by one thread, up to SPARSE_MAX_WORD bytes (lavapipe's loop cap):
+    the longest word the sparse path accepts is merged exactly; a longer one takes the dense
+    path (same merges), and forcing the sparse path on it is refused."""
+    docs = ["a" * SPARSE_MAX_WORD, " " + "b" * (SPARSE_MAX_WORD - 1), "ab" * 3000 + "b" * 777]
+    got = _run_both(docs, 14)
+    ref = ref_merges(docs, 270, 1)
+    assert got[True] == ref and got[False] == ref
+    long_docs = docs + ["c" * (SPARSE_MAX_WORD + 1)]
+    stats: dict = {}
+    vocab = train(long_docs, 266, min_frequency=1, stats=stats)
+    assert stats["sparse"] is False
+    assert list(vocab.merges) == ref_merges(long_docs, 266, 1)
+    counts = reference.count_words(long_docs)
+    words = [w for w in counts if len(w) > 1]
+    with pytest.raises(ValueError, match=str(SPARSE_MAX_WORD)):
+        GPUTrainer().run(words, [counts[w] for w in words], 5, 1, sparse=True)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hst.lists(hst.text(alphabet="ab ", min_size=1, max_size=60), min_size=1, max_size=20))
+def test_random_sparse_equals_dense_and_reference(docs):
+    got = _run_both(docs, 24)
+    ref = ref_merges(docs, 280, 1)
+    assert got[True] == ref and got[False] == ref
 
 
 # -- counts --------------------------------------------------------------------------------------
@@ -219,7 +275,7 @@ def test_pair_key_packing_roundtrip_above_16_bits():
 
     g = get_gpu()
     src = shader_source("train", g.flags) + """
-@group(0) @binding(15) var<storage, read_write> probe: array<u32>;
+@group(0) @binding(30) var<storage, read_write> probe: array<u32>;
 @compute @workgroup_size(256)
 fn key_roundtrip(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.x;
@@ -245,7 +301,7 @@ fn key_roundtrip(@builtin(global_invocation_id) gid: vec3<u32>) {
     enc = g.device.create_command_encoder()
     cp = enc.begin_compute_pass()
     cp.set_pipeline(pipe)
-    cp.set_bind_group(0, g.bind_group(pipe, {15: buf}))
+    cp.set_bind_group(0, g.bind_group(pipe, {30: buf}))
     cp.dispatch_workgroups(n // 256)
     cp.end()
     g.device.queue.submit([enc.finish()])

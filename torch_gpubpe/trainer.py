@@ -1,32 +1,49 @@
 """GPU BPE training: documents or word counts → :class:`~torch_gpubpe.vocab.Vocab`.
 
 What is computed is DESIGN.md §3 exactly (the merges of :func:`torch_gpubpe.reference.train`);
-how: the seed's ten-kernel pipeline in ``wgsl/train.wgsl`` (see its header), run on the unique
-words of the corpus, each weighted by its count.
+how: ``wgsl/train.wgsl`` (see its header), run on the unique words of the corpus, each weighted
+by its count, on one of two paths with the same merges:
+
+* **sparse** (default): the stream of unique words stays in place, each word's live symbols
+  linked by next / previous indices; per merge one read-only sweep picks the best pair and lists
+  where it occurs (and applies the pair-count deltas there when A != B), and only those
+  occurrences are rewritten. 3 dispatches per merge: ``find_max4_apply → occ_find →
+  occ_delta``. Runs of one symbol (A == B, merged left to right) are walked from their start
+  by one thread, so words longer than ``SPARSE_MAX_WORD`` bytes (lavapipe's loop cap) send the
+  whole run to the dense path;
+* **dense**: the seed's ten-kernel pipeline, the stream compacted every merge
+  (``find_max4 → find_max_final_det → [setup_merge] → merge_reduce → [scan_pass1] →
+  scan_pass2 → [scan_pass3] → finalize_compact``).
+
+On the H200 (95 MB of text, vocab 32,768: 32,512 merges) the merge loop took 1.09 s on the
+sparse path and 2.20 s on the dense one (``benchmarks/train.py --compare-dense``).
 
 Host flow:
 
 1. count words (:mod:`torch_gpubpe.wordcount`, vectorised numpy on a thread pool, exact) while
    a thread opens the device and compiles the pipelines;
 2. upload the unique words as one symbol stream (id | bit 31 at word starts), a word index per
-   symbol and a 64-bit weight per word; the pair table is sized from the distinct byte pairs;
-3. ``clear_table`` + ``pair_count`` once;
-4. per merge ``find_max4 → find_max_final_det → setup_merge → merge_reduce → scan_pass1 →
-   scan_pass2 → scan_pass3 → finalize_compact`` (setup_merge and scan_pass1/3 folded away for
+   symbol and a 64-bit weight per word (sparse: and the next / previous links); the pair table
+   is sized from the distinct byte pairs;
+3. ``clear_table`` + ``pair_count`` (sparse: ``pair_count_linked``) once;
+4. per merge the path's dispatches (above; dense: setup_merge and scan_pass1/3 folded away for
    streams of at most 2048 tiles: 5 dispatches per merge), batches of 16, 32, … up to
    ``batch`` merges recorded into one command buffer and one submit (native calls, no Python
-   wrapper per dispatch); the stream kernels are dispatched indirectly, sized on the GPU; the
-   merge list stays on the GPU and only a 64-byte state (+ the batch's merges, for progress) is
+   wrapper per dispatch); dense: the stream kernels are dispatched indirectly, sized on the
+   GPU; the merge list stays on the GPU and only a 64-byte state (+ the batch's merges, for progress) is
    read back per batch, while the next batch already runs;
 5. between batches, when half the pair table is taken (keys whose count fell to 0 stay), it is
    recounted from the current stream (grown when the live pairs fill a quarter); if a probe
    sequence ever ran out within a batch (overflow flag), training restarts with a 4× table
    (same result, only slower).
 
-What bounds the time: per merge, the GPU work is a few passes over the current stream (it
-shrinks as words become one token and are dropped) plus 5–8 dispatches of fixed cost, and
-the host pays wgpu-native's encoding cost per dispatch (overlapped with the GPU running the
-previous batch). No readback per merge.
+What bounds the time: per merge, the dispatches' fixed cost (3 sparse, 5–8 dense), one
+read of 4 bytes per stream symbol (sparse; dense: a few passes over the compacted stream) and
+work proportional to the pair's occurrences; the host pays wgpu-native's encoding cost per
+dispatch (overlapped with the GPU running the previous batch). No readback per merge.
+Before the merge loop: ``train`` opens the device on a thread while it counts words; on the
+H200 the device opening alone takes ~1.9 s (mostly wgpu-py's first-use cffi type parsing,
+Python under the GIL), so it, not counting (0.8 s alone), bounds that phase.
 
 Example::
 
@@ -56,12 +73,13 @@ BLOCK = 1024
 TWS = 0x80000000
 PC_SYMBOLS_PER_WG = 1024
 STATE_WORDS = 16
-S_N, S_NCUR, S_K, S_STOP, S_A, S_B, S_C, S_OCC, S_OVERFLOW = range(9)
+S_N, S_NCUR, S_K, S_STOP, S_A, S_B, S_C, S_OCC, S_OVERFLOW, S_NOCC, S_NOCC1, S_PAR, S_DONE = range(13)
 SMALL_WG_BYTES = 4 * WG * 4 + 128 * 4 + 64  # sh_a..sh_d, sh_sg, scalars: upper bound
 
 # Bindings each entry point uses (layout="auto" holds exactly these).
 _P, _STATE, _ARGS, _SYM_IN, _WID_IN, _SYM_OUT, _WID_OUT, _WEIGHTS = range(8)
 _FLAGS, _TILES, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _MERGES = range(8, 15)
+_LSYM, _NXT, _PRV, _OCC = range(15, 19)
 ENTRY_BINDINGS = {
     "clear_table": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY),
     "pair_count": (_P, _STATE, _SYM_IN, _WID_IN, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY),
@@ -75,6 +93,29 @@ ENTRY_BINDINGS = {
     "finalize_compact": (_P, _STATE, _SYM_IN, _WID_IN, _SYM_OUT, _WID_OUT, _WEIGHTS, _FLAGS,
                          _TILES, _TKEYS, _TCOUNTS, _DIRTY),
 }
+# The sparse path (linked stream, occurrence list; train.wgsl "sparse path").
+SPARSE_BINDINGS = {
+    "clear_table": ENTRY_BINDINGS["clear_table"],
+    "pair_count_linked": (_P, _STATE, _WID_IN, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY, _LSYM, _NXT),
+    "find_max4_apply": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _LSYM, _NXT, _PRV, _OCC),
+    "occ_find": (_P, _STATE, _WID_IN, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _MERGES, _LSYM,
+                 _NXT, _PRV, _OCC),
+    "occ_delta": (_P, _STATE, _WID_IN, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY, _LSYM, _NXT, _PRV,
+                  _OCC),
+    "occ_apply": (_P, _STATE, _LSYM, _NXT, _PRV, _OCC),
+}
+# Per merge: find_max4 fused with the apply of the previous merge's occurrences; the sweep
+# that picks the best pair (every workgroup reduces the block bests itself: no separate final
+# max dispatch), lists its occurrences and, when A != B, applies their deltas; and the
+# deltas of A == B merges (a small direct grid that exits at once when A != B; as an indirect
+# dispatch sized 0 it still took 11 µs per merge in the H200 profile). 3 dispatches.
+SPARSE_STEP = ("find_max4_apply", "occ_find", "occ_delta")
+# Longest word (bytes) the sparse path takes: an A == B run is walked by one thread (its runs
+# are disjoint, ≥ 256 symbols apart: ≤ 31 · 128 + SPARSE_MAX_WORD / 2 + 32 steps per thread),
+# well under lavapipe's 65,535-iteration cap; SPARSE_MAX_WORD / 2 + 2 bounds each walk's loop.
+# (The walk only lists positions; their deltas are applied by occ_delta, grid-stride.)
+SPARSE_MAX_WORD = 12_000
+OCC_ITERS = 32  # most grid-stride rounds per thread of the occurrence apply
 MERGE_STEP = ("find_max4", "find_max_final_det", "setup_merge", "merge_reduce", "scan_pass1",
               "scan_pass2", "scan_pass3", "finalize_compact")
 # With at most FUSE_MAX_TILES stream tiles the one-workgroup scans are folded into the tile
@@ -86,6 +127,7 @@ MERGE_STEP_FUSED = tuple(n for n in MERGE_STEP
 # Indirect dispatches: byte offset of their args (written by setup_merge).
 INDIRECT = {"merge_reduce": 16, "scan_pass1": 32, "scan_pass2": 0, "finalize_compact": 0}
 TILE = WG * 8  # symbols per stream workgroup (ITEMS = 8 per thread)
+OCC_TILE = WG * 32  # symbols per occ_find workgroup (OCC_ITEMS = 32 per thread)
 
 
 @dataclass
@@ -144,6 +186,7 @@ def train(
     stats: dict | None = None,
     batch: int | None = None,
     profile: bool = False,
+    sparse: bool | None = None,
 ) -> Vocab:
     """Learn a byte-level BPE vocab from documents on the GPU (DESIGN.md §2–§3; seed training
     pipeline).
@@ -162,10 +205,13 @@ def train(
             is opened and the pipelines compiled meanwhile on a thread),
             ``seconds_gpu_init_wait``, ``seconds_upload``, ``seconds_merge``, ``seconds_total``,
             ``table_slots``, ``distinct_initial_pairs``, ``rebuilds``, ``restarts``,
-            ``adapter``, ``merges_per_submit`` (and ``gpu_us_per_merge`` with ``profile``).
+            ``adapter``, ``merges_per_submit``, ``sparse`` (the path taken), ``fused_scans``
+            (dense path) (and ``gpu_us_per_merge`` with ``profile``).
         batch: merges per submit (default: 64 on a CPU adapter, 512 otherwise).
         profile: time each kernel with timestamp queries on sampled batches (slower);
             ``stats["gpu_us_per_merge"]`` = mean GPU µs per merge of each kernel.
+        sparse: force the sparse path (True; words of at most ``SPARSE_MAX_WORD`` bytes) or
+            the dense one (False); default: sparse unless a word is longer (same merges).
     Returns:
         the :class:`~torch_gpubpe.vocab.Vocab` (merges equal to ``reference.train``).
     Raises:
@@ -190,7 +236,8 @@ def train(
     st["seconds_gpu_init_wait"] = time.perf_counter() - t1
     vocab = train_from_word_counts(
         counts, vocab_size, min_frequency=min_frequency, special_tokens=special_tokens,
-        progress=progress, stats=st, batch=batch, profile=profile, _checked=True,
+        progress=progress, stats=st, batch=batch, profile=profile, sparse=sparse,
+        _checked=True,
     )
     st["seconds_total"] = time.perf_counter() - t0
     return vocab
@@ -206,6 +253,7 @@ def train_from_word_counts(
     stats: dict | None = None,
     batch: int | None = None,
     profile: bool = False,
+    sparse: bool | None = None,
     _checked: bool = False,
 ) -> Vocab:
     """Learn a vocab from a word → count mapping (DESIGN.md §3; words are taken as given, not
@@ -250,7 +298,8 @@ def train_from_word_counts(
     merges: list[tuple[int, int]] = []
     if num_merges and words:
         merges = get_trainer().run(words, weights, num_merges, int(min_frequency),
-                                  progress=progress, stats=st, batch=batch, profile=profile)
+                                  progress=progress, stats=st, batch=batch, profile=profile,
+                                  sparse=sparse)
     else:
         st.update(stream_symbols=0, seconds_merge=0.0)
     st["num_merges"] = len(merges)
@@ -295,9 +344,10 @@ class GPUTrainer:
         while lslots > 64 and 12 * lslots + SMALL_WG_BYTES > g.max_workgroup_storage:
             lslots //= 2
         self.local_slots = lslots
-        self._pipes: dict[bool, dict] = {}
-        for fused in (True, False):
-            self.pipelines(fused)
+        self._pipes: dict[object, dict] = {}
+        # Only the default (sparse) path is compiled up front, while the host counts words; the
+        # dense variants are compiled on first use (fewer pipelines competing with counting).
+        self.sparse_pipelines()
         self.is_cpu = "cpu" in str(g.adapter_info.get("adapter_type", "")).lower()
 
     def pipelines(self, fused: bool) -> dict:
@@ -313,11 +363,25 @@ class GPUTrainer:
             }
         return self._pipes[fused]
 
+    def sparse_pipelines(self) -> dict:
+        """Entry point → compute pipeline of the sparse path (linked stream)."""
+        if "sparse" not in self._pipes:
+            g, lslots = self.gpu, self.local_slots
+            self._pipes["sparse"] = {
+                name: g.pipeline("train", name,
+                                 workgroup_bytes=12 * lslots if name == "pair_count_linked"
+                                 else SMALL_WG_BYTES,
+                                 constants={"LSLOTS": lslots})
+                for name in SPARSE_BINDINGS
+            }
+        return self._pipes["sparse"]
+
     # -- one training run ---------------------------------------------------------------------
     def run(self, words: list[bytes], weights: list[int], num_merges: int, min_frequency: int,
             *, progress: ProgressFn | None = None, stats: dict | None = None,
             batch: int | None = None, rows: int | None = None,
-            profile: bool = False, fused: bool | None = None) -> list[tuple[int, int]]:
+            profile: bool = False, fused: bool | None = None,
+            sparse: bool | None = None) -> list[tuple[int, int]]:
         """Learn up to ``num_merges`` merges from unique ``words`` (each ≥ 2 bytes) with
         positive integer ``weights`` (< 2^64 in total pair count).
 
@@ -325,7 +389,10 @@ class GPUTrainer:
             batch: most merges per submit (batches start at 16 and double up to it).
             rows: initial pair-table rows (power of two; default from the distinct pairs).
             fused: fold the one-workgroup scans into the tile kernels (default: when the
-                stream has at most ``FUSE_MAX_TILES`` tiles of 2048 symbols).
+                stream has at most ``FUSE_MAX_TILES`` tiles of 2048 symbols); dense path only.
+            sparse: use the sparse path (linked stream, per-merge occurrence list; default
+                when ``fused`` is None and no word is longer than ``SPARSE_MAX_WORD`` bytes)
+                or the dense one (the stream compacted every merge). Same merges.
             profile: (adapters with timestamp queries) sampled batches are recorded one pass
                 per dispatch with timestamps; ``stats["gpu_us_per_merge"]`` gets the mean GPU
                 µs per merge of each kernel.
@@ -334,6 +401,10 @@ class GPUTrainer:
         """
         st = {} if stats is None else stats
         t0 = time.perf_counter()
+        if not words or num_merges <= 0:
+            st.update(stream_symbols=sum(len(w) for w in words), seconds_merge=0.0,
+                      sparse=bool(sparse), fused_scans=fused, restarts=0, rebuilds=0)
+            return []
         lens = np.fromiter((len(w) for w in words), np.int64, len(words))
         sym = np.frombuffer(b"".join(words), np.uint8).astype(np.uint32)
         starts = np.zeros(len(words), np.int64)
@@ -358,13 +429,25 @@ class GPUTrainer:
             rows = max(COLS, _pow2_at_least(8 * distinct // COLS + 1))
         rows = min(max_rows, rows)
         batch = batch or (64 if self.is_cpu else 512)
+        max_len = int(lens.max()) if len(lens) else 0
+        if sparse is None:
+            sparse = fused is None and max_len <= SPARSE_MAX_WORD
+        elif sparse and max_len > SPARSE_MAX_WORD:
+            raise ValueError(f"sparse=True takes words of at most {SPARSE_MAX_WORD} bytes; "
+                             f"the longest has {max_len}")
         if fused is None:
             fused = (n + TILE - 1) // TILE <= FUSE_MAX_TILES
         st.update(stream_symbols=n, distinct_initial_pairs=distinct, restarts=0, rebuilds=0,
-                  adapter=g.adapter_name, merges_per_submit=batch, fused_scans=fused)
+                  adapter=g.adapter_name, merges_per_submit=batch,
+                  fused_scans=None if sparse else fused, sparse=sparse)
         while True:
-            res = _Run(self, sym, wid, wts, n, num_merges, min_frequency, rows, batch,
-                       max_rows, st, profile, fused).train(progress, t0)
+            cls = _SparseRun if sparse else _Run
+            if sparse:
+                extra = {"max_walk": max_len // 2 + 2}
+            else:
+                extra = {}
+            res = cls(self, sym, wid, wts, n, num_merges, min_frequency, rows, batch,
+                      max_rows, st, profile, fused, **extra).train(progress, t0)
             if res is not None:
                 return res
             if rows >= max_rows:
@@ -463,7 +546,7 @@ class _Run:
         S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
         self.tile_cap = (n + TILE - 1) // TILE + 1
         self.b = {
-            "params": g.buffer(32, U.UNIFORM | U.COPY_DST, "train.params"),
+            "params": g.buffer(48, U.UNIFORM | U.COPY_DST, "train.params"),
             "state": g.buffer(4 * STATE_WORDS, S | C, "train.state"),
             "args": g.buffer(48, S | U.INDIRECT | C, "train.args"),
             "sym0": g.buffer(4 * n + 16, S | C, "train.sym0"),
@@ -503,8 +586,8 @@ class _Run:
             best=g.buffer(16 * self.nblocks, S, "train.block_best"),
         )
         g.device.queue.write_buffer(self.b["params"], 0, np.array(
-            [self.num_merges, *self.min_freq, rows, self.nblocks, self.tile_cap, 0, 0],
-            np.uint32))
+            [self.num_merges, *self.min_freq, rows, self.nblocks, self.tile_cap, 0, 0, 0, 0, 0,
+             0], np.uint32))
         self.bgs = []
         b = self.b
         for p in (0, 1):
@@ -609,7 +692,7 @@ class _Run:
                     g.wait_promise(p2, "training state readback")
                     b2.unmap()
                 return None
-            done = int(stv[S_K])
+            done = int(stv[S_K]) + int(stv[S_DONE])   # S_DONE: sparse path, see train.wgsl
             stopped = stopped or bool(stv[S_STOP])
             got = min(cnt, max(0, done - k0))
             if got:
@@ -653,6 +736,156 @@ class _Run:
             self._count(merges_done, n)
             occ = int(self.g.read_u32(self.b["state"], 4 * S_OCC, 1, what="table occupancy")[0])
         self.occ_mark = occ
+
+
+class _SparseRun(_Run):
+    """One training run on the sparse path (train.wgsl "sparse path"): the stream stays in
+    place, words linked by nxt / prv; per merge only the occurrences of the merged pair are
+    touched after one read-only sweep that lists them. Same flow (batches, readback, table
+    rebuilds, restarts) as :class:`_Run`."""
+
+    def __init__(self, trainer: GPUTrainer, sym, wid, wts, n, num_merges, min_frequency, rows,
+                 batch, max_rows, st, profile, fused, *, max_walk: int) -> None:
+        self.t, self.g = trainer, trainer.gpu
+        self.pipes = trainer.sparse_pipelines()
+        self.steps = SPARSE_STEP
+        self.n, self.num_merges, self.batch, self.max_rows = n, num_merges, batch, max_rows
+        self.st = st
+        self.max_walk = int(max_walk)
+        g, U = self.g, self.g.wgpu.BufferUsage
+        S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
+        self.tile_cap = (n + TILE - 1) // TILE + 1
+        # occ_delta / occ_apply: a fixed grid, at most OCC_ITERS rounds per thread over the
+        # ≤ n / 2 occurrences.
+        occ_max = n // 2 + 1
+        min_wg = 4 if trainer.is_cpu else 264
+        self.occ_wgs = max(min_wg, -(-occ_max // (WG * OCC_ITERS)))
+        self.occ_iters = -(-occ_max // (WG * self.occ_wgs))
+        self.delta_iters = self.occ_iters   # occ_delta: same grid as the apply
+        starts = (sym & np.uint32(TWS)) != 0
+        idx = np.arange(n, dtype=np.uint32)
+        nxt = idx + np.uint32(1)
+        last = np.ones(n, bool)
+        last[:-1] = starts[1:]
+        nxt[last] = 0xFFFFFFFF
+        prv = idx - np.uint32(1)
+        prv[starts] = 0xFFFFFFFF
+        self.b = {
+            "params": g.buffer(48, U.UNIFORM | U.COPY_DST, "train.params"),
+            "state": g.buffer(4 * STATE_WORDS, S | C, "train.state"),
+            "args": g.buffer(48, S | U.INDIRECT | C, "train.args"),
+            "lsym": g.buffer(4 * n + 16, S | C, "train.lsym"),
+            "nxt": g.buffer(4 * n + 16, S | C, "train.nxt"),
+            "prv": g.buffer(4 * n + 16, S | C, "train.prv"),
+            "wid0": g.buffer(4 * n + 16, S | C, "train.wid"),
+            "weights": g.buffer(4 * len(wts), S | C, "train.weights"),
+            "occ": g.buffer(4 * occ_max + 16, S, "train.occ"),
+            "merges": g.buffer(16 * num_merges, S | C, "train.merges"),
+        }
+        mf = min(int(min_frequency), (1 << 64) - 1)
+        self.min_freq = (mf & 0xFFFFFFFF, mf >> 32)
+        q = g.device.queue
+        state = np.zeros(STATE_WORDS, np.uint32)
+        state[S_N] = n
+        q.write_buffer(self.b["state"], 0, state)
+        q.write_buffer(self.b["lsym"], 0, sym)
+        q.write_buffer(self.b["nxt"], 0, nxt)
+        q.write_buffer(self.b["prv"], 0, prv)
+        q.write_buffer(self.b["wid0"], 0, wid)
+        q.write_buffer(self.b["weights"], 0, wts)
+        self._table(rows)
+        self.profiler = _Profiler(g, self.steps) if profile and g.has_timestamps else None
+        self.occ_mark = 0
+        self.key_rate = 0.0
+
+    def _table(self, rows: int) -> None:
+        g, U = self.g, self.g.wgpu.BufferUsage
+        self.rows = rows
+        self.slots = rows * COLS
+        self.nblocks = max(1, self.slots // BLOCK)
+        S = U.STORAGE
+        self.b.update(
+            tkeys=g.buffer(4 * self.slots, S, "train.table_keys"),
+            tcounts=g.buffer(8 * self.slots, S, "train.table_counts"),
+            dirty=g.buffer(4 * self.nblocks, S, "train.dirty"),
+            best=g.buffer(16 * self.nblocks, S, "train.block_best"),
+        )
+        g.device.queue.write_buffer(self.b["params"], 0, np.array(
+            [self.num_merges, *self.min_freq, rows, self.nblocks, self.tile_cap, self.max_walk,
+             self.occ_iters, self.delta_iters, 0, 0, 0], np.uint32))
+        b = self.b
+        res = {
+            _P: b["params"], _STATE: b["state"], _ARGS: b["args"], _WID_IN: b["wid0"],
+            _WEIGHTS: b["weights"], _TKEYS: b["tkeys"], _TCOUNTS: b["tcounts"],
+            _DIRTY: b["dirty"], _BEST: b["best"], _MERGES: b["merges"], _LSYM: b["lsym"],
+            _NXT: b["nxt"], _PRV: b["prv"], _OCC: b["occ"],
+        }
+        bg = {name: g.bind_group(self.pipes[name], {k: res[k] for k in binds},
+                                 label=f"train.{name}")
+              for name, binds in SPARSE_BINDINGS.items()}
+        self.bgs = [bg, bg]
+        self.st["table_slots"] = self.slots
+
+    def _grids(self) -> dict:
+        """Grid of each dispatch."""
+        g = self.g
+        return {"find_max4_apply": g.grid(self.nblocks + self.occ_wgs),
+                "occ_find": g.grid(-(-max(self.n, 1) // OCC_TILE)),
+                "occ_delta": g.grid(self.occ_wgs), "occ_apply": g.grid(self.occ_wgs)}
+
+    def _count(self, merges_done: int, n: int) -> None:
+        """clear_table + pair_count_linked over the whole (linked) stream."""
+        g = self.g
+        bg = self.bgs[0]
+        enc = g.device.create_command_encoder(label="train.count")
+        cp = enc.begin_compute_pass(label="train.count")
+        # The last merge's occurrences are applied by the next find_max4_apply: flush them
+        # first (clear_table then empties the list).
+        self.t.dispatch(cp, self.pipes["occ_apply"], bg["occ_apply"], self._grids()["occ_apply"])
+        self.t.dispatch(cp, self.pipes["clear_table"], bg["clear_table"],
+                        g.grid(-(-self.slots // WG)))
+        self.t.dispatch(cp, self.pipes["pair_count_linked"], bg["pair_count_linked"],
+                        g.grid(-(-max(self.n, 1) // PC_SYMBOLS_PER_WG)))
+        cp.end()
+        g.device.queue.submit([enc.finish()])
+
+    def _record(self, k0: int, cnt: int, buf) -> object:
+        g, t, b = self.g, self.t, self.b
+        enc = g.device.create_command_encoder(label="train.merges")
+        prof = self.profiler is not None and self.profiler.wants(k0)
+        grids = self._grids()
+        bg = self.bgs[0]
+        if prof:
+            for k in range(k0, k0 + cnt):
+                for name in self.steps:
+                    cp = self.profiler.begin(enc, name, k - k0)
+                    t.dispatch(cp, self.pipes[name], bg[name], grids[name])
+                    cp.end()
+            self.profiler.resolve(enc)
+        else:
+            cp = enc.begin_compute_pass(label="train.merges")
+            plan = [(self.pipes[name], bg[name], grids[name]) for name in self.steps]
+            raw = _raw_api()
+            if raw is None:
+                for _ in range(cnt):
+                    for pipe, bgx, grid in plan:
+                        t.dispatch(cp, pipe, bgx, grid)
+            else:
+                set_pipeline, set_bind_group, dispatch, _, null = raw
+                c = cp._internal
+                nplan = [(p._internal, x._internal, gr[0], gr[1]) for p, x, gr in plan]
+                for _ in range(cnt):
+                    for pipe, bgx, gx, gy in nplan:
+                        set_pipeline(c, pipe)
+                        set_bind_group(c, 0, bgx, 0, null)
+                        dispatch(c, gx, gy, 1)
+            cp.end()
+        enc.copy_buffer_to_buffer(b["state"], 0, buf, 0, 4 * STATE_WORDS)
+        enc.copy_buffer_to_buffer(b["merges"], 16 * k0, buf, 4 * STATE_WORDS, 16 * cnt)
+        g.device.queue.submit([enc.finish()])
+        if prof:
+            self.profiler.collect()
+        return buf.map_async("READ_NOSYNC", 0, 4 * STATE_WORDS + 16 * cnt)
 
 
 class _Profiler:

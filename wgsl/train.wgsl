@@ -9,8 +9,13 @@
 // Every symbol carries the index of its word; the word's weight (its count, a 64-bit integer
 // split into lo/hi u32) multiplies every pair the word holds.
 //
-// One training step ("merge") is, in order (all recorded into one command buffer, many merges
-// per submit, no readback per merge):
+// Two paths, same merges (the host picks; see "sparse path" at the end of this file):
+//  * sparse (default): the stream stays in place, words linked by nxt / prv; per merge
+//    find_max4_apply → occ_find → occ_delta touch only the merged pair's occurrences after
+//    one read-only sweep (3 dispatches);
+//  * dense (words longer than the host's SPARSE_MAX_WORD, or on request), described next.
+// One dense training step ("merge") is, in order (all recorded into one command buffer, many
+// merges per submit, no readback per merge):
 //   find_max4          per 1024-slot block of the pair table whose counts changed: the block's
 //                      best (count desc, left asc, right asc) → best[]
 //   find_max_final_det one workgroup: best of the blocks → merges[k]; stop when < min_frequency
@@ -66,16 +71,27 @@
 //  12 dirty    : storage, read_write array<u32>  per 1024-slot block: counts changed; nblocks
 //  13 best     : storage, read_write array<u32>  per block: (count lo, count hi, a, b)
 //  14 merges   : storage, read_write array<u32>  per merge: (a, b, count lo, count hi)
+//  Sparse path only (see "sparse path" below):
+//  15 lsym     : storage, read_write array<u32>  linked stream: id | TWS, DEAD once merged
+//                                               away; length n (fixed for the run)
+//  16 nxt      : storage, read_write array<u32>  per symbol: next live symbol of its word, NONE
+//  17 prv      : storage, read_write array<u32>  per symbol: previous live symbol, NONE
+//  18 occ      : storage, read_write array<u32>  positions where the running merge applies;
+//                                               S_NOCC of them; length ≥ n / 2 + 1
 
-struct Params {
+struct Params {     // 48 bytes
     num_merges: u32,    // merge budget (vocab_size - 256 - specials)
     min_freq_lo: u32,   // min_frequency, 64-bit
     min_freq_hi: u32,
     rows: u32,          // pair-table rows (power of two); slots = rows * COLS
     nblocks: u32,       // slots / BLOCK
     tile_cap: u32,      // capacity of each half of `tiles` (≥ stream tiles + 1)
+    max_walk: u32,      // sparse path: most pair steps of one run walk (≥ longest word / 2)
+    occ_iters: u32,     // sparse path: grid-stride rounds of the apply part of find_max4_apply
+    delta_iters: u32,   // sparse path: grid-stride rounds of occ_delta
     _pad0: u32,
     _pad1: u32,
+    _pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
@@ -93,6 +109,10 @@ struct Params {
 @group(0) @binding(12) var<storage, read_write> dirty: array<u32>;
 @group(0) @binding(13) var<storage, read_write> best: array<u32>;
 @group(0) @binding(14) var<storage, read_write> merges: array<u32>;
+@group(0) @binding(15) var<storage, read_write> lsym: array<u32>;
+@group(0) @binding(16) var<storage, read_write> nxt: array<u32>;
+@group(0) @binding(17) var<storage, read_write> prv: array<u32>;
+@group(0) @binding(18) var<storage, read_write> occ: array<u32>;
 
 // ---- constants -------------------------------------------------------------------------------
 const WG: u32 = 256u;              // threads per workgroup = symbols per tile
@@ -116,6 +136,11 @@ const S_B: u32 = 5u;        //                right id
 const S_C: u32 = 6u;        //                new id
 const S_OCC: u32 = 7u;      // occupied table slots
 const S_OVERFLOW: u32 = 8u; // 1: a probe sequence ran out (host grows the table and restarts)
+const S_NOCC: u32 = 9u;     // sparse path: occurrences listed in occ[], two counters (9, 10):
+                            // merge k appends to S_NOCC + (k & 1)
+const S_PAR: u32 = 11u;     // sparse path: k & 1 of the last merge occ_find ran for
+const S_DONE: u32 = 12u;    // sparse path: 1 = occ_find committed a merge whose S_K increment
+                            // is pending (done by the next find_max4_apply); merges = S_K + S_DONE
 
 // pair_count's workgroup hash table (seed: 1024 slots). 12 B per slot (key + 64-bit count);
 // the host picks the largest power of two ≤ 2048 that fits the adapter's workgroup-storage
@@ -260,6 +285,54 @@ fn wg_best(lid: u32, v: vec4<u32>) -> vec4<u32> {
     return vec4<u32>(sh_a[0], sh_b[0], sh_c[0], sh_d[0]);
 }
 
+// wg_best with subgroup reductions where the adapter has them: 2 barriers instead of 9.
+// sg = (lane, subgroup size, subgroup id); ignored (0) without subgroups. Result in every thread.
+//#if SUBGROUPS
+fn sg_best(v: vec4<u32>) -> vec4<u32> {
+    let hi = subgroupMax(v.y);
+    let lo = subgroupMax(select(0u, v.x, v.y == hi));
+    let top = v.y == hi && v.x == lo;
+    let a = subgroupMin(select(0xFFFFFFFFu, v.z, top));
+    let b = subgroupMin(select(0xFFFFFFFFu, v.w, top && v.z == a));
+    return vec4<u32>(lo, hi, a, b);
+}
+//#endif
+
+fn wg_best_sg(lid: u32, v: vec4<u32>, sg: vec3<u32>) -> vec4<u32> {
+//#if SUBGROUPS
+    let lane = sg.x;
+    let size = sg.y;
+    let id = sg.z;
+    let nsg = (WG + size - 1u) / size;
+    let r = sg_best(v);
+    if (lane == 0u) {
+        sh_a[id] = r.x;
+        sh_b[id] = r.y;
+        sh_c[id] = r.z;
+        sh_d[id] = r.w;
+    }
+    workgroupBarrier();
+    if (id == 0u) {
+        var x = NO_BEST;
+        for (var j = lane; j < nsg; j += size) {
+            let y = vec4<u32>(sh_a[j], sh_b[j], sh_c[j], sh_d[j]);
+            if (better(y, x)) { x = y; }
+        }
+        let t = sg_best(x);
+        if (lane == 0u) {
+            sh_sg[0] = t.x;
+            sh_sg[1] = t.y;
+            sh_sg[2] = t.z;
+            sh_sg[3] = t.w;
+        }
+    }
+    workgroupBarrier();
+    return vec4<u32>(sh_sg[0], sh_sg[1], sh_sg[2], sh_sg[3]);
+//#else
+    return wg_best(lid, v);
+//#endif
+}
+
 // Inclusive prefix max of `v` over the workgroup (Hillis–Steele in workgroup memory).
 fn wg_incl_max(lid: u32, v: u32) -> u32 {
     var x = v;
@@ -318,6 +391,8 @@ fn clear_table(@builtin(workgroup_id) wid: vec3<u32>,
     if (slot == 0u) {
         atomicStore(&state[S_OCC], 0u);
         atomicStore(&state[S_OVERFLOW], 0u);
+        atomicStore(&state[S_NOCC], 0u);   // sparse path: a pending apply was flushed before
+        atomicStore(&state[S_NOCC + 1u], 0u);
     }
     if (slot >= P.rows * COLS) { return; }
     atomicStore(&tkeys[slot], EMPTY);
@@ -329,51 +404,42 @@ fn clear_table(@builtin(workgroup_id) wid: vec3<u32>,
 // ---- pair_count: two-level counting of every pair of the stream (seed §2) ----------------------
 // Each workgroup aggregates 1024 symbols' pairs in a workgroup-memory table (same key packing,
 // LSLOTS / COLS rows per column), then adds its totals to the global table.
-@compute @workgroup_size(WG)
-fn pair_count(@builtin(workgroup_id) wid: vec3<u32>,
-              @builtin(num_workgroups) nwg: vec3<u32>,
-              @builtin(local_invocation_index) lid: u32) {
-    let lrows = LSLOTS / COLS;
+// Workgroup table helpers of pair_count / pair_count_linked.
+fn local_table_clear(lid: u32) {
     for (var j = lid; j < LSLOTS; j += WG) {
         atomicStore(&lkeys[j], EMPTY);
         atomicStore(&lcnt[2u * j], 0u);
         atomicStore(&lcnt[2u * j + 1u], 0u);
     }
     workgroupBarrier();
-    let n = atomicLoad(&state[S_N]);
-    let base = linear_id(wid, nwg) * (WG * PC_ITEMS);
-    for (var it = 0u; it < PC_ITEMS; it++) {
-        let i = base + it * WG + lid;
-        if (i + 1u >= n) { continue; }
-        let s1 = sym_in[i + 1u];
-        if ((s1 & TWS) != 0u) { continue; }
-        let w = wid_in[i];
-        let lo = weights[2u * w];
-        let hi = weights[2u * w + 1u];
-        let k = key_pack(sym_in[i] & IDM, s1 & IDM);
-        var row = row_home(k.x) & (lrows - 1u);
-        var done = false;
-        for (var p = 1u; p <= lrows; p++) {
-            let slot = row * COLS + k.y;
-            var cur = atomicLoad(&lkeys[slot]);
-            if (cur == EMPTY) {
-                let r = atomicCompareExchangeWeak(&lkeys[slot], EMPTY, k.x);
-                cur = select(r.old_value, k.x, r.exchanged);
-            }
-            if (cur == k.x) {
-                let old = atomicAdd(&lcnt[2u * slot], lo);
-                let h = hi + select(0u, 1u, old + lo < old);
-                if (h != 0u) { atomicAdd(&lcnt[2u * slot + 1u], h); }
-                done = true;
-                break;
-            }
-            if (cur != EMPTY) { row = (row + p) & (lrows - 1u); }
+}
+
+// Add weight (lo, hi) to pair (a, b) in the workgroup table (the global one if its column is full).
+fn local_table_add(a: u32, b: u32, lo: u32, hi: u32) {
+    let lrows = LSLOTS / COLS;
+    let k = key_pack(a, b);
+    var row = row_home(k.x) & (lrows - 1u);
+    for (var p = 1u; p <= lrows; p++) {
+        let slot = row * COLS + k.y;
+        var cur = atomicLoad(&lkeys[slot]);
+        if (cur == EMPTY) {
+            let r = atomicCompareExchangeWeak(&lkeys[slot], EMPTY, k.x);
+            cur = select(r.old_value, k.x, r.exchanged);
         }
-        if (!done) {   // local column full: count straight into the global table
-            let g = table_slot(k.x, k.y);
-            if (g != EMPTY) { table_add(g, lo, hi); }
+        if (cur == k.x) {
+            let old = atomicAdd(&lcnt[2u * slot], lo);
+            let h = hi + select(0u, 1u, old + lo < old);
+            if (h != 0u) { atomicAdd(&lcnt[2u * slot + 1u], h); }
+            return;
         }
+        if (cur != EMPTY) { row = (row + p) & (lrows - 1u); }
     }
+    // local column full: count straight into the global table
+    let g = table_slot(k.x, k.y);
+    if (g != EMPTY) { table_add(g, lo, hi); }
+}
+
+fn local_table_flush(lid: u32) {
     workgroupBarrier();
     for (var j = lid; j < LSLOTS; j += WG) {
         let st = atomicLoad(&lkeys[j]);
@@ -385,13 +451,65 @@ fn pair_count(@builtin(workgroup_id) wid: vec3<u32>,
     }
 }
 
+@compute @workgroup_size(WG)
+fn pair_count(@builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    local_table_clear(lid);
+    let n = atomicLoad(&state[S_N]);
+    let base = linear_id(wid, nwg) * (WG * PC_ITEMS);
+    for (var it = 0u; it < PC_ITEMS; it++) {
+        let i = base + it * WG + lid;
+        if (i + 1u >= n) { continue; }
+        let s1 = sym_in[i + 1u];
+        if ((s1 & TWS) != 0u) { continue; }
+        let w = wid_in[i];
+        local_table_add(sym_in[i] & IDM, s1 & IDM, weights[2u * w], weights[2u * w + 1u]);
+    }
+    local_table_flush(lid);
+}
+
+// pair_count over the linked stream (sparse path, below): pairs (i, nxt[i]) of live symbols.
+@compute @workgroup_size(WG)
+fn pair_count_linked(@builtin(workgroup_id) wid: vec3<u32>,
+                     @builtin(num_workgroups) nwg: vec3<u32>,
+                     @builtin(local_invocation_index) lid: u32) {
+    local_table_clear(lid);
+    let n = atomicLoad(&state[S_N]);
+    let base = linear_id(wid, nwg) * (WG * PC_ITEMS);
+    for (var it = 0u; it < PC_ITEMS; it++) {
+        let i = base + it * WG + lid;
+        if (i >= n) { continue; }
+        let s0 = lsym[i];
+        let j = nxt[i];
+        if ((s0 & DEAD) != 0u || j == NONE) { continue; }
+        let w = wid_in[i];
+        local_table_add(s0 & IDM, lsym[j] & IDM, weights[2u * w], weights[2u * w + 1u]);
+    }
+    local_table_flush(lid);
+}
+
 // ---- find_max4: best entry of each dirty 1024-slot block (4 slots per thread) ------------------
 @compute @workgroup_size(WG)
 fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>,
-             @builtin(local_invocation_index) lid: u32) {
+             @builtin(local_invocation_index) lid: u32,
+//#if SUBGROUPS
+             @builtin(subgroup_invocation_id) lane: u32,
+             @builtin(subgroup_size) sg_size: u32,
+             @builtin(subgroup_id) sg_id: u32,
+//#endif
+             ) {
     let blk = linear_id(wid, nwg);
     if (blk >= P.nblocks) { return; }
+//#if SUBGROUPS
+    find_max4_block(blk, lid, vec3<u32>(lane, sg_size, sg_id));
+//#else
+    find_max4_block(blk, lid, vec3<u32>(0u));
+//#endif
+}
+
+fn find_max4_block(blk: u32, lid: u32, sg: vec3<u32>) {
     if (lid == 0u) {
         sh_u = atomicLoad(&state[S_STOP]);
         sh_v = dirty[blk];
@@ -411,7 +529,7 @@ fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
         let c = vec4<u32>(lo, hi, ab.x, ab.y);
         if (better(c, b)) { b = c; }
     }
-    let r = wg_best(lid, b);
+    let r = wg_best_sg(lid, b, sg);
     if (lid == 0u) {
         best[4u * blk] = r.x;
         best[4u * blk + 1u] = r.y;
@@ -421,13 +539,8 @@ fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
     }
 }
 
-// ---- find_max_final_det: the deterministic global best → merges[k] -----------------------------
-// The order (count desc, a asc, b asc) is total, so the result does not depend on slot order or
-// thread scheduling.
-@compute @workgroup_size(WG)
-fn find_max_final_det(@builtin(local_invocation_index) lid: u32) {
-    if (lid == 0u) { sh_u = atomicLoad(&state[S_STOP]); }
-    if (workgroupUniformLoad(&sh_u) != 0u) { return; }
+// The best of the block bests (count desc, a asc, b asc), in every thread.
+fn final_best(lid: u32, sg: vec3<u32>) -> vec4<u32> {
     var b = NO_BEST;
     // Four independent loads per iteration (memory-level parallelism for one workgroup).
     for (var j0 = 0u; j0 < P.nblocks; j0 += 4u * WG) {
@@ -444,7 +557,28 @@ fn find_max_final_det(@builtin(local_invocation_index) lid: u32) {
             if (better(c[u], b)) { b = c[u]; }
         }
     }
-    let r = wg_best(lid, b);
+    return wg_best_sg(lid, b, sg);
+}
+
+// ---- find_max_final_det: the deterministic global best → merges[k] -----------------------------
+// The order (count desc, a asc, b asc) is total, so the result does not depend on slot order or
+// thread scheduling.
+@compute @workgroup_size(WG)
+fn find_max_final_det(@builtin(local_invocation_index) lid: u32,
+//#if SUBGROUPS
+                      @builtin(subgroup_invocation_id) lane: u32,
+                      @builtin(subgroup_size) sg_size: u32,
+                      @builtin(subgroup_id) sg_id: u32,
+//#endif
+                      ) {
+//#if SUBGROUPS
+    let sg = vec3<u32>(lane, sg_size, sg_id);
+//#else
+    let sg = vec3<u32>(0u);
+//#endif
+    if (lid == 0u) { sh_u = atomicLoad(&state[S_STOP]); }
+    if (workgroupUniformLoad(&sh_u) != 0u) { return; }
+    let r = final_best(lid, sg);
     if (lid == 0u) {
         let k = atomicLoad(&state[S_K]);
         let below = r.y < P.min_freq_hi || (r.y == P.min_freq_hi && r.x < P.min_freq_lo);
@@ -778,5 +912,284 @@ fn finalize_compact(@builtin(workgroup_id) wid: vec3<u32>,
                 }
             }
         }
+    }
+}
+
+// ==== sparse path ================================================================================
+// The stream is never compacted: every word keeps its symbols in place, linked by nxt / prv
+// (live symbols only; a symbol merged away as the right half of a pair is DEAD). Per merge:
+//   find_max4_apply  find_max4 (as above), fused with the apply of the previous merge's list
+//   occ_find   every workgroup reduces the block bests itself (the same deterministic best:
+//              find_max_final_det's work, one dispatch fewer; workgroup 0 commits it and sets
+//              the (A, B) count to 0: every (A, B) pair is gone after the merge), then per
+//              8192-symbol tile: positions p where (A, B) is merged → occ[]; when A != B the
+//              exact pair-count deltas around each occurrence are applied right there
+//   occ_delta  A == B only (exits at once otherwise): the deltas, grid-stride over occ[]
+// and, in the next find_max4_apply (or occ_apply before a table rebuild), grid-stride over
+// occ[]: sym[p] = C, its right half DEAD, links spliced.
+// Only occurrences are rewritten, never the stream; occ_find reads one u32 per symbol.
+// State bookkeeping without a race: S_K / S_STOP / S_A.. are written by one thread and read
+// in later dispatches; S_K's increment is deferred (S_DONE) to the next find_max4_apply, and
+// the list counter alternates (S_NOCC + (k & 1)) so that the apply of merge k and the list of
+// merge k + 1 never share one.
+// A == B: runs of A are merged left to right from the run start: the thread holding a run's
+// first symbol walks it (≤ P.max_walk steps; the host checks the longest word against it).
+const DEAD: u32 = 0x40000000u;
+// occ_find: symbols per thread / per workgroup. Larger than the dense tiles: every workgroup
+// also reduces all block bests (final_best), so fewer workgroups cost less. A thread's runs
+// (A == B) start ≥ WG positions apart and are disjoint, so its walks total ≤ (OCC_ITEMS - 1)
+// · WG / 2 + longest word / 2 + OCC_ITEMS steps.
+const OCC_ITEMS: u32 = 32u;
+const OCC_TILE: u32 = WG * OCC_ITEMS;
+const NONE: u32 = 0xFFFFFFFFu;
+
+fn id_at(i: u32) -> u32 { return lsym[i] & IDM; }
+
+// Whether the merge (A, B) starts at live position p (A != B: any (A, B) pair; A == B: only
+// at even offsets from its run start, which callers guarantee by construction).
+fn pair_at(p: u32, a: u32, b: u32) -> bool {
+    let q = nxt[p];
+    return q != NONE && (lsym[p] & (IDM | DEAD)) == a && id_at(q) == b;
+}
+
+// (stop, A, B, listed occurrences of the last merge: 0 when stopped).
+fn occ_ctx(lid: u32) -> vec4<u32> {
+    if (lid == 0u) {
+        sh_u = atomicLoad(&state[S_STOP]);
+        sh_v = atomicLoad(&state[S_A]);
+        sh_w = atomicLoad(&state[S_B]);
+        sh_x = atomicLoad(&state[S_NOCC + (atomicLoad(&state[S_PAR]) & 1u)]);
+    }
+    let stop = workgroupUniformLoad(&sh_u);
+    let a = workgroupUniformLoad(&sh_v);
+    let b = workgroupUniformLoad(&sh_w);
+    let nocc = workgroupUniformLoad(&sh_x);
+    return vec4<u32>(stop, a, b, select(nocc, 0u, stop != 0u));
+}
+
+// Pair-count deltas of the occurrence at p (A at p, B at q = nxt[p]) merged into C.
+// Left neighbour l: (l, A) → (new l, C), where new l = C iff l is the right half of another
+// occurrence. Right neighbour r: (B, r) → (C, r), unless r starts another occurrence (whose
+// left side does it). Removals of (A, B) itself are skipped: its count is set to 0 instead
+// (no (A, B) pair is left after the merge; no new pair is (A, B) since C ∉ {A, B}).
+fn occ_deltas(p: u32, a: u32, b: u32, c: u32) {
+    let q = nxt[p];
+    let w = wid_in[p];
+    let lo = weights[2u * w];
+    let hi = weights[2u * w + 1u];
+    let l = prv[p];
+    if (l != NONE) {
+        let sl = id_at(l);
+        if (!(sl == a && a == b)) { pair_delta(sl, a, lo, hi, true); }
+        var nl = sl;
+        if (sl == b) {
+            let ll = prv[l];
+            if (ll != NONE && id_at(ll) == a) { nl = c; }
+        }
+        pair_delta(nl, c, lo, hi, false);
+    }
+    let r = nxt[q];
+    if (r != NONE) {
+        let sr = id_at(r);
+        if (!(sr == a && pair_at(r, a, b))) {
+            if (!(a == b && sr == b)) { pair_delta(b, sr, lo, hi, true); }
+            pair_delta(c, sr, lo, hi, false);
+        }
+    }
+}
+
+// occ_find: one sweep over the stream (reads one u32 per dead / non-A symbol). A != B: every
+// (A, B) pair is an occurrence: listed and its deltas applied here. A == B: run starts walk
+// their runs and list the occurrences; occ_delta (dispatched only then) does the deltas.
+// Workgroup 0 sets the count of (A, B) to 0.
+@compute @workgroup_size(WG)
+fn occ_find(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32,
+//#if SUBGROUPS
+            @builtin(subgroup_invocation_id) lane: u32,
+            @builtin(subgroup_size) sg_size: u32,
+            @builtin(subgroup_id) sg_id: u32,
+//#endif
+            ) {
+//#if SUBGROUPS
+    let sg = vec3<u32>(lane, sg_size, sg_id);
+//#else
+    let sg = vec3<u32>(0u);
+//#endif
+    // S_K and S_STOP only change in this dispatch by workgroup 0, to what every workgroup
+    // derives itself (S_K is incremented by the next find_max4_apply).
+    if (lid == 0u) {
+        sh_u = atomicLoad(&state[S_STOP]);
+        sh_v = atomicLoad(&state[S_K]);
+    }
+    if (workgroupUniformLoad(&sh_u) != 0u) { return; }
+    let k = workgroupUniformLoad(&sh_v);
+    let r = final_best(lid, sg);
+    let below = r.y < P.min_freq_hi || (r.y == P.min_freq_hi && r.x < P.min_freq_lo);
+    let stop = k >= P.num_merges || (r.x | r.y) == 0u || below;
+    let wg = linear_id(wid, nwg);
+    if (wg == 0u && lid == 0u) {
+        atomicStore(&state[S_PAR], k & 1u);
+        if (stop) {
+            atomicStore(&state[S_STOP], 1u);
+        } else {
+            merges[4u * k] = r.z;
+            merges[4u * k + 1u] = r.w;
+            merges[4u * k + 2u] = r.x;
+            merges[4u * k + 3u] = r.y;
+            atomicStore(&state[S_A], r.z);
+            atomicStore(&state[S_B], r.w);
+            atomicStore(&state[S_C], 256u + k);
+            atomicStore(&state[S_DONE], 1u);
+            // After the merge no (A, B) pair is left: its count is exactly 0.
+            let kp = key_pack(r.z, r.w);
+            let slot = table_slot(kp.x, kp.y);
+            if (slot != EMPTY) {
+                atomicStore(&tcounts[2u * slot], 0u);
+                atomicStore(&tcounts[2u * slot + 1u], 0u);
+                dirty[slot / BLOCK] = 1u;
+            }
+        }
+    }
+    if (stop) { return; }
+    let a = r.z;
+    let b = r.w;
+    let c = 256u + k;
+    let cnt_word = S_NOCC + (k & 1u);
+    let n = atomicLoad(&state[S_N]);
+    let base = wg * OCC_TILE;
+    if (lid == 0u) { atomicStore(&sh_cnt, 0u); }
+    workgroupBarrier();
+    // All of the thread's symbols are loaded first (independent loads in flight together:
+    // the sweep is bound by memory latency, not bandwidth), then examined.
+    var sv: array<u32, OCC_ITEMS>;
+    for (var it = 0u; it < OCC_ITEMS; it++) {
+        let i = base + it * WG + lid;          // coalesced: consecutive threads, consecutive symbols
+        sv[it] = DEAD;
+        if (i < n) { sv[it] = lsym[i]; }
+    }
+    var found: array<u32, OCC_ITEMS>;
+    var nf = 0u;
+    for (var it = 0u; it < OCC_ITEMS; it++) {
+        let i = base + it * WG + lid;
+        if ((sv[it] & (IDM | DEAD)) != a) { continue; }
+        if (a != b) {
+            if (pair_at(i, a, b)) {
+                found[nf] = i;
+                nf += 1u;
+                occ_deltas(i, a, b, c);
+            }
+            continue;
+        }
+        // A == B: only a run start walks its run: pairs at even offsets (left to right).
+        let l = prv[i];
+        if (l != NONE && id_at(l) == a) { continue; }
+        var p = i;
+        for (var step = 0u; step < P.max_walk; step++) {
+            let q = nxt[p];
+            if (q == NONE || id_at(q) != a) { break; }
+            occ[atomicAdd(&state[cnt_word], 1u)] = p;
+            p = nxt[q];
+            if (p == NONE || id_at(p) != a) { break; }
+        }
+    }
+    // A != B: one global atomic per workgroup.
+    let off = atomicAdd(&sh_cnt, nf);
+    workgroupBarrier();
+    if (lid == 0u) {
+        let total = atomicLoad(&sh_cnt);
+        sh_u = 0u;
+        if (total != 0u) { sh_u = atomicAdd(&state[cnt_word], total); }
+    }
+    let gbase = workgroupUniformLoad(&sh_u);
+    for (var j = 0u; j < OCC_ITEMS; j++) {
+        if (j >= nf) { break; }
+        occ[gbase + off + j] = found[j];
+    }
+}
+
+// occ_delta: the deltas of the listed occurrences when A == B (exits at once otherwise).
+// Grid-stride, ≤ P.delta_iters rounds per thread.
+@compute @workgroup_size(WG)
+fn occ_delta(@builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let cx = occ_ctx(lid);
+    let a = cx.y;
+    let b = cx.z;
+    if (a != b) { return; }
+    let c = atomicLoad(&state[S_C]);
+    let stride = nwg.x * nwg.y * WG;
+    let g0 = linear_id(wid, nwg) * WG + lid;
+    for (var it = 0u; it < P.delta_iters; it++) {
+        let t = g0 + it * stride;
+        if (t >= cx.w) { break; }
+        occ_deltas(occ[t], a, b, c);
+    }
+}
+
+// Apply the listed occurrences: sym[p] = C, its right half DEAD, links spliced. Occurrences
+// never share a symbol, so every element is written by one thread. Grid-stride over
+// `napply` workgroups, ≤ P.occ_iters rounds per thread.
+fn occ_apply_part(w: u32, napply: u32, lid: u32) {
+    let cx = occ_ctx(lid);
+    if (cx.x != 0u) { return; }
+    let c = atomicLoad(&state[S_C]);
+    let stride = napply * WG;
+    let g0 = w * WG + lid;
+    for (var it = 0u; it < P.occ_iters; it++) {
+        let t = g0 + it * stride;
+        if (t >= cx.w) { break; }
+        let p = occ[t];
+        let q = nxt[p];
+        let r = nxt[q];
+        lsym[p] = c | (lsym[p] & TWS);
+        lsym[q] = DEAD;
+        nxt[p] = r;
+        if (r != NONE) { prv[r] = p; }
+    }
+}
+
+// Standalone apply (before a pair-table rebuild; clear_table then resets S_NOCC).
+@compute @workgroup_size(WG)
+fn occ_apply(@builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    occ_apply_part(linear_id(wid, nwg), nwg.x * nwg.y, lid);
+}
+
+// The next merge's find_max4 (workgroups < nblocks) fused with the apply of the previous
+// merge's occurrences (the other workgroups): both only need the deltas done, and neither
+// reads what the other writes. One dispatch fewer per merge.
+@compute @workgroup_size(WG)
+fn find_max4_apply(@builtin(workgroup_id) wid: vec3<u32>,
+                   @builtin(num_workgroups) nwg: vec3<u32>,
+                   @builtin(local_invocation_index) lid: u32,
+//#if SUBGROUPS
+                   @builtin(subgroup_invocation_id) lane: u32,
+                   @builtin(subgroup_size) sg_size: u32,
+                   @builtin(subgroup_id) sg_id: u32,
+//#endif
+                   ) {
+//#if SUBGROUPS
+    let sg = vec3<u32>(lane, sg_size, sg_id);
+//#else
+    let sg = vec3<u32>(0u);
+//#endif
+    let w = linear_id(wid, nwg);
+    if (w == 0u && lid == 0u) {
+        // Bookkeeping of the last occ_find (nobody else reads these words in this dispatch):
+        // commit its merge count, empty the list counter the next occ_find appends to.
+        if (atomicLoad(&state[S_DONE]) != 0u) {
+            atomicAdd(&state[S_K], 1u);
+            atomicStore(&state[S_DONE], 0u);
+        }
+        atomicStore(&state[S_NOCC + 1u - (atomicLoad(&state[S_PAR]) & 1u)], 0u);
+    }
+    if (w < P.nblocks) {
+        find_max4_block(w, lid, sg);
+    } else {
+        occ_apply_part(w - P.nblocks, nwg.x * nwg.y - P.nblocks, lid);
     }
 }
