@@ -368,3 +368,29 @@ def test_corpus_scale_equals_rustbpe():
     tok.train_from_iterator(iter(docs), 32_768, pattern=SPLIT_PATTERN)
     ranks = [bytes(b) for b, _ in sorted(tok.get_mergeable_ranks(), key=lambda kv: kv[1])]
     assert list(vocab.token_bytes) == ranks
+
+
+def test_single_string_is_not_a_corpus():
+    from torch_gpubpe.errors import InputError
+
+    with pytest.raises(InputError, match=r"pass \[text\]"):
+        train("hello hello hello", 300, min_frequency=1)
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_stream_of_more_than_256_tiles(sparse):
+    """> 256 tiles of 2,048 symbols (≈600K symbols): the tile scans then give each thread several
+    tiles, as on every real corpus. A few merges, both paths, against the oracle."""
+    rng = np.random.default_rng(7)
+    alpha = np.frombuffer(b"abcdefghij\xc4\xb1", np.uint8)
+    counts: dict[bytes, int] = {}
+    total = 0
+    while total < 600_000:
+        w = alpha[rng.integers(0, len(alpha), int(rng.integers(3, 14)))].tobytes()
+        counts[w] = counts.get(w, 0) + int(rng.integers(1, 4))
+        total += len(w)
+    st: dict = {}
+    got = train_from_word_counts(counts, 256 + 12, min_frequency=1, sparse=sparse, stats=st,
+                                 batch=4)
+    assert st["stream_symbols"] > 256 * 2048
+    assert list(got.merges) == reference.train_from_word_counts(counts, 256 + 12, 1)

@@ -239,8 +239,14 @@ def count_words(documents: Iterable[str | bytes], *, batch_bytes: int = DEFAULT_
     Returns:
         ``Counter`` word bytes → count; equal to :func:`torch_gpubpe.reference.count_words`.
     Raises:
-        InputError: an item is neither ``str`` nor bytes-like (names its index).
+        InputError: ``documents`` is one ``str``/``bytes`` instead of an iterable of documents,
+            or an item is neither ``str`` nor bytes-like (names its index).
     """
+    if isinstance(documents, (str, bytes, bytearray, memoryview)):
+        raise InputError(
+            "expected an iterable of documents, got one str/bytes (it would be read as one "
+            "document per character); pass [text] for one document"
+        )
     info = {} if info is None else info
     info.setdefault("num_documents", 0)
     info.setdefault("corpus_bytes", 0)
