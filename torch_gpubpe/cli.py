@@ -477,8 +477,9 @@ def cmd_encode(args: argparse.Namespace) -> int:
     offsets = [np.zeros(1, np.int64)]
     n_tokens = n_docs = n_bytes = 0
     t0 = time.perf_counter()
+    read_stats: dict = {}
     texts = iter_texts(source, text_column=source.text_column, max_docs=args.max_docs,
-                       max_bytes=args.max_bytes)
+                       max_bytes=args.max_bytes, stats=read_stats)
     with open(ids_path, "wb") as f, _progress(args, desc="encode", unit="B", unit_scale=True,
                                               unit_divisor=1000) as bar:
         if args.output_format == "npy":
@@ -528,6 +529,9 @@ def cmd_encode(args: argparse.Namespace) -> int:
         "vocab_file": str(_vocab_path(args.vocab).resolve()),
         "vocab_size": len(vocab),
         "source": source.describe(),
+        # Rows whose text is None (missing) are not documents: document k is not row k then.
+        "skipped_none_rows": read_stats.get("skipped_none", 0),
+        "skipped_none_row_indices": read_stats.get("skipped_none_rows", []),
     }
     (out / META_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     rate = n_bytes / seconds / 1e6 if seconds > 0 else float("inf")
@@ -537,6 +541,11 @@ def cmd_encode(args: argparse.Namespace) -> int:
         f"({bpt} bytes/token) in {seconds:.2f} s ({rate:.2f} MB/s) on {_adapter_name()}\n"
         f"  wrote {ids_path} ({dtype.name}), {out / OFFSETS_NPY} (int64), {out / META_JSON}"
     )
+    if read_stats.get("skipped_none"):
+        rows = read_stats["skipped_none_rows"]
+        print(f"  skipped {read_stats['skipped_none']:,} rows whose text is None (missing), "
+              f"rows {', '.join(map(str, rows[:10]))}{' …' if len(rows) > 10 else ''}: "
+              "document k of the output is not row k (see meta.json)")
     return 0
 
 

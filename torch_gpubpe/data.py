@@ -199,7 +199,12 @@ def _shard_documents(
         yield from _shard_documents(source(), text_column, shard, num_shards, start)
     elif isinstance(source, Sequence) and not isinstance(source, (str, bytes)):
         for k in range(shard + start * num_shards, len(source), num_shards):
-            yield k, source[k], f"item {k}"
+            try:
+                text = source[k]
+            except Exception as e:
+                _add_note(e, f"while reading document {k} (item {k}) of the source")
+                raise
+            yield k, text, f"item {k}"
     else:
         for k, text in enumerate(source):
             if k % num_shards == shard and k // num_shards >= start:
@@ -561,7 +566,7 @@ class TokenizedDataset(IterableDataset):
         """Groups of ``(position, index, text)`` of about ``batch_bytes`` bytes."""
         docs = _shard_documents(self.source, self.text_column, info.shard, info.num_shards, start)
         batch, nbytes, skipped, pos = [], 0, [], start
-        for k, text, where in docs:
+        for k, text, where in _noted(docs, info):
             pos = k // info.num_shards
             if isinstance(text, str):
                 size = len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
@@ -691,6 +696,23 @@ class TokenizedDataset(IterableDataset):
             lab[: len(carry) - 1] = carry[1:]
             state.update(carry=[], skip_blocks=0)
             yield {"input_ids": self._to_tensor(inp), "labels": self._to_tensor(lab)}
+
+
+def _noted(docs: Iterator[tuple[int, Any, str]], info: ShardInfo) -> Iterator[tuple]:
+    """``docs``, with a note on any exception raised while reading the source: the shard and
+    the last document read before it (the failing one is the next of this shard)."""
+    last = None
+    while True:
+        try:
+            item = next(docs)
+        except StopIteration:
+            return
+        except Exception as e:
+            after = "before its first document" if last is None else f"after document {last}"
+            _add_note(e, f"while reading the source ({info.describe()}), {after}")
+            raise
+        last = item[0]
+        yield item
 
 
 def _add_note(e: BaseException, note: str) -> None:

@@ -8,6 +8,13 @@ each token id at its first byte) → ``trie_prefix_sum`` (block counts → offse
 first-token index are read back, then exactly ``total`` token ids (``uint16`` when the vocab has
 at most 65,536 ids, else ``uint32``).
 
+A word longer than a thread's walk budget (MBs of one character) is continued by further
+``trie_tokenizer_chunked`` dispatches over only the blocks that still walk (their range is read
+back with the count), and the prefix sum and compaction run once at the end: linear time, no
+dispatch that runs for seconds (DESIGN.md §8). Every wgpu error becomes a
+:class:`~torch_gpubpe.errors.GPUOperationError` naming the step; after a lost device or a
+readback timeout (``TORCH_GPUBPE_TIMEOUT``) the next call opens a fresh session.
+
 Example::
 
     >>> from torch_gpubpe import Vocab, reference
@@ -56,9 +63,12 @@ def _pack(texts: Sequence[str | bytes], *, keep_parts: bool = False
         raise InputError("encode_batch expects a sequence of documents, not one str/bytes; "
                          "use encode() for one document")
     try:
-        parts = [t.encode("utf-8", "replace") for t in texts]
-    except (AttributeError, TypeError):
-        return pack_documents(texts)  # mixed/bytes input, or a bad item (named InputError)
+        parts = [t.encode("utf-8") for t in texts]
+    except (AttributeError, TypeError, UnicodeEncodeError):
+        # Mixed/bytes input, a bad item (named InputError), or lone surrogates: those become
+        # U+FFFD as in reference.to_bytes / tiktoken (DESIGN.md §1), not "?" as
+        # ``encode("utf-8", "replace")`` would make them.
+        return pack_documents(texts)
     lengths = np.fromiter(map(len, parts), np.int64, len(parts))
     offsets = np.zeros(len(parts) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -115,6 +125,7 @@ class _Slot:
         self.cap_docs = 0
         self.up_promise = None  # pending map_async(WRITE) of the upload staging buffer
         self.meta_promise = None
+        self.tok_promise = None
         self.query_set = None
 
     # -- buffers -------------------------------------------------------------------------
@@ -168,6 +179,20 @@ class _Slot:
                                                        type="timestamp", count=6)
             self.ts_resolve = g.buffer(48, U.QUERY_RESOLVE | U.COPY_SRC, f"{lab}.ts_resolve")
 
+    def _settle(self) -> None:
+        """Finish a readback that an exception (e.g. KeyboardInterrupt) left half done: the
+        next submit copies into these staging buffers, and a copy into a mapped buffer aborts
+        the process inside ``queue.submit`` (WGPU_NOTES.md §0.2)."""
+        if not self.cap_n:  # no buffers yet
+            return
+        for attr, buf in (("meta_promise", self.rb_meta), ("tok_promise", self.rb_tok)):
+            promise = getattr(self, attr)
+            if promise is not None:
+                setattr(self, attr, None)
+                self.sess.gpu.wait_promise(promise, f"left-over {buf.label} map")
+            if buf.map_state != "unmapped":
+                buf.unmap()
+
     def _drop_upload_mapping(self) -> None:
         if self.up_promise is not None:
             self.sess.gpu.wait_promise(self.up_promise, "upload staging map")
@@ -195,6 +220,7 @@ class _Slot:
         sess, g = self.sess, self.sess.gpu
         n = e - s
         ndocs = len(doc_rel)
+        self._settle()
         self.ensure(n, ndocs)
         self.n, self.ndocs = n, ndocs
         sess.slices += 1
@@ -235,18 +261,24 @@ class _Slot:
         self.up_promise = self.upload.map_async("WRITE")
         self.meta_promise = self.rb_meta.map_async("READ_NOSYNC", 0, 64 + 4 * max(ndocs, 0))
 
-    def _write_params(self, resume: int) -> None:
-        p = np.array([self.n, resume, self.sess.budget, self.nb, self.ndocs, 0, 0, 0], np.uint32)
+    def _write_params(self, resume: int, block_base: int = 0) -> None:
+        p = np.array([self.n, resume, self.sess.budget, self.nb, self.ndocs, block_base, 0, 0],
+                     np.uint32)
         self.sess.gpu.device.queue.write_buffer(self.params, 0, p)
 
-    def _record_passes(self, enc, first: bool, continuations: int) -> None:
+    def _record_passes(self, enc, first: bool, continuations: int,
+                       cont_blocks: int = 0, scan: bool = True) -> None:
+        """Record the walk (``first``: one dispatch over the slice; else ``continuations``
+        dispatches over ``cont_blocks`` blocks) and, with ``scan``, the prefix sum and the
+        compaction (O(slice) each: left out of continuation submits, so that a long word costs
+        linear time)."""
         s, g = self.sess, self.sess.gpu
         enc.clear_buffer(self.meta, 0, 16)
         if first:
             enc.clear_buffer(self.counts, 0, self.nb * 4)
-        if self.ndocs:
+        if scan and self.ndocs:
             enc.clear_buffer(self.doc_tok, 0, 4 * self.ndocs)
-        if s.id_size == 2:
+        if scan and s.id_size == 2:
             enc.clear_buffer(self.out, 0, (self.n * 2 + 4 + 3) // 4 * 4)
         grid = g.grid(self.nb)
         ts = self.query_set is not None and first
@@ -262,9 +294,13 @@ class _Slot:
         cp = begin(0, "trie_tokenizer_chunked")
         cp.set_pipeline(s.pipes["chunked"])
         cp.set_bind_group(0, self.bg["chunked"])
+        cont_grid = grid if first else g.grid(cont_blocks)
         for _ in range(1 if first else continuations):
-            cp.dispatch_workgroups(*grid)
+            cp.dispatch_workgroups(*cont_grid)
         cp.end()
+        if not scan:
+            enc.copy_buffer_to_buffer(self.meta, 0, self.rb_meta, 0, 16)
+            return
         cp = begin(1, "trie_prefix_sum")
         cp.set_pipeline(s.pipes["prefix"])
         cp.set_bind_group(0, self.bg["prefix"])
@@ -298,6 +334,8 @@ class _Slot:
                 for k, name in enumerate(("trie_tokenizer_chunked", "trie_prefix_sum",
                                           "trie_tokenizer_compact"))}
         doc_tok = np.frombuffer(raw, np.uint32, self.ndocs, offset=64)
+        # Blocks [lo, hi) hold every chunk whose walk ran out of budget (info[2], info[3]).
+        self.cont_blocks = (0xFFFFFFFF - int(head[2]), int(head[3]))
         return int(head[0]), int(head[1]), doc_tok
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
@@ -317,20 +355,38 @@ class _Slot:
                     f"continuation dispatches on {g.adapter_name}")
             dispatches += k
             self.sess.continuation_dispatches += k
-            self._write_params(resume=1)
+            # Dispatch only the blocks that still walk: a grid over the whole slice would make
+            # a run of MBs of one character quadratic (issue 7: time must grow linearly).
+            lo, hi = self.cont_blocks
+            if not 0 <= lo < hi <= self.nb:
+                raise GPUOperationError(
+                    f"encoding a slice of {self.n} bytes: {unfinished} unfinished walks in an "
+                    f"invalid block range [{lo}, {hi}) of {self.nb} on {g.adapter_name}")
+            self.sess.continuation_workgroups += k * (hi - lo)
+            self._write_params(resume=1, block_base=lo)
             enc = g.device.create_command_encoder(label=f"encode[{self.idx}].continue")
-            self._record_passes(enc, first=False, continuations=k)
+            self._record_passes(enc, first=False, continuations=k, cont_blocks=hi - lo,
+                                scan=False)
             g.device.queue.submit([enc.finish()])
             self.meta_promise = self.rb_meta.map_async("READ_NOSYNC", 0, 64 + 4 * self.ndocs)
-            total, unfinished, doc_tok = self._read_meta()
+            _, unfinished, _ = self._read_meta()
             k = min(2 * k, MAX_CONTINUATIONS_PER_SUBMIT)
+            if not unfinished:  # every walk done: prefix sum + compaction, once
+                enc = g.device.create_command_encoder(label=f"encode[{self.idx}].compact")
+                self._record_passes(enc, first=False, continuations=0, scan=True)
+                g.device.queue.submit([enc.finish()])
+                self.meta_promise = self.rb_meta.map_async("READ_NOSYNC", 0,
+                                                           64 + 4 * self.ndocs)
+                total, unfinished, doc_tok = self._read_meta()
         nbytes = (total * self.sess.id_size + 3) // 4 * 4
         if nbytes == 0:
             return np.zeros(0, self.sess.id_dtype), doc_tok
         enc = g.device.create_command_encoder(label=f"encode[{self.idx}].readback")
         enc.copy_buffer_to_buffer(self.out, 0, self.rb_tok, 0, nbytes)
         g.device.queue.submit([enc.finish()])
-        g.wait_map(self.rb_tok, "READ_NOSYNC", 0, (nbytes + 7) // 8 * 8, what="token readback")
+        self.tok_promise = self.rb_tok.map_async("READ_NOSYNC", 0, (nbytes + 7) // 8 * 8)
+        g.wait_promise(self.tok_promise, "token readback")
+        self.tok_promise = None
         try:
             raw = self.rb_tok.read_mapped(0, nbytes)
         finally:
@@ -361,6 +417,7 @@ class _Session:
         self.profile = bool(profile) and g.has_timestamps
         self.last_pass_us: dict[str, float] = {}
         self.continuation_dispatches = 0  # statistics (tests, benchmarks)
+        self.continuation_workgroups = 0
         self.slices = 0
         self.ns_per_tick = 1.0
         if self.profile:
@@ -376,10 +433,14 @@ class _Session:
             limit = min(limit, int(max_slice_bytes))
         limit = max(limit, 2 * trie.max_depth + 8, 64)
         self.limit = limit // 4 * 4
+        # doc_starts / doc_tok hold 4 B per document of a slice: bound the documents too (a
+        # batch of millions of empty documents has few bytes but would exceed the binding).
+        self.max_docs = (min(g.max_storage_binding, g.max_buffer_size) - 1024) // 4
         self.nodes = g.buffer(trie.nodes.nbytes, U.STORAGE | U.COPY_DST, "encode.trie_nodes")
         self.edges = g.buffer(trie.edges.nbytes, U.STORAGE | U.COPY_DST, "encode.trie_edges")
-        g.device.queue.write_buffer(self.nodes, 0, trie.nodes)
-        g.device.queue.write_buffer(self.edges, 0, trie.edges)
+        with g.operation("uploading the trie"):
+            g.device.queue.write_buffer(self.nodes, 0, trie.nodes)
+            g.device.queue.write_buffer(self.edges, 0, trie.edges)
         consts = {"WG": WG, "CHUNK": chunk, "OUT16": int(id_size == 2)}
         self.pipes = {
             "chunked": g.pipeline("encode", "trie_tokenizer_chunked", workgroup_bytes=_LUT_BYTES,
@@ -486,8 +547,20 @@ class Tokenizer:
     def _session(self) -> _Session:
         if self._sess is None or self._sess_pid != os.getpid() or self._sess.gpu.lost:
             self._inflight.clear()
-            self._sess = _Session(self.trie, np.dtype(self.id_dtype).itemsize, self._chunk,
-                                  self._max_slice, self._budget, self._profile)
+            self._sess = None
+            args = (self.trie, np.dtype(self.id_dtype).itemsize, self._chunk, self._max_slice,
+                    self._budget, self._profile)
+            try:
+                sess = _Session(*args)
+            except GPUOperationError:
+                from . import gpu as gpumod
+
+                if gpumod._gpu is None or not gpumod._gpu.lost:
+                    raise
+                # The device was lost before this call (nothing of ours in flight): open a
+                # fresh one once rather than fail this call too.
+                sess = _Session(*args)
+            self._sess = sess
             self._sess_pid = os.getpid()
         return self._sess
 
@@ -543,6 +616,9 @@ class Tokenizer:
         if total == 0:
             p._result = BatchEncoding(np.zeros(0, self.id_dtype), np.zeros(len(offsets), np.int64))
             return p
+        if len(offsets) - 1 > sess.max_docs:  # more documents than one slice can index
+            p._result = self._encode_by_documents(data, offsets, sess.max_docs)
+            return p
         # Any wgpu error (validation, lost device) becomes a GPUOperationError naming the step
         # and marks a lost device, so that the next call opens a fresh session (issue 7).
         if total <= sess.limit:
@@ -560,6 +636,21 @@ class Tokenizer:
                                     f"({total} bytes) in slices of {sess.limit} bytes"):
                 p._result = self._encode_sliced(data, offsets)
         return p
+
+    def _encode_by_documents(self, data: np.ndarray | list[bytes], offsets: np.ndarray,
+                             max_docs: int) -> BatchEncoding:
+        """Encode a batch of more than ``max_docs`` documents as consecutive sub-batches."""
+        if isinstance(data, list):
+            data = np.frombuffer(b"".join(data), np.uint8)
+        ids, offs, base = [], [np.zeros(1, np.int64)], 0
+        for a in range(0, len(offsets) - 1, max_docs):
+            b = min(a + max_docs, len(offsets) - 1)
+            be = self._submit_packed(data[offsets[a] : offsets[b]],
+                                     offsets[a : b + 1] - offsets[a]).result()
+            ids.append(be.ids)
+            offs.append(be.offsets[1:] + base)
+            base += len(be.ids)
+        return BatchEncoding(np.concatenate(ids), np.concatenate(offs))
 
     def _complete(self, p: PendingEncoding) -> BatchEncoding:
         with self._lock:

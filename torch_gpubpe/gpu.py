@@ -56,11 +56,23 @@ def _check_fork() -> None:
 
 
 def timeout_s() -> float:
-    """Seconds to wait for a GPU readback before raising (env ``TORCH_GPUBPE_TIMEOUT``)."""
-    try:
-        return float(os.environ.get(ENV_TIMEOUT, DEFAULT_TIMEOUT_S))
-    except ValueError:
+    """Seconds to wait for a GPU readback before raising (env ``TORCH_GPUBPE_TIMEOUT``, default
+    600; ``inf`` waits forever).
+
+    Raises:
+        ValueError: the variable is set to something other than a positive number of seconds.
+    """
+    raw = os.environ.get(ENV_TIMEOUT, "").strip()
+    if not raw:
         return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:  # also NaN
+        raise ValueError(f"{ENV_TIMEOUT}={raw!r} is not a positive number of seconds "
+                         f"(e.g. {ENV_TIMEOUT}=600, or inf to wait forever)")
+    return value
 
 
 def _describe(adapter) -> str:
@@ -223,14 +235,20 @@ class GPU:
 
     # -- buffers and dispatch ----------------------------------------------------------------
     def buffer(self, size: int, usage: int, label: str):
-        """A new buffer of ``size`` bytes (rounded up to a multiple of 16, at least 16)."""
+        """A new buffer of ``size`` bytes (rounded up to a multiple of 16, at least 16).
+
+        Raises:
+            ValueError: ``size`` above the adapter's max buffer size.
+            GPUOperationError: wgpu refused (out of memory, lost device: then marked lost).
+        """
         size = max(16, (int(size) + 15) // 16 * 16)
         if size > self.max_buffer_size:
             raise ValueError(
                 f"buffer {label!r} of {size} B is above the adapter's max buffer size "
                 f"{self.max_buffer_size} B"
             )
-        return self.device.create_buffer(label=label, size=size, usage=usage)
+        with self.operation(f"creating buffer {label!r} of {size} B"):
+            return self.device.create_buffer(label=label, size=size, usage=usage)
 
     def bind_group(self, pipeline, buffers: Mapping[int, Any] | list, label: str = ""):
         """Bind group 0 of ``pipeline`` with ``buffers`` (binding → buffer or (buffer, off, size))."""
@@ -242,9 +260,10 @@ class GPU:
                 entries.append({"binding": b, "resource": {"buffer": buf, "offset": off, "size": size}})
             else:
                 entries.append({"binding": b, "resource": {"buffer": buf, "offset": 0, "size": buf.size}})
-        return self.device.create_bind_group(
-            label=label, layout=pipeline.get_bind_group_layout(0), entries=entries
-        )
+        with self.operation(f"creating bind group {label!r}"):
+            return self.device.create_bind_group(
+                label=label, layout=pipeline.get_bind_group_layout(0), entries=entries
+            )
 
     @staticmethod
     def grid(num_workgroups: int) -> tuple[int, int]:
@@ -274,7 +293,8 @@ class GPU:
     def wait_promise(self, promise, what: str) -> None:
         """Wait for a ``GPUPromise`` with the configured timeout (see :meth:`wait_map`)."""
         limit = timeout_s()
-        if promise._state == "pending" and not promise._thread_event.wait(limit):
+        wait = None if limit == float("inf") else limit
+        if promise._state == "pending" and not promise._thread_event.wait(wait):
             self.lost = True
             raise GPUOperationError(
                 f"{what} on {self.adapter_name} did not complete within {limit:.0f} s "

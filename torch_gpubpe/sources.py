@@ -232,6 +232,7 @@ def iter_texts(
     max_bytes: int | None = None,
     skip_docs: int = 0,
     skip_none: bool = True,
+    stats: dict | None = None,
 ) -> Iterator[str]:
     """Yield the documents of ``source`` as ``str``, in order.
 
@@ -246,6 +247,9 @@ def iter_texts(
         skip_docs: skip this many documents first (after ``None`` rows are dropped).
         skip_none: drop rows whose text is ``None`` (missing values are common in Hub datasets);
             ``False`` raises on them.
+        stats: if a dict, ``stats["skipped_none"]`` counts the dropped ``None`` rows and
+            ``stats["skipped_none_rows"]`` lists the first 100 of their row indices (so that
+            document k of the output can be matched back to its row).
     Yields:
         ``str``, one per document (``bytes`` rows are decoded as UTF-8, bad bytes → U+FFFD).
     Raises:
@@ -260,7 +264,7 @@ def iter_texts(
     rows, what = _rows(source)
     if _is_hf_dataset(rows):
         rows = _column_values(rows, column, what)
-    return _iter(rows, what, column, max_docs, max_bytes, skip_docs, skip_none)
+    return _iter(rows, what, column, max_docs, max_bytes, skip_docs, skip_none, stats)
 
 
 def _is_hf_dataset(obj: Any) -> bool:
@@ -290,7 +294,8 @@ def _column_values(ds, column: str, what: str, batch_size: int = 1024) -> Iterat
         yield from values
 
 
-def _iter(rows, what, column, max_docs, max_bytes, skip_docs, skip_none) -> Iterator[str]:
+def _iter(rows, what, column, max_docs, max_bytes, skip_docs, skip_none,
+          stats: dict | None = None) -> Iterator[str]:
     if max_docs == 0 or max_bytes == 0:
         return
     done_docs = done_bytes = 0
@@ -313,6 +318,11 @@ def _iter(rows, what, column, max_docs, max_bytes, skip_docs, skip_none) -> Iter
         text = _text_of(row, column, what, row_index)
         if text is None:
             if skip_none:
+                if stats is not None:
+                    stats["skipped_none"] = stats.get("skipped_none", 0) + 1
+                    rows_list = stats.setdefault("skipped_none_rows", [])
+                    if len(rows_list) < 100:
+                        rows_list.append(row_index)
                 continue
             raise InputError(f"{what}: row {row_index}: column {column!r} is None (missing)")
         seen += 1

@@ -21,7 +21,9 @@
 //                                                          where an out-of-budget walk resumes
 //   7 info       : storage, read_write  array<atomic<u32>>  [0] tokens in the slice (written by
 //                                                          trie_prefix_sum), [1] chunks that ran
-//                                                          out of budget; cleared by host
+//                                                          out of budget, [2] 0xFFFFFFFF - the
+//                                                          lowest block of such a chunk, [3] 1 +
+//                                                          the highest; 4 u32, cleared by host
 //   8 params     : uniform              Params
 //   9 block_off  : storage, read_write  array<u32>          exclusive prefix sum of counts; length
 //                                                          number of blocks
@@ -40,7 +42,7 @@ struct Params {
     budget: u32,       // walk steps per thread per dispatch (lavapipe caps loops at 65,535)
     num_blocks: u32,   // ceil(n / BLOCK)
     num_docs: u32,     // documents starting in the slice (length of doc_starts)
-    _pad0: u32,
+    block_base: u32,   // resume = 1: the dispatch covers blocks block_base.. only
     _pad1: u32,
     _pad2: u32,
 }
@@ -135,7 +137,7 @@ fn trie_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     workgroupBarrier();
 
     let n = params.n;
-    let block = linear_workgroup(wid, nwg);
+    let block = params.block_base + linear_workgroup(wid, nwg);
     let c = block * WG + lid;
     let cs = c * CHUNK;
     let ce = min(cs + CHUNK, n);
@@ -172,6 +174,8 @@ fn trie_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         if (it >= budget) {
             state[c] = p + 1u;
             atomicAdd(&info[1], 1u);
+            atomicMax(&info[2], 0xFFFFFFFFu - block);
+            atomicMax(&info[3], block + 1u);
             break;
         }
         var child = NO_TOKEN;
