@@ -24,7 +24,7 @@ each is written to finish in under 2 minutes there).
 | ``[]``, ``[""]``, one byte, each byte value, invalid UTF-8, surrogates, BOM/NUL/CRLF; vocab 256 and 257 | trainer | == reference.train | test_trainer_hostile_documents |
 | word counts above 2^32 (and 2^40, 2^50) | trainer | == reference.train_from_word_counts | test_trainer_counts_above_2_32 |
 | random documents (hypothesis) | trainer | == reference.train | test_trainer_random_documents |
-| duplicate / empty / None special tokens | trainer | ValueError before counting or training (xfail: raised only after all merges) | test_trainer_bad_special_tokens_fail_before_training |
+| duplicate / empty / None special tokens | trainer | ValueError before counting or training | test_trainer_bad_special_tokens_fail_before_training |
 | more symbols than the adapter binds (forced small limit) | trainer | InputError naming the bound, before any GPU buffer | test_trainer_memory_bound_is_a_clear_error |
 | 10^7 distinct words | trainer | == rustbpe (peer of the reference) | test_heavy_trainer_ten_million_distinct_words (heavy) |
 | vocab 65,536, 65,537, 262,144 | trainer | == rustbpe, 262,144 reached | test_heavy_trainer_large_vocab_sizes (heavy) |
@@ -409,9 +409,6 @@ def test_trainer_random_documents(docs, vocab_size, min_frequency):
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=True, reason="trainer.py: special tokens are validated by Vocab() only "
-                   "after word counting and all merges (hours on a real corpus); "
-                   "_check_sizes should validate them first")
 @pytest.mark.parametrize("special", [["x", "x"], [""], [None]])
 def test_trainer_bad_special_tokens_fail_before_training(monkeypatch, special):
     from torch_gpubpe import trainer, wordcount

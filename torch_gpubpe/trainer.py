@@ -161,7 +161,16 @@ ProgressFn = Callable[[TrainProgress], None]
 
 
 def _check_sizes(vocab_size: int, special_tokens: Sequence[str], min_frequency: int) -> int:
-    nspecial = len(special_tokens)
+    # Everything that could fail after hours of training is checked here, first.
+    if isinstance(special_tokens, str):
+        raise TypeError("special_tokens must be a list of str, not one str: pass [token]")
+    specials = list(special_tokens)
+    for t in specials:
+        if not isinstance(t, str) or not t:
+            raise ValueError(f"special tokens must be non-empty str, got {t!r}")
+    if len(set(specials)) != len(specials):
+        raise ValueError(f"duplicate special tokens in {specials!r}")
+    nspecial = len(specials)
     if not isinstance(vocab_size, (int, np.integer)) or isinstance(vocab_size, bool):
         raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
     if vocab_size < 256 + nspecial:
@@ -171,7 +180,9 @@ def _check_sizes(vocab_size: int, special_tokens: Sequence[str], min_frequency: 
         )
     if vocab_size > MAX_VOCAB_SIZE:
         raise ValueError(f"vocab_size={vocab_size} is above the maximum {MAX_VOCAB_SIZE}")
-    if int(min_frequency) < 1:
+    if isinstance(min_frequency, bool) or not isinstance(min_frequency, (int, np.integer)):
+        raise TypeError(f"min_frequency must be an int, got {min_frequency!r}")
+    if min_frequency < 1:
         raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
     return int(vocab_size) - 256 - nspecial
 
