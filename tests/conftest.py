@@ -36,3 +36,10 @@ def corpus_docs(name: str, max_bytes: int = 100_000, max_doc_bytes: int | None =
                 break
     return out
 
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """Environment for a child Python: this checkout first on PYTHONPATH, the rest kept."""
+    repo = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CORPORA, corpus_docs
+from conftest import CORPORA, corpus_docs, subprocess_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -162,7 +162,7 @@ def test_train_max_bytes_and_text_files(tmp_path, capsys):
 @pytest.mark.gpu
 def test_python_m_train_on_shipped_corpus(tmp_path):
     """`python -m torch_gpubpe train` with no input options reads the shipped corpus."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    env = subprocess_env(HF_HUB_OFFLINE="1")
     r = subprocess.run(
         [sys.executable, "-m", "torch_gpubpe", "train", "--max-bytes", "60K", "--vocab-size",
          "300", "--holdout-every", "20", "--out",
@@ -179,7 +179,7 @@ def test_python_m_train_on_shipped_corpus(tmp_path):
 @pytest.mark.gpu
 def test_python_m_train_no_arguments(tmp_path):
     """The README's main command, as is: the whole shipped corpus, default vocab size."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    env = subprocess_env(HF_HUB_OFFLINE="1")
     r = subprocess.run([sys.executable, "-m", "torch_gpubpe", "train"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
@@ -238,7 +238,7 @@ def test_error_missing_file_and_unknown_format(tmp_path, capsys):
 
 
 def test_error_unknown_dataset_offline(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    env = subprocess_env(HF_HUB_OFFLINE="1")
     r = subprocess.run(
         [sys.executable, "-m", "torch_gpubpe", "train", "--dataset", "no-such-user/no-such-set",
          "--no-progress"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
@@ -465,7 +465,7 @@ def test_shipped_corpus_is_in_the_package():
 # -- the example ----------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_example_train_vocab_runs(tmp_path):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    env = subprocess_env(HF_HUB_OFFLINE="1")
     r = subprocess.run([sys.executable, str(ROOT / "examples" / "train_vocab.py"), "--out",
                         str(tmp_path / "ex"), "--max-bytes", "40000", "--vocab-size", "320"],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -21,7 +21,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CORPORA, corpus_docs
+from conftest import CORPORA, corpus_docs, subprocess_env
 from torch_gpubpe import data as datamod
 from torch_gpubpe import reference
 from torch_gpubpe.data import (
@@ -574,7 +574,7 @@ def test_example_pretrain_loop_runs():
         [sys.executable, str(REPO / "examples" / "pretrain_loop.py"), "--corpus", str(corpus),
          "--steps", "4", "--max-bytes", "60000", "--vocab-size", "400", "--seq-len", "64"],
         capture_output=True, text=True, timeout=600, cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        env=subprocess_env(),
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "tokens/s" in r.stdout and "loss" in r.stdout

@@ -61,7 +61,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CORPUS_NAMES, corpus_docs
+from conftest import CORPUS_NAMES, corpus_docs, subprocess_env
 from torch_gpubpe import gpu as gpumod
 from torch_gpubpe import reference
 from torch_gpubpe.encoder import Tokenizer
@@ -436,7 +436,7 @@ def test_trainer_memory_bound_is_a_clear_error(monkeypatch):
 # GPU failures
 # ------------------------------------------------------------------------------------------------
 def run_py(code: str, timeout: float = 150) -> str:
-    env = dict(os.environ, PYTHONPATH=str(REPO), TORCH_GPUBPE_TIMEOUT="20")
+    env = subprocess_env(TORCH_GPUBPE_TIMEOUT="20")
     res = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                          text=True, timeout=timeout, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -889,8 +889,9 @@ def test_heavy_trainer_large_vocab_sizes(vocab_size):
     from torch_gpubpe.trainer import train
 
     docs = []
+    per_corpus = 2_500_000 if vocab_size == 1 << 18 else 600_000  # 7.8 MB runs out at ~194k
     for name in CORPUS_NAMES:
-        docs += corpus_docs(name, 600_000, max_doc_bytes=200_000)
+        docs += corpus_docs(name, per_corpus, max_doc_bytes=500_000)
     vocab = train(docs, vocab_size, min_frequency=1)
     got = reference.token_bytes(vocab.merges)
     assert got == _rustbpe_token_bytes(docs, vocab_size)

@@ -34,7 +34,8 @@ def test_wheel_contains_shaders_and_runs_outside_checkout(tmp_path):
         "assert str(s.wgsl_dir()).startswith(%r), s.wgsl_dir(); "
         "print(word_starts_gpu([b'a  b'])[0])" % str(site)
     )
-    env = dict(os.environ, PYTHONPATH=str(site))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p))
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
