@@ -578,3 +578,16 @@ def test_example_pretrain_loop_runs():
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "tokens/s" in r.stdout and "loss" in r.stdout
+
+
+def test_list_of_file_names_and_missing_eos_are_clear_errors(vocab, tmp_path):
+    from torch_gpubpe import Vocab
+
+    f = tmp_path / "a.txt"
+    f.write_text("hello")
+    with pytest.raises(InputError, match=r"TextFiles\(paths\)"):
+        TokenizedDataset([str(f)], vocab)
+    assert len(list(TokenizedDataset([f], vocab, background=False))) == 1  # Path objects: files
+    plain = Vocab.from_merges(vocab.merges)  # no special tokens
+    with pytest.raises(InputError, match=r"special_tokens=\['<\|endoftext\|>'\]"):
+        TokenizedDataset(["x"], plain, mode="packed", seq_len=4)

@@ -241,3 +241,12 @@ def test_lone_surrogates_need_replacing_for_hf(mixed):
     fixed = reference.to_bytes(text).decode()
     assert fixed == "ab\ufffd cd"
     assert tok.encode(fixed).ids == reference.encode(text, vocab.merges)
+
+
+def test_save_into_an_existing_folder(tmp_path, mixed):
+    vocab, test_docs = mixed
+    p = save_hf_tokenizer(vocab, tmp_path)
+    assert p == tmp_path / "tokenizer.json"
+    doc = next(iter(test_docs.values()))[0]
+    assert tokenizers.Tokenizer.from_file(str(p)).encode(doc).ids == _reference_ids(vocab, [doc])[0]
+    assert save_tiktoken(vocab, tmp_path) == tmp_path / "tokenizer.tiktoken"

@@ -225,6 +225,16 @@ def _normalize_source(source: object, text_column: str) -> object:
         isinstance(p, os.PathLike) for p in source
     ):
         return TextFiles(source, text_column=text_column)
+    if (isinstance(source, Sequence) and 0 < len(source) <= 10_000
+            and all(isinstance(p, str) and len(p) < 4096 and "\n" not in p
+                    and os.path.isfile(p) for p in source)):
+        # A list of str is a list of documents; one made only of existing file names is almost
+        # certainly meant as files: say so instead of tokenizing the names.
+        raise InputError(
+            f"source is a list of {len(source)} str that all name existing files "
+            f"({source[0]!r}, ...): a list of str is read as the documents themselves. Pass "
+            "[pathlib.Path(p) for p in paths] or TextFiles(paths) to read the files"
+        )
     if isinstance(source, Mapping):
         raise InputError("source is a mapping; pass a sequence of documents or a dataset")
     if not (isinstance(source, Iterable) or callable(source)):
@@ -431,8 +441,15 @@ class TokenizedDataset(IterableDataset):
         self.seq_len = seq_len
         self.add_eos = (mode == "packed") if add_eos is None else bool(add_eos)
         self.add_bos = bool(add_bos)
-        self.eos_id = vocab.token_to_id(eos_token) if self.add_eos else None
         bos = bos_token if bos_token is not None else eos_token
+        for needed, name in ((self.add_eos, eos_token), (self.add_bos, bos)):
+            if needed and name not in vocab.special_token_ids:
+                raise InputError(
+                    f"the vocab has no special token {name!r} (its special tokens: "
+                    f"{list(vocab.special_tokens)}); train it with special_tokens=[{name!r}] "
+                    "(the CLI's default), or pass eos_token=/bos_token=, or add_eos=False"
+                )
+        self.eos_id = vocab.token_to_id(eos_token) if self.add_eos else None
         self.bos_id = vocab.token_to_id(bos) if self.add_bos else None
         self.drop_last = drop_last
         self.pad_id = int(pad_id)

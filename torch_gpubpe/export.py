@@ -160,8 +160,16 @@ def hf_tokenizer_json(vocab: Vocab) -> str:
 
 def save_hf_tokenizer(vocab: Vocab, path: str | os.PathLike) -> Path:
     """Write ``tokenizer.json`` (load it with ``tokenizers.Tokenizer.from_file(path)`` or
-    ``transformers.PreTrainedTokenizerFast(tokenizer_file=path)``). Returns the path."""
+    ``transformers.PreTrainedTokenizerFast(tokenizer_file=path)``). ``path`` may be an existing
+    folder: the file is then ``path/tokenizer.json``. Returns the path written.
+
+    Raises:
+        ValueError: the vocab cannot be expressed (a special token spelled like a token).
+        OSError: the file cannot be written.
+    """
     path = Path(path)
+    if path.is_dir():
+        path = path / HF_TOKENIZER_FILE
     path.write_text(hf_tokenizer_json(vocab) + "\n", encoding="utf-8")
     return path
 
@@ -198,8 +206,10 @@ def save_tiktoken(vocab: Vocab, path: str | os.PathLike) -> Path:
     :func:`tiktoken_encoding` does). Readable by ``tiktoken.load.load_tiktoken_bpe``.
 
     Caveat: tiktoken applies merge-order BPE, not this project's greedy longest match (module
-    docstring)."""
+    docstring). ``path`` may be an existing folder (then ``path/tokenizer.tiktoken``)."""
     path = Path(path)
+    if path.is_dir():
+        path = path / TIKTOKEN_FILE
     ranks = tiktoken_ranks(vocab).items()
     lines = [f"{base64.b64encode(tb).decode('ascii')} {i}\n" for tb, i in ranks]
     path.write_text("".join(lines), encoding="ascii")
