@@ -591,3 +591,11 @@ def test_list_of_file_names_and_missing_eos_are_clear_errors(vocab, tmp_path):
     plain = Vocab.from_merges(vocab.merges)  # no special tokens
     with pytest.raises(InputError, match=r"special_tokens=\['<\|endoftext\|>'\]"):
         TokenizedDataset(["x"], plain, mode="packed", seq_len=4)
+
+
+def test_rows_as_dicts_use_the_text_column(vocab, ref):
+    rows = [{"text": "merhaba dünya", "id": 1}, {"text": "", "id": 2}]
+    got = [t.tolist() for t in TokenizedDataset(rows, vocab, background=False)]
+    assert got == [ref("merhaba dünya"), []]
+    with pytest.raises(InputError, match="dict"):
+        list(TokenizedDataset([{"body": "x"}], vocab, background=False))

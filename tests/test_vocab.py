@@ -84,3 +84,10 @@ def test_decode_rejects_non_integer_ids(vocab):
     with pytest.raises(TypeError, match="position 0"):
         vocab.decode_bytes([True])
     assert vocab.decode_bytes(np.array([104, 105], np.uint16)) == b"hi"
+
+
+def test_load_from_folder_and_short_repr(tmp_path, vocab):
+    vocab.save(tmp_path / "vocab.json")
+    assert Vocab.load(tmp_path) == vocab
+    assert repr(vocab) == f"Vocab(size={len(vocab)}, merges={len(vocab.merges)}, " \
+                          "special_tokens=['<|endoftext|>', '<|pad|>'])"

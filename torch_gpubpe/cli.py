@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--debug", action="store_true",
                    help="show tracebacks instead of one-line errors")
+    from . import __version__
+
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", metavar="{train,encode}")
 
     t = sub.add_parser(

@@ -585,6 +585,8 @@ class TokenizedDataset(IterableDataset):
         batch, nbytes, skipped, pos = [], 0, [], start
         for k, text, where in _noted(docs, info):
             pos = k // info.num_shards
+            if isinstance(text, Mapping) and self.text_column in text:  # rows as dicts
+                text = text[self.text_column]
             if isinstance(text, str):
                 size = len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
             elif isinstance(text, (bytes, bytearray, memoryview)):

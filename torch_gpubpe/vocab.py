@@ -69,6 +69,10 @@ class Vocab:
         if len(self) > MAX_VOCAB_SIZE:
             raise ValueError(f"vocab size {len(self)} is above the maximum {MAX_VOCAB_SIZE}")
 
+    def __repr__(self) -> str:
+        return (f"Vocab(size={len(self)}, merges={len(self.merges)}, "
+                f"special_tokens={list(self.special_tokens)})")
+
     # -- sizes and lookups -------------------------------------------------------------------
     def __len__(self) -> int:
         """Vocab size: 256 + merges + special tokens."""
@@ -154,7 +158,8 @@ class Vocab:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> Vocab:
-        """Read a vocab file written by :meth:`save`.
+        """Read a vocab file written by :meth:`save` (or ``path/vocab.json`` when ``path`` is a
+        folder, as written by ``python -m torch_gpubpe train --out``).
 
         Raises:
             VocabFormatError: the file is not valid JSON, not a torch_gpubpe vocab, of another
@@ -162,6 +167,8 @@ class Vocab:
                 file and what is wrong.
             OSError: the file cannot be read.
         """
+        if os.path.isdir(path):
+            path = os.path.join(path, "vocab.json")
         try:
             with open(path, encoding="utf-8") as f:
                 obj = json.load(f)
