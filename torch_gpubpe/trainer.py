@@ -548,57 +548,75 @@ class _Run:
 
     def __init__(self, trainer: GPUTrainer, sym, wid, wts, n, num_merges, min_frequency, rows,
                  batch, max_rows, st, profile, fused) -> None:
-        self.t, self.g = trainer, trainer.gpu
+        self._init_common(trainer, n, len(wts), num_merges, min_frequency, batch, max_rows, st)
         self.pipes = trainer.pipelines(fused)
         self.steps = MERGE_STEP_FUSED if fused else MERGE_STEP
-        self.n, self.num_merges, self.batch, self.max_rows = n, num_merges, batch, max_rows
-        self.st = st
         g, U = self.g, self.g.wgpu.BufferUsage
         S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
-        self.tile_cap = (n + TILE - 1) // TILE + 1
-        self.b = {
-            "params": g.buffer(48, U.UNIFORM | U.COPY_DST, "train.params"),
-            "state": g.buffer(4 * STATE_WORDS, S | C, "train.state"),
-            "args": g.buffer(48, S | U.INDIRECT | C, "train.args"),
+        self.b.update({
             "sym0": g.buffer(4 * n + 16, S | C, "train.sym0"),
             "sym1": g.buffer(4 * n + 16, S | C, "train.sym1"),
             "wid0": g.buffer(4 * n + 16, S | C, "train.wid0"),
             "wid1": g.buffer(4 * n + 16, S | C, "train.wid1"),
-            "weights": g.buffer(4 * len(wts), S | C, "train.weights"),
             "flags": g.buffer(4 * n + 16, S, "train.flags"),
             "tiles": g.buffer(8 * self.tile_cap, S, "train.tiles"),
-            "merges": g.buffer(16 * num_merges, S | C, "train.merges"),
-        }
+        })
+        self._upload(rows, profile, weights=wts, sym0=sym, wid0=wid)
+
+    def _init_common(self, trainer: GPUTrainer, n, num_weights, num_merges, min_frequency, batch,
+                     max_rows, st) -> None:
+        """State and buffers both paths share (params, state, args, weights, merges)."""
+        self.t, self.g = trainer, trainer.gpu
+        self.n, self.num_merges, self.batch, self.max_rows = n, num_merges, batch, max_rows
+        self.st = st
+        self.tile_cap = (n + TILE - 1) // TILE + 1
         mf = min(int(min_frequency), (1 << 64) - 1)
         self.min_freq = (mf & 0xFFFFFFFF, mf >> 32)
-        q = g.device.queue
+        g, U = self.g, self.g.wgpu.BufferUsage
+        S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
+        self.b = {
+            "params": g.buffer(48, U.UNIFORM | U.COPY_DST, "train.params"),
+            "state": g.buffer(4 * STATE_WORDS, S | C, "train.state"),
+            "args": g.buffer(48, S | U.INDIRECT | C, "train.args"),
+            "merges": g.buffer(16 * num_merges, S | C, "train.merges"),
+            "weights": g.buffer(4 * num_weights, S | C, "train.weights"),
+        }
+
+    def _upload(self, rows: int, profile: bool, **arrays: np.ndarray) -> None:
+        """Write the initial state and ``arrays`` (buffer name → data), then build the table."""
+        q = self.g.device.queue
         state = np.zeros(STATE_WORDS, np.uint32)
-        state[S_N] = n
+        state[S_N] = self.n
         q.write_buffer(self.b["state"], 0, state)
-        q.write_buffer(self.b["sym0"], 0, sym)
-        q.write_buffer(self.b["wid0"], 0, wid)
-        q.write_buffer(self.b["weights"], 0, wts)
+        for name, a in arrays.items():
+            q.write_buffer(self.b[name], 0, a)
         self._table(rows)
-        self.profiler = _Profiler(g, self.steps) if profile and g.has_timestamps else None
+        self.profiler = _Profiler(self.g, self.steps) if profile and self.g.has_timestamps \
+            else None
         self.occ_mark = 0       # table occupancy at the last readback / rebuild
         self.key_rate = 0.0     # most new table keys per merge seen in a batch
 
-    def _table(self, rows: int) -> None:
-        """(Re)create the pair table with ``rows`` rows, its params and the bind groups."""
-        g, U = self.g, self.g.wgpu.BufferUsage
+    def _table_buffers(self, rows: int, params_tail: tuple) -> None:
+        """(Re)create the pair table's buffers for ``rows`` rows and write the params."""
+        g, S = self.g, self.g.wgpu.BufferUsage.STORAGE
         self.rows = rows
         self.slots = rows * COLS
         self.nblocks = max(1, self.slots // BLOCK)
-        S = U.STORAGE
         self.b.update(
             tkeys=g.buffer(4 * self.slots, S, "train.table_keys"),
             tcounts=g.buffer(8 * self.slots, S, "train.table_counts"),
             dirty=g.buffer(4 * self.nblocks, S, "train.dirty"),
             best=g.buffer(16 * self.nblocks, S, "train.block_best"),
         )
+        params = [self.num_merges, *self.min_freq, rows, self.nblocks, self.tile_cap, *params_tail]
         g.device.queue.write_buffer(self.b["params"], 0, np.array(
-            [self.num_merges, *self.min_freq, rows, self.nblocks, self.tile_cap, 0, 0, 0, 0, 0,
-             0], np.uint32))
+            params + [0] * (12 - len(params)), np.uint32))
+        self.st["table_slots"] = self.slots
+
+    def _table(self, rows: int) -> None:
+        """(Re)create the pair table with ``rows`` rows, its params and the bind groups."""
+        g = self.g
+        self._table_buffers(rows, ())
         self.bgs = []
         b = self.b
         for p in (0, 1):
@@ -615,7 +633,6 @@ class _Run:
                                    label=f"train.{name}.{p}")
                 for name, binds in ENTRY_BINDINGS.items()
             })
-        self.st["table_slots"] = self.slots
 
     def _count(self, merges_done: int, n: int) -> None:
         """clear_table + pair_count over the current stream (``merges_done`` fixes its buffer)."""
@@ -757,15 +774,12 @@ class _SparseRun(_Run):
 
     def __init__(self, trainer: GPUTrainer, sym, wid, wts, n, num_merges, min_frequency, rows,
                  batch, max_rows, st, profile, fused, *, max_walk: int) -> None:
-        self.t, self.g = trainer, trainer.gpu
+        self._init_common(trainer, n, len(wts), num_merges, min_frequency, batch, max_rows, st)
         self.pipes = trainer.sparse_pipelines()
         self.steps = SPARSE_STEP
-        self.n, self.num_merges, self.batch, self.max_rows = n, num_merges, batch, max_rows
-        self.st = st
         self.max_walk = int(max_walk)
         g, U = self.g, self.g.wgpu.BufferUsage
         S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
-        self.tile_cap = (n + TILE - 1) // TILE + 1
         # occ_delta / occ_apply: a fixed grid, at most OCC_ITERS rounds per thread over the
         # ≤ n / 2 occurrences.
         occ_max = n // 2 + 1
@@ -781,49 +795,18 @@ class _SparseRun(_Run):
         nxt[last] = 0xFFFFFFFF
         prv = idx - np.uint32(1)
         prv[starts] = 0xFFFFFFFF
-        self.b = {
-            "params": g.buffer(48, U.UNIFORM | U.COPY_DST, "train.params"),
-            "state": g.buffer(4 * STATE_WORDS, S | C, "train.state"),
-            "args": g.buffer(48, S | U.INDIRECT | C, "train.args"),
+        self.b.update({
             "lsym": g.buffer(4 * n + 16, S | C, "train.lsym"),
             "nxt": g.buffer(4 * n + 16, S | C, "train.nxt"),
             "prv": g.buffer(4 * n + 16, S | C, "train.prv"),
             "wid0": g.buffer(4 * n + 16, S | C, "train.wid"),
-            "weights": g.buffer(4 * len(wts), S | C, "train.weights"),
             "occ": g.buffer(4 * occ_max + 16, S, "train.occ"),
-            "merges": g.buffer(16 * num_merges, S | C, "train.merges"),
-        }
-        mf = min(int(min_frequency), (1 << 64) - 1)
-        self.min_freq = (mf & 0xFFFFFFFF, mf >> 32)
-        q = g.device.queue
-        state = np.zeros(STATE_WORDS, np.uint32)
-        state[S_N] = n
-        q.write_buffer(self.b["state"], 0, state)
-        q.write_buffer(self.b["lsym"], 0, sym)
-        q.write_buffer(self.b["nxt"], 0, nxt)
-        q.write_buffer(self.b["prv"], 0, prv)
-        q.write_buffer(self.b["wid0"], 0, wid)
-        q.write_buffer(self.b["weights"], 0, wts)
-        self._table(rows)
-        self.profiler = _Profiler(g, self.steps) if profile and g.has_timestamps else None
-        self.occ_mark = 0
-        self.key_rate = 0.0
+        })
+        self._upload(rows, profile, weights=wts, lsym=sym, nxt=nxt, prv=prv, wid0=wid)
 
     def _table(self, rows: int) -> None:
-        g, U = self.g, self.g.wgpu.BufferUsage
-        self.rows = rows
-        self.slots = rows * COLS
-        self.nblocks = max(1, self.slots // BLOCK)
-        S = U.STORAGE
-        self.b.update(
-            tkeys=g.buffer(4 * self.slots, S, "train.table_keys"),
-            tcounts=g.buffer(8 * self.slots, S, "train.table_counts"),
-            dirty=g.buffer(4 * self.nblocks, S, "train.dirty"),
-            best=g.buffer(16 * self.nblocks, S, "train.block_best"),
-        )
-        g.device.queue.write_buffer(self.b["params"], 0, np.array(
-            [self.num_merges, *self.min_freq, rows, self.nblocks, self.tile_cap, self.max_walk,
-             self.occ_iters, self.delta_iters, 0, 0, 0], np.uint32))
+        g = self.g
+        self._table_buffers(rows, (self.max_walk, self.occ_iters, self.delta_iters))
         b = self.b
         res = {
             _P: b["params"], _STATE: b["state"], _ARGS: b["args"], _WID_IN: b["wid0"],
@@ -835,7 +818,6 @@ class _SparseRun(_Run):
                                  label=f"train.{name}")
               for name, binds in SPARSE_BINDINGS.items()}
         self.bgs = [bg, bg]
-        self.st["table_slots"] = self.slots
 
     def _grids(self) -> dict:
         """Grid of each dispatch."""
