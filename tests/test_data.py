@@ -150,7 +150,7 @@ def test_argument_errors(vocab):
         TokenizedDataset(["a"], vocab, dtype=torch.float32)
     with pytest.raises(ValueError, match="rank"):
         TokenizedDataset(["a"], vocab, rank=2, world_size=2)
-    with pytest.raises(KeyError, match="<\\|eos\\|>"):
+    with pytest.raises(InputError, match="no special token '<\\|eos\\|>'"):
         TokenizedDataset(["a"], vocab, mode="packed", seq_len=4, eos_token="<|eos|>")
     with pytest.raises(InputError, match="names no file"):
         TokenizedDataset("just some text", vocab)

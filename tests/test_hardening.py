@@ -33,7 +33,7 @@ each is written to finish in under 2 minutes there).
 | KeyboardInterrupt while waiting for a count / token / upload map, then encode again | encoder | no abort (SIGABRT before the fix); exact results after | test_interrupted_readback_does_not_abort_the_next_encode |
 | TORCH_GPUBPE_TIMEOUT = 0, -3, "soon", nan / inf | gpu | ValueError naming the variable / wait forever | test_bad_timeout_setting_is_named |
 | WGSL / pipeline validation error, buffer above the limit | gpu | GPUOperationError naming the shader / ValueError | test_validation_errors_are_named |
-| ``None``, int, dict as text; HF dataset row ``None`` | data | InputError naming index/row and shard, or skipped and counted | test_dataset_bad_values_name_row_or_skip |
+| ``None``, int, float as text (a dict row is read through ``text_column``); HF dataset row ``None`` | data | InputError naming index/row and shard, or skipped and counted | test_dataset_bad_values_name_row_or_skip |
 | source raising on document k (``__getitem__``, generator) | data | original exception with a note naming document k / shard | test_dataset_source_errors_name_document |
 | the same in real spawned DataLoader workers | data | re-raised in the main process naming document, shard and worker | test_dataset_errors_in_real_workers_name_document_and_shard |
 | tokenizer failing inside a batch | data | note naming the documents and the shard | test_dataset_encoder_errors_name_documents |
@@ -655,8 +655,9 @@ def test_dataset_bad_values_name_row_or_skip(tok, ref):
         list(TokenizedDataset(docs, tok))
     ds = TokenizedDataset(docs, tok, on_bad_document="skip", with_index=True)
     got = [(g["doc_index"], g["input_ids"].tolist()) for g in ds]
-    assert got == [(0, ref("ok")), (1, ref(b"\xffbytes")), (5, ref("fine"))]
-    assert ds.skipped_documents == 3
+    # a row given as a dict is read through its text column; None and 3.5 are skipped
+    assert got == [(0, ref("ok")), (1, ref(b"\xffbytes")), (4, ref("x")), (5, ref("fine"))]
+    assert ds.skipped_documents == 2
     hf = datasets.Dataset.from_dict({"body": ["a", None, "b"]})
     with pytest.raises(InputError, match=r"document 1 \(row 1; shard 0 of 1.*None"):
         list(TokenizedDataset(hf, tok, text_column="body"))
