@@ -55,6 +55,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -80,6 +81,8 @@ SMALL_WG_BYTES = 4 * WG * 4 + 128 * 4 + 64  # sh_a..sh_d, sh_sg, scalars: upper 
 _P, _STATE, _ARGS, _SYM_IN, _WID_IN, _SYM_OUT, _WID_OUT, _WEIGHTS = range(8)
 _FLAGS, _TILES, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _MERGES = range(8, 15)
 _LSYM, _NXT, _PRV, _OCC = range(15, 19)
+_WSTART, _TLIST, _POOL = range(19, 22)
+S_TOP = 13
 ENTRY_BINDINGS = {
     "clear_table": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY),
     "pair_count": (_P, _STATE, _SYM_IN, _WID_IN, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY),
@@ -110,6 +113,16 @@ SPARSE_BINDINGS = {
 # deltas of A == B merges (a small direct grid that exits at once when A != B; as an indirect
 # dispatch sized 0 it still took 11 µs per merge in the H200 profile). 3 dispatches.
 SPARSE_STEP = ("find_max4_apply", "occ_find", "occ_delta")
+# The word-list path (train.wgsl "word-list path"): per token the words it occurs in; per merge
+# the block maxima, then one thread per word of the rarer side's list. 2 dispatches.
+WORDLIST_BINDINGS = {
+    "clear_table": ENTRY_BINDINGS["clear_table"],
+    "pair_count_linked": SPARSE_BINDINGS["pair_count_linked"],
+    "wl_find_max4": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _TLIST),
+    "wl_merge": (_P, _STATE, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _MERGES, _LSYM, _NXT,
+                 _WSTART, _TLIST, _POOL),
+}
+WORDLIST_STEP = ("wl_find_max4", "wl_merge")
 # Longest word (bytes) the sparse path takes: an A == B run is walked by one thread (its runs
 # are disjoint, ≥ 256 symbols apart: ≤ 31 · 128 + SPARSE_MAX_WORD / 2 + 32 steps per thread),
 # well under lavapipe's 65,535-iteration cap; SPARSE_MAX_WORD / 2 + 2 bounds each walk's loop.
@@ -374,18 +387,20 @@ class GPUTrainer:
             }
         return self._pipes[fused]
 
-    def sparse_pipelines(self) -> dict:
-        """Entry point → compute pipeline of the sparse path (linked stream)."""
-        if "sparse" not in self._pipes:
+    def sparse_pipelines(self, kind: str = "sparse") -> dict:
+        """Entry point → compute pipeline of the sparse path (linked stream): ``kind``
+        "sparse" (occurrence list) or "wordlist" (per-token word lists)."""
+        if kind not in self._pipes:
             g, lslots = self.gpu, self.local_slots
-            self._pipes["sparse"] = {
+            names = SPARSE_BINDINGS if kind == "sparse" else WORDLIST_BINDINGS
+            self._pipes[kind] = {
                 name: g.pipeline("train", name,
                                  workgroup_bytes=12 * lslots if name == "pair_count_linked"
                                  else SMALL_WG_BYTES,
                                  constants={"LSLOTS": lslots})
-                for name in SPARSE_BINDINGS
+                for name in names
             }
-        return self._pipes["sparse"]
+        return self._pipes[kind]
 
     # -- one training run ---------------------------------------------------------------------
     def run(self, words: list[bytes], weights: list[int], num_merges: int, min_frequency: int,
@@ -452,11 +467,12 @@ class GPUTrainer:
                   adapter=g.adapter_name, merges_per_submit=batch,
                   fused_scans=None if sparse else fused, sparse=sparse)
         while True:
-            cls = _SparseRun if sparse else _Run
-            if sparse:
-                extra = {"max_walk": max_len // 2 + 2}
+            if not sparse:
+                cls, extra = _Run, {}
+            elif os.environ.get("TORCH_GPUBPE_SPARSE_IMPL") == "occ":
+                cls, extra = _SparseRun, {"max_walk": max_len // 2 + 2}
             else:
-                extra = {}
+                cls, extra = _WordListRun, {"max_len": max_len}
             res = cls(self, sym, wid, wts, n, num_merges, min_frequency, rows, batch,
                       max_rows, st, profile, fused, **extra).train(progress, t0)
             if res is not None:
@@ -879,6 +895,98 @@ class _SparseRun(_Run):
         if prof:
             self.profiler.collect()
         return buf.map_async("READ_NOSYNC", 0, 4 * STATE_WORDS + 16 * cnt)
+
+
+class _WordListRun(_Run):
+    """One training run on the word-list path (train.wgsl "word-list path"): the linked stream
+    of the sparse path plus, per token, the words it occurs in; per merge only the words of the
+    rarer side's list are walked. Same flow (batches, readback, rebuilds, restarts) as
+    :class:`_Run`."""
+
+    def __init__(self, trainer: GPUTrainer, sym, wid, wts, n, num_merges, min_frequency, rows,
+                 batch, max_rows, st, profile, fused, *, max_len: int) -> None:
+        self._init_common(trainer, n, len(wts), num_merges, min_frequency, batch, max_rows, st)
+        self.pipes = trainer.sparse_pipelines("wordlist")
+        self.steps = WORDLIST_STEP
+        nwords = len(wts) // 2
+        self.max_walk = int(max_len) + 1
+        g, U = self.g, self.g.wgpu.BufferUsage
+        S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
+        starts = (sym & np.uint32(TWS)) != 0
+        wstart = np.flatnonzero(starts).astype(np.uint32)
+        nxt = np.arange(1, n + 1, dtype=np.uint32)
+        last = np.ones(n, bool)
+        last[:-1] = starts[1:]
+        nxt[last] = 0xFFFFFFFF
+        # Byte lists: the words holding each byte value, each word once (stable radix sort of
+        # the bytes keeps the word order inside a byte's group, so duplicates are adjacent).
+        byte = (sym & np.uint32(0xFF)).astype(np.uint8)
+        order = np.argsort(byte, kind="stable")
+        bs, ws = byte[order], wid[order]
+        keep = np.ones(n, bool)
+        keep[1:] = (bs[1:] != bs[:-1]) | (ws[1:] != ws[:-1])
+        base = ws[keep]
+        lens = np.bincount(bs[keep], minlength=256).astype(np.uint32)
+        tlist = np.zeros(2 * (256 + num_merges), np.uint32)
+        tlist[1:512:2] = lens
+        tlist[2:512:2] = np.cumsum(lens[:-1], dtype=np.uint32)
+        pool_size = len(base) + (n - nwords) + 16
+        # wl_merge: grid-stride over a list (≤ words); lavapipe's loop cap (65,535 iterations
+        # per thread, all loops summed) bounds rounds × (longest word + 1) + final_best's.
+        min_wg = 4 if trainer.is_cpu else 264
+        iters_cap = max(1, 60_000 // (self.max_walk + 2))
+        self.occ_wgs = max(min_wg, -(-nwords // (WG * iters_cap)))
+        self.occ_iters = -(-nwords // (WG * self.occ_wgs))
+        self.b.update({
+            "lsym": g.buffer(4 * n + 16, S | C, "train.lsym"),
+            "nxt": g.buffer(4 * n + 16, S | C, "train.nxt"),
+            "wid0": g.buffer(4 * n + 16, S | C, "train.wid"),
+            "wstart": g.buffer(4 * nwords + 16, S | C, "train.wstart"),
+            "tlist": g.buffer(4 * len(tlist), S | C, "train.tlist"),
+            "pool": g.buffer(4 * pool_size, S | C, "train.pool"),
+        })
+        self._top = len(base)
+        self._upload(rows, profile, weights=wts, lsym=sym, nxt=nxt, wid0=wid, wstart=wstart,
+                     tlist=tlist, pool=base)
+
+    def _upload(self, rows: int, profile: bool, **arrays: np.ndarray) -> None:
+        super()._upload(rows, profile, **arrays)
+        self.g.device.queue.write_buffer(self.b["state"], 4 * S_TOP,
+                                         np.array([self._top], np.uint32))
+
+    def _table(self, rows: int) -> None:
+        g = self.g
+        self._table_buffers(rows, (self.max_walk, self.occ_iters, 0))
+        b = self.b
+        res = {
+            _P: b["params"], _STATE: b["state"], _WID_IN: b["wid0"], _WEIGHTS: b["weights"],
+            _TKEYS: b["tkeys"], _TCOUNTS: b["tcounts"], _DIRTY: b["dirty"], _BEST: b["best"],
+            _MERGES: b["merges"], _LSYM: b["lsym"], _NXT: b["nxt"], _WSTART: b["wstart"],
+            _TLIST: b["tlist"], _POOL: b["pool"],
+        }
+        bg = {name: g.bind_group(self.pipes[name], {k: res[k] for k in binds},
+                                 label=f"train.{name}")
+              for name, binds in WORDLIST_BINDINGS.items()}
+        self.bgs = [bg, bg]
+
+    def _grids(self) -> dict:
+        g = self.g
+        return {"wl_find_max4": g.grid(self.nblocks), "wl_merge": g.grid(self.occ_wgs)}
+
+    def _count(self, merges_done: int, n: int) -> None:
+        """clear_table + pair_count_linked over the whole (linked) stream."""
+        g = self.g
+        bg = self.bgs[0]
+        enc = g.device.create_command_encoder(label="train.count")
+        cp = enc.begin_compute_pass(label="train.count")
+        self.t.dispatch(cp, self.pipes["clear_table"], bg["clear_table"],
+                        g.grid(-(-self.slots // WG)))
+        self.t.dispatch(cp, self.pipes["pair_count_linked"], bg["pair_count_linked"],
+                        g.grid(-(-max(self.n, 1) // PC_SYMBOLS_PER_WG)))
+        cp.end()
+        g.device.queue.submit([enc.finish()])
+
+    _record = _SparseRun._record
 
 
 class _Profiler:

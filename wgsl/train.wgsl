@@ -1193,3 +1193,172 @@ fn find_max4_apply(@builtin(workgroup_id) wid: vec3<u32>,
         occ_apply_part(w - P.nblocks, nwg.x * nwg.y - P.nblocks, lid);
     }
 }
+
+// ==== word-list path =============================================================================
+// The linked stream of the sparse path (lsym / nxt), with an index of where each token occurs:
+// per token id t, the list of words that held t when it was made (bytes: every word holding
+// the byte; merge k's token C = 256 + k: every word where merge k applied), in `pool`. A list
+// may hold stale words (whose t was merged away since): they are walked and found to hold
+// nothing. A word is in a list at most once (each list is filled once, one entry per word).
+// Per merge (2 dispatches, no pass over the stream):
+//   wl_find_max4  find_max4 over the dirty blocks; thread 0 first commits the last merge
+//                 (S_K += 1, the pool top past C's list)
+//   wl_merge      every workgroup reduces the block bests (final_best, as occ_find); workgroup
+//                 0 records the merge; then, grid-stride over the shorter of A's and B's lists,
+//                 one thread per word walks the word left to right, merging (A, B) without
+//                 overlap (runs of A == B too: the walk is sequential), applying the exact
+//                 pair-count deltas, and appending the word to C's list when it merged there.
+// Deltas of one occurrence X A B Y → X C Y, X the live left neighbour after the previous
+// occurrences of the word were merged (possibly C), Y the right one before: −(X, A) + (X, C),
+// −(B, Y) + (C, Y); a pair (X, C) made by one occurrence and undone by the next cancels. Deltas
+// to (A, B) itself are skipped: its count is set to 0 (no (A, B) is left after the merge).
+// Pool size: the byte lists plus ≤ n − words appended entries (each entry merged ≥ 1 symbol away).
+// Bindings 19–21 (with 15 lsym, 16 nxt of the sparse path):
+//  19 wstart : storage, read        array<u32>  per word: index of its first symbol (never dead)
+//  20 tlist  : storage, read_write  array<atomic<u32>>  per token id: (pool offset, length)
+//  21 pool   : storage, read_write  array<u32>  word indices of the lists
+// Params: max_walk ≥ longest word + 1 (steps of one word walk); occ_iters = grid-stride rounds
+// of wl_merge over the longest list (≤ words).
+@group(0) @binding(19) var<storage, read> wstart: array<u32>;
+@group(0) @binding(20) var<storage, read_write> tlist: array<atomic<u32>>;
+@group(0) @binding(21) var<storage, read_write> pool: array<u32>;
+const S_TOP: u32 = 13u;     // word-list path: pool entries in use before the running merge's list
+
+@compute @workgroup_size(WG)
+fn wl_find_max4(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32,
+//#if SUBGROUPS
+                @builtin(subgroup_invocation_id) lane: u32,
+                @builtin(subgroup_size) sg_size: u32,
+                @builtin(subgroup_id) sg_id: u32,
+//#endif
+                ) {
+//#if SUBGROUPS
+    let sg = vec3<u32>(lane, sg_size, sg_id);
+//#else
+    let sg = vec3<u32>(0u);
+//#endif
+    let w = linear_id(wid, nwg);
+    if (w == 0u && lid == 0u && atomicLoad(&state[S_DONE]) != 0u) {
+        // Nobody else reads these words in this dispatch.
+        atomicAdd(&state[S_K], 1u);
+        atomicStore(&state[S_DONE], 0u);
+        let c = atomicLoad(&state[S_C]);
+        atomicAdd(&state[S_TOP], atomicLoad(&tlist[2u * c + 1u]));
+    }
+    if (w < P.nblocks) { find_max4_block(w, lid, sg); }
+}
+
+// Merge (A, B) → C in word w (weight lo, hi) left to right; whether it applied anywhere.
+fn wl_merge_word(w: u32, a: u32, b: u32, c: u32) -> bool {
+    let lo = weights[2u * w];
+    let hi = weights[2u * w + 1u];
+    var p = wstart[w];
+    var prev_id = NONE;     // id of the live symbol before p (after this walk's merges)
+    var merged = false;
+    for (var step = 0u; step < P.max_walk; step++) {
+        if (p == NONE) { break; }
+        let sp = lsym[p];
+        let ip = sp & IDM;
+        let q = nxt[p];
+        if (ip == a && q != NONE && (lsym[q] & IDM) == b) {
+            let r = nxt[q];
+            if (prev_id != NONE) {
+                if (!(prev_id == a && a == b)) { pair_delta(prev_id, a, lo, hi, true); }
+                pair_delta(prev_id, c, lo, hi, false);
+            }
+            if (r != NONE) {
+                let y = lsym[r] & IDM;
+                if (!(y == b && a == b)) { pair_delta(b, y, lo, hi, true); }
+                pair_delta(c, y, lo, hi, false);
+            }
+            lsym[p] = c | (sp & TWS);
+            lsym[q] = DEAD;
+            nxt[p] = r;
+            merged = true;
+            prev_id = c;
+            p = r;
+        } else {
+            prev_id = ip;
+            p = q;
+        }
+    }
+    return merged;
+}
+
+@compute @workgroup_size(WG)
+fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32,
+//#if SUBGROUPS
+            @builtin(subgroup_invocation_id) lane: u32,
+            @builtin(subgroup_size) sg_size: u32,
+            @builtin(subgroup_id) sg_id: u32,
+//#endif
+            ) {
+//#if SUBGROUPS
+    let sg = vec3<u32>(lane, sg_size, sg_id);
+//#else
+    let sg = vec3<u32>(0u);
+//#endif
+    // S_K, S_STOP, S_TOP and the lists of A and B only change in this dispatch to what every
+    // workgroup derives itself (or not at all: appends go to C's list only).
+    if (lid == 0u) {
+        sh_u = atomicLoad(&state[S_STOP]);
+        sh_v = atomicLoad(&state[S_K]);
+        sh_w = atomicLoad(&state[S_TOP]);
+    }
+    if (workgroupUniformLoad(&sh_u) != 0u) { return; }
+    let k = workgroupUniformLoad(&sh_v);
+    let top = workgroupUniformLoad(&sh_w);
+    let r = final_best(lid, sg);
+    let below = r.y < P.min_freq_hi || (r.y == P.min_freq_hi && r.x < P.min_freq_lo);
+    let stop = k >= P.num_merges || (r.x | r.y) == 0u || below;
+    let wg = linear_id(wid, nwg);
+    let a = r.z;
+    let b = r.w;
+    let c = 256u + k;
+    if (wg == 0u && lid == 0u) {
+        if (stop) {
+            atomicStore(&state[S_STOP], 1u);
+        } else {
+            merges[4u * k] = a;
+            merges[4u * k + 1u] = b;
+            merges[4u * k + 2u] = r.x;
+            merges[4u * k + 3u] = r.y;
+            atomicStore(&state[S_A], a);
+            atomicStore(&state[S_B], b);
+            atomicStore(&state[S_C], c);
+            atomicStore(&state[S_DONE], 1u);
+            atomicStore(&tlist[2u * c], top);
+            let kp = key_pack(a, b);
+            let slot = table_slot(kp.x, kp.y);
+            if (slot != EMPTY) {
+                atomicStore(&tcounts[2u * slot], 0u);
+                atomicStore(&tcounts[2u * slot + 1u], 0u);
+                dirty[slot / BLOCK] = 1u;
+            }
+        }
+    }
+    if (stop) { return; }
+    if (lid == 0u) {
+        let la = atomicLoad(&tlist[2u * a + 1u]);
+        let lb = atomicLoad(&tlist[2u * b + 1u]);
+        let t = select(a, b, lb < la);
+        sh_u = atomicLoad(&tlist[2u * t]);
+        sh_v = min(la, lb);
+    }
+    let off = workgroupUniformLoad(&sh_u);
+    let len = workgroupUniformLoad(&sh_v);
+    let stride = nwg.x * nwg.y * WG;
+    let g0 = wg * WG + lid;
+    for (var it = 0u; it < P.occ_iters; it++) {
+        let j = g0 + it * stride;
+        if (j >= len) { break; }
+        let w = pool[off + j];
+        if (wl_merge_word(w, a, b, c)) {
+            pool[top + atomicAdd(&tlist[2u * c + 1u], 1u)] = w;
+        }
+    }
+}
