@@ -123,11 +123,12 @@ WORDLIST_BINDINGS = {
                  _WSTART, _TLIST, _POOL),
 }
 WORDLIST_STEP = ("wl_find_max4", "wl_merge")
-# Longest word (bytes) the sparse path takes: an A == B run is walked by one thread (its runs
-# are disjoint, ≥ 256 symbols apart: ≤ 31 · 128 + SPARSE_MAX_WORD / 2 + 32 steps per thread),
-# well under lavapipe's 65,535-iteration cap; SPARSE_MAX_WORD / 2 + 2 bounds each walk's loop.
-# (The walk only lists positions; their deltas are applied by occ_delta, grid-stride.)
-SPARSE_MAX_WORD = 12_000
+# Longest word (bytes) the sparse path takes: a word is walked by one thread per merge, and
+# lavapipe stops a thread's loops after 65,535 iterations summed (WGPU_NOTES.md §5); measured
+# there, the walk of wl_merge_word costs about 5.7 iterations per symbol (12,000-byte words
+# failed, 11,000 passed), so 8,000 keeps a margin. Longer words take the dense path.
+SPARSE_MAX_WORD = 8_000
+WALK_ITERS_PER_SYMBOL = 6
 OCC_ITERS = 32  # most grid-stride rounds per thread of the occurrence apply
 MERGE_STEP = ("find_max4", "find_max_final_det", "setup_merge", "merge_reduce", "scan_pass1",
               "scan_pass2", "scan_pass3", "finalize_compact")
@@ -913,7 +914,7 @@ class _WordListRun(_Run):
         g, U = self.g, self.g.wgpu.BufferUsage
         S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
         starts = (sym & np.uint32(TWS)) != 0
-        wstart = np.flatnonzero(starts).astype(np.uint32)
+        wstart = np.append(np.flatnonzero(starts), n).astype(np.uint32)
         nxt = np.arange(1, n + 1, dtype=np.uint32)
         last = np.ones(n, bool)
         last[:-1] = starts[1:]
@@ -932,16 +933,16 @@ class _WordListRun(_Run):
         tlist[2:512:2] = np.cumsum(lens[:-1], dtype=np.uint32)
         pool_size = len(base) + (n - nwords) + 16
         # wl_merge: grid-stride over a list (≤ words); lavapipe's loop cap (65,535 iterations
-        # per thread, all loops summed) bounds rounds × (longest word + 1) + final_best's.
+        # per thread, all loops summed) bounds rounds × a word walk's iterations.
         min_wg = 4 if trainer.is_cpu else 264
-        iters_cap = max(1, 60_000 // (self.max_walk + 2))
+        iters_cap = max(1, 60_000 // (WALK_ITERS_PER_SYMBOL * (self.max_walk + 8)))
         self.occ_wgs = max(min_wg, -(-nwords // (WG * iters_cap)))
         self.occ_iters = -(-nwords // (WG * self.occ_wgs))
         self.b.update({
             "lsym": g.buffer(4 * n + 16, S | C, "train.lsym"),
             "nxt": g.buffer(4 * n + 16, S | C, "train.nxt"),
             "wid0": g.buffer(4 * n + 16, S | C, "train.wid"),
-            "wstart": g.buffer(4 * nwords + 16, S | C, "train.wstart"),
+            "wstart": g.buffer(4 * nwords + 20, S | C, "train.wstart"),
             "tlist": g.buffer(4 * len(tlist), S | C, "train.tlist"),
             "pool": g.buffer(4 * pool_size, S | C, "train.pool"),
         })

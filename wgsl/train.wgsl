@@ -1214,7 +1214,8 @@ fn find_max4_apply(@builtin(workgroup_id) wid: vec3<u32>,
 // to (A, B) itself are skipped: its count is set to 0 (no (A, B) is left after the merge).
 // Pool size: the byte lists plus ≤ n − words appended entries (each entry merged ≥ 1 symbol away).
 // Bindings 19–21 (with 15 lsym, 16 nxt of the sparse path):
-//  19 wstart : storage, read        array<u32>  per word: index of its first symbol (never dead)
+//  19 wstart : storage, read        array<u32>  per word: index of its first symbol (never
+//                                               dead); one more: n
 //  20 tlist  : storage, read_write  array<atomic<u32>>  per token id: (pool offset, length)
 //  21 pool   : storage, read_write  array<u32>  word indices of the lists
 // Params: max_walk ≥ longest word + 1 (steps of one word walk); occ_iters = grid-stride rounds
@@ -1251,39 +1252,57 @@ fn wl_find_max4(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 // Merge (A, B) → C in word w (weight lo, hi) left to right; whether it applied anywhere.
+// The word's symbols [wstart[w], wstart[w + 1]) are read in place, WL_CHUNK independent loads
+// at a time (the walk is bound by memory latency), dead ones skipped; the live symbols are
+// streamed through a small state machine, so no link is followed. A merge's right-hand
+// deltas wait for the next live symbol (Y); nxt of a merged symbol is rewritten when its
+// next live symbol is known (pair_count_linked reads it on rebuilds).
+const WL_CHUNK: u32 = 8u;
 fn wl_merge_word(w: u32, a: u32, b: u32, c: u32) -> bool {
     let lo = weights[2u * w];
     let hi = weights[2u * w + 1u];
-    var p = wstart[w];
-    var prev_id = NONE;     // id of the live symbol before p (after this walk's merges)
+    let start = wstart[w];
+    let end = wstart[w + 1u];
+    var x_id = NONE;        // live symbol before prev (after this walk's merges)
+    var prev_id = NONE;     // previous live symbol
+    var prev_i = NONE;
+    var pend = false;       // prev is a fresh C: its right-hand deltas wait for Y
     var merged = false;
-    for (var step = 0u; step < P.max_walk; step++) {
-        if (p == NONE) { break; }
-        let sp = lsym[p];
-        let ip = sp & IDM;
-        let q = nxt[p];
-        if (ip == a && q != NONE && (lsym[q] & IDM) == b) {
-            let r = nxt[q];
-            if (prev_id != NONE) {
-                if (!(prev_id == a && a == b)) { pair_delta(prev_id, a, lo, hi, true); }
-                pair_delta(prev_id, c, lo, hi, false);
-            }
-            if (r != NONE) {
-                let y = lsym[r] & IDM;
+    for (var i0 = start; i0 < end; i0 += WL_CHUNK) {
+        var sv: array<u32, WL_CHUNK>;
+        for (var u = 0u; u < WL_CHUNK; u++) {
+            sv[u] = DEAD;
+            if (i0 + u < end) { sv[u] = lsym[i0 + u]; }
+        }
+        for (var u = 0u; u < WL_CHUNK; u++) {
+            let sy = sv[u];
+            if ((sy & DEAD) != 0u) { continue; }
+            let i = i0 + u;
+            let y = sy & IDM;
+            if (pend) {
                 if (!(y == b && a == b)) { pair_delta(b, y, lo, hi, true); }
                 pair_delta(c, y, lo, hi, false);
+                nxt[prev_i] = i;
+                pend = false;
             }
-            lsym[p] = c | (sp & TWS);
-            lsym[q] = DEAD;
-            nxt[p] = r;
-            merged = true;
-            prev_id = c;
-            p = r;
-        } else {
-            prev_id = ip;
-            p = q;
+            if (prev_id == a && y == b) {
+                if (x_id != NONE) {
+                    if (!(x_id == a && a == b)) { pair_delta(x_id, a, lo, hi, true); }
+                    pair_delta(x_id, c, lo, hi, false);
+                }
+                lsym[prev_i] = c | select(0u, TWS, prev_i == start);
+                lsym[i] = DEAD;
+                prev_id = c;
+                pend = true;
+                merged = true;
+                continue;
+            }
+            x_id = prev_id;
+            prev_id = y;
+            prev_i = i;
         }
     }
+    if (pend) { nxt[prev_i] = NONE; }
     return merged;
 }
 
