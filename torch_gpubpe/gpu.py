@@ -108,6 +108,67 @@ def _pick_adapter(wgpu):
     )
 
 
+# The C types wgpu-py asks cffi for while this package opens a device, compiles pipelines,
+# trains, encodes and profiles (harvested from ``ffi._parsed_types`` after such a run, wgpu 0.32).
+_CFFI_TYPES = (
+    "WGPUAdapterInfo *", "WGPUBindGroupDescriptor *", "WGPUBindGroupEntry *",
+    "WGPUBindGroupEntry[]", "WGPUBufferDescriptor *", "WGPUBufferMapCallbackInfo *",
+    "WGPUChainedStruct *", "WGPUChainedStruct * ", "WGPUCommandBufferDescriptor *",
+    "WGPUCommandBuffer[]", "WGPUCommandEncoderDescriptor *", "WGPUComputePassDescriptor *",
+    "WGPUComputePipelineDescriptor *", "WGPUComputeState *", "WGPUConstantEntry *",
+    "WGPUConstantEntry[]", "WGPUDeviceDescriptor *", "WGPUDeviceExtras *",
+    "WGPUDeviceLostCallbackInfo *", "WGPUFeatureName[]", "WGPUInstanceDescriptor *",
+    "WGPUInstanceExtras *", "WGPULimits *", "WGPUNativeLimits *", "WGPUPassTimestampWrites *",
+    "WGPUQuerySetDescriptor *", "WGPUQueueDescriptor *", "WGPURequestAdapterCallbackInfo *",
+    "WGPURequestAdapterOptions *", "WGPURequestDeviceCallbackInfo *",
+    "WGPUShaderModuleDescriptor *", "WGPUShaderSourceWGSL *", "WGPUStringView *",
+    "WGPUUncapturedErrorCallbackInfo *", "char []", "intptr_t", "uint32_t []", "uint8_t *",
+    "uint8_t []", "uintptr_t",
+    "void(WGPUDevice const *, WGPUDeviceLostReason, WGPUStringView, void *, void *)",
+    "void(WGPUDevice const *, WGPUErrorType, WGPUStringView, void *, void *)",
+    "void(WGPULogLevel, WGPUStringView, void *)",
+    "void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)",
+    "void(WGPURequestAdapterStatus, WGPUAdapter, WGPUStringView, void *, void *)",
+    "void(WGPURequestDeviceStatus, WGPUDevice, WGPUStringView, void *, void *)",
+)
+
+
+def _preparse_cffi_types() -> None:
+    """Parse the C types wgpu-py will need in one pycparser run instead of one run each.
+
+    wgpu-py builds its structs with ``ffi.new("WGPU... *")`` in cffi's ABI mode, and cffi
+    parses each new type string with pycparser, re-reading a typedef for every name of the
+    ~440 of the webgpu header each time: ≈40–85 ms per type, under the GIL, ≈2–3 s for the
+    first device open and training (measured: cProfile of ``get_gpu()`` on lavapipe, GIL gaps
+    on the H200). Parsing them all in one run fills the same cache (``ffi._parsed_types``, the
+    values ``ffi.typeof`` would store). Uses cffi internals; on any error nothing is cached and
+    cffi parses lazily as before.
+    """
+    try:
+        from wgpu.backends.wgpu_native._ffi import ffi
+
+        with ffi._lock:
+            todo = [c for c in _CFFI_TYPES if c not in ffi._parsed_types]
+            if not todo:
+                return
+            parser = ffi._parser
+            src = "\n".join(f"void __gpubpe_t{i}(\n{c}\n);" for i, c in enumerate(todo))
+            ast = parser._parse(src)[0]
+            decls = ast.ext[-len(todo):]
+            parsed = {}
+            for c, d in zip(todo, decls):
+                if d.name != f"__gpubpe_t{len(parsed)}":
+                    return
+                tp, _quals = parser._get_type_and_quals(d.type.args.params[0].type)
+                really_function = tp.is_raw_function
+                if really_function:
+                    tp = tp.as_function_pointer()
+                parsed[c] = (ffi._get_cached_btype(tp), really_function)
+            ffi._parsed_types.update(parsed)
+    except Exception:  # noqa: BLE001 - an optimisation only: cffi parses lazily instead
+        return
+
+
 class GPU:
     """An opened device with its limits, features and a pipeline cache.
 
@@ -139,6 +200,7 @@ class GPU:
             pass
         self.wgpu = wgpu
         self.pid = os.getpid()
+        _preparse_cffi_types()
         adapter = _pick_adapter(wgpu)
         self.adapter = adapter
         self.adapter_name = _describe(adapter)

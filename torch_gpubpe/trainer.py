@@ -123,6 +123,7 @@ WORDLIST_BINDINGS = {
                  _WSTART, _TLIST, _POOL),
 }
 WORDLIST_STEP = ("wl_find_max4", "wl_merge")
+WL_WALK = int(os.environ.get("TORCH_GPUBPE_WL_WALK", "0"))  # train.wgsl WALK (private knob)
 # Longest word (bytes) the sparse path takes: a word is walked by one thread per merge, and
 # lavapipe stops a thread's loops after 65,535 iterations summed (WGPU_NOTES.md §5); measured
 # there, the walk of wl_merge_word costs about 5.7 iterations per symbol (12,000-byte words
@@ -370,9 +371,10 @@ class GPUTrainer:
             lslots //= 2
         self.local_slots = lslots
         self._pipes: dict[object, dict] = {}
-        # Only the default (sparse) path is compiled up front, while the host counts words; the
-        # dense variants are compiled on first use (fewer pipelines competing with counting).
-        self.sparse_pipelines()
+        # Only the default path (word lists, 32-bit counts) is compiled up front, while the host
+        # counts words; the other variants are compiled on first use (fewer pipelines competing
+        # with counting).
+        self.sparse_pipelines("wordlist", wide=False, walk=WL_WALK)
         self.is_cpu = "cpu" in str(g.adapter_info.get("adapter_type", "")).lower()
 
     def pipelines(self, fused: bool) -> dict:
@@ -388,20 +390,25 @@ class GPUTrainer:
             }
         return self._pipes[fused]
 
-    def sparse_pipelines(self, kind: str = "sparse") -> dict:
+    def sparse_pipelines(self, kind: str = "sparse", wide: bool = True, walk: int = 0) -> dict:
         """Entry point → compute pipeline of the sparse path (linked stream): ``kind``
-        "sparse" (occurrence list) or "wordlist" (per-token word lists)."""
-        if kind not in self._pipes:
+        "sparse" (occurrence list) or "wordlist" (per-token word lists), with 64-bit
+        (``wide``) or 32-bit pair counts and word walk ``walk`` (train.wgsl WIDE, WALK)."""
+        key = (kind, wide, walk) if kind == "wordlist" else kind
+        if key not in self._pipes:
             g, lslots = self.gpu, self.local_slots
             names = SPARSE_BINDINGS if kind == "sparse" else WORDLIST_BINDINGS
-            self._pipes[kind] = {
+            consts = {"LSLOTS": lslots}
+            if kind == "wordlist":
+                consts.update(WIDE=int(wide), WALK=int(walk))
+            self._pipes[key] = {
                 name: g.pipeline("train", name,
                                  workgroup_bytes=12 * lslots if name == "pair_count_linked"
                                  else SMALL_WG_BYTES,
-                                 constants={"LSLOTS": lslots})
+                                 constants=consts)
                 for name in names
             }
-        return self._pipes[kind]
+        return self._pipes[key]
 
     # -- one training run ---------------------------------------------------------------------
     def run(self, words: list[bytes], weights: list[int], num_merges: int, min_frequency: int,
@@ -907,14 +914,19 @@ class _WordListRun(_Run):
     def __init__(self, trainer: GPUTrainer, sym, wid, wts, n, num_merges, min_frequency, rows,
                  batch, max_rows, st, profile, fused, *, max_len: int) -> None:
         self._init_common(trainer, n, len(wts), num_merges, min_frequency, batch, max_rows, st)
-        self.pipes = trainer.sparse_pipelines("wordlist")
+        total_pairs = int(np.dot((np.diff(wstart_bounds := np.append(
+            np.flatnonzero((sym & np.uint32(TWS)) != 0), n)) - 1).astype(np.float64),
+            wts.view(np.uint64).astype(np.float64)))
+        self.wide = total_pairs >= (1 << 31)   # float estimate: a margin below 2^32
+        st["wide_counts"] = self.wide
+        self.pipes = trainer.sparse_pipelines("wordlist", self.wide, WL_WALK)
         self.steps = WORDLIST_STEP
         nwords = len(wts) // 2
         self.max_walk = int(max_len) + 1
         g, U = self.g, self.g.wgpu.BufferUsage
         S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
         starts = (sym & np.uint32(TWS)) != 0
-        wstart = np.append(np.flatnonzero(starts), n).astype(np.uint32)
+        wstart = wstart_bounds.astype(np.uint32)
         nxt = np.arange(1, n + 1, dtype=np.uint32)
         last = np.ones(n, bool)
         last[:-1] = starts[1:]

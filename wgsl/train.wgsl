@@ -152,6 +152,12 @@ override LSLOTS: u32 = 2048u;
 // tiles themselves (O(tiles) reads per workgroup, cheap for ≤ 2048 tiles) and
 // find_max_final_det sizes the dispatches.
 override FUSED: u32 = 0u;
+// 64-bit pair counts (1) or 32-bit ones (0, when the corpus's total pair count is below 2^32;
+// see table_add).
+override WIDE: u32 = 1u;
+// Word-list path: how wl_merge walks a word (0: follow the nxt links of live symbols; 1: read
+// the word's symbols in place, WL_CHUNK at a time).
+override WALK: u32 = 0u;
 const PC_ITEMS: u32 = 4u;          // symbols per pair_count thread (1024 per workgroup)
 
 // ---- workgroup memory --------------------------------------------------------------------------
@@ -233,10 +239,17 @@ fn table_slot(stored: u32, col: u32) -> u32 {
 }
 
 // Add the 64-bit value (lo, hi) to a table slot's count (mod 2^64) and mark its block dirty.
+// WIDE = 0 (host: the corpus's total pair count is below 2^32, so no count, whatever the
+// order of the adds, ends outside u32): the low word only, its old value unused (the GPU need
+// not wait for the atomic), the high word stays 0.
 fn table_add(slot: u32, lo: u32, hi: u32) {
-    let old = atomicAdd(&tcounts[2u * slot], lo);
-    let h = hi + select(0u, 1u, old + lo < old);
-    if (h != 0u) { atomicAdd(&tcounts[2u * slot + 1u], h); }
+    if (WIDE == 0u) {
+        atomicAdd(&tcounts[2u * slot], lo);
+    } else {
+        let old = atomicAdd(&tcounts[2u * slot], lo);
+        let h = hi + select(0u, 1u, old + lo < old);
+        if (h != 0u) { atomicAdd(&tcounts[2u * slot + 1u], h); }
+    }
     dirty[slot / BLOCK] = 1u;
 }
 
@@ -1259,6 +1272,49 @@ fn wl_find_max4(@builtin(workgroup_id) wid: vec3<u32>,
 // next live symbol is known (pair_count_linked reads it on rebuilds).
 const WL_CHUNK: u32 = 8u;
 fn wl_merge_word(w: u32, a: u32, b: u32, c: u32) -> bool {
+    if (WALK == 0u) { return wl_merge_word_linked(w, a, b, c); }
+    return wl_merge_word_chunked(w, a, b, c);
+}
+
+// wl_merge_word following the links (WALK = 0): one dependent load per live symbol.
+fn wl_merge_word_linked(w: u32, a: u32, b: u32, c: u32) -> bool {
+    let lo = weights[2u * w];
+    let hi = weights[2u * w + 1u];
+    var p = wstart[w];
+    var prev_id = NONE;     // id of the live symbol before p (after this walk's merges)
+    var merged = false;
+    for (var step = 0u; step < P.max_walk; step++) {
+        if (p == NONE) { break; }
+        let sp = lsym[p];
+        let ip = sp & IDM;
+        let q = nxt[p];
+        if (ip == a && q != NONE && (lsym[q] & IDM) == b) {
+            let r = nxt[q];
+            if (prev_id != NONE) {
+                if (!(prev_id == a && a == b)) { pair_delta(prev_id, a, lo, hi, true); }
+                pair_delta(prev_id, c, lo, hi, false);
+            }
+            if (r != NONE) {
+                let y = lsym[r] & IDM;
+                if (!(y == b && a == b)) { pair_delta(b, y, lo, hi, true); }
+                pair_delta(c, y, lo, hi, false);
+            }
+            lsym[p] = c | (sp & TWS);
+            lsym[q] = DEAD;
+            nxt[p] = r;
+            merged = true;
+            prev_id = c;
+            p = r;
+        } else {
+            prev_id = ip;
+            p = q;
+        }
+    }
+    return merged;
+}
+
+
+fn wl_merge_word_chunked(w: u32, a: u32, b: u32, c: u32) -> bool {
     let lo = weights[2u * w];
     let hi = weights[2u * w + 1u];
     let start = wstart[w];
