@@ -946,7 +946,7 @@ class _WordListRun(_Run):
         pool_size = len(base) + (n - nwords) + 16
         # wl_merge: grid-stride over a list (≤ words); lavapipe's loop cap (65,535 iterations
         # per thread, all loops summed) bounds rounds × a word walk's iterations.
-        min_wg = 4 if trainer.is_cpu else 264
+        min_wg = 4 if trainer.is_cpu else int(os.environ.get("TORCH_GPUBPE_WL_WGS", "132"))
         iters_cap = max(1, 60_000 // (WALK_ITERS_PER_SYMBOL * (self.max_walk + 8)))
         self.occ_wgs = max(min_wg, -(-nwords // (WG * iters_cap)))
         self.occ_iters = -(-nwords // (WG * self.occ_wgs))
