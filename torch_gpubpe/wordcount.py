@@ -27,6 +27,7 @@ import os
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -268,3 +269,327 @@ def count_words(documents: Iterable[str | bytes], *, batch_bytes: int = DEFAULT_
         while pending:
             total.add(pending.popleft().result())
     return total.to_counter()
+
+
+# -- counting on the GPU (wgsl/wordcount.wgsl) ---------------------------------------------------
+MAXW = 256                    # longest word the GPU table takes (bytes); wordcount.wgsl MAXW
+DEFAULT_GPU_BATCH_BYTES = 64 << 20
+_S_TOP, _S_OCC, _S_NLONG, _S_OVERFLOW, _S_NWORDS, _S_NOUT = range(6)
+_WC_WG = 256
+
+
+@dataclass
+class WordCounts:
+    """Distinct words and their counts as flat arrays (the GPU counter's output).
+
+    Attributes:
+        data: uint8, shape ``(sum(lengths),)``: the words' bytes back to back.
+        lengths: int64, shape ``(num_words,)``: bytes per word (≥ 1).
+        counts: uint64, shape ``(num_words,)``: occurrences of each word (≥ 1).
+    Words come in no particular order; each occurs once.
+    """
+
+    data: np.ndarray
+    lengths: np.ndarray
+    counts: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def offsets(self) -> np.ndarray:
+        """int64, shape ``(num_words + 1,)``: word k is ``data[offsets[k]:offsets[k+1]]``."""
+        off = np.zeros(len(self.lengths) + 1, np.int64)
+        np.cumsum(self.lengths, out=off[1:])
+        return off
+
+    def to_dict(self) -> dict[bytes, int]:
+        """``{word bytes: count}`` (a Python loop over the distinct words)."""
+        raw = self.data.tobytes()
+        off = self.offsets().tolist()
+        return {raw[off[k]:off[k + 1]]: c for k, c in enumerate(self.counts.tolist())}
+
+    @classmethod
+    def from_dict(cls, counts: dict[bytes, int]) -> WordCounts:
+        words = list(counts)
+        lengths = np.fromiter((len(w) for w in words), np.int64, len(words))
+        return cls(np.frombuffer(b"".join(words), np.uint8).copy(), lengths,
+                   np.array([counts[w] for w in words], np.uint64))
+
+
+class GPUWordCounter:
+    """Counts words on the GPU into a hash table that lives across batches (wordcount.wgsl).
+
+    Exact: table keys point at the words' bytes, which are compared on every probe (never only
+    hashes); counts are 64-bit. Words longer than ``MAXW`` bytes, documents larger than a batch
+    and (should a probe sequence ever run out) a whole batch are counted on the CPU instead
+    (:func:`_count_batch`) and merged in.
+    """
+
+    def __init__(self, gpu=None, batch_bytes: int | None = None, *, min_slots: int = 1 << 16,
+                 min_store: int = 1 << 16, max_probe: int | None = None) -> None:
+        from .gpu import get_gpu
+
+        self.g = g = gpu or get_gpu()
+        # The table's counts (8 B per slot) must fit one binding; a batch of b bytes has at most
+        # b words and the table is kept at most half full.
+        self.max_slots = 1 << ((g.max_storage_binding // 8).bit_length() - 1)
+        cap = max(1 << 16, self.max_slots // 8)
+        self.batch_bytes = min(batch_bytes or DEFAULT_GPU_BATCH_BYTES, cap,
+                               g.max_storage_binding - 64)
+        self.min_slots = min_slots     # (tests: small tables and stores to force growth)
+        self.min_store = min_store
+        consts = {} if max_probe is None else {"MAX_PROBE": max_probe}
+        self.pipes = {name: g.pipeline("wordcount", name, workgroup_bytes=4, constants=consts)
+                      for name in ("wc_starts", "wc_insert", "wc_persist", "wc_compact",
+                                   "wc_rehash")}
+        U = g.wgpu.BufferUsage
+        self.U = U
+        self.params = g.buffer(16, U.UNIFORM | U.COPY_DST, "wc.params")
+        self.state = g.buffer(64, U.STORAGE | U.COPY_DST | U.COPY_SRC, "wc.state")
+        self.readback = g.buffer(64, U.MAP_READ | U.COPY_DST, "wc.state_read")
+        g.device.queue.write_buffer(self.state, 0, np.zeros(16, np.uint32))
+        self.slots = 0
+        self.store_cap = 0
+        self.text_cap = 0
+        self.extra: Counter[bytes] = Counter()   # counted on the CPU (long words, fallbacks)
+        self.extra_short = False                  # whether extra may hold words ≤ MAXW bytes
+        self._bind = None
+
+    # -- buffers ---------------------------------------------------------------------------------
+    def _buf(self, size: int, label: str, extra: int = 0):
+        U = self.U
+        return self.g.buffer(size, U.STORAGE | U.COPY_DST | U.COPY_SRC | extra, label)
+
+    def _ensure_text(self, n: int) -> None:
+        if n <= self.text_cap:
+            return
+        cap = max(n, 1 << 16)
+        self.text = self._buf(cap + 64, "wc.text")
+        self.doc_bits = self._buf(cap // 8 + 64, "wc.doc_bits")
+        self.starts = self._buf(cap // 8 + 128, "wc.starts")
+        self.longs = self._buf(4 * (cap // MAXW + 2), "wc.longs")
+        self.text_cap = cap
+        self._bind = None
+
+    def _new_table(self, slots: int) -> None:
+        self.slots = slots
+        self.keys = self._buf(4 * slots, "wc.keys")
+        self.counts = self._buf(8 * slots, "wc.counts")
+        self.keys_bak = self._buf(4 * slots, "wc.keys_backup")
+        self.counts_bak = self._buf(8 * slots, "wc.counts_backup")
+        self.out = self._buf(12 * slots, "wc.out")
+        self._bind = None
+
+    def _ensure_store(self, need: int) -> None:
+        if need <= self.store_cap:
+            return
+        cap = max(need, int(self.store_cap * 1.5), self.min_store)
+        if 4 * cap > self.g.max_storage_binding:
+            raise InputError(f"the distinct words need {4 * need} bytes of GPU word store; this "
+                      f"adapter binds at most {self.g.max_storage_binding}")
+        new = self._buf(4 * cap, "wc.store")
+        if self.store_cap:
+            enc = self.g.device.create_command_encoder()
+            enc.copy_buffer_to_buffer(self.store, 0, new, 0, 4 * self.store_cap)
+            self.g.device.queue.submit([enc.finish()])
+        self.store = new
+        self.store_cap = cap
+        self._bind = None
+
+    def _bg(self):
+        if self._bind is None:
+            b = {0: self.params, 1: self.text, 2: self.doc_bits, 3: self.starts, 4: self.keys,
+                 5: self.counts, 6: self.store, 7: self.state, 8: self.longs, 9: self.out}
+            binds = {"wc_starts": (0, 1, 2, 3, 7), "wc_insert": (0, 1, 3, 4, 5, 6, 7, 8),
+                     "wc_persist": (0, 1, 3, 4, 6, 7), "wc_compact": (0, 4, 5, 7, 9),
+                     "wc_rehash": (0, 4, 5, 6, 7, 9)}
+            self._bind = {name: self.g.bind_group(self.pipes[name], {k: b[k] for k in ks},
+                                                  label=name)
+                          for name, ks in binds.items()}
+        return self._bind
+
+    # -- GPU steps -------------------------------------------------------------------------------
+    def _params(self, n: int, nout: int = 0) -> None:
+        self.g.device.queue.write_buffer(self.params, 0,
+                                         np.array([n, self.slots, nout, 0], np.uint32))
+
+    def _dispatch(self, enc, name: str, threads: int) -> None:
+        cp = enc.begin_compute_pass(label=name)
+        cp.set_pipeline(self.pipes[name])
+        cp.set_bind_group(0, self._bg()[name])
+        cp.dispatch_workgroups(*self.g.grid(-(-max(threads, 1) // _WC_WG)))
+        cp.end()
+
+    def _state(self, enc, what: str) -> np.ndarray:
+        enc.copy_buffer_to_buffer(self.state, 0, self.readback, 0, 64)
+        self.g.device.queue.submit([enc.finish()])
+        self.g.wait_map(self.readback, "READ", 0, 64, what)
+        st = np.frombuffer(self.readback.read_mapped(0, 64), np.uint32).copy()
+        self.readback.unmap()
+        return st
+
+    def _set_state(self, **words: int) -> None:
+        q = self.g.device.queue
+        for i, v in ((_S_NWORDS, words.get("nwords")), (_S_NLONG, words.get("nlong")),
+                     (_S_OVERFLOW, words.get("overflow")), (_S_NOUT, words.get("nout")),
+                     (_S_OCC, words.get("occ"))):
+            if v is not None:
+                q.write_buffer(self.state, 4 * i, np.array([v], np.uint32))
+
+    def _compact(self) -> int:
+        """(store offset, count lo, count hi) of every word → ``out``; their number."""
+        self._set_state(nout=0)
+        self._params(0)
+        enc = self.g.device.create_command_encoder()
+        self._dispatch(enc, "wc_compact", self.slots)
+        return int(self._state(enc, "word table compaction")[_S_NOUT])
+
+    def _grow(self, slots: int) -> None:
+        """Rehash every stored word into an empty table of ``slots`` slots."""
+        if not self.slots:
+            self._new_table(slots)
+            return
+        nout = self._compact()
+        old_out = self.out
+        self._new_table(slots)
+        enc = self.g.device.create_command_encoder()
+        enc.copy_buffer_to_buffer(old_out, 0, self.out, 0, 12 * nout)
+        self.g.device.queue.submit([enc.finish()])
+        self._set_state(occ=0, overflow=0)
+        self._params(0, nout)
+        enc = self.g.device.create_command_encoder()
+        self._dispatch(enc, "wc_rehash", nout)
+        st = self._state(enc, "word table rehash")
+        if st[_S_OVERFLOW]:
+            from .errors import GPUOperationError
+
+            raise GPUOperationError("word table rehash ran out of probes")
+
+    # -- one batch -------------------------------------------------------------------------------
+    def add_batch(self, data: np.ndarray, offsets: np.ndarray) -> None:
+        """Count the words of one packed batch (:func:`_batches`)."""
+        from .pretokenize import doc_start_bitmap, pad_to_u32
+
+        n = len(data)
+        if n == 0:
+            return
+        if n > self.batch_bytes:                 # one document larger than a batch
+            self.extra.update(_count_batch(data, offsets).to_counter())
+            self.extra_short = True
+            return
+        g, q = self.g, self.g.device.queue
+        self._ensure_text(n)
+        if not self.slots:
+            self._new_table(self.min_slots)
+            self._ensure_store(16)
+        q.write_buffer(self.text, 0, pad_to_u32(data, 8))
+        q.write_buffer(self.doc_bits, 0, doc_start_bitmap(offsets, n))
+        self._set_state(nwords=0, nlong=0, overflow=0)
+        self._params(n)
+        enc = g.device.create_command_encoder()
+        self._dispatch(enc, "wc_starts", n // 32 + 1)
+        st = self._state(enc, "word starts")
+        occ, nwords = int(st[_S_OCC]), int(st[_S_NWORDS])
+        need = 2 * (occ + nwords)
+        if need > self.slots:
+            slots = max(self.min_slots, 1 << (need - 1).bit_length())
+            if slots > self.max_slots:
+                raise InputError(
+                    f"{occ} distinct words so far + {nwords} in this batch do not fit this "
+                    f"adapter's GPU word table ({self.max_slots // 2} words); count on the CPU "
+                    "(torch_gpubpe.wordcount.count_words) and use train_from_word_counts")
+            self._grow(slots)
+            self._params(n)
+        top = int(st[_S_TOP])
+        self._ensure_store(top + 2 * n + 16)
+        enc = g.device.create_command_encoder()
+        enc.copy_buffer_to_buffer(self.keys, 0, self.keys_bak, 0, 4 * self.slots)
+        enc.copy_buffer_to_buffer(self.counts, 0, self.counts_bak, 0, 8 * self.slots)
+        self._dispatch(enc, "wc_insert", n)
+        self._dispatch(enc, "wc_persist", self.slots)
+        st = self._state(enc, "word counting")
+        if st[_S_OVERFLOW]:
+            # A probe sequence ran out (adversarial hash collisions): undo the batch, count it
+            # on the CPU instead.
+            enc = g.device.create_command_encoder()
+            enc.copy_buffer_to_buffer(self.keys_bak, 0, self.keys, 0, 4 * self.slots)
+            enc.copy_buffer_to_buffer(self.counts_bak, 0, self.counts, 0, 8 * self.slots)
+            q.submit([enc.finish()])
+            self._set_state(occ=occ, overflow=0)
+            self.extra.update(_count_batch(data, offsets).to_counter())
+            self.extra_short = True
+            return
+        nlong = int(st[_S_NLONG])
+        if nlong:
+            pos = np.sort(g.read_u32(self.longs, 0, nlong, what="long words").astype(np.int64))
+            bits = g.read_u32(self.starts, 0, n // 32 + 1, what="word starts")
+            starts = np.flatnonzero(np.unpackbits(bits.view(np.uint8), bitorder="little")[:n + 1])
+            ends = starts[np.searchsorted(starts, pos, side="right")]
+            raw = data.tobytes()
+            self.extra.update(raw[s:e] for s, e in zip(pos.tolist(), ends.tolist()))
+
+    def result(self) -> WordCounts:
+        """The distinct words counted so far with their counts."""
+        if self.slots:
+            nout = self._compact()
+        else:
+            nout = 0
+        if nout:
+            out = self.g.read_u32(self.out, 0, 3 * nout, what="word table readback")
+            out = out.reshape(-1, 3)
+            top = int(self._state(self.g.device.create_command_encoder(), "store size")[_S_TOP])
+            store = self.g.read_u32(self.store, 0, top, what="word store readback")
+            o = out[:, 0].astype(np.int64)
+            lengths = store[o].astype(np.int64)
+            counts = out[:, 1].astype(np.uint64) | (out[:, 2].astype(np.uint64) << np.uint64(32))
+            sbytes = store.view(np.uint8)
+            woff = np.zeros(len(lengths) + 1, np.int64)
+            np.cumsum(lengths, out=woff[1:])
+            idx = np.repeat(4 * (o + 1) - woff[:-1], lengths) + np.arange(woff[-1])
+            wc = WordCounts(sbytes[idx], lengths, counts)
+        else:
+            wc = WordCounts(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.uint64))
+        if not self.extra:
+            return wc
+        if self.extra_short:   # the CPU counted words the table may hold too: merge by key
+            merged = Counter(wc.to_dict())
+            merged.update(self.extra)
+            return WordCounts.from_dict(merged)
+        ex = WordCounts.from_dict(dict(self.extra))   # only words > MAXW bytes: disjoint
+        return WordCounts(np.concatenate([wc.data, ex.data]),
+                          np.concatenate([wc.lengths, ex.lengths]),
+                          np.concatenate([wc.counts, ex.counts]))
+
+
+def count_words_gpu(documents: Iterable[str | bytes], *, batch_bytes: int | None = None,
+                    info: dict | None = None, gpu=None, _counter_kw: dict | None = None
+                    ) -> WordCounts:
+    """How often each word (DESIGN.md §2) occurs over all documents, counted on the GPU
+    (wgsl/wordcount.wgsl); the same counts as :func:`count_words`, as flat arrays.
+
+    Args:
+        documents: ``str`` (UTF-8; lone surrogates → U+FFFD) or bytes-like items; consumed
+            once, in batches of about ``batch_bytes`` bytes (default 64 MiB, less where the
+            adapter's bindings are smaller).
+        info: if given, filled with ``num_documents`` and ``corpus_bytes`` (UTF-8 bytes).
+        gpu: the :class:`~torch_gpubpe.gpu.GPU` to use (default: the process's).
+    Returns:
+        :class:`WordCounts` (words in no particular order).
+    Raises:
+        InputError: ``documents`` is one ``str``/``bytes``, an item is neither ``str`` nor
+            bytes-like (names its index), or the distinct words outgrow the GPU table.
+        NoAdapterError, GPUOperationError: no usable GPU / a GPU operation failed.
+    """
+    if isinstance(documents, (str, bytes, bytearray, memoryview)):
+        raise InputError(
+            "expected an iterable of documents, got one str/bytes (it would be read as one "
+            "document per character); pass [text] for one document"
+        )
+    info = {} if info is None else info
+    info.setdefault("num_documents", 0)
+    info.setdefault("corpus_bytes", 0)
+    counter = GPUWordCounter(gpu, batch_bytes, **(_counter_kw or {}))
+    with counter.g.operation("counting words"):
+        for data, offsets in _batches(documents, counter.batch_bytes, info):
+            counter.add_batch(data, offsets)
+        return counter.result()

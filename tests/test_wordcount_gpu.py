@@ -1,0 +1,108 @@
+"""GPU word counting (wgsl/wordcount.wgsl, torch_gpubpe.wordcount.count_words_gpu) against
+``reference.count_words`` (DESIGN.md §2 words): the same words with the same counts, on every
+corpus and on inputs that exercise each path — batches, table growth (rehash), the word store
+growing, words at and past the GPU's length limit, documents larger than a batch, and the CPU
+fallback after a probe sequence runs out. Sizes are small: lavapipe runs on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hst
+
+from conftest import CORPUS_NAMES, corpus_docs
+from torch_gpubpe import reference
+from torch_gpubpe.errors import InputError
+from torch_gpubpe.wordcount import MAXW, GPUWordCounter, WordCounts, _batches, count_words_gpu
+
+pytestmark = pytest.mark.gpu
+
+
+def gpu_counts(docs, **kw) -> dict[bytes, int]:
+    wc = count_words_gpu(docs, **kw)
+    assert isinstance(wc, WordCounts)
+    assert wc.data.dtype == np.uint8 and wc.lengths.dtype == np.int64
+    assert wc.counts.dtype == np.uint64
+    d = wc.to_dict()
+    assert len(d) == len(wc), "a word came out twice"
+    return d
+
+
+def ref_counts(docs) -> dict[bytes, int]:
+    return dict(reference.count_words(docs))
+
+
+@pytest.mark.parametrize("corpus", CORPUS_NAMES)
+def test_counts_equal_reference_on_every_corpus(corpus):
+    docs = corpus_docs(corpus, 60_000)
+    info: dict = {}
+    assert gpu_counts(docs, info=info) == ref_counts(docs)
+    assert info["num_documents"] == len(docs)
+    assert info["corpus_bytes"] == sum(len(reference.to_bytes(d)) for d in docs)
+
+
+def test_many_batches_table_growth_and_store_growth():
+    """Small batches and a table that starts at 64 slots: rehashes into larger tables and
+    store copies happen many times; counts stay exact."""
+    docs = (corpus_docs("multi_xquad", 120_000, max_doc_bytes=2_000)
+            + corpus_docs("code_cpython_headers", 60_000, max_doc_bytes=2_000))
+    counter = GPUWordCounter(batch_bytes=9_000, min_slots=64, min_store=64)
+    for data, offsets in _batches(docs, counter.batch_bytes, {}):
+        counter.add_batch(data, offsets)
+    got = counter.result().to_dict()
+    assert counter.slots >= 4096 and counter.store_cap > 1_000   # both grew (from 64)
+    assert not counter.extra_short
+    assert got == ref_counts(docs)
+
+
+def test_word_length_limit_and_long_words():
+    """Words of MAXW bytes stay on the GPU, longer ones are counted on the host; runs of one
+    byte class (spaces, letters, digits) and long words that recur."""
+    docs = ["a" * MAXW, "a" * MAXW, "b" * (MAXW + 1), " " + "c" * (MAXW - 1), "x" * 5000,
+            "x" * 5000 + " y", " " * 3000 + "z", "7" * 1000, "é" * 400, "a" * (MAXW - 1)]
+    assert gpu_counts(docs) == ref_counts(docs)
+
+
+def test_document_larger_than_a_batch_and_empty_documents():
+    big = " ".join(corpus_docs("en_fortunes", 30_000))
+    docs = ["", big, "", "tail words", big[:500], ""]
+    assert gpu_counts(docs, batch_bytes=4_000) == ref_counts(docs)
+
+
+def test_probe_overflow_falls_back_to_the_cpu_exactly():
+    """With one probe per word every collision overflows: the batch is undone on the GPU and
+    counted on the CPU; earlier and later batches stay on the GPU; the merge is exact."""
+    docs = corpus_docs("tr_ud_boun", 40_000, max_doc_bytes=1_500)
+    counter = GPUWordCounter(batch_bytes=5_000, min_slots=64, max_probe=1)
+    fell_back = []
+    for data, offsets in _batches(docs, counter.batch_bytes, {}):
+        before = len(counter.extra)
+        counter.add_batch(data, offsets)
+        fell_back.append(len(counter.extra) > before)
+    assert any(fell_back)
+    assert gpu_counts(docs, batch_bytes=5_000,
+                      _counter_kw={"max_probe": 1, "min_slots": 64}) == ref_counts(docs)
+
+
+def test_random_bytes_and_str_inputs():
+    rnd = random.Random(7)
+    docs = [bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 2_000))) for _ in range(40)]
+    docs += ["lone \ud800 surrogate", "naïve café", b"\x00\xff bytes", bytearray(b"ba ba")]
+    assert gpu_counts(docs, batch_bytes=7_000) == ref_counts(docs)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hst.lists(hst.text(alphabet="ab \n.1é", max_size=80), max_size=25))
+def test_random_documents(docs):
+    assert gpu_counts(docs, batch_bytes=300) == ref_counts(docs)
+
+
+def test_bad_input_is_named():
+    with pytest.raises(InputError, match="one str/bytes"):
+        count_words_gpu("a single string")
+    with pytest.raises(InputError, match="document 1"):
+        count_words_gpu(["ok", 3])
