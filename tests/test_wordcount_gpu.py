@@ -69,8 +69,14 @@ def test_word_length_limit_and_long_words():
 
 def test_document_larger_than_a_batch_and_empty_documents():
     big = " ".join(corpus_docs("en_fortunes", 30_000))
-    docs = ["", big, "", "tail words", big[:500], ""]
-    assert gpu_counts(docs, batch_bytes=4_000) == ref_counts(docs)
+    docs = ["", big, "", "tail words", big[:500], "", big[:3_000], big[3_000:9_000]]
+    counter = GPUWordCounter(max_batch_bytes=8_000)
+    assert counter.batch_bytes == 4_000
+    for data, offsets in _batches(docs, 20_000, {}):     # batches over the limit: split
+        counter.add_batch(data, offsets)
+    assert counter.extra_short                            # big went to the CPU
+    assert counter.result().to_dict() == ref_counts(docs)
+    assert gpu_counts(docs, _counter_kw={"max_batch_bytes": 8_000}) == ref_counts(docs)
 
 
 def test_probe_overflow_falls_back_to_the_cpu_exactly():

@@ -326,16 +326,19 @@ class GPUWordCounter:
     """
 
     def __init__(self, gpu=None, batch_bytes: int | None = None, *, min_slots: int = 1 << 16,
-                 min_store: int = 1 << 16, max_probe: int | None = None) -> None:
+                 min_store: int = 1 << 16, max_probe: int | None = None,
+                 max_batch_bytes: int | None = None) -> None:
         from .gpu import get_gpu
 
         self.g = g = gpu or get_gpu()
         # The table's counts (8 B per slot) must fit one binding; a batch of b bytes has at most
         # b words and the table is kept at most half full.
         self.max_slots = 1 << ((g.max_storage_binding // 8).bit_length() - 1)
-        cap = max(1 << 16, self.max_slots // 8)
-        self.batch_bytes = min(batch_bytes or DEFAULT_GPU_BATCH_BYTES, cap,
-                               g.max_storage_binding - 64)
+        # Hard limit of one GPU batch; batches are assembled to half of it (whole documents,
+        # so a batch may overshoot its target by one document).
+        self.max_batch = min(max(1 << 17, self.max_slots // 8), g.max_storage_binding - 64,
+                             max_batch_bytes or 1 << 62)
+        self.batch_bytes = min(batch_bytes or DEFAULT_GPU_BATCH_BYTES, self.max_batch // 2)
         self.min_slots = min_slots     # (tests: small tables and stores to force growth)
         self.min_store = min_store
         consts = {} if max_probe is None else {"MAX_PROBE": max_probe}
@@ -473,9 +476,20 @@ class GPUWordCounter:
         n = len(data)
         if n == 0:
             return
-        if n > self.batch_bytes:                 # one document larger than a batch
-            self.extra.update(_count_batch(data, offsets).to_counter())
-            self.extra_short = True
+        if n > self.max_batch:
+            # Split at document boundaries; a document larger than a batch is counted on the CPU.
+            k = 0
+            while k < len(offsets) - 1:
+                j = int(np.searchsorted(offsets, offsets[k] + self.max_batch, side="right")) - 1
+                s0 = int(offsets[k])
+                if j <= k:                       # document k alone exceeds a batch
+                    doc = data[s0:int(offsets[k + 1])]
+                    self.extra.update(_count_batch(doc, np.array([0, len(doc)])).to_counter())
+                    self.extra_short = True
+                    k += 1
+                else:
+                    self.add_batch(data[s0:int(offsets[j])], offsets[k:j + 1] - s0)
+                    k = j
             return
         g, q = self.g, self.g.device.queue
         self._ensure_text(n)
