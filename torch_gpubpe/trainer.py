@@ -213,13 +213,14 @@ def train(
     batch: int | None = None,
     profile: bool = False,
     sparse: bool | None = None,
+    count_on: str = "gpu",
 ) -> Vocab:
     """Learn a byte-level BPE vocab from documents on the GPU (DESIGN.md §2–§3; seed training
     pipeline).
 
     Args:
         documents: iterable of ``str`` (UTF-8; lone surrogates → U+FFFD) or bytes-like items;
-            consumed once, word-counted in batches of ~32 MB.
+            consumed once, word-counted in batches (64 MiB on the GPU, 4 MiB on the CPU).
         vocab_size: total vocab size in tokens: 256 bytes + merges + special tokens;
             ``256 + len(special_tokens) ≤ vocab_size ≤ 262,144``.
         min_frequency: stop when the best pair's count is below this (counts are sums of word
@@ -227,9 +228,9 @@ def train(
         special_tokens: spellings given ids after the last merge (they use up merge budget).
         progress: called with a :class:`TrainProgress` after each batch of merges.
         stats: if a dict, filled with ``corpus_bytes``, ``num_documents``, ``unique_words``,
-            ``stream_symbols``, ``num_merges``, ``seconds_count`` (word counting; the device
-            is opened and the pipelines compiled meanwhile on a thread),
-            ``seconds_gpu_init_wait``, ``seconds_upload``, ``seconds_merge``, ``seconds_total``,
+            ``stream_symbols``, ``num_merges``, ``count_on``, ``seconds_count`` (word
+            counting, without ``seconds_gpu_init_wait``: the time spent waiting for the device
+            to open and the pipelines to compile on a thread), ``seconds_upload``, ``seconds_merge``, ``seconds_total``,
             ``table_slots``, ``distinct_initial_pairs``, ``rebuilds``, ``restarts``,
             ``adapter``, ``merges_per_submit``, ``sparse`` (the path taken), ``fused_scans``
             (dense path) (and ``gpu_us_per_merge`` with ``profile``).
@@ -238,35 +239,90 @@ def train(
             ``stats["gpu_us_per_merge"]`` = mean GPU µs per merge of each kernel.
         sparse: force the sparse path (True; words of at most ``SPARSE_MAX_WORD`` bytes) or
             the dense one (False); default: sparse unless a word is longer (same merges).
+        count_on: where the words are counted: "gpu" (default; wgsl/wordcount.wgsl, see
+            :func:`~torch_gpubpe.wordcount.count_words_gpu`) or "cpu" (vectorised numpy on a
+            thread pool, :func:`~torch_gpubpe.wordcount.count_words`). Same counts.
     Returns:
         the :class:`~torch_gpubpe.vocab.Vocab` (merges equal to ``reference.train``).
     Raises:
-        ValueError: ``vocab_size`` out of range (names it and the bound), ``min_frequency < 1``.
-        InputError: a document is neither ``str`` nor bytes (names its index).
+        ValueError: ``vocab_size`` out of range (names it and the bound), ``min_frequency < 1``,
+            ``count_on`` not "gpu"/"cpu".
+        InputError: ``documents`` is one ``str``/``bytes``, or a document is neither ``str``
+            nor bytes (names its index).
         NoAdapterError, GPUOperationError: no usable GPU / a GPU operation failed.
     """
-    from .wordcount import count_words
+    from .wordcount import (DEFAULT_GPU_BATCH_BYTES, GPUWordCounter, WordCounts, _batches,
+                            check_documents, count_words)
 
     _check_sizes(vocab_size, special_tokens, min_frequency)
+    if count_on not in ("gpu", "cpu"):
+        raise ValueError(f"count_on must be 'gpu' or 'cpu', got {count_on!r}")
+    check_documents(documents)
     t0 = time.perf_counter()
-    info: dict = {}
-    # Open the device and compile the pipelines on a thread while the CPU counts words.
+    info: dict = {"num_documents": 0, "corpus_bytes": 0}
+    # Open the device and compile the pipelines on a thread meanwhile: the CPU counts the words
+    # (count_on="cpu") or packs the first batch for the GPU counter.
     with ThreadPoolExecutor(1, thread_name_prefix="gpubpe-init") as pool:
-        trainer = pool.submit(get_trainer)
-        counts = count_words(documents, info=info)
-        t1 = time.perf_counter()
-        trainer.result()
+        fut = pool.submit(get_trainer)
+        if count_on == "cpu":
+            counts = WordCounts.from_dict(count_words(documents, info=info))
+            t1 = time.perf_counter()
+            trainer = fut.result()
+            t2 = time.perf_counter()
+        else:
+            batches = _batches(documents, DEFAULT_GPU_BATCH_BYTES, info)
+            first = next(batches, None)
+            t1 = time.perf_counter()
+            trainer = fut.result()
+            t2 = time.perf_counter()
+            counter = GPUWordCounter(trainer.gpu)
+            with trainer.gpu.operation("counting words"):
+                if first is not None:
+                    counter.add_batch(*first)
+                for data, offsets in batches:
+                    counter.add_batch(data, offsets)
+                counts = counter.result()
     st = {} if stats is None else stats
     st.update(info)
-    st["seconds_count"] = t1 - t0
-    st["seconds_gpu_init_wait"] = time.perf_counter() - t1
-    vocab = train_from_word_counts(
-        counts, vocab_size, min_frequency=min_frequency, special_tokens=special_tokens,
-        progress=progress, stats=st, batch=batch, profile=profile, sparse=sparse,
-        _checked=True,
-    )
+    st["seconds_gpu_init_wait"] = t2 - t1
+    st["seconds_count"] = time.perf_counter() - t0 - (t2 - t1)
+    st["count_on"] = count_on
+    vocab = _train_counts(counts, vocab_size, min_frequency=min_frequency,
+                          special_tokens=special_tokens, progress=progress, stats=st,
+                          batch=batch, profile=profile, sparse=sparse, trainer=trainer)
     st["seconds_total"] = time.perf_counter() - t0
     return vocab
+
+
+def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Sequence[str],
+                  progress, stats: dict, batch, profile: bool, sparse, trainer=None) -> Vocab:
+    """Train on ``wc`` (:class:`~torch_gpubpe.wordcount.WordCounts`, every count ≥ 1)."""
+    num_merges = _check_sizes(vocab_size, special_tokens, min_frequency)
+    st = stats
+    lens, counts = wc.lengths, wc.counts
+    keep = lens >= 2
+    st["unique_words"] = len(lens)
+    # Exact bound check of the total pair count (2^64: the GPU's counters); floats first.
+    approx = float(np.dot(counts[keep].astype(np.float64), (lens[keep] - 1).astype(np.float64)))
+    if approx >= 2.0 ** 63:
+        total = sum(int(c) * (int(n) - 1) for c, n in zip(counts[keep], lens[keep]))
+        if total >= 1 << 64:
+            raise ValueError(
+                f"the total pair count {total} reaches 2^64; the GPU counts in 64 bits")
+    merges: list[tuple[int, int]] = []
+    if num_merges and keep.any():
+        if keep.all():
+            data, lk, ck = wc.data, lens, counts
+        else:
+            sel = np.repeat(keep, lens)
+            data, lk, ck = wc.data[sel], lens[keep], counts[keep]
+        merges = (trainer or get_trainer()).run_arrays(
+            data, lk, ck, num_merges, int(min_frequency), progress=progress, stats=st,
+            batch=batch, profile=profile, sparse=sparse)
+    else:
+        st.update(stream_symbols=0, seconds_merge=0.0)
+    st["num_merges"] = len(merges)
+    return Vocab(tuple(merges), tuple(special_tokens))
 
 
 def train_from_word_counts(
@@ -280,25 +336,25 @@ def train_from_word_counts(
     batch: int | None = None,
     profile: bool = False,
     sparse: bool | None = None,
-    _checked: bool = False,
 ) -> Vocab:
     """Learn a vocab from a word → count mapping (DESIGN.md §3; words are taken as given, not
-    pre-tokenized again). Same arguments, result and errors as :func:`train`, plus:
+    pre-tokenized again). Same arguments, result and errors as :func:`train` (no
+    ``count_on``), plus:
 
     Raises:
-        ValueError: a negative count (names the word), or the total pair count reaching 2^64.
+        ValueError: a count that is not an integer or is negative (names the word), or the
+            total pair count reaching 2^64.
         InputError: a key that is neither ``str`` nor bytes (names it).
     """
-    num_merges = _check_sizes(vocab_size, special_tokens, min_frequency)
+    from .wordcount import WordCounts
+
+    _check_sizes(vocab_size, special_tokens, min_frequency)
     t0 = time.perf_counter()
     st = {} if stats is None else stats
     words: list[bytes] = []
     weights: list[int] = []
-    total_pairs = 0
-    if _checked:  # from train(): bytes keys, positive int counts, total < corpus bytes
-        words = [w for w in word_counts if len(w) > 1]
-        weights = [word_counts[w] for w in words]
-    for w, c in () if _checked else word_counts.items():
+    corpus_bytes = 0
+    for w, c in word_counts.items():
         try:
             c = int(c)
         except (TypeError, ValueError) as e:
@@ -309,30 +365,27 @@ def train_from_word_counts(
             b = to_bytes(w)
         except TypeError as e:
             raise InputError(f"word {w!r}: {e}") from e
+        corpus_bytes += len(b) * c
         if c and len(b) > 1:
             words.append(b)
             weights.append(c)
-            total_pairs += c * (len(b) - 1)
+    total_pairs = sum(c * (len(w) - 1) for w, c in zip(words, weights))
     if total_pairs >= 1 << 64:
         raise ValueError(
             f"the total pair count {total_pairs} reaches 2^64; the GPU counts in 64 bits"
         )
-    if "corpus_bytes" not in st:
-        st["corpus_bytes"] = sum(len(to_bytes(w)) * int(c) for w, c in word_counts.items())
+    st.setdefault("corpus_bytes", corpus_bytes)
     st.setdefault("num_documents", 0)
+    wc = WordCounts(np.frombuffer(b"".join(words), np.uint8),
+                    np.fromiter((len(w) for w in words), np.int64, len(words)),
+                    np.array(weights, np.uint64))
+    vocab = _train_counts(wc, vocab_size, min_frequency=min_frequency,
+                          special_tokens=special_tokens, progress=progress, stats=st,
+                          batch=batch, profile=profile, sparse=sparse)
     st["unique_words"] = len(word_counts)
-    merges: list[tuple[int, int]] = []
-    if num_merges and words:
-        merges = get_trainer().run(words, weights, num_merges, int(min_frequency),
-                                  progress=progress, stats=st, batch=batch, profile=profile,
-                                  sparse=sparse)
-    else:
-        st.update(stream_symbols=0, seconds_merge=0.0)
-    st["num_merges"] = len(merges)
-    if not _checked:
-        st.setdefault("seconds_count", 0.0)
-        st["seconds_total"] = time.perf_counter() - t0
-    return Vocab(tuple(merges), tuple(special_tokens))
+    st.setdefault("seconds_count", 0.0)
+    st["seconds_total"] = time.perf_counter() - t0
+    return vocab
 
 
 _trainers: dict[int, GPUTrainer] = {}
@@ -433,24 +486,38 @@ class GPUTrainer:
         Returns:
             the merges ``(left_id, right_id)``, merge k creating id ``256 + k``.
         """
+        lens = np.fromiter((len(w) for w in words), np.int64, len(words))
+        return self.run_arrays(
+            np.frombuffer(b"".join(words), np.uint8), lens, np.array(weights, np.uint64),
+            num_merges, min_frequency, progress=progress, stats=stats, batch=batch, rows=rows,
+            profile=profile, fused=fused, sparse=sparse)
+
+    def run_arrays(self, data: np.ndarray, lengths: np.ndarray, weights: np.ndarray,
+                   num_merges: int, min_frequency: int, *, progress: ProgressFn | None = None,
+                   stats: dict | None = None, batch: int | None = None, rows: int | None = None,
+                   profile: bool = False, fused: bool | None = None,
+                   sparse: bool | None = None) -> list[tuple[int, int]]:
+        """:meth:`run` on words as flat arrays (``wordcount.WordCounts``' layout): ``data``
+        uint8 (the words back to back), ``lengths`` int64 (each ≥ 2), ``weights`` uint64 (each
+        ≥ 1); same arguments otherwise."""
         st = {} if stats is None else stats
         t0 = time.perf_counter()
-        if not words or num_merges <= 0:
-            st.update(stream_symbols=sum(len(w) for w in words), seconds_merge=0.0,
+        lens = np.asarray(lengths, np.int64)
+        if not len(lens) or num_merges <= 0:
+            st.update(stream_symbols=int(lens.sum()), seconds_merge=0.0,
                       sparse=bool(sparse), fused_scans=fused, restarts=0, rebuilds=0)
             return []
-        lens = np.fromiter((len(w) for w in words), np.int64, len(words))
-        sym = np.frombuffer(b"".join(words), np.uint8).astype(np.uint32)
-        starts = np.zeros(len(words), np.int64)
+        sym = np.asarray(data, np.uint8).astype(np.uint32)
+        starts = np.zeros(len(lens), np.int64)
         np.cumsum(lens[:-1], out=starts[1:])
-        wid = np.repeat(np.arange(len(words), dtype=np.uint32), lens)
+        wid = np.repeat(np.arange(len(lens), dtype=np.uint32), lens)
         # Distinct byte pairs inside words (≤ 65,536): sizes the pair table.
         inner = np.ones(len(sym), bool)
         inner[starts] = False
         pairs = (sym[:-1] << 8 | sym[1:])[inner[1:]]
         distinct = int(np.count_nonzero(np.bincount(pairs, minlength=1 << 16)))
         sym[starts] |= np.uint32(TWS)
-        wts = np.array(weights, dtype=np.uint64).view(np.uint32)
+        wts = np.ascontiguousarray(weights, dtype=np.uint64).view(np.uint32)
         n = len(sym)
         g = self.gpu
         if 4 * (n + 64) > g.max_storage_binding:

@@ -228,6 +228,16 @@ def _count_batch(data: np.ndarray, offsets: np.ndarray) -> _Partial:
     return part
 
 
+def check_documents(documents) -> None:
+    """Raise :class:`InputError` when ``documents`` is one ``str``/``bytes`` (an iterable of
+    documents is expected)."""
+    if isinstance(documents, (str, bytes, bytearray, memoryview)):
+        raise InputError(
+            "expected an iterable of documents, got one str/bytes (it would be read as one "
+            "document per character); pass [text] for one document"
+        )
+
+
 def count_words(documents: Iterable[str | bytes], *, batch_bytes: int = DEFAULT_BATCH_BYTES,
                 info: dict | None = None, threads: int | None = None) -> Counter[bytes]:
     """How often each word (DESIGN.md §2) occurs over all documents; words never span documents.
@@ -243,11 +253,7 @@ def count_words(documents: Iterable[str | bytes], *, batch_bytes: int = DEFAULT_
         InputError: ``documents`` is one ``str``/``bytes`` instead of an iterable of documents,
             or an item is neither ``str`` nor bytes-like (names its index).
     """
-    if isinstance(documents, (str, bytes, bytearray, memoryview)):
-        raise InputError(
-            "expected an iterable of documents, got one str/bytes (it would be read as one "
-            "document per character); pass [text] for one document"
-        )
+    check_documents(documents)
     info = {} if info is None else info
     info.setdefault("num_documents", 0)
     info.setdefault("corpus_bytes", 0)
@@ -594,11 +600,7 @@ def count_words_gpu(documents: Iterable[str | bytes], *, batch_bytes: int | None
             bytes-like (names its index), or the distinct words outgrow the GPU table.
         NoAdapterError, GPUOperationError: no usable GPU / a GPU operation failed.
     """
-    if isinstance(documents, (str, bytes, bytearray, memoryview)):
-        raise InputError(
-            "expected an iterable of documents, got one str/bytes (it would be read as one "
-            "document per character); pass [text] for one document"
-        )
+    check_documents(documents)
     info = {} if info is None else info
     info.setdefault("num_documents", 0)
     info.setdefault("corpus_bytes", 0)
