@@ -75,7 +75,7 @@ TWS = 0x80000000
 PC_SYMBOLS_PER_WG = 1024
 STATE_WORDS = 16
 S_N, S_NCUR, S_K, S_STOP, S_A, S_B, S_C, S_OCC, S_OVERFLOW, S_NOCC, S_NOCC1, S_PAR, S_DONE = range(13)
-SMALL_WG_BYTES = 4 * WG * 4 + 128 * 4 + 64  # sh_a..sh_d, sh_sg, scalars: upper bound
+SMALL_WG_BYTES = 5 * WG * 4 + 128 * 4 + 64  # sh_a..sh_d, sh_list, sh_sg, scalars: upper bound
 
 # Bindings each entry point uses (layout="auto" holds exactly these).
 _P, _STATE, _ARGS, _SYM_IN, _WID_IN, _SYM_OUT, _WID_OUT, _WEIGHTS = range(8)
@@ -124,6 +124,7 @@ WORDLIST_BINDINGS = {
 }
 WORDLIST_STEP = ("wl_find_max4", "wl_merge")
 WL_WALK = int(os.environ.get("TORCH_GPUBPE_WL_WALK", "0"))  # train.wgsl WALK (private knob)
+FIND_MAX_WGS = int(os.environ.get("TORCH_GPUBPE_FM_WGS", "128"))  # wl_find_max4's grid
 # Longest word (bytes) the sparse path takes: a word is walked by one thread per merge, and
 # lavapipe stops a thread's loops after 65,535 iterations summed (WGPU_NOTES.md §5); measured
 # there, the walk of wl_merge_word costs about 5.7 iterations per symbol (12,000-byte words
@@ -1051,7 +1052,9 @@ class _WordListRun(_Run):
 
     def _grids(self) -> dict:
         g = self.g
-        return {"wl_find_max4": g.grid(self.nblocks), "wl_merge": g.grid(self.occ_wgs)}
+        # wl_find_max4: a fixed grid, each workgroup ≤ WG blocks (its dirty flags in one load).
+        fm = max(-(-self.nblocks // WG), min(self.nblocks, FIND_MAX_WGS))
+        return {"wl_find_max4": g.grid(fm), "wl_merge": g.grid(self.occ_wgs)}
 
     def _count(self, merges_done: int, n: int) -> None:
         """clear_table + pair_count_linked over the whole (linked) stream."""

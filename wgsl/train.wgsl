@@ -155,8 +155,9 @@ override FUSED: u32 = 0u;
 // 64-bit pair counts (1) or 32-bit ones (0, when the corpus's total pair count is below 2^32;
 // see table_add).
 override WIDE: u32 = 1u;
-// Word-list path: how wl_merge walks a word (0: follow the nxt links of live symbols; 1: read
-// the word's symbols in place, WL_CHUNK at a time).
+// Word-list path: how wl_merge walks a word (0: follow the nxt links of live symbols; 1: the
+// same with the next symbol's loads issued early and an occurrence's four table keys loaded
+// together).
 override WALK: u32 = 0u;
 const PC_ITEMS: u32 = 4u;          // symbols per pair_count thread (1024 per workgroup)
 
@@ -172,6 +173,7 @@ var<workgroup> sh_v: u32;
 var<workgroup> sh_w: u32;
 var<workgroup> sh_x: u32;
 var<workgroup> sh_cnt: atomic<u32>;
+var<workgroup> sh_list: array<u32, WG>;   // wl_find_max4: this workgroup's dirty blocks
 var<workgroup> sh_sg: array<u32, 128>;
 
 // ---- hashing and keys --------------------------------------------------------------------------
@@ -530,14 +532,18 @@ fn find_max4_block(blk: u32, lid: u32, sg: vec3<u32>) {
     let stop = workgroupUniformLoad(&sh_u);
     let is_dirty = workgroupUniformLoad(&sh_v);
     if (stop != 0u || is_dirty == 0u) { return; }
+    block_best(blk, lid, sg);
+}
+
+// The best entry of block blk → best[blk]; the block's dirty flag cleared.
+fn block_best(blk: u32, lid: u32, sg: vec3<u32>) {
     var b = NO_BEST;
     for (var j = 0u; j < 4u; j++) {
         let slot = blk * BLOCK + j * WG + lid;
-        let st = atomicLoad(&tkeys[slot]);
-        if (st == EMPTY) { continue; }
+        let st = atomicLoad(&tkeys[slot]);       // key and count loaded together
         let lo = atomicLoad(&tcounts[2u * slot]);
         let hi = atomicLoad(&tcounts[2u * slot + 1u]);
-        if ((lo | hi) == 0u) { continue; }
+        if (st == EMPTY || (lo | hi) == 0u) { continue; }
         let ab = key_unpack(st, slot % COLS);
         let c = vec4<u32>(lo, hi, ab.x, ab.y);
         if (better(c, b)) { b = c; }
@@ -1261,19 +1267,34 @@ fn wl_find_max4(@builtin(workgroup_id) wid: vec3<u32>,
         let c = atomicLoad(&state[S_C]);
         atomicAdd(&state[S_TOP], atomicLoad(&tlist[2u * c + 1u]));
     }
-    if (w < P.nblocks) { find_max4_block(w, lid, sg); }
+    // A fixed grid (not one workgroup per block): each workgroup loads the dirty flags of its
+    // blocks (w, w + G, w + 2G, …) at once, then recomputes only the dirty ones.
+    let nw = nwg.x * nwg.y;
+    if (lid == 0u) {
+        atomicStore(&sh_cnt, 0u);
+        sh_u = atomicLoad(&state[S_STOP]);
+    }
+    if (workgroupUniformLoad(&sh_u) != 0u) { return; }
+    for (var j = lid; j * nw + w < P.nblocks; j += WG) {
+        let blk = j * nw + w;
+        if (dirty[blk] != 0u) { sh_list[atomicAdd(&sh_cnt, 1u)] = blk; }
+    }
+    workgroupBarrier();
+    if (lid == 0u) { sh_v = atomicLoad(&sh_cnt); }
+    let cnt = workgroupUniformLoad(&sh_v);
+    for (var i = 0u; i < cnt; i++) {
+        block_best(sh_list[i], lid, sg);
+        workgroupBarrier();
+    }
 }
 
 // Merge (A, B) → C in word w (weight lo, hi) left to right; whether it applied anywhere.
-// The word's symbols [wstart[w], wstart[w + 1]) are read in place, WL_CHUNK independent loads
-// at a time (the walk is bound by memory latency), dead ones skipped; the live symbols are
-// streamed through a small state machine, so no link is followed. A merge's right-hand
-// deltas wait for the next live symbol (Y); nxt of a merged symbol is rewritten when its
-// next live symbol is known (pair_count_linked reads it on rebuilds).
-const WL_CHUNK: u32 = 8u;
+// A merge's right-hand deltas use Y, the symbol after B before any later occurrence of the
+// word is merged; its left-hand ones X, the live symbol before A after the earlier ones were.
 fn wl_merge_word(w: u32, a: u32, b: u32, c: u32) -> bool {
     if (WALK == 0u) { return wl_merge_word_linked(w, a, b, c); }
-    return wl_merge_word_chunked(w, a, b, c);
+    if (WALK == 2u) { return false; }   // TIMING EXPERIMENT ONLY
+    return wl_merge_word_piped(w, a, b, c);
 }
 
 // wl_merge_word following the links (WALK = 0): one dependent load per live symbol.
@@ -1314,51 +1335,93 @@ fn wl_merge_word_linked(w: u32, a: u32, b: u32, c: u32) -> bool {
 }
 
 
-fn wl_merge_word_chunked(w: u32, a: u32, b: u32, c: u32) -> bool {
-    let lo = weights[2u * w];
-    let hi = weights[2u * w + 1u];
-    let start = wstart[w];
-    let end = wstart[w + 1u];
-    var x_id = NONE;        // live symbol before prev (after this walk's merges)
-    var prev_id = NONE;     // previous live symbol
-    var prev_i = NONE;
-    var pend = false;       // prev is a fresh C: its right-hand deltas wait for Y
-    var merged = false;
-    for (var i0 = start; i0 < end; i0 += WL_CHUNK) {
-        var sv: array<u32, WL_CHUNK>;
-        for (var u = 0u; u < WL_CHUNK; u++) {
-            sv[u] = DEAD;
-            if (i0 + u < end) { sv[u] = lsym[i0 + u]; }
-        }
-        for (var u = 0u; u < WL_CHUNK; u++) {
-            let sy = sv[u];
-            if ((sy & DEAD) != 0u) { continue; }
-            let i = i0 + u;
-            let y = sy & IDM;
-            if (pend) {
-                if (!(y == b && a == b)) { pair_delta(b, y, lo, hi, true); }
-                pair_delta(c, y, lo, hi, false);
-                nxt[prev_i] = i;
-                pend = false;
-            }
-            if (prev_id == a && y == b) {
-                if (x_id != NONE) {
-                    if (!(x_id == a && a == b)) { pair_delta(x_id, a, lo, hi, true); }
-                    pair_delta(x_id, c, lo, hi, false);
-                }
-                lsym[prev_i] = c | select(0u, TWS, prev_i == start);
-                lsym[i] = DEAD;
-                prev_id = c;
-                pend = true;
-                merged = true;
-                continue;
-            }
-            x_id = prev_id;
-            prev_id = y;
-            prev_i = i;
+// The deltas of one occurrence, (X, A) → (X, C) on the left (when X exists) and (B, Y) →
+// (C, Y) on the right (when Y exists), pairs equal to (A, B) skipped: the four table keys are
+// loaded together (one memory round trip instead of four), then the counts added; a key not at
+// its home slot falls back to the probing of pair_delta.
+fn occurrence_deltas(x: u32, y: u32, a: u32, b: u32, c: u32, lo: u32, hi: u32) {
+    var pa: array<u32, 4>;
+    var pb: array<u32, 4>;
+    var neg: array<bool, 4>;
+    var m = 0u;
+    if (x != NONE) {
+        if (!(x == a && a == b)) { pa[m] = x; pb[m] = a; neg[m] = true; m += 1u; }
+        pa[m] = x; pb[m] = c; neg[m] = false; m += 1u;
+    }
+    if (y != NONE) {
+        if (!(y == b && a == b)) { pa[m] = b; pb[m] = y; neg[m] = true; m += 1u; }
+        pa[m] = c; pb[m] = y; neg[m] = false; m += 1u;
+    }
+    var kx: array<u32, 4>;
+    var ky: array<u32, 4>;
+    var home: array<u32, 4>;
+    var cur: array<u32, 4>;
+    let mask = P.rows - 1u;
+    for (var i = 0u; i < 4u; i++) {
+        if (i < m) {
+            let k = key_pack(pa[i], pb[i]);
+            kx[i] = k.x;
+            ky[i] = k.y;
+            home[i] = (row_home(k.x) & mask) * COLS + k.y;
+            cur[i] = atomicLoad(&tkeys[home[i]]);
         }
     }
-    if (pend) { nxt[prev_i] = NONE; }
+    for (var i = 0u; i < 4u; i++) {
+        if (i < m) {
+            var slot = home[i];
+            if (cur[i] != kx[i]) { slot = table_slot(kx[i], ky[i]); }
+            if (slot != EMPTY) {
+                if (neg[i]) {
+                    table_add(slot, 0u - lo, ~hi + select(0u, 1u, lo == 0u));
+                } else {
+                    table_add(slot, lo, hi);
+                }
+            }
+        }
+    }
+}
+
+// wl_merge_word following the links with the next symbol's loads issued early (WALK = 1):
+// one memory round trip per live symbol passed, three per occurrence merged.
+fn wl_merge_word_piped(w: u32, a: u32, b: u32, c: u32) -> bool {
+    let lo = weights[2u * w];
+    let hi = weights[2u * w + 1u];
+    var p = wstart[w];
+    var sp = lsym[p];
+    var q = nxt[p];
+    var prev_id = NONE;
+    var merged = false;
+    for (var step = 0u; step < P.max_walk; step++) {
+        let ip = sp & IDM;
+        if (q == NONE) { break; }
+        let sq = lsym[q];
+        let r = nxt[q];
+        if (ip == a && (sq & IDM) == b) {
+            var sr = DEAD;
+            var nr = NONE;
+            var y = NONE;
+            if (r != NONE) {
+                sr = lsym[r];
+                nr = nxt[r];
+                y = sr & IDM;
+            }
+            occurrence_deltas(prev_id, y, a, b, c, lo, hi);
+            lsym[p] = c | (sp & TWS);
+            lsym[q] = DEAD;
+            nxt[p] = r;
+            merged = true;
+            prev_id = c;
+            if (r == NONE) { break; }
+            p = r;
+            sp = sr;
+            q = nr;
+        } else {
+            prev_id = ip;
+            p = q;
+            sp = sq;
+            q = r;
+        }
+    }
     return merged;
 }
 
@@ -1420,8 +1483,9 @@ fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
     if (lid == 0u) {
         let la = atomicLoad(&tlist[2u * a + 1u]);
         let lb = atomicLoad(&tlist[2u * b + 1u]);
-        let t = select(a, b, lb < la);
-        sh_u = atomicLoad(&tlist[2u * t]);
+        let oa = atomicLoad(&tlist[2u * a]);
+        let ob = atomicLoad(&tlist[2u * b]);
+        sh_u = select(oa, ob, lb < la);
         sh_v = min(la, lb);
     }
     let off = workgroupUniformLoad(&sh_u);
