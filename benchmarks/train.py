@@ -159,13 +159,7 @@ def run_gpubpe_dense(docs, vocab_size, min_frequency, profile):
     return run_gpubpe(docs, vocab_size, min_frequency, profile, sparse=False)
 
 
-def run_gpubpe_occ(docs, vocab_size, min_frequency, profile):
-    """The earlier sparse variant (one pass over the stream per merge), for comparison."""
-    os.environ["TORCH_GPUBPE_SPARSE_IMPL"] = "occ"
-    return run_gpubpe(docs, vocab_size, min_frequency, profile)
-
-
-METHODS = {"gpubpe": run_gpubpe, "gpubpe_dense": run_gpubpe_dense, "gpubpe_occ": run_gpubpe_occ, "rustbpe": run_rustbpe,
+METHODS = {"gpubpe": run_gpubpe, "gpubpe_dense": run_gpubpe_dense, "rustbpe": run_rustbpe,
            "hf_tokenizers": run_hf,
            "gpubpe_count_only": run_gpubpe_count, "gpubpe_cpu_count_only": run_cpu_count,
            "rustbpe_count_only": run_rustbpe_count}
@@ -241,7 +235,7 @@ def main() -> None:
         child(args)
         return
 
-    methods = ["gpubpe"] + (["gpubpe_dense", "gpubpe_occ"] if args.compare_dense else [])
+    methods = ["gpubpe"] + (["gpubpe_dense"] if args.compare_dense else [])
     if not args.skip_rustbpe:
         methods.append("rustbpe")
     if not args.skip_hf:

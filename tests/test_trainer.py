@@ -104,7 +104,7 @@ def test_random_small_corpora_equal_reference():
         assert list(vocab.merges) == ref_merges(docs, 320, 1)
 
 
-# -- sparse path (linked stream + occurrence list) vs dense path (compaction per merge) -------
+# -- sparse path (linked stream + per-token word lists) vs dense path (compaction per merge) ---
 def _run_both(docs, merges, min_frequency=1, **kw):
     counts = reference.count_words(docs)
     words = [w for w in counts if len(w) > 1]

@@ -5,45 +5,47 @@ how: ``wgsl/train.wgsl`` (see its header), run on the unique words of the corpus
 by its count, on one of two paths with the same merges:
 
 * **sparse** (default): the stream of unique words stays in place, each word's live symbols
-  linked by next / previous indices; per merge one read-only sweep picks the best pair and lists
-  where it occurs (and applies the pair-count deltas there when A != B), and only those
-  occurrences are rewritten. 3 dispatches per merge: ``find_max4_apply → occ_find →
-  occ_delta``. Runs of one symbol (A == B, merged left to right) are walked from their start
-  by one thread, so words longer than ``SPARSE_MAX_WORD`` bytes (lavapipe's loop cap) send the
-  whole run to the dense path;
+  linked by next indices, with an index of the words each token occurs in (per token a list:
+  the words that held it when it was made); per merge the words of the rarer side of the best
+  pair are walked, one thread per word, left to right (runs of A == B too), and only they are
+  rewritten. 2 dispatches per merge: ``wl_find_max4 → wl_merge``. Words longer than
+  ``SPARSE_MAX_WORD`` bytes (lavapipe's loop cap) send the run to the dense path;
 * **dense**: the seed's ten-kernel pipeline, the stream compacted every merge
   (``find_max4 → find_max_final_det → [setup_merge] → merge_reduce → [scan_pass1] →
   scan_pass2 → [scan_pass3] → finalize_compact``).
 
-On the H200 (95 MB of text, vocab 32,768: 32,512 merges) the merge loop took 1.09 s on the
-sparse path and 2.20 s on the dense one (``benchmarks/train.py --compare-dense``).
+On the H200 (95 MB of text, vocab 32,768: 32,512 merges) the merge loop took 0.77–0.80 s on
+the sparse path and 2.19 s on the dense one (``benchmarks/train.py --compare-dense``).
 
 Host flow:
 
-1. count words (:mod:`torch_gpubpe.wordcount`, vectorised numpy on a thread pool, exact) while
-   a thread opens the device and compiles the pipelines;
+1. count words: on the GPU by default (:func:`torch_gpubpe.wordcount.count_words_gpu`, a hash
+   table keyed by the words' bytes; the first batch is packed on the host while a thread opens
+   the device and compiles the pipelines), or on the CPU (``count_on="cpu"``: vectorised
+   numpy on a thread pool); both exact;
 2. upload the unique words as one symbol stream (id | bit 31 at word starts), a word index per
-   symbol and a 64-bit weight per word (sparse: and the next / previous links); the pair table
-   is sized from the distinct byte pairs;
+   symbol and a 64-bit weight per word (sparse: and the next links, the words' starts and the
+   byte lists); the pair table is sized from the distinct byte pairs; pair counts are 32-bit
+   when the corpus's total pair count is below 2^31 (train.wgsl WIDE), else 64-bit;
 3. ``clear_table`` + ``pair_count`` (sparse: ``pair_count_linked``) once;
 4. per merge the path's dispatches (above; dense: setup_merge and scan_pass1/3 folded away for
    streams of at most 2048 tiles: 5 dispatches per merge), batches of 16, 32, … up to
    ``batch`` merges recorded into one command buffer and one submit (native calls, no Python
    wrapper per dispatch); dense: the stream kernels are dispatched indirectly, sized on the
-   GPU; the merge list stays on the GPU and only a 64-byte state (+ the batch's merges, for progress) is
-   read back per batch, while the next batch already runs;
+   GPU; the merge list stays on the GPU and only a 64-byte state (+ the batch's merges, for
+   progress) is read back per batch, while the next batch already runs;
 5. between batches, when half the pair table is taken (keys whose count fell to 0 stay), it is
    recounted from the current stream (grown when the live pairs fill a quarter); if a probe
    sequence ever ran out within a batch (overflow flag), training restarts with a 4× table
    (same result, only slower).
 
-What bounds the time: per merge, the dispatches' fixed cost (3 sparse, 5–8 dense), one
-read of 4 bytes per stream symbol (sparse; dense: a few passes over the compacted stream) and
-work proportional to the pair's occurrences; the host pays wgpu-native's encoding cost per
-dispatch (overlapped with the GPU running the previous batch). No readback per merge.
-Before the merge loop: ``train`` opens the device on a thread while it counts words; on the
-H200 the device opening alone takes ~1.9 s (mostly wgpu-py's first-use cffi type parsing,
-Python under the GIL), so it, not counting (0.8 s alone), bounds that phase.
+What bounds the time (H200, measured): a merge takes 21–38 µs (38 early, when lists are long;
+21 late), of which ≈12–17 µs is the chain without any word walked (two dispatches of ≈2 µs
+each, the dirty-block maxima, every workgroup's reduction of the block maxima, reading the
+lists' heads) and the rest the word walks: latency-bound chains of dependent loads, not
+bandwidth. The host records 2 dispatches per merge (≈2–4 µs each) while the GPU runs the
+previous batch. No readback per merge. Before the merge loop: opening the device (≈0.2–1.4 s
+in a fresh process: Vulkan, wgpu-py's cffi set-up, pipelines) and counting the words.
 
 Example::
 
@@ -74,15 +76,15 @@ BLOCK = 1024
 TWS = 0x80000000
 PC_SYMBOLS_PER_WG = 1024
 STATE_WORDS = 16
-S_N, S_NCUR, S_K, S_STOP, S_A, S_B, S_C, S_OCC, S_OVERFLOW, S_NOCC, S_NOCC1, S_PAR, S_DONE = range(13)
+S_N, S_NCUR, S_K, S_STOP, S_A, S_B, S_C, S_OCC, S_OVERFLOW = range(9)
+S_DONE, S_TOP = 12, 13
 SMALL_WG_BYTES = 5 * WG * 4 + 128 * 4 + 64  # sh_a..sh_d, sh_list, sh_sg, scalars: upper bound
 
 # Bindings each entry point uses (layout="auto" holds exactly these).
 _P, _STATE, _ARGS, _SYM_IN, _WID_IN, _SYM_OUT, _WID_OUT, _WEIGHTS = range(8)
 _FLAGS, _TILES, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _MERGES = range(8, 15)
-_LSYM, _NXT, _PRV, _OCC = range(15, 19)
+_LSYM, _NXT = 15, 16
 _WSTART, _TLIST, _POOL = range(19, 22)
-S_TOP = 13
 ENTRY_BINDINGS = {
     "clear_table": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY),
     "pair_count": (_P, _STATE, _SYM_IN, _WID_IN, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY),
@@ -96,42 +98,26 @@ ENTRY_BINDINGS = {
     "finalize_compact": (_P, _STATE, _SYM_IN, _WID_IN, _SYM_OUT, _WID_OUT, _WEIGHTS, _FLAGS,
                          _TILES, _TKEYS, _TCOUNTS, _DIRTY),
 }
-# The sparse path (linked stream, occurrence list; train.wgsl "sparse path").
+# The sparse path (train.wgsl "word-list path"): the linked stream, and per token the words it
+# occurs in; per merge the block maxima, then one thread per word of the rarer side's list.
+# 2 dispatches per merge.
 SPARSE_BINDINGS = {
     "clear_table": ENTRY_BINDINGS["clear_table"],
     "pair_count_linked": (_P, _STATE, _WID_IN, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY, _LSYM, _NXT),
-    "find_max4_apply": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _LSYM, _NXT, _PRV, _OCC),
-    "occ_find": (_P, _STATE, _WID_IN, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _MERGES, _LSYM,
-                 _NXT, _PRV, _OCC),
-    "occ_delta": (_P, _STATE, _WID_IN, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY, _LSYM, _NXT, _PRV,
-                  _OCC),
-    "occ_apply": (_P, _STATE, _LSYM, _NXT, _PRV, _OCC),
-}
-# Per merge: find_max4 fused with the apply of the previous merge's occurrences; the sweep
-# that picks the best pair (every workgroup reduces the block bests itself: no separate final
-# max dispatch), lists its occurrences and, when A != B, applies their deltas; and the
-# deltas of A == B merges (a small direct grid that exits at once when A != B; as an indirect
-# dispatch sized 0 it still took 11 µs per merge in the H200 profile). 3 dispatches.
-SPARSE_STEP = ("find_max4_apply", "occ_find", "occ_delta")
-# The word-list path (train.wgsl "word-list path"): per token the words it occurs in; per merge
-# the block maxima, then one thread per word of the rarer side's list. 2 dispatches.
-WORDLIST_BINDINGS = {
-    "clear_table": ENTRY_BINDINGS["clear_table"],
-    "pair_count_linked": SPARSE_BINDINGS["pair_count_linked"],
     "wl_find_max4": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _TLIST),
     "wl_merge": (_P, _STATE, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _MERGES, _LSYM, _NXT,
                  _WSTART, _TLIST, _POOL),
 }
-WORDLIST_STEP = ("wl_find_max4", "wl_merge")
-WL_WALK = int(os.environ.get("TORCH_GPUBPE_WL_WALK", "0"))  # train.wgsl WALK (private knob)
-FIND_MAX_WGS = int(os.environ.get("TORCH_GPUBPE_FM_WGS", "128"))  # wl_find_max4's grid
+SPARSE_STEP = ("wl_find_max4", "wl_merge")
+# wl_merge's grid on a GPU (a sweep of 66–528 on the H200: 66–132 best, 528 22% slower; every
+# workgroup reduces the block maxima itself, so more cost more).
+SPARSE_WGS = 132
 # Longest word (bytes) the sparse path takes: a word is walked by one thread per merge, and
-# lavapipe stops a thread's loops after 65,535 iterations summed (WGPU_NOTES.md §5); measured
-# there, the walk of wl_merge_word costs about 5.7 iterations per symbol (12,000-byte words
-# failed, 11,000 passed), so 8,000 keeps a margin. Longer words take the dense path.
+# lavapipe stops a thread's loops after 65,535 iterations summed (WGPU_NOTES.md §5); a walk
+# costs one iteration per live symbol plus the probe loops of its occurrences' deltas (a
+# 12,000-byte run of one byte passed there). Longer words take the dense path.
 SPARSE_MAX_WORD = 8_000
-WALK_ITERS_PER_SYMBOL = 6
-OCC_ITERS = 32  # most grid-stride rounds per thread of the occurrence apply
+WALK_ITERS_PER_SYMBOL = 6   # bound used to size wl_merge's grid for lavapipe
 MERGE_STEP = ("find_max4", "find_max_final_det", "setup_merge", "merge_reduce", "scan_pass1",
               "scan_pass2", "scan_pass3", "finalize_compact")
 # With at most FUSE_MAX_TILES stream tiles the one-workgroup scans are folded into the tile
@@ -143,7 +129,6 @@ MERGE_STEP_FUSED = tuple(n for n in MERGE_STEP
 # Indirect dispatches: byte offset of their args (written by setup_merge).
 INDIRECT = {"merge_reduce": 16, "scan_pass1": 32, "scan_pass2": 0, "finalize_compact": 0}
 TILE = WG * 8  # symbols per stream workgroup (ITEMS = 8 per thread)
-OCC_TILE = WG * 32  # symbols per occ_find workgroup (OCC_ITEMS = 32 per thread)
 
 
 @dataclass
@@ -428,7 +413,7 @@ class GPUTrainer:
         # Only the default path (word lists, 32-bit counts) is compiled up front, while the host
         # counts words; the other variants are compiled on first use (fewer pipelines competing
         # with counting).
-        self.sparse_pipelines("wordlist", wide=False, walk=WL_WALK)
+        self.sparse_pipelines(wide=False)
         self.is_cpu = "cpu" in str(g.adapter_info.get("adapter_type", "")).lower()
 
     def pipelines(self, fused: bool) -> dict:
@@ -444,23 +429,18 @@ class GPUTrainer:
             }
         return self._pipes[fused]
 
-    def sparse_pipelines(self, kind: str = "sparse", wide: bool = True, walk: int = 0) -> dict:
-        """Entry point → compute pipeline of the sparse path (linked stream): ``kind``
-        "sparse" (occurrence list) or "wordlist" (per-token word lists), with 64-bit
-        (``wide``) or 32-bit pair counts and word walk ``walk`` (train.wgsl WIDE, WALK)."""
-        key = (kind, wide, walk) if kind == "wordlist" else kind
+    def sparse_pipelines(self, wide: bool = True) -> dict:
+        """Entry point → compute pipeline of the sparse path, with 64-bit (``wide``) or
+        32-bit pair counts (train.wgsl WIDE)."""
+        key = ("sparse", wide)
         if key not in self._pipes:
             g, lslots = self.gpu, self.local_slots
-            names = SPARSE_BINDINGS if kind == "sparse" else WORDLIST_BINDINGS
-            consts = {"LSLOTS": lslots}
-            if kind == "wordlist":
-                consts.update(WIDE=int(wide), WALK=int(walk))
             self._pipes[key] = {
                 name: g.pipeline("train", name,
                                  workgroup_bytes=12 * lslots if name == "pair_count_linked"
                                  else SMALL_WG_BYTES,
-                                 constants=consts)
-                for name in names
+                                 constants={"LSLOTS": lslots, "WIDE": int(wide)})
+                for name in SPARSE_BINDINGS
             }
         return self._pipes[key]
 
@@ -478,7 +458,7 @@ class GPUTrainer:
             rows: initial pair-table rows (power of two; default from the distinct pairs).
             fused: fold the one-workgroup scans into the tile kernels (default: when the
                 stream has at most ``FUSE_MAX_TILES`` tiles of 2048 symbols); dense path only.
-            sparse: use the sparse path (linked stream, per-merge occurrence list; default
+            sparse: use the sparse path (linked stream, per-token word lists; default
                 when ``fused`` is None and no word is longer than ``SPARSE_MAX_WORD`` bytes)
                 or the dense one (the stream compacted every merge). Same merges.
             profile: (adapters with timestamp queries) sampled batches are recorded one pass
@@ -545,10 +525,8 @@ class GPUTrainer:
         while True:
             if not sparse:
                 cls, extra = _Run, {}
-            elif os.environ.get("TORCH_GPUBPE_SPARSE_IMPL") == "occ":
-                cls, extra = _SparseRun, {"max_walk": max_len // 2 + 2}
             else:
-                cls, extra = _WordListRun, {"max_len": max_len}
+                cls, extra = _SparseRun, {"max_len": max_len}
             res = cls(self, sym, wid, wts, n, num_merges, min_frequency, rows, batch,
                       max_rows, st, profile, fused, **extra).train(progress, t0)
             if res is not None:
@@ -859,52 +837,76 @@ class _Run:
 
 
 class _SparseRun(_Run):
-    """One training run on the sparse path (train.wgsl "sparse path"): the stream stays in
-    place, words linked by nxt / prv; per merge only the occurrences of the merged pair are
-    touched after one read-only sweep that lists them. Same flow (batches, readback, table
-    rebuilds, restarts) as :class:`_Run`."""
+    """One training run on the sparse path (train.wgsl "word-list path"): the stream stays in
+    place, words linked by nxt; per token, the words it occurs in; per merge only the words of
+    the rarer side's list are walked. Same flow (batches, readback, rebuilds, restarts) as
+    :class:`_Run`."""
 
     def __init__(self, trainer: GPUTrainer, sym, wid, wts, n, num_merges, min_frequency, rows,
-                 batch, max_rows, st, profile, fused, *, max_walk: int) -> None:
+                 batch, max_rows, st, profile, fused, *, max_len: int) -> None:
         self._init_common(trainer, n, len(wts), num_merges, min_frequency, batch, max_rows, st)
-        self.pipes = trainer.sparse_pipelines()
+        total_pairs = int(np.dot((np.diff(wstart_bounds := np.append(
+            np.flatnonzero((sym & np.uint32(TWS)) != 0), n)) - 1).astype(np.float64),
+            wts.view(np.uint64).astype(np.float64)))
+        self.wide = total_pairs >= (1 << 31)   # float estimate: a margin below 2^32
+        st["wide_counts"] = self.wide
+        self.pipes = trainer.sparse_pipelines(self.wide)
         self.steps = SPARSE_STEP
-        self.max_walk = int(max_walk)
+        nwords = len(wts) // 2
+        self.max_walk = int(max_len) + 1
         g, U = self.g, self.g.wgpu.BufferUsage
         S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
-        # occ_delta / occ_apply: a fixed grid, at most OCC_ITERS rounds per thread over the
-        # ≤ n / 2 occurrences.
-        occ_max = n // 2 + 1
-        min_wg = 4 if trainer.is_cpu else 264
-        self.occ_wgs = max(min_wg, -(-occ_max // (WG * OCC_ITERS)))
-        self.occ_iters = -(-occ_max // (WG * self.occ_wgs))
-        self.delta_iters = self.occ_iters   # occ_delta: same grid as the apply
         starts = (sym & np.uint32(TWS)) != 0
-        idx = np.arange(n, dtype=np.uint32)
-        nxt = idx + np.uint32(1)
+        wstart = wstart_bounds.astype(np.uint32)
+        nxt = np.arange(1, n + 1, dtype=np.uint32)
         last = np.ones(n, bool)
         last[:-1] = starts[1:]
         nxt[last] = 0xFFFFFFFF
-        prv = idx - np.uint32(1)
-        prv[starts] = 0xFFFFFFFF
+        # Byte lists: the words holding each byte value, each word once (stable radix sort of
+        # the bytes keeps the word order inside a byte's group, so duplicates are adjacent).
+        byte = (sym & np.uint32(0xFF)).astype(np.uint8)
+        order = np.argsort(byte, kind="stable")
+        bs, ws = byte[order], wid[order]
+        keep = np.ones(n, bool)
+        keep[1:] = (bs[1:] != bs[:-1]) | (ws[1:] != ws[:-1])
+        base = ws[keep]
+        lens = np.bincount(bs[keep], minlength=256).astype(np.uint32)
+        tlist = np.zeros(2 * (256 + num_merges), np.uint32)
+        tlist[1:512:2] = lens
+        tlist[2:512:2] = np.cumsum(lens[:-1], dtype=np.uint32)
+        pool_size = len(base) + (n - nwords) + 16
+        # wl_merge: grid-stride over a list (≤ words); lavapipe's loop cap (65,535 iterations
+        # per thread, all loops summed) bounds rounds × a word walk's iterations.
+        min_wg = 4 if trainer.is_cpu else SPARSE_WGS
+        iters_cap = max(1, 60_000 // (WALK_ITERS_PER_SYMBOL * (self.max_walk + 8)))
+        self.occ_wgs = max(min_wg, -(-nwords // (WG * iters_cap)))
+        self.occ_iters = -(-nwords // (WG * self.occ_wgs))
         self.b.update({
             "lsym": g.buffer(4 * n + 16, S | C, "train.lsym"),
             "nxt": g.buffer(4 * n + 16, S | C, "train.nxt"),
-            "prv": g.buffer(4 * n + 16, S | C, "train.prv"),
             "wid0": g.buffer(4 * n + 16, S | C, "train.wid"),
-            "occ": g.buffer(4 * occ_max + 16, S, "train.occ"),
+            "wstart": g.buffer(4 * nwords + 20, S | C, "train.wstart"),
+            "tlist": g.buffer(4 * len(tlist), S | C, "train.tlist"),
+            "pool": g.buffer(4 * pool_size, S | C, "train.pool"),
         })
-        self._upload(rows, profile, weights=wts, lsym=sym, nxt=nxt, prv=prv, wid0=wid)
+        self._top = len(base)
+        self._upload(rows, profile, weights=wts, lsym=sym, nxt=nxt, wid0=wid, wstart=wstart,
+                     tlist=tlist, pool=base)
+
+    def _upload(self, rows: int, profile: bool, **arrays: np.ndarray) -> None:
+        super()._upload(rows, profile, **arrays)
+        self.g.device.queue.write_buffer(self.b["state"], 4 * S_TOP,
+                                         np.array([self._top], np.uint32))
 
     def _table(self, rows: int) -> None:
         g = self.g
-        self._table_buffers(rows, (self.max_walk, self.occ_iters, self.delta_iters))
+        self._table_buffers(rows, (self.max_walk, self.occ_iters, 0))
         b = self.b
         res = {
-            _P: b["params"], _STATE: b["state"], _ARGS: b["args"], _WID_IN: b["wid0"],
-            _WEIGHTS: b["weights"], _TKEYS: b["tkeys"], _TCOUNTS: b["tcounts"],
-            _DIRTY: b["dirty"], _BEST: b["best"], _MERGES: b["merges"], _LSYM: b["lsym"],
-            _NXT: b["nxt"], _PRV: b["prv"], _OCC: b["occ"],
+            _P: b["params"], _STATE: b["state"], _WID_IN: b["wid0"], _WEIGHTS: b["weights"],
+            _TKEYS: b["tkeys"], _TCOUNTS: b["tcounts"], _DIRTY: b["dirty"], _BEST: b["best"],
+            _MERGES: b["merges"], _LSYM: b["lsym"], _NXT: b["nxt"], _WSTART: b["wstart"],
+            _TLIST: b["tlist"], _POOL: b["pool"],
         }
         bg = {name: g.bind_group(self.pipes[name], {k: res[k] for k in binds},
                                  label=f"train.{name}")
@@ -912,11 +914,8 @@ class _SparseRun(_Run):
         self.bgs = [bg, bg]
 
     def _grids(self) -> dict:
-        """Grid of each dispatch."""
         g = self.g
-        return {"find_max4_apply": g.grid(self.nblocks + self.occ_wgs),
-                "occ_find": g.grid(-(-max(self.n, 1) // OCC_TILE)),
-                "occ_delta": g.grid(self.occ_wgs), "occ_apply": g.grid(self.occ_wgs)}
+        return {"wl_find_max4": g.grid(self.nblocks), "wl_merge": g.grid(self.occ_wgs)}
 
     def _count(self, merges_done: int, n: int) -> None:
         """clear_table + pair_count_linked over the whole (linked) stream."""
@@ -924,9 +923,6 @@ class _SparseRun(_Run):
         bg = self.bgs[0]
         enc = g.device.create_command_encoder(label="train.count")
         cp = enc.begin_compute_pass(label="train.count")
-        # The last merge's occurrences are applied by the next find_max4_apply: flush them
-        # first (clear_table then empties the list).
-        self.t.dispatch(cp, self.pipes["occ_apply"], bg["occ_apply"], self._grids()["occ_apply"])
         self.t.dispatch(cp, self.pipes["clear_table"], bg["clear_table"],
                         g.grid(-(-self.slots // WG)))
         self.t.dispatch(cp, self.pipes["pair_count_linked"], bg["pair_count_linked"],
@@ -935,6 +931,7 @@ class _SparseRun(_Run):
         g.device.queue.submit([enc.finish()])
 
     def _record(self, k0: int, cnt: int, buf) -> object:
+        """Record merges k0 .. k0+cnt-1 and the readback of state + their merges into ``buf``."""
         g, t, b = self.g, self.t, self.b
         enc = g.device.create_command_encoder(label="train.merges")
         prof = self.profiler is not None and self.profiler.wants(k0)
@@ -971,105 +968,6 @@ class _SparseRun(_Run):
         if prof:
             self.profiler.collect()
         return buf.map_async("READ_NOSYNC", 0, 4 * STATE_WORDS + 16 * cnt)
-
-
-class _WordListRun(_Run):
-    """One training run on the word-list path (train.wgsl "word-list path"): the linked stream
-    of the sparse path plus, per token, the words it occurs in; per merge only the words of the
-    rarer side's list are walked. Same flow (batches, readback, rebuilds, restarts) as
-    :class:`_Run`."""
-
-    def __init__(self, trainer: GPUTrainer, sym, wid, wts, n, num_merges, min_frequency, rows,
-                 batch, max_rows, st, profile, fused, *, max_len: int) -> None:
-        self._init_common(trainer, n, len(wts), num_merges, min_frequency, batch, max_rows, st)
-        total_pairs = int(np.dot((np.diff(wstart_bounds := np.append(
-            np.flatnonzero((sym & np.uint32(TWS)) != 0), n)) - 1).astype(np.float64),
-            wts.view(np.uint64).astype(np.float64)))
-        self.wide = total_pairs >= (1 << 31)   # float estimate: a margin below 2^32
-        st["wide_counts"] = self.wide
-        self.pipes = trainer.sparse_pipelines("wordlist", self.wide, WL_WALK)
-        self.steps = WORDLIST_STEP
-        nwords = len(wts) // 2
-        self.max_walk = int(max_len) + 1
-        g, U = self.g, self.g.wgpu.BufferUsage
-        S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
-        starts = (sym & np.uint32(TWS)) != 0
-        wstart = wstart_bounds.astype(np.uint32)
-        nxt = np.arange(1, n + 1, dtype=np.uint32)
-        last = np.ones(n, bool)
-        last[:-1] = starts[1:]
-        nxt[last] = 0xFFFFFFFF
-        # Byte lists: the words holding each byte value, each word once (stable radix sort of
-        # the bytes keeps the word order inside a byte's group, so duplicates are adjacent).
-        byte = (sym & np.uint32(0xFF)).astype(np.uint8)
-        order = np.argsort(byte, kind="stable")
-        bs, ws = byte[order], wid[order]
-        keep = np.ones(n, bool)
-        keep[1:] = (bs[1:] != bs[:-1]) | (ws[1:] != ws[:-1])
-        base = ws[keep]
-        lens = np.bincount(bs[keep], minlength=256).astype(np.uint32)
-        tlist = np.zeros(2 * (256 + num_merges), np.uint32)
-        tlist[1:512:2] = lens
-        tlist[2:512:2] = np.cumsum(lens[:-1], dtype=np.uint32)
-        pool_size = len(base) + (n - nwords) + 16
-        # wl_merge: grid-stride over a list (≤ words); lavapipe's loop cap (65,535 iterations
-        # per thread, all loops summed) bounds rounds × a word walk's iterations.
-        min_wg = 4 if trainer.is_cpu else int(os.environ.get("TORCH_GPUBPE_WL_WGS", "132"))
-        iters_cap = max(1, 60_000 // (WALK_ITERS_PER_SYMBOL * (self.max_walk + 8)))
-        self.occ_wgs = max(min_wg, -(-nwords // (WG * iters_cap)))
-        self.occ_iters = -(-nwords // (WG * self.occ_wgs))
-        self.b.update({
-            "lsym": g.buffer(4 * n + 16, S | C, "train.lsym"),
-            "nxt": g.buffer(4 * n + 16, S | C, "train.nxt"),
-            "wid0": g.buffer(4 * n + 16, S | C, "train.wid"),
-            "wstart": g.buffer(4 * nwords + 20, S | C, "train.wstart"),
-            "tlist": g.buffer(4 * len(tlist), S | C, "train.tlist"),
-            "pool": g.buffer(4 * pool_size, S | C, "train.pool"),
-        })
-        self._top = len(base)
-        self._upload(rows, profile, weights=wts, lsym=sym, nxt=nxt, wid0=wid, wstart=wstart,
-                     tlist=tlist, pool=base)
-
-    def _upload(self, rows: int, profile: bool, **arrays: np.ndarray) -> None:
-        super()._upload(rows, profile, **arrays)
-        self.g.device.queue.write_buffer(self.b["state"], 4 * S_TOP,
-                                         np.array([self._top], np.uint32))
-
-    def _table(self, rows: int) -> None:
-        g = self.g
-        self._table_buffers(rows, (self.max_walk, self.occ_iters, 0))
-        b = self.b
-        res = {
-            _P: b["params"], _STATE: b["state"], _WID_IN: b["wid0"], _WEIGHTS: b["weights"],
-            _TKEYS: b["tkeys"], _TCOUNTS: b["tcounts"], _DIRTY: b["dirty"], _BEST: b["best"],
-            _MERGES: b["merges"], _LSYM: b["lsym"], _NXT: b["nxt"], _WSTART: b["wstart"],
-            _TLIST: b["tlist"], _POOL: b["pool"],
-        }
-        bg = {name: g.bind_group(self.pipes[name], {k: res[k] for k in binds},
-                                 label=f"train.{name}")
-              for name, binds in WORDLIST_BINDINGS.items()}
-        self.bgs = [bg, bg]
-
-    def _grids(self) -> dict:
-        g = self.g
-        # wl_find_max4: a fixed grid, each workgroup ≤ WG blocks (its dirty flags in one load).
-        fm = max(-(-self.nblocks // WG), min(self.nblocks, FIND_MAX_WGS))
-        return {"wl_find_max4": g.grid(fm), "wl_merge": g.grid(self.occ_wgs)}
-
-    def _count(self, merges_done: int, n: int) -> None:
-        """clear_table + pair_count_linked over the whole (linked) stream."""
-        g = self.g
-        bg = self.bgs[0]
-        enc = g.device.create_command_encoder(label="train.count")
-        cp = enc.begin_compute_pass(label="train.count")
-        self.t.dispatch(cp, self.pipes["clear_table"], bg["clear_table"],
-                        g.grid(-(-self.slots // WG)))
-        self.t.dispatch(cp, self.pipes["pair_count_linked"], bg["pair_count_linked"],
-                        g.grid(-(-max(self.n, 1) // PC_SYMBOLS_PER_WG)))
-        cp.end()
-        g.device.queue.submit([enc.finish()])
-
-    _record = _SparseRun._record
 
 
 class _Profiler:

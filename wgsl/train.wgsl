@@ -9,10 +9,10 @@
 // Every symbol carries the index of its word; the word's weight (its count, a 64-bit integer
 // split into lo/hi u32) multiplies every pair the word holds.
 //
-// Two paths, same merges (the host picks; see "sparse path" at the end of this file):
-//  * sparse (default): the stream stays in place, words linked by nxt / prv; per merge
-//    find_max4_apply → occ_find → occ_delta touch only the merged pair's occurrences after
-//    one read-only sweep (3 dispatches);
+// Two paths, same merges (the host picks; see "word-list path" at the end of this file):
+//  * sparse (default): the stream stays in place, words linked by nxt, and an index of the
+//    words each token occurs in; per merge wl_find_max4 → wl_merge walk only the words of the
+//    rarer side of the pair (2 dispatches, no pass over the stream);
 //  * dense (words longer than the host's SPARSE_MAX_WORD, or on request), described next.
 // One dense training step ("merge") is, in order (all recorded into one command buffer, many
 // merges per submit, no readback per merge):
@@ -71,13 +71,10 @@
 //  12 dirty    : storage, read_write array<u32>  per 1024-slot block: counts changed; nblocks
 //  13 best     : storage, read_write array<u32>  per block: (count lo, count hi, a, b)
 //  14 merges   : storage, read_write array<u32>  per merge: (a, b, count lo, count hi)
-//  Sparse path only (see "sparse path" below):
+//  Sparse path only (see "word-list path" below; bindings 17 and 18 are unused):
 //  15 lsym     : storage, read_write array<u32>  linked stream: id | TWS, DEAD once merged
 //                                               away; length n (fixed for the run)
 //  16 nxt      : storage, read_write array<u32>  per symbol: next live symbol of its word, NONE
-//  17 prv      : storage, read_write array<u32>  per symbol: previous live symbol, NONE
-//  18 occ      : storage, read_write array<u32>  positions where the running merge applies;
-//                                               S_NOCC of them; length ≥ n / 2 + 1
 
 struct Params {     // 48 bytes
     num_merges: u32,    // merge budget (vocab_size - 256 - specials)
@@ -86,9 +83,9 @@ struct Params {     // 48 bytes
     rows: u32,          // pair-table rows (power of two); slots = rows * COLS
     nblocks: u32,       // slots / BLOCK
     tile_cap: u32,      // capacity of each half of `tiles` (≥ stream tiles + 1)
-    max_walk: u32,      // sparse path: most pair steps of one run walk (≥ longest word / 2)
-    occ_iters: u32,     // sparse path: grid-stride rounds of the apply part of find_max4_apply
-    delta_iters: u32,   // sparse path: grid-stride rounds of occ_delta
+    max_walk: u32,      // sparse path: most steps of one word walk (≥ longest word + 1)
+    occ_iters: u32,     // sparse path: grid-stride rounds of wl_merge over a word list
+    _pad3: u32,
     _pad0: u32,
     _pad1: u32,
     _pad2: u32,
@@ -111,8 +108,6 @@ struct Params {     // 48 bytes
 @group(0) @binding(14) var<storage, read_write> merges: array<u32>;
 @group(0) @binding(15) var<storage, read_write> lsym: array<u32>;
 @group(0) @binding(16) var<storage, read_write> nxt: array<u32>;
-@group(0) @binding(17) var<storage, read_write> prv: array<u32>;
-@group(0) @binding(18) var<storage, read_write> occ: array<u32>;
 
 // ---- constants -------------------------------------------------------------------------------
 const WG: u32 = 256u;              // threads per workgroup = symbols per tile
@@ -136,11 +131,8 @@ const S_B: u32 = 5u;        //                right id
 const S_C: u32 = 6u;        //                new id
 const S_OCC: u32 = 7u;      // occupied table slots
 const S_OVERFLOW: u32 = 8u; // 1: a probe sequence ran out (host grows the table and restarts)
-const S_NOCC: u32 = 9u;     // sparse path: occurrences listed in occ[], two counters (9, 10):
-                            // merge k appends to S_NOCC + (k & 1)
-const S_PAR: u32 = 11u;     // sparse path: k & 1 of the last merge occ_find ran for
-const S_DONE: u32 = 12u;    // sparse path: 1 = occ_find committed a merge whose S_K increment
-                            // is pending (done by the next find_max4_apply); merges = S_K + S_DONE
+const S_DONE: u32 = 12u;    // sparse path: 1 = wl_merge committed a merge whose S_K increment
+                            // is pending (done by the next wl_find_max4); merges = S_K + S_DONE
 
 // pair_count's workgroup hash table (seed: 1024 slots). 12 B per slot (key + 64-bit count);
 // the host picks the largest power of two ≤ 2048 that fits the adapter's workgroup-storage
@@ -155,10 +147,6 @@ override FUSED: u32 = 0u;
 // 64-bit pair counts (1) or 32-bit ones (0, when the corpus's total pair count is below 2^32;
 // see table_add).
 override WIDE: u32 = 1u;
-// Word-list path: how wl_merge walks a word (0: follow the nxt links of live symbols; 1: the
-// same with the next symbol's loads issued early and an occurrence's four table keys loaded
-// together).
-override WALK: u32 = 0u;
 const PC_ITEMS: u32 = 4u;          // symbols per pair_count thread (1024 per workgroup)
 
 // ---- workgroup memory --------------------------------------------------------------------------
@@ -173,7 +161,6 @@ var<workgroup> sh_v: u32;
 var<workgroup> sh_w: u32;
 var<workgroup> sh_x: u32;
 var<workgroup> sh_cnt: atomic<u32>;
-var<workgroup> sh_list: array<u32, WG>;   // wl_find_max4: this workgroup's dirty blocks
 var<workgroup> sh_sg: array<u32, 128>;
 
 // ---- hashing and keys --------------------------------------------------------------------------
@@ -406,8 +393,6 @@ fn clear_table(@builtin(workgroup_id) wid: vec3<u32>,
     if (slot == 0u) {
         atomicStore(&state[S_OCC], 0u);
         atomicStore(&state[S_OVERFLOW], 0u);
-        atomicStore(&state[S_NOCC], 0u);   // sparse path: a pending apply was flushed before
-        atomicStore(&state[S_NOCC + 1u], 0u);
     }
     if (slot >= P.rows * COLS) { return; }
     atomicStore(&tkeys[slot], EMPTY);
@@ -934,284 +919,9 @@ fn finalize_compact(@builtin(workgroup_id) wid: vec3<u32>,
     }
 }
 
-// ==== sparse path ================================================================================
-// The stream is never compacted: every word keeps its symbols in place, linked by nxt / prv
-// (live symbols only; a symbol merged away as the right half of a pair is DEAD). Per merge:
-//   find_max4_apply  find_max4 (as above), fused with the apply of the previous merge's list
-//   occ_find   every workgroup reduces the block bests itself (the same deterministic best:
-//              find_max_final_det's work, one dispatch fewer; workgroup 0 commits it and sets
-//              the (A, B) count to 0: every (A, B) pair is gone after the merge), then per
-//              8192-symbol tile: positions p where (A, B) is merged → occ[]; when A != B the
-//              exact pair-count deltas around each occurrence are applied right there
-//   occ_delta  A == B only (exits at once otherwise): the deltas, grid-stride over occ[]
-// and, in the next find_max4_apply (or occ_apply before a table rebuild), grid-stride over
-// occ[]: sym[p] = C, its right half DEAD, links spliced.
-// Only occurrences are rewritten, never the stream; occ_find reads one u32 per symbol.
-// State bookkeeping without a race: S_K / S_STOP / S_A.. are written by one thread and read
-// in later dispatches; S_K's increment is deferred (S_DONE) to the next find_max4_apply, and
-// the list counter alternates (S_NOCC + (k & 1)) so that the apply of merge k and the list of
-// merge k + 1 never share one.
-// A == B: runs of A are merged left to right from the run start: the thread holding a run's
-// first symbol walks it (≤ P.max_walk steps; the host checks the longest word against it).
-const DEAD: u32 = 0x40000000u;
-// occ_find: symbols per thread / per workgroup. Larger than the dense tiles: every workgroup
-// also reduces all block bests (final_best), so fewer workgroups cost less. A thread's runs
-// (A == B) start ≥ WG positions apart and are disjoint, so its walks total ≤ (OCC_ITEMS - 1)
-// · WG / 2 + longest word / 2 + OCC_ITEMS steps.
-const OCC_ITEMS: u32 = 32u;
-const OCC_TILE: u32 = WG * OCC_ITEMS;
-const NONE: u32 = 0xFFFFFFFFu;
-
-fn id_at(i: u32) -> u32 { return lsym[i] & IDM; }
-
-// Whether the merge (A, B) starts at live position p (A != B: any (A, B) pair; A == B: only
-// at even offsets from its run start, which callers guarantee by construction).
-fn pair_at(p: u32, a: u32, b: u32) -> bool {
-    let q = nxt[p];
-    return q != NONE && (lsym[p] & (IDM | DEAD)) == a && id_at(q) == b;
-}
-
-// (stop, A, B, listed occurrences of the last merge: 0 when stopped).
-fn occ_ctx(lid: u32) -> vec4<u32> {
-    if (lid == 0u) {
-        sh_u = atomicLoad(&state[S_STOP]);
-        sh_v = atomicLoad(&state[S_A]);
-        sh_w = atomicLoad(&state[S_B]);
-        sh_x = atomicLoad(&state[S_NOCC + (atomicLoad(&state[S_PAR]) & 1u)]);
-    }
-    let stop = workgroupUniformLoad(&sh_u);
-    let a = workgroupUniformLoad(&sh_v);
-    let b = workgroupUniformLoad(&sh_w);
-    let nocc = workgroupUniformLoad(&sh_x);
-    return vec4<u32>(stop, a, b, select(nocc, 0u, stop != 0u));
-}
-
-// Pair-count deltas of the occurrence at p (A at p, B at q = nxt[p]) merged into C.
-// Left neighbour l: (l, A) → (new l, C), where new l = C iff l is the right half of another
-// occurrence. Right neighbour r: (B, r) → (C, r), unless r starts another occurrence (whose
-// left side does it). Removals of (A, B) itself are skipped: its count is set to 0 instead
-// (no (A, B) pair is left after the merge; no new pair is (A, B) since C ∉ {A, B}).
-fn occ_deltas(p: u32, a: u32, b: u32, c: u32) {
-    let q = nxt[p];
-    let w = wid_in[p];
-    let lo = weights[2u * w];
-    let hi = weights[2u * w + 1u];
-    let l = prv[p];
-    if (l != NONE) {
-        let sl = id_at(l);
-        if (!(sl == a && a == b)) { pair_delta(sl, a, lo, hi, true); }
-        var nl = sl;
-        if (sl == b) {
-            let ll = prv[l];
-            if (ll != NONE && id_at(ll) == a) { nl = c; }
-        }
-        pair_delta(nl, c, lo, hi, false);
-    }
-    let r = nxt[q];
-    if (r != NONE) {
-        let sr = id_at(r);
-        if (!(sr == a && pair_at(r, a, b))) {
-            if (!(a == b && sr == b)) { pair_delta(b, sr, lo, hi, true); }
-            pair_delta(c, sr, lo, hi, false);
-        }
-    }
-}
-
-// occ_find: one sweep over the stream (reads one u32 per dead / non-A symbol). A != B: every
-// (A, B) pair is an occurrence: listed and its deltas applied here. A == B: run starts walk
-// their runs and list the occurrences; occ_delta (dispatched only then) does the deltas.
-// Workgroup 0 sets the count of (A, B) to 0.
-@compute @workgroup_size(WG)
-fn occ_find(@builtin(workgroup_id) wid: vec3<u32>,
-            @builtin(num_workgroups) nwg: vec3<u32>,
-            @builtin(local_invocation_index) lid: u32,
-//#if SUBGROUPS
-            @builtin(subgroup_invocation_id) lane: u32,
-            @builtin(subgroup_size) sg_size: u32,
-            @builtin(subgroup_id) sg_id: u32,
-//#endif
-            ) {
-//#if SUBGROUPS
-    let sg = vec3<u32>(lane, sg_size, sg_id);
-//#else
-    let sg = vec3<u32>(0u);
-//#endif
-    // S_K and S_STOP only change in this dispatch by workgroup 0, to what every workgroup
-    // derives itself (S_K is incremented by the next find_max4_apply).
-    if (lid == 0u) {
-        sh_u = atomicLoad(&state[S_STOP]);
-        sh_v = atomicLoad(&state[S_K]);
-    }
-    if (workgroupUniformLoad(&sh_u) != 0u) { return; }
-    let k = workgroupUniformLoad(&sh_v);
-    let r = final_best(lid, sg);
-    let below = r.y < P.min_freq_hi || (r.y == P.min_freq_hi && r.x < P.min_freq_lo);
-    let stop = k >= P.num_merges || (r.x | r.y) == 0u || below;
-    let wg = linear_id(wid, nwg);
-    if (wg == 0u && lid == 0u) {
-        atomicStore(&state[S_PAR], k & 1u);
-        if (stop) {
-            atomicStore(&state[S_STOP], 1u);
-        } else {
-            merges[4u * k] = r.z;
-            merges[4u * k + 1u] = r.w;
-            merges[4u * k + 2u] = r.x;
-            merges[4u * k + 3u] = r.y;
-            atomicStore(&state[S_A], r.z);
-            atomicStore(&state[S_B], r.w);
-            atomicStore(&state[S_C], 256u + k);
-            atomicStore(&state[S_DONE], 1u);
-            // After the merge no (A, B) pair is left: its count is exactly 0.
-            let kp = key_pack(r.z, r.w);
-            let slot = table_slot(kp.x, kp.y);
-            if (slot != EMPTY) {
-                atomicStore(&tcounts[2u * slot], 0u);
-                atomicStore(&tcounts[2u * slot + 1u], 0u);
-                dirty[slot / BLOCK] = 1u;
-            }
-        }
-    }
-    if (stop) { return; }
-    let a = r.z;
-    let b = r.w;
-    let c = 256u + k;
-    let cnt_word = S_NOCC + (k & 1u);
-    let n = atomicLoad(&state[S_N]);
-    let base = wg * OCC_TILE;
-    if (lid == 0u) { atomicStore(&sh_cnt, 0u); }
-    workgroupBarrier();
-    // All of the thread's symbols are loaded first (independent loads in flight together:
-    // the sweep is bound by memory latency, not bandwidth), then examined.
-    var sv: array<u32, OCC_ITEMS>;
-    for (var it = 0u; it < OCC_ITEMS; it++) {
-        let i = base + it * WG + lid;          // coalesced: consecutive threads, consecutive symbols
-        sv[it] = DEAD;
-        if (i < n) { sv[it] = lsym[i]; }
-    }
-    var found: array<u32, OCC_ITEMS>;
-    var nf = 0u;
-    for (var it = 0u; it < OCC_ITEMS; it++) {
-        let i = base + it * WG + lid;
-        if ((sv[it] & (IDM | DEAD)) != a) { continue; }
-        if (a != b) {
-            if (pair_at(i, a, b)) {
-                found[nf] = i;
-                nf += 1u;
-                occ_deltas(i, a, b, c);
-            }
-            continue;
-        }
-        // A == B: only a run start walks its run: pairs at even offsets (left to right).
-        let l = prv[i];
-        if (l != NONE && id_at(l) == a) { continue; }
-        var p = i;
-        for (var step = 0u; step < P.max_walk; step++) {
-            let q = nxt[p];
-            if (q == NONE || id_at(q) != a) { break; }
-            occ[atomicAdd(&state[cnt_word], 1u)] = p;
-            p = nxt[q];
-            if (p == NONE || id_at(p) != a) { break; }
-        }
-    }
-    // A != B: one global atomic per workgroup.
-    let off = atomicAdd(&sh_cnt, nf);
-    workgroupBarrier();
-    if (lid == 0u) {
-        let total = atomicLoad(&sh_cnt);
-        sh_u = 0u;
-        if (total != 0u) { sh_u = atomicAdd(&state[cnt_word], total); }
-    }
-    let gbase = workgroupUniformLoad(&sh_u);
-    for (var j = 0u; j < OCC_ITEMS; j++) {
-        if (j >= nf) { break; }
-        occ[gbase + off + j] = found[j];
-    }
-}
-
-// occ_delta: the deltas of the listed occurrences when A == B (exits at once otherwise).
-// Grid-stride, ≤ P.delta_iters rounds per thread.
-@compute @workgroup_size(WG)
-fn occ_delta(@builtin(workgroup_id) wid: vec3<u32>,
-             @builtin(num_workgroups) nwg: vec3<u32>,
-             @builtin(local_invocation_index) lid: u32) {
-    let cx = occ_ctx(lid);
-    let a = cx.y;
-    let b = cx.z;
-    if (a != b) { return; }
-    let c = atomicLoad(&state[S_C]);
-    let stride = nwg.x * nwg.y * WG;
-    let g0 = linear_id(wid, nwg) * WG + lid;
-    for (var it = 0u; it < P.delta_iters; it++) {
-        let t = g0 + it * stride;
-        if (t >= cx.w) { break; }
-        occ_deltas(occ[t], a, b, c);
-    }
-}
-
-// Apply the listed occurrences: sym[p] = C, its right half DEAD, links spliced. Occurrences
-// never share a symbol, so every element is written by one thread. Grid-stride over
-// `napply` workgroups, ≤ P.occ_iters rounds per thread.
-fn occ_apply_part(w: u32, napply: u32, lid: u32) {
-    let cx = occ_ctx(lid);
-    if (cx.x != 0u) { return; }
-    let c = atomicLoad(&state[S_C]);
-    let stride = napply * WG;
-    let g0 = w * WG + lid;
-    for (var it = 0u; it < P.occ_iters; it++) {
-        let t = g0 + it * stride;
-        if (t >= cx.w) { break; }
-        let p = occ[t];
-        let q = nxt[p];
-        let r = nxt[q];
-        lsym[p] = c | (lsym[p] & TWS);
-        lsym[q] = DEAD;
-        nxt[p] = r;
-        if (r != NONE) { prv[r] = p; }
-    }
-}
-
-// Standalone apply (before a pair-table rebuild; clear_table then resets S_NOCC).
-@compute @workgroup_size(WG)
-fn occ_apply(@builtin(workgroup_id) wid: vec3<u32>,
-             @builtin(num_workgroups) nwg: vec3<u32>,
-             @builtin(local_invocation_index) lid: u32) {
-    occ_apply_part(linear_id(wid, nwg), nwg.x * nwg.y, lid);
-}
-
-// The next merge's find_max4 (workgroups < nblocks) fused with the apply of the previous
-// merge's occurrences (the other workgroups): both only need the deltas done, and neither
-// reads what the other writes. One dispatch fewer per merge.
-@compute @workgroup_size(WG)
-fn find_max4_apply(@builtin(workgroup_id) wid: vec3<u32>,
-                   @builtin(num_workgroups) nwg: vec3<u32>,
-                   @builtin(local_invocation_index) lid: u32,
-//#if SUBGROUPS
-                   @builtin(subgroup_invocation_id) lane: u32,
-                   @builtin(subgroup_size) sg_size: u32,
-                   @builtin(subgroup_id) sg_id: u32,
-//#endif
-                   ) {
-//#if SUBGROUPS
-    let sg = vec3<u32>(lane, sg_size, sg_id);
-//#else
-    let sg = vec3<u32>(0u);
-//#endif
-    let w = linear_id(wid, nwg);
-    if (w == 0u && lid == 0u) {
-        // Bookkeeping of the last occ_find (nobody else reads these words in this dispatch):
-        // commit its merge count, empty the list counter the next occ_find appends to.
-        if (atomicLoad(&state[S_DONE]) != 0u) {
-            atomicAdd(&state[S_K], 1u);
-            atomicStore(&state[S_DONE], 0u);
-        }
-        atomicStore(&state[S_NOCC + 1u - (atomicLoad(&state[S_PAR]) & 1u)], 0u);
-    }
-    if (w < P.nblocks) {
-        find_max4_block(w, lid, sg);
-    } else {
-        occ_apply_part(w - P.nblocks, nwg.x * nwg.y - P.nblocks, lid);
-    }
-}
+// ==== constants of the linked stream (word-list path, pair_count_linked) =====================
+const DEAD: u32 = 0x40000000u;   // lsym of a symbol merged away (the right half of a pair)
+const NONE: u32 = 0xFFFFFFFFu;   // no next symbol (nxt), no previous id
 
 // ==== word-list path =============================================================================
 // The linked stream of the sparse path (lsym / nxt), with an index of where each token occurs:
@@ -1222,8 +932,8 @@ fn find_max4_apply(@builtin(workgroup_id) wid: vec3<u32>,
 // Per merge (2 dispatches, no pass over the stream):
 //   wl_find_max4  find_max4 over the dirty blocks; thread 0 first commits the last merge
 //                 (S_K += 1, the pool top past C's list)
-//   wl_merge      every workgroup reduces the block bests (final_best, as occ_find); workgroup
-//                 0 records the merge; then, grid-stride over the shorter of A's and B's lists,
+//   wl_merge      every workgroup reduces the block bests (final_best; one dispatch fewer
+//                 than a separate final max); workgroup 0 records the merge; then, grid-stride over the shorter of A's and B's lists,
 //                 one thread per word walks the word left to right, merging (A, B) without
 //                 overlap (runs of A == B too: the walk is sequential), applying the exact
 //                 pair-count deltas, and appending the word to C's list when it merged there.
@@ -1267,38 +977,16 @@ fn wl_find_max4(@builtin(workgroup_id) wid: vec3<u32>,
         let c = atomicLoad(&state[S_C]);
         atomicAdd(&state[S_TOP], atomicLoad(&tlist[2u * c + 1u]));
     }
-    // A fixed grid (not one workgroup per block): each workgroup loads the dirty flags of its
-    // blocks (w, w + G, w + 2G, …) at once, then recomputes only the dirty ones.
-    let nw = nwg.x * nwg.y;
-    if (lid == 0u) {
-        atomicStore(&sh_cnt, 0u);
-        sh_u = atomicLoad(&state[S_STOP]);
-    }
-    if (workgroupUniformLoad(&sh_u) != 0u) { return; }
-    for (var j = lid; j * nw + w < P.nblocks; j += WG) {
-        let blk = j * nw + w;
-        if (dirty[blk] != 0u) { sh_list[atomicAdd(&sh_cnt, 1u)] = blk; }
-    }
-    workgroupBarrier();
-    if (lid == 0u) { sh_v = atomicLoad(&sh_cnt); }
-    let cnt = workgroupUniformLoad(&sh_v);
-    for (var i = 0u; i < cnt; i++) {
-        block_best(sh_list[i], lid, sg);
-        workgroupBarrier();
-    }
+    if (w < P.nblocks) { find_max4_block(w, lid, sg); }
 }
 
-// Merge (A, B) → C in word w (weight lo, hi) left to right; whether it applied anywhere.
-// A merge's right-hand deltas use Y, the symbol after B before any later occurrence of the
-// word is merged; its left-hand ones X, the live symbol before A after the earlier ones were.
+// Merge (A, B) → C in word w (weight lo, hi) left to right, following the links of its live
+// symbols; whether it applied anywhere. A merge's right-hand deltas use Y, the symbol after B
+// before any later occurrence of the word is merged; its left-hand ones X, the live symbol
+// before A after the earlier ones were. (Tried on the H200 and not faster, so not kept: reading
+// the word in place in chunks of 8 (slower: 1.08 vs 0.83 s for 32,512 merges), issuing the next
+// symbol's loads early and an occurrence's four table-key loads together (0.77 vs 0.77 s).)
 fn wl_merge_word(w: u32, a: u32, b: u32, c: u32) -> bool {
-    if (WALK == 0u) { return wl_merge_word_linked(w, a, b, c); }
-    if (WALK == 2u) { return false; }   // TIMING EXPERIMENT ONLY
-    return wl_merge_word_piped(w, a, b, c);
-}
-
-// wl_merge_word following the links (WALK = 0): one dependent load per live symbol.
-fn wl_merge_word_linked(w: u32, a: u32, b: u32, c: u32) -> bool {
     let lo = weights[2u * w];
     let hi = weights[2u * w + 1u];
     var p = wstart[w];
@@ -1329,97 +1017,6 @@ fn wl_merge_word_linked(w: u32, a: u32, b: u32, c: u32) -> bool {
         } else {
             prev_id = ip;
             p = q;
-        }
-    }
-    return merged;
-}
-
-
-// The deltas of one occurrence, (X, A) → (X, C) on the left (when X exists) and (B, Y) →
-// (C, Y) on the right (when Y exists), pairs equal to (A, B) skipped: the four table keys are
-// loaded together (one memory round trip instead of four), then the counts added; a key not at
-// its home slot falls back to the probing of pair_delta.
-fn occurrence_deltas(x: u32, y: u32, a: u32, b: u32, c: u32, lo: u32, hi: u32) {
-    var pa: array<u32, 4>;
-    var pb: array<u32, 4>;
-    var neg: array<bool, 4>;
-    var m = 0u;
-    if (x != NONE) {
-        if (!(x == a && a == b)) { pa[m] = x; pb[m] = a; neg[m] = true; m += 1u; }
-        pa[m] = x; pb[m] = c; neg[m] = false; m += 1u;
-    }
-    if (y != NONE) {
-        if (!(y == b && a == b)) { pa[m] = b; pb[m] = y; neg[m] = true; m += 1u; }
-        pa[m] = c; pb[m] = y; neg[m] = false; m += 1u;
-    }
-    var kx: array<u32, 4>;
-    var ky: array<u32, 4>;
-    var home: array<u32, 4>;
-    var cur: array<u32, 4>;
-    let mask = P.rows - 1u;
-    for (var i = 0u; i < 4u; i++) {
-        if (i < m) {
-            let k = key_pack(pa[i], pb[i]);
-            kx[i] = k.x;
-            ky[i] = k.y;
-            home[i] = (row_home(k.x) & mask) * COLS + k.y;
-            cur[i] = atomicLoad(&tkeys[home[i]]);
-        }
-    }
-    for (var i = 0u; i < 4u; i++) {
-        if (i < m) {
-            var slot = home[i];
-            if (cur[i] != kx[i]) { slot = table_slot(kx[i], ky[i]); }
-            if (slot != EMPTY) {
-                if (neg[i]) {
-                    table_add(slot, 0u - lo, ~hi + select(0u, 1u, lo == 0u));
-                } else {
-                    table_add(slot, lo, hi);
-                }
-            }
-        }
-    }
-}
-
-// wl_merge_word following the links with the next symbol's loads issued early (WALK = 1):
-// one memory round trip per live symbol passed, three per occurrence merged.
-fn wl_merge_word_piped(w: u32, a: u32, b: u32, c: u32) -> bool {
-    let lo = weights[2u * w];
-    let hi = weights[2u * w + 1u];
-    var p = wstart[w];
-    var sp = lsym[p];
-    var q = nxt[p];
-    var prev_id = NONE;
-    var merged = false;
-    for (var step = 0u; step < P.max_walk; step++) {
-        let ip = sp & IDM;
-        if (q == NONE) { break; }
-        let sq = lsym[q];
-        let r = nxt[q];
-        if (ip == a && (sq & IDM) == b) {
-            var sr = DEAD;
-            var nr = NONE;
-            var y = NONE;
-            if (r != NONE) {
-                sr = lsym[r];
-                nr = nxt[r];
-                y = sr & IDM;
-            }
-            occurrence_deltas(prev_id, y, a, b, c, lo, hi);
-            lsym[p] = c | (sp & TWS);
-            lsym[q] = DEAD;
-            nxt[p] = r;
-            merged = true;
-            prev_id = c;
-            if (r == NONE) { break; }
-            p = r;
-            sp = sr;
-            q = nr;
-        } else {
-            prev_id = ip;
-            p = q;
-            sp = sq;
-            q = r;
         }
     }
     return merged;
