@@ -333,17 +333,18 @@ class GPUWordCounter:
 
     def __init__(self, gpu=None, batch_bytes: int | None = None, *, min_slots: int = 1 << 16,
                  min_store: int = 1 << 16, max_probe: int | None = None,
-                 max_batch_bytes: int | None = None) -> None:
+                 max_batch_bytes: int | None = None, max_slots: int | None = None) -> None:
         from .gpu import get_gpu
 
         self.g = g = gpu or get_gpu()
         # The table's counts (8 B per slot) must fit one binding; a batch of b bytes has at most
         # b words and the table is kept at most half full.
-        self.max_slots = 1 << ((g.max_storage_binding // 8).bit_length() - 1)
-        # Hard limit of one GPU batch; batches are assembled to half of it (whole documents,
-        # so a batch may overshoot its target by one document).
-        self.max_batch = min(max(1 << 17, self.max_slots // 8), g.max_storage_binding - 64,
-                             max_batch_bytes or 1 << 62)
+        self.max_slots = min(1 << ((g.max_storage_binding // 8).bit_length() - 1),
+                             max_slots or 1 << 62)
+        # Hard limit of one GPU batch (its text must fit one binding); batches are assembled to
+        # at most half of it (whole documents, so a batch may overshoot its target by one).
+        # A batch whose words would overfill the table is split (add_batch).
+        self.max_batch = min(g.max_storage_binding - 64, max_batch_bytes or 1 << 62)
         self.batch_bytes = min(batch_bytes or DEFAULT_GPU_BATCH_BYTES, self.max_batch // 2)
         self.min_slots = min_slots     # (tests: small tables and stores to force growth)
         self.min_store = min_store
@@ -474,6 +475,24 @@ class GPUWordCounter:
 
             raise GPUOperationError("word table rehash ran out of probes")
 
+    def _split(self, data: np.ndarray, offsets: np.ndarray, limit: int) -> None:
+        """Count a batch as parts of at most ``limit`` bytes, split at document boundaries; a
+        document alone above the hard batch limit (or a single document whose words overfill
+        the table) is counted on the CPU."""
+        ndocs = len(offsets) - 1
+        k = 0
+        while k < ndocs:
+            j = int(np.searchsorted(offsets, offsets[k] + limit, side="right")) - 1
+            s0 = int(offsets[k])
+            if j <= k or (ndocs == 1 and limit < len(data)):
+                doc = data[s0:int(offsets[k + 1])]
+                self.extra.update(_count_batch(doc, np.array([0, len(doc)])).to_counter())
+                self.extra_short = True
+                k += 1
+            else:
+                self.add_batch(data[s0:int(offsets[j])], offsets[k:j + 1] - s0)
+                k = j
+
     # -- one batch -------------------------------------------------------------------------------
     def add_batch(self, data: np.ndarray, offsets: np.ndarray) -> None:
         """Count the words of one packed batch (:func:`_batches`)."""
@@ -483,19 +502,7 @@ class GPUWordCounter:
         if n == 0:
             return
         if n > self.max_batch:
-            # Split at document boundaries; a document larger than a batch is counted on the CPU.
-            k = 0
-            while k < len(offsets) - 1:
-                j = int(np.searchsorted(offsets, offsets[k] + self.max_batch, side="right")) - 1
-                s0 = int(offsets[k])
-                if j <= k:                       # document k alone exceeds a batch
-                    doc = data[s0:int(offsets[k + 1])]
-                    self.extra.update(_count_batch(doc, np.array([0, len(doc)])).to_counter())
-                    self.extra_short = True
-                    k += 1
-                else:
-                    self.add_batch(data[s0:int(offsets[j])], offsets[k:j + 1] - s0)
-                    k = j
+            self._split(data, offsets, self.max_batch)
             return
         g, q = self.g, self.g.device.queue
         self._ensure_text(n)
@@ -514,10 +521,13 @@ class GPUWordCounter:
         if need > self.slots:
             slots = max(self.min_slots, 1 << (need - 1).bit_length())
             if slots > self.max_slots:
-                raise InputError(
-                    f"{occ} distinct words so far + {nwords} in this batch do not fit this "
-                    f"adapter's GPU word table ({self.max_slots // 2} words); count on the CPU "
-                    "(torch_gpubpe.wordcount.count_words) and use train_from_word_counts")
+                if 4 * occ > self.max_slots:
+                    raise InputError(
+                        f"{occ} distinct words do not fit this adapter's GPU word table "
+                        f"({self.max_slots // 2} words); count on the CPU (count_on='cpu', or "
+                        "torch_gpubpe.wordcount.count_words + train_from_word_counts)")
+                self._split(data, offsets, max(1, n // 2))   # fewer words per batch
+                return
             self._grow(slots)
             self._params(n)
         top = int(st[_S_TOP])
