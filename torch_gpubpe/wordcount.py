@@ -509,7 +509,12 @@ class GPUWordCounter:
         if not self.slots:
             self._new_table(self.min_slots)
             self._ensure_store(16)
-        q.write_buffer(self.text, 0, pad_to_u32(data, 8))
+        # The text as is (no padded copy): whole u32 words, then the last 1–3 bytes padded.
+        whole = n // 4 * 4
+        if whole:
+            q.write_buffer(self.text, 0, np.ascontiguousarray(data[:whole]))
+        if whole < n:
+            q.write_buffer(self.text, whole, pad_to_u32(data[whole:], 0))
         q.write_buffer(self.doc_bits, 0, doc_start_bitmap(offsets, n))
         self._set_state(nwords=0, nlong=0, overflow=0)
         self._params(n)
@@ -551,12 +556,18 @@ class GPUWordCounter:
             return
         nlong = int(st[_S_NLONG])
         if nlong:
-            pos = np.sort(g.read_u32(self.longs, 0, nlong, what="long words").astype(np.int64))
+            # Words longer than MAXW: their ends from the word-start bitmap (bit n is set).
+            pos = g.read_u32(self.longs, 0, nlong, what="long words").astype(np.int64)
             bits = g.read_u32(self.starts, 0, n // 32 + 1, what="word starts")
-            starts = np.flatnonzero(np.unpackbits(bits.view(np.uint8), bitorder="little")[:n + 1])
-            ends = starts[np.searchsorted(starts, pos, side="right")]
-            raw = data.tobytes()
-            self.extra.update(raw[s:e] for s, e in zip(pos.tolist(), ends.tolist()))
+            nonzero = np.flatnonzero(bits)
+            for p in pos.tolist():
+                w = (p + 1) >> 5
+                x = int(bits[w]) & (0xFFFFFFFF << ((p + 1) & 31)) & 0xFFFFFFFF
+                if not x:
+                    w = int(nonzero[np.searchsorted(nonzero, w + 1)])
+                    x = int(bits[w])
+                e = (w << 5) + ((x & -x).bit_length() - 1)
+                self.extra[data[p:e].tobytes()] += 1
 
     def result(self) -> WordCounts:
         """The distinct words counted so far with their counts."""
