@@ -131,3 +131,15 @@ def test_bad_input_is_named():
         count_words_gpu("a single string")
     with pytest.raises(InputError, match="document 1"):
         count_words_gpu(["ok", 3])
+
+
+@pytest.mark.heavy
+def test_heavy_counts_equal_the_cpu_counter_at_corpus_scale():
+    """Every corpus whole (≈116 MB: batches of 64 MiB, long words, big tables) on the real GPU
+    against the vectorised CPU counter (itself checked against the reference elsewhere)."""
+    from torch_gpubpe.wordcount import count_words
+
+    docs: list[str] = []
+    for name in CORPUS_NAMES:
+        docs += corpus_docs(name, 40_000_000, max_doc_bytes=20_000_000)
+    assert count_words_gpu(docs).to_dict() == dict(count_words(docs))
