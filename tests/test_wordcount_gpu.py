@@ -143,3 +143,26 @@ def test_heavy_counts_equal_the_cpu_counter_at_corpus_scale():
     for name in CORPUS_NAMES:
         docs += corpus_docs(name, 40_000_000, max_doc_bytes=20_000_000)
     assert count_words_gpu(docs).to_dict() == dict(count_words(docs))
+
+
+def test_counts_carry_past_two_to_the_32():
+    """Counts are 64-bit: with every count set just below 2^32 on the GPU, a second batch of
+    the same words carries into the high word exactly."""
+    docs = ["aa bb aa cc aa", "bb dd"] * 3
+    counter = GPUWordCounter()
+    for data, offsets in _batches(docs, 1 << 20, {}):
+        counter.add_batch(data, offsets)
+    first = ref_counts(docs)
+    base = (1 << 32) - 2
+    occupied = np.zeros(counter.slots, bool)
+    keys = counter.g.read_u32(counter.keys, 0, counter.slots)
+    occupied[keys != 0] = True
+    lo = np.where(occupied, np.uint32(base & 0xFFFFFFFF), np.uint32(0)).astype(np.uint32)
+    counts = np.zeros((counter.slots, 2), np.uint32)
+    counts[:, 0] = lo
+    counter.g.device.queue.write_buffer(counter.counts, 0, counts)
+    for data, offsets in _batches(docs, 1 << 20, {}):
+        counter.add_batch(data, offsets)
+    got = counter.result().to_dict()
+    assert got == {w: base + c for w, c in first.items()}
+    assert all(v > (1 << 32) for v in got.values())

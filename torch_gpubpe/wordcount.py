@@ -1,6 +1,19 @@
 """Word counting for training: documents → {word bytes: count} (DESIGN.md §2, §3).
 
-Exact and vectorised (numpy): documents are packed in batches of ~``batch_bytes`` bytes, word
+Two exact counters with the same result:
+
+* on the GPU (:func:`count_words_gpu`, :class:`GPUWordCounter`, ``wgsl/wordcount.wgsl``; what
+  :func:`torch_gpubpe.trainer.train` uses by default): batches of whole documents (64 MiB) are
+  uploaded, word starts marked by the §2 rule, and every word inserted into a hash table that
+  lives across batches; a key points at the word's bytes (in the batch, then copied to a word
+  store on the GPU) and the bytes are compared on every probe, so equal keys are equal words,
+  never just equal hashes; counts are 64-bit. Words over ``MAXW`` bytes, documents larger than
+  a batch and a batch whose probe sequence ran out are counted on the CPU and merged in.
+  Output: :class:`WordCounts` (flat arrays). On the H200, 95 MB of text in 0.27 s, against
+  2.54 s for rustbpe's own counting (``benchmarks/train.py``);
+* on the CPU (:func:`count_words`), described next.
+
+The CPU counter is exact and vectorised (numpy): documents are packed in batches of ~``batch_bytes`` bytes, word
 starts come from :func:`~torch_gpubpe.pretokenize.word_start_mask` (the §2 rule), and words are
 grouped without a Python loop per word:
 
