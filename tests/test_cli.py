@@ -105,6 +105,25 @@ def test_train_on_files_equals_reference_and_exports(tmp_path, capsys, tr_docs):
 
 
 @pytest.mark.gpu
+def test_train_count_on_cpu_equals_gpu(tmp_path, capsys, tr_docs):
+    """--count-on cpu counts the words on the CPU: the same vocab as the GPU counter's."""
+    data = _write_jsonl_gz(tmp_path / "tr.jsonl.gz", tr_docs)
+    got = {}
+    for where in ("gpu", "cpu"):
+        out = tmp_path / where
+        code, _, err = _run(capsys, "train", "--data-files", str(data), "--vocab-size", "400",
+                            "--holdout-every", "0", "--out", str(out), "--no-progress",
+                            "--count-on", where, "--summary-json", str(tmp_path / f"{where}.json"))
+        assert code == 0, err
+        got[where] = Vocab.load(out / "vocab.json")
+        s = json.loads((tmp_path / f"{where}.json").read_text())
+        assert s["unique_words"] == len(reference.count_words(tr_docs))
+    assert got["gpu"].merges == got["cpu"].merges
+    assert list(got["cpu"].merges) == reference.train(tr_docs, 400, min_frequency=2,
+                                                      num_special_tokens=1)
+
+
+@pytest.mark.gpu
 def test_train_heldout_compression_and_sampling(tmp_path, capsys, tr_docs):
     """--max-docs samples the first documents; every 4th is held out of training; the reported
     compression is held-out bytes / tokens of the held-out documents."""

@@ -394,3 +394,19 @@ def test_stream_of_more_than_256_tiles(sparse):
                                  batch=4)
     assert st["stream_symbols"] > 256 * 2048
     assert list(got.merges) == reference.train_from_word_counts(counts, 256 + 12, 1)
+
+
+def test_count_on_cpu_and_gpu_give_the_same_merges_and_stats():
+    docs = corpus_docs("multi_xquad", 30_000) + corpus_docs("code_cpython_headers", 20_000)
+    out = {}
+    for where in ("gpu", "cpu"):
+        st: dict = {}
+        out[where] = (train(docs, 360, min_frequency=2, stats=st, count_on=where).merges, st)
+        assert st["count_on"] == where
+        assert st["unique_words"] == len(reference.count_words(docs))
+        assert st["num_documents"] == len(docs)
+        assert st["corpus_bytes"] == sum(len(d.encode()) for d in docs)
+    assert out["gpu"][0] == out["cpu"][0]
+    assert list(out["gpu"][0]) == ref_merges(docs, 360)
+    with pytest.raises(ValueError, match="count_on"):
+        train(docs, 300, count_on="tpu")

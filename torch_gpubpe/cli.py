@@ -133,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
                    metavar="TOKEN",
                    help="special tokens, ids after the last merge (default: <|endoftext|>; "
                         "give the option with no value for none)")
+    g.add_argument("--count-on", choices=("gpu", "cpu"), default="gpu",
+                   help="where the words are counted before the merges (default: gpu; cpu: "
+                        "vectorised numpy on all cores, for corpora with more distinct words "
+                        "than the GPU's word table holds); same counts")
     g.add_argument("--holdout-every", type=int, default=DEFAULT_HOLDOUT_EVERY, metavar="K",
                    help="every K-th document is held out of training to measure compression "
                         f"(default: {DEFAULT_HOLDOUT_EVERY}; 0: none)")
@@ -323,7 +327,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     try:
         vocab = train(reader, args.vocab_size, min_frequency=args.min_frequency,
-                      special_tokens=specials, progress=on_progress, stats=stats)
+                      special_tokens=specials, progress=on_progress, stats=stats,
+                      count_on=args.count_on)
     finally:
         if bar is not None:
             bar.close()
