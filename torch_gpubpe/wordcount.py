@@ -293,7 +293,7 @@ def count_words(documents: Iterable[str | bytes], *, batch_bytes: int = DEFAULT_
 # -- counting on the GPU (wgsl/wordcount.wgsl) ---------------------------------------------------
 MAXW = 256                    # longest word the GPU table takes (bytes); wordcount.wgsl MAXW
 DEFAULT_GPU_BATCH_BYTES = 64 << 20
-_S_TOP, _S_OCC, _S_NLONG, _S_OVERFLOW, _S_NWORDS, _S_NOUT = range(6)
+_S_TOP, _S_OCC, _S_NLONG, _S_OVERFLOW, _S_NWORDS, _S_NOUT, _S_NEED = range(7)
 _WC_WG = 256
 
 
@@ -400,7 +400,9 @@ class GPUWordCounter:
         self.counts = self._buf(8 * slots, "wc.counts")
         self.keys_bak = self._buf(4 * slots, "wc.keys_backup")
         self.counts_bak = self._buf(8 * slots, "wc.counts_backup")
-        self.out = self._buf(12 * slots, "wc.out")
+        # wc_compact's output: (store offset, count lo, hi) per word; the table is kept at most
+        # half full.
+        self.out = self._buf(12 * (slots // 2 + 16), "wc.out")
         self._bind = None
 
     def _ensure_store(self, need: int) -> None:
@@ -409,7 +411,8 @@ class GPUWordCounter:
         cap = max(need, int(self.store_cap * 1.5), self.min_store)
         if 4 * cap > self.g.max_storage_binding:
             raise InputError(f"the distinct words need {4 * need} bytes of GPU word store; this "
-                      f"adapter binds at most {self.g.max_storage_binding}")
+                             f"adapter binds at most {self.g.max_storage_binding}; count on the "
+                             "CPU (count_on='cpu')")
         new = self._buf(4 * cap, "wc.store")
         if self.store_cap:
             enc = self.g.device.create_command_encoder()
@@ -454,6 +457,7 @@ class GPUWordCounter:
     def _set_state(self, **words: int) -> None:
         q = self.g.device.queue
         for i, v in ((_S_NWORDS, words.get("nwords")), (_S_NLONG, words.get("nlong")),
+                     (_S_NEED, words.get("need")),
                      (_S_OVERFLOW, words.get("overflow")), (_S_NOUT, words.get("nout")),
                      (_S_OCC, words.get("occ"))):
             if v is not None:
@@ -529,7 +533,7 @@ class GPUWordCounter:
         if whole < n:
             q.write_buffer(self.text, whole, pad_to_u32(data[whole:], 0))
         q.write_buffer(self.doc_bits, 0, doc_start_bitmap(offsets, n))
-        self._set_state(nwords=0, nlong=0, overflow=0)
+        self._set_state(nwords=0, nlong=0, overflow=0, need=0)
         self._params(n)
         enc = g.device.create_command_encoder()
         self._dispatch(enc, "wc_starts", n // 32 + 1)
@@ -549,13 +553,17 @@ class GPUWordCounter:
             self._grow(slots)
             self._params(n)
         top = int(st[_S_TOP])
-        self._ensure_store(top + 2 * n + 16)
         enc = g.device.create_command_encoder()
         enc.copy_buffer_to_buffer(self.keys, 0, self.keys_bak, 0, 4 * self.slots)
         enc.copy_buffer_to_buffer(self.counts, 0, self.counts_bak, 0, 8 * self.slots)
         self._dispatch(enc, "wc_insert", n)
-        self._dispatch(enc, "wc_persist", self.slots)
         st = self._state(enc, "word counting")
+        if not st[_S_OVERFLOW]:
+            # The store grows to what this batch's new words take (S_NEED), then they move in.
+            self._ensure_store(top + int(st[_S_NEED]) + 16)
+            enc = g.device.create_command_encoder()
+            self._dispatch(enc, "wc_persist", self.slots)
+            g.device.queue.submit([enc.finish()])
         if st[_S_OVERFLOW]:
             # A probe sequence ran out (adversarial hash collisions): undo the batch, count it
             # on the CPU instead.

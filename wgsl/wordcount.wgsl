@@ -54,6 +54,7 @@ const S_NLONG: u32 = 2u;     // entries of longs (this batch)
 const S_OVERFLOW: u32 = 3u;  // 1: a probe sequence ran out (host: larger table, recount)
 const S_NWORDS: u32 = 4u;    // words of this batch
 const S_NOUT: u32 = 5u;      // entries written by wc_compact
+const S_NEED: u32 = 6u;      // store words the slots claimed in this batch will take
 
 var<workgroup> wg_count: atomic<u32>;
 
@@ -189,6 +190,7 @@ fn wc_insert(@builtin(workgroup_id) wid: vec3<u32>,
             let r = atomicCompareExchangeWeak(&keys[slot], EMPTY, p + 1u);
             if (r.exchanged) {
                 atomicAdd(&state[S_OCC], 1u);
+                atomicAdd(&state[S_NEED], 1u + (len + 3u) / 4u);
                 count_add(slot, 1u, 0u);
                 return;
             }
@@ -218,7 +220,7 @@ fn wc_persist(@builtin(workgroup_id) wid: vec3<u32>,
     let q = key - 1u;
     let len = next_start(q) - q;               // ≤ MAXW: only such words are claimed
     let size = 1u + (len + 3u) / 4u;
-    let o = atomicAdd(&state[S_TOP], size);    // the host sized `store` for every new word
+    let o = atomicAdd(&state[S_TOP], size);    // the host sized `store` from S_NEED
     store[o] = len;
     for (var k = 0u; k < size - 1u; k++) {
         var v = 0u;
