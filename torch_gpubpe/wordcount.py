@@ -339,9 +339,11 @@ class GPUWordCounter:
     """Counts words on the GPU into a hash table that lives across batches (wordcount.wgsl).
 
     Exact: table keys point at the words' bytes, which are compared on every probe (never only
-    hashes); counts are 64-bit. Words longer than ``MAXW`` bytes, documents larger than a batch
-    and (should a probe sequence ever run out) a whole batch are counted on the CPU instead
-    (:func:`_count_batch`) and merged in.
+    hashes); counts are 64-bit. Words longer than ``MAXW`` bytes, documents larger than a batch,
+    a whole batch should a probe sequence ever run out, and every batch once the table (a
+    quarter of the largest binding's slots: ≈33 M distinct words on a 2 GiB binding) or the
+    word store is full are counted on the CPU instead (:func:`_count_batch`) and merged in by
+    word (slower, never lost).
     """
 
     def __init__(self, gpu=None, batch_bytes: int | None = None, *, min_slots: int = 1 << 16,
@@ -376,6 +378,7 @@ class GPUWordCounter:
         self.text_cap = 0
         self.extra: Counter[bytes] = Counter()   # counted on the CPU (long words, fallbacks)
         self.extra_short = False                  # whether extra may hold words ≤ MAXW bytes
+        self.table_full = False                   # GPU table/store full: the rest on the CPU
         self._bind = None
 
     # -- buffers ---------------------------------------------------------------------------------
@@ -408,7 +411,8 @@ class GPUWordCounter:
     def _ensure_store(self, need: int) -> None:
         if need <= self.store_cap:
             return
-        cap = max(need, int(self.store_cap * 1.5), self.min_store)
+        cap = max(need, min(int(self.store_cap * 1.5), self.g.max_storage_binding // 4),
+                  self.min_store)
         if 4 * cap > self.g.max_storage_binding:
             raise InputError(f"the distinct words need {4 * need} bytes of GPU word store; this "
                              f"adapter binds at most {self.g.max_storage_binding}; count on the "
@@ -492,6 +496,11 @@ class GPUWordCounter:
 
             raise GPUOperationError("word table rehash ran out of probes")
 
+    def _cpu(self, data: np.ndarray, offsets: np.ndarray) -> None:
+        """Count a packed batch on the CPU (merged into the result by word)."""
+        self.extra.update(_count_batch(data, offsets).to_counter())
+        self.extra_short = True
+
     def _split(self, data: np.ndarray, offsets: np.ndarray, limit: int) -> None:
         """Count a batch as parts of at most ``limit`` bytes, split at document boundaries; a
         document alone above the hard batch limit (or a single document whose words overfill
@@ -503,8 +512,7 @@ class GPUWordCounter:
             s0 = int(offsets[k])
             if j <= k or (ndocs == 1 and limit < len(data)):
                 doc = data[s0:int(offsets[k + 1])]
-                self.extra.update(_count_batch(doc, np.array([0, len(doc)])).to_counter())
-                self.extra_short = True
+                self._cpu(doc, np.array([0, len(doc)]))
                 k += 1
             else:
                 self.add_batch(data[s0:int(offsets[j])], offsets[k:j + 1] - s0)
@@ -517,6 +525,9 @@ class GPUWordCounter:
 
         n = len(data)
         if n == 0:
+            return
+        if self.table_full:
+            self._cpu(data, offsets)
             return
         if n > self.max_batch:
             self._split(data, offsets, self.max_batch)
@@ -544,10 +555,11 @@ class GPUWordCounter:
             slots = max(self.min_slots, 1 << (need - 1).bit_length())
             if slots > self.max_slots:
                 if 4 * occ > self.max_slots:
-                    raise InputError(
-                        f"{occ} distinct words do not fit this adapter's GPU word table "
-                        f"({self.max_slots // 2} words); count on the CPU (count_on='cpu', or "
-                        "torch_gpubpe.wordcount.count_words + train_from_word_counts)")
+                    # The table is full of distinct words: this batch and the rest are
+                    # counted on the CPU (nothing is lost; slower).
+                    self.table_full = True
+                    self._cpu(data, offsets)
+                    return
                 self._split(data, offsets, max(1, n // 2))   # fewer words per batch
                 return
             self._grow(slots)
@@ -558,6 +570,9 @@ class GPUWordCounter:
         enc.copy_buffer_to_buffer(self.counts, 0, self.counts_bak, 0, 8 * self.slots)
         self._dispatch(enc, "wc_insert", n)
         st = self._state(enc, "word counting")
+        if not st[_S_OVERFLOW] and 4 * (top + int(st[_S_NEED]) + 16) > g.max_storage_binding:
+            self.table_full = True          # the word store would outgrow a binding
+            st[_S_OVERFLOW] = 1
         if not st[_S_OVERFLOW]:
             # The store grows to what this batch's new words take (S_NEED), then they move in.
             self._ensure_store(top + int(st[_S_NEED]) + 16)
@@ -572,8 +587,7 @@ class GPUWordCounter:
             enc.copy_buffer_to_buffer(self.counts_bak, 0, self.counts, 0, 8 * self.slots)
             q.submit([enc.finish()])
             self._set_state(occ=occ, overflow=0)
-            self.extra.update(_count_batch(data, offsets).to_counter())
-            self.extra_short = True
+            self._cpu(data, offsets)
             return
         nlong = int(st[_S_NLONG])
         if nlong:
@@ -638,8 +652,8 @@ def count_words_gpu(documents: Iterable[str | bytes], *, batch_bytes: int | None
     Returns:
         :class:`WordCounts` (words in no particular order).
     Raises:
-        InputError: ``documents`` is one ``str``/``bytes``, an item is neither ``str`` nor
-            bytes-like (names its index), or the distinct words outgrow the GPU table.
+        InputError: ``documents`` is one ``str``/``bytes``, or an item is neither ``str`` nor
+            bytes-like (names its index).
         NoAdapterError, GPUOperationError: no usable GPU / a GPU operation failed.
     """
     check_documents(documents)
