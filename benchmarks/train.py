@@ -13,7 +13,10 @@ Usage::
 
 Reports wall time (split into word counting and merging where the method allows), peak RSS,
 merges/s, whether the merges equal rustbpe's (token bytes in rank order), and with
-``--profile`` the GPU time per kernel per merge from timestamp queries.
+``--profile`` the GPU time per kernel per merge from timestamp queries. The GPU trainer trains
+twice in its process: the first row includes opening the device and compiling the pipelines,
+the "(warm)" row is the second training (the device already open). Counting-only rows: the GPU
+word counter (device opened first, not timed), the CPU word counter and rustbpe's own counting.
 """
 
 from __future__ import annotations
