@@ -115,6 +115,18 @@ def test_probe_overflow_falls_back_to_the_cpu_exactly():
                       _counter_kw={"max_probe": 1, "min_slots": 64}) == ref_counts(docs)
 
 
+def test_rehash_overflow_moves_the_words_to_the_cpu_exactly():
+    """With one probe per word, moving the words into a grown table overflows: the words
+    counted so far and everything after are counted on the CPU; nothing is lost (found by a
+    hostile-input review: it used to raise)."""
+    docs = ["w637", "w261", "w759", "w367", "w814", "w707", "w965", "w861"] * 3
+    counter = GPUWordCounter(batch_bytes=1, min_slots=4, max_probe=1)
+    for data, offsets in _batches(docs, counter.batch_bytes, {}):
+        counter.add_batch(data, offsets)
+    assert counter.table_full
+    assert counter.result().to_dict() == ref_counts(docs)
+
+
 def test_random_bytes_and_str_inputs():
     rnd = random.Random(7)
     docs = [bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 2_000))) for _ in range(40)]
@@ -133,6 +145,9 @@ def test_bad_input_is_named():
         count_words_gpu("a single string")
     with pytest.raises(InputError, match="document 1"):
         count_words_gpu(["ok", 3])
+    for bad in (5, None):
+        with pytest.raises(InputError, match="iterable of documents"):
+            count_words_gpu(bad)
 
 
 @pytest.mark.heavy

@@ -249,6 +249,12 @@ def check_documents(documents) -> None:
             "expected an iterable of documents, got one str/bytes (it would be read as one "
             "document per character); pass [text] for one document"
         )
+    try:
+        iter(documents)
+    except TypeError:
+        raise InputError(
+            f"expected an iterable of documents (str or bytes), got {type(documents).__name__}"
+        ) from None
 
 
 def count_words(documents: Iterable[str | bytes], *, batch_bytes: int = DEFAULT_BATCH_BYTES,
@@ -359,7 +365,9 @@ class GPUWordCounter:
         # Hard limit of one GPU batch (its text must fit one binding); batches are assembled to
         # at most half of it (whole documents, so a batch may overshoot its target by one).
         # A batch whose words would overfill the table is split (add_batch).
-        self.max_batch = min(g.max_storage_binding - 64, max_batch_bytes or 1 << 62)
+        # (Text positions + 1 are table keys below bit 31: a batch stays under 2^31 bytes.)
+        self.max_batch = min(g.max_storage_binding - 64, (1 << 31) - 64,
+                             max_batch_bytes or 1 << 62)
         self.batch_bytes = min(batch_bytes or DEFAULT_GPU_BATCH_BYTES, self.max_batch // 2)
         self.min_slots = min_slots     # (tests: small tables and stores to force growth)
         self.min_store = min_store
@@ -492,9 +500,13 @@ class GPUWordCounter:
         self._dispatch(enc, "wc_rehash", nout)
         st = self._state(enc, "word table rehash")
         if st[_S_OVERFLOW]:
-            from .errors import GPUOperationError
-
-            raise GPUOperationError("word table rehash ran out of probes")
+            # A probe sequence ran out while moving the words (crafted collisions): the words
+            # counted so far go to the CPU counter, and so does everything after (table_full).
+            self.extra.update(self._table_words(nout).to_dict())
+            self.extra_short = True
+            self.table_full = True
+            self._new_table(self.min_slots)
+            self._set_state(occ=0, overflow=0)
 
     def _cpu(self, data: np.ndarray, offsets: np.ndarray) -> None:
         """Count a packed batch on the CPU (merged into the result by word)."""
@@ -563,6 +575,9 @@ class GPUWordCounter:
                 self._split(data, offsets, max(1, n // 2))   # fewer words per batch
                 return
             self._grow(slots)
+            if self.table_full:
+                self._cpu(data, offsets)
+                return
             self._params(n)
         top = int(st[_S_TOP])
         enc = g.device.create_command_encoder()
@@ -604,27 +619,30 @@ class GPUWordCounter:
                 e = (w << 5) + ((x & -x).bit_length() - 1)
                 self.extra[data[p:e].tobytes()] += 1
 
+    def _table_words(self, nout: int) -> WordCounts:
+        """The ``nout`` words wc_compact wrote to ``out``, with their bytes from the store."""
+        if not nout:
+            return WordCounts(np.zeros(0, np.uint8), np.zeros(0, np.int64),
+                              np.zeros(0, np.uint64))
+        out = self.g.read_u32(self.out, 0, 3 * nout, what="word table readback").reshape(-1, 3)
+        top = int(self._state(self.g.device.create_command_encoder(), "store size")[_S_TOP])
+        store = self.g.read_u32(self.store, 0, top, what="word store readback")
+        o = out[:, 0].astype(np.int64)
+        lengths = store[o].astype(np.int64)
+        counts = out[:, 1].astype(np.uint64) | (out[:, 2].astype(np.uint64) << np.uint64(32))
+        sbytes = store.view(np.uint8)
+        woff = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=woff[1:])
+        idx = np.repeat(4 * (o + 1) - woff[:-1], lengths) + np.arange(woff[-1])
+        return WordCounts(sbytes[idx], lengths, counts)
+
     def result(self) -> WordCounts:
         """The distinct words counted so far with their counts."""
         if self.slots:
             nout = self._compact()
         else:
             nout = 0
-        if nout:
-            out = self.g.read_u32(self.out, 0, 3 * nout, what="word table readback")
-            out = out.reshape(-1, 3)
-            top = int(self._state(self.g.device.create_command_encoder(), "store size")[_S_TOP])
-            store = self.g.read_u32(self.store, 0, top, what="word store readback")
-            o = out[:, 0].astype(np.int64)
-            lengths = store[o].astype(np.int64)
-            counts = out[:, 1].astype(np.uint64) | (out[:, 2].astype(np.uint64) << np.uint64(32))
-            sbytes = store.view(np.uint8)
-            woff = np.zeros(len(lengths) + 1, np.int64)
-            np.cumsum(lengths, out=woff[1:])
-            idx = np.repeat(4 * (o + 1) - woff[:-1], lengths) + np.arange(woff[-1])
-            wc = WordCounts(sbytes[idx], lengths, counts)
-        else:
-            wc = WordCounts(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.uint64))
+        wc = self._table_words(nout)
         if not self.extra:
             return wc
         if self.extra_short:   # the CPU counted words the table may hold too: merge by key
