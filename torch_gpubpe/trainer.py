@@ -526,7 +526,8 @@ class GPUTrainer:
             if not sparse:
                 cls, extra = _Run, {}
             else:
-                cls, extra = _SparseRun, {"max_len": max_len}
+                cls, extra = _SparseRun, {"max_len": max_len, "word_starts": starts,
+                                          "word_lens": lens}
             res = cls(self, sym, wid, wts, n, num_merges, min_frequency, rows, batch,
                       max_rows, st, profile, fused, **extra).train(progress, t0)
             if res is not None:
@@ -843,12 +844,12 @@ class _SparseRun(_Run):
     :class:`_Run`."""
 
     def __init__(self, trainer: GPUTrainer, sym, wid, wts, n, num_merges, min_frequency, rows,
-                 batch, max_rows, st, profile, fused, *, max_len: int) -> None:
+                 batch, max_rows, st, profile, fused, *, max_len: int, word_starts: np.ndarray,
+                 word_lens: np.ndarray) -> None:
         self._init_common(trainer, n, len(wts), num_merges, min_frequency, batch, max_rows, st)
-        total_pairs = int(np.dot((np.diff(wstart_bounds := np.append(
-            np.flatnonzero((sym & np.uint32(TWS)) != 0), n)) - 1).astype(np.float64),
-            wts.view(np.uint64).astype(np.float64)))
-        self.wide = total_pairs >= (1 << 31)   # float estimate: a margin below 2^32
+        total_pairs = float(np.dot((word_lens - 1).astype(np.float64),
+                                   wts.view(np.uint64).astype(np.float64)))
+        self.wide = total_pairs >= 2.0 ** 31   # float estimate: a margin below 2^32
         st["wide_counts"] = self.wide
         self.pipes = trainer.sparse_pipelines(self.wide)
         self.steps = SPARSE_STEP
@@ -856,12 +857,9 @@ class _SparseRun(_Run):
         self.max_walk = int(max_len) + 1
         g, U = self.g, self.g.wgpu.BufferUsage
         S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
-        starts = (sym & np.uint32(TWS)) != 0
-        wstart = wstart_bounds.astype(np.uint32)
+        wstart = np.append(word_starts, n).astype(np.uint32)
         nxt = np.arange(1, n + 1, dtype=np.uint32)
-        last = np.ones(n, bool)
-        last[:-1] = starts[1:]
-        nxt[last] = 0xFFFFFFFF
+        nxt[word_starts + word_lens - 1] = 0xFFFFFFFF      # the last symbol of every word
         # Byte lists: the words holding each byte value, each word once (stable radix sort of
         # the bytes keeps the word order inside a byte's group, so duplicates are adjacent).
         byte = (sym & np.uint32(0xFF)).astype(np.uint8)
