@@ -41,6 +41,7 @@ each is written to finish in under 2 minutes there).
 | one-shot generator with ``num_workers=2`` | data | InputError saying it cannot be split across workers | test_dataset_generator_cannot_be_split_across_workers |
 | text files: invalid UTF-8, NUL, BOM, CRLF lines; JSON Lines with surrogate escapes, ``null``, bad bytes | data (TextFiles) | == reference on the raw bytes; InputError naming file:line | test_dataset_text_files_hostile_bytes |
 | JSON Lines rows whose text is ``null`` | cli encode | skipped, counted and listed in meta.json and the summary | test_cli_encode_counts_skipped_none_rows |
+| GPU word counting (tests/test_wordcount_gpu.py): words at/over 256 bytes, documents over the batch limit, batches with more words than the table, table/store growth, probe and rehash overflow (forced), a full table, counts past 2^32, random bytes/str, non-iterables | wordcount | == reference.count_words; CPU takes over exactly where the GPU cannot; InputError for bad input | test_word_length_limit_and_long_words, test_document_larger_than_a_batch_and_empty_documents, test_batch_with_too_many_words_for_the_table_is_split, test_many_batches_table_growth_and_store_growth, test_probe_overflow_falls_back_to_the_cpu_exactly, test_rehash_overflow_moves_the_words_to_the_cpu_exactly, test_counts_carry_past_two_to_the_32, test_random_documents, test_bad_input_is_named |
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ by its count, on one of two paths with the same merges:
   (``find_max4 → find_max_final_det → [setup_merge] → merge_reduce → [scan_pass1] →
   scan_pass2 → [scan_pass3] → finalize_compact``).
 
-On the H200 (95 MB of text, vocab 32,768: 32,512 merges) the merge loop took 0.77–0.80 s on
-the sparse path and 2.19 s on the dense one (``benchmarks/train.py --compare-dense``).
+On the H200 (95 MB of text, vocab 32,768: 32,512 merges) the merge loop took 0.75–0.80 s on
+the sparse path and 2.11–2.14 s on the dense one (``benchmarks/train.py --compare-dense``).
 
 Host flow:
 
