@@ -20,9 +20,9 @@ the sparse path and 2.11–2.14 s on the dense one (``benchmarks/train.py --comp
 Host flow:
 
 1. count words: on the GPU by default (:func:`torch_gpubpe.wordcount.count_words_gpu`, a hash
-   table keyed by the words' bytes; the first batch is packed on the host while a thread opens
-   the device and compiles the pipelines), or on the CPU (``count_on="cpu"``: vectorised
-   numpy on a thread pool); both exact;
+   table keyed by the words' bytes; batches, up to ``PREFETCH_BYTES``, are packed on the host
+   while a thread opens the device and compiles the pipelines), or on the CPU
+   (``count_on="cpu"``: vectorised numpy on a thread pool); both exact;
 2. upload the unique words as one symbol stream (id | bit 31 at word starts), a word index per
    symbol and a 64-bit weight per word (sparse: and the next links, the words' starts and the
    byte lists); the pair table is sized from the distinct byte pairs; pair counts are 32-bit
@@ -109,6 +109,8 @@ SPARSE_BINDINGS = {
                  _WSTART, _TLIST, _POOL),
 }
 SPARSE_STEP = ("wl_find_max4", "wl_merge")
+# train(): documents packed into GPU batches while the device opens, at most this many bytes.
+PREFETCH_BYTES = 256 << 20
 # wl_merge's grid on a GPU (a sweep of 66–528 on the H200: 66–132 best, 528 22% slower; every
 # workgroup reduces the block maxima itself, so more cost more).
 SPARSE_WGS = 132
@@ -256,15 +258,22 @@ def train(
             trainer = fut.result()
             t2 = time.perf_counter()
         else:
+            # Pack batches while the device opens (at least one, at most PREFETCH_BYTES).
             batches = _batches(documents, DEFAULT_GPU_BATCH_BYTES, info)
-            first = next(batches, None)
+            ready: list = []
+            held = 0
+            for b in batches:
+                ready.append(b)
+                held += len(b[0])
+                if fut.done() or held >= PREFETCH_BYTES:
+                    break
             t1 = time.perf_counter()
             trainer = fut.result()
             t2 = time.perf_counter()
             counter = GPUWordCounter(trainer.gpu)
             with trainer.gpu.operation("counting words"):
-                if first is not None:
-                    counter.add_batch(*first)
+                while ready:
+                    counter.add_batch(*ready.pop(0))
                 for data, offsets in batches:
                     counter.add_batch(data, offsets)
                 counts = counter.result()
