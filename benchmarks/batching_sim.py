@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.train import DEFAULT_CORPORA, load_docs  # noqa: E402
 from torch_gpubpe import reference  # noqa: E402
-from torch_gpubpe.reference import _merge_word, _pairs  # noqa: E402
+from torch_gpubpe.reference import _apply_merge, _pairs  # noqa: E402
 
 
 def simulate(word_counts, vocab_size: int, min_frequency: int, lookahead: int = 64):
@@ -78,27 +78,8 @@ def simulate(word_counts, vocab_size: int, min_frequency: int, lookahead: int = 
         k = min(k, num - len(merges))
         sizes.append(k)
         for _, a, b in q[:k]:
-            pair, new_id = (a, b), 256 + len(merges)
-            merges.append(pair)
-            touched = set()
-            for wi in sorted(where.pop(pair, ())):
-                old, weight = words[wi], weights[wi]
-                new = _merge_word(old, pair, new_id)
-                for p, c in _pairs(old).items():
-                    counts[p] -= c * weight
-                    touched.add(p)
-                for p, c in _pairs(new).items():
-                    counts[p] = counts.get(p, 0) + c * weight
-                    where.setdefault(p, set()).add(wi)
-                    touched.add(p)
-                words[wi] = new
-            counts.pop(pair, None)
-            for p in touched:
-                c = counts.get(p, 0)
-                if c > 0:
-                    heapq.heappush(heap, (-c, p[0], p[1]))
-                else:
-                    counts.pop(p, None)
+            merges.append((a, b))
+            _apply_merge((a, b), 256 + len(merges) - 1, words, weights, counts, where, heap)
     return merges, sizes
 
 

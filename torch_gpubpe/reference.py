@@ -180,28 +180,34 @@ def train_from_word_counts(
         if not heap or -heap[0][0] < min_frequency:
             break
         _, a, b = heapq.heappop(heap)
-        pair, new_id = (a, b), 256 + len(merges)
-        merges.append(pair)
-        touched: set[tuple[int, int]] = set()
-        for wi in sorted(where.pop(pair, ())):
-            old, weight = words[wi], weights[wi]
-            new = _merge_word(old, pair, new_id)
-            for p, k in _pairs(old).items():
-                counts[p] -= k * weight
-                touched.add(p)
-            for p, k in _pairs(new).items():
-                counts[p] = counts.get(p, 0) + k * weight
-                where.setdefault(p, set()).add(wi)
-                touched.add(p)
-            words[wi] = new
-        counts.pop(pair, None)
-        for p in touched:
-            c = counts.get(p, 0)
-            if c > 0:
-                heapq.heappush(heap, (-c, p[0], p[1]))
-            else:
-                counts.pop(p, None)
+        merges.append((a, b))
+        _apply_merge((a, b), 256 + len(merges) - 1, words, weights, counts, where, heap)
     return merges
+
+
+def _apply_merge(pair: tuple[int, int], new_id: int, words: list[tuple[int, ...]],
+                 weights: list[int], counts: dict, where: dict, heap: list) -> None:
+    """Merge ``pair`` into ``new_id`` in every word holding it, updating the pair counts, the
+    pair → words index and the lazy heap (entries for changed counts pushed)."""
+    touched: set[tuple[int, int]] = set()
+    for wi in sorted(where.pop(pair, ())):
+        old, weight = words[wi], weights[wi]
+        new = _merge_word(old, pair, new_id)
+        for p, k in _pairs(old).items():
+            counts[p] -= k * weight
+            touched.add(p)
+        for p, k in _pairs(new).items():
+            counts[p] = counts.get(p, 0) + k * weight
+            where.setdefault(p, set()).add(wi)
+            touched.add(p)
+        words[wi] = new
+    counts.pop(pair, None)
+    for p in touched:
+        c = counts.get(p, 0)
+        if c > 0:
+            heapq.heappush(heap, (-c, p[0], p[1]))
+        else:
+            counts.pop(p, None)
 
 
 def train(

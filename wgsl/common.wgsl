@@ -35,3 +35,14 @@ fn is_word_start(prev: u32, cur: u32, next: u32, has_prev: bool, has_next: bool)
 fn linear_workgroup(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wid.x + wid.y * nwg.x;
 }
+
+// Murmur3 finaliser (seed §2): the hash mix of the training pair table and the word table.
+fn fmix(h0: u32) -> u32 {
+    var h = h0;
+    h ^= h >> 16u;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13u;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16u;
+    return h;
+}

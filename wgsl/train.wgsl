@@ -164,16 +164,7 @@ var<workgroup> sh_cnt: atomic<u32>;
 var<workgroup> sh_sg: array<u32, 128>;
 
 // ---- hashing and keys --------------------------------------------------------------------------
-// Murmur3 finaliser (seed §2).
-fn fmix(h0: u32) -> u32 {
-    var h = h0;
-    h ^= h >> 16u;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13u;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16u;
-    return h;
-}
+// fmix (the Murmur3 finaliser, seed §2) is in common.wgsl.
 
 // (a, b) → (stored, col): invertible Feistel mix over 18 + 18 bits.
 fn key_pack(a: u32, b: u32) -> vec2<u32> {

@@ -118,28 +118,20 @@ fn next_start(i: u32) -> u32 {
     return NONE;
 }
 
-// FNV-1a over the bytes, then the Murmur3 finaliser; the same for text and store words.
-fn mix(h0: u32) -> u32 {
-    var h = h0;
-    h ^= h >> 16u;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13u;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16u;
-    return h;
-}
+// FNV-1a over the bytes, then the Murmur3 finaliser (fmix, common.wgsl); the same for text
+// and store words.
 
 fn hash_text(p: u32, len: u32) -> u32 {
     var h = 0x811c9dc5u ^ len;
     for (var j = 0u; j < len; j++) { h = (h ^ text_byte(p + j)) * 0x01000193u; }
-    return mix(h);
+    return fmix(h);
 }
 
 fn hash_store(o: u32) -> u32 {
     let len = store[o];
     var h = 0x811c9dc5u ^ len;
     for (var j = 0u; j < len; j++) { h = (h ^ store_byte(o, j)) * 0x01000193u; }
-    return mix(h);
+    return fmix(h);
 }
 
 // Whether the word at text position p (len bytes) equals the word a table key points at.
