@@ -410,27 +410,3 @@ def test_count_on_cpu_and_gpu_give_the_same_merges_and_stats():
     assert list(out["gpu"][0]) == ref_merges(docs, 360)
     with pytest.raises(ValueError, match="count_on"):
         train(docs, 300, count_on="tpu")
-
-
-# -- the persistent loop of the late merges (train.wgsl wl_persist) -------------------------------
-@pytest.mark.parametrize("cand_cap", [8192, 64, 16, 4])
-def test_persistent_late_merges_equal_reference(monkeypatch, cand_cap):
-    """From the second batch on, the merges run in wl_persist units (every count is below
-    PERSIST_BELOW here). A small candidate list forces rebuilds with T > 0 (64, 16) and, when
-    more pairs share the top count than the list holds, the fall back to wide steps (16, 4):
-    the merges stay the reference's; so do those of wide steps only (PERSIST_BELOW = 0)."""
-    import torch_gpubpe.trainer as tr
-
-    docs = corpus_docs("en_fortunes", 40_000) + corpus_docs("tr_ud_boun", 20_000)
-    ref = ref_merges(docs, 600, 1)
-    monkeypatch.setattr(tr, "CAND_CAP", cand_cap)
-    monkeypatch.setattr(tr, "PERSIST_BELOW", 1 << 30)
-    st: dict = {}
-    assert list(train(docs, 600, min_frequency=1, stats=st).merges) == ref
-    assert st["persist_from_merge"] > 0
-    if cand_cap == 4:
-        assert st.get("persist_fallbacks", 0) >= 1
-    monkeypatch.setattr(tr, "PERSIST_BELOW", 0)
-    st = {}
-    assert list(train(docs, 600, min_frequency=1, stats=st).merges) == ref
-    assert "persist_from_merge" not in st

@@ -75,10 +75,9 @@ COLS = 32
 BLOCK = 1024
 TWS = 0x80000000
 PC_SYMBOLS_PER_WG = 1024
-STATE_WORDS = 24
+STATE_WORDS = 16
 S_N, S_NCUR, S_K, S_STOP, S_A, S_B, S_C, S_OCC, S_OVERFLOW = range(9)
 S_DONE, S_TOP = 12, 13
-S_REBUILD, S_T, S_THI, S_CANDN, S_FALLBACK, S_LASTLO, S_LASTHI = 9, 10, 11, 14, 15, 16, 17
 SMALL_WG_BYTES = 5 * WG * 4 + 128 * 4 + 64  # sh_a..sh_d, sh_list, sh_sg, scalars: upper bound
 
 # Bindings each entry point uses (layout="auto" holds exactly these).
@@ -86,7 +85,6 @@ _P, _STATE, _ARGS, _SYM_IN, _WID_IN, _SYM_OUT, _WID_OUT, _WEIGHTS = range(8)
 _FLAGS, _TILES, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _MERGES = range(8, 15)
 _LSYM, _NXT = 15, 16
 _WSTART, _TLIST, _POOL = range(19, 22)
-_CAND, _CMARK, _HIST = 17, 18, 22
 ENTRY_BINDINGS = {
     "clear_table": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY),
     "pair_count": (_P, _STATE, _SYM_IN, _WID_IN, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY),
@@ -109,23 +107,8 @@ SPARSE_BINDINGS = {
     "wl_find_max4": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _TLIST),
     "wl_merge": (_P, _STATE, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _MERGES, _LSYM, _NXT,
                  _WSTART, _TLIST, _POOL),
-    "cand_hist": (_P, _STATE, _TKEYS, _TCOUNTS, _HIST),
-    "cand_sel": (_STATE, _HIST),
-    "cand_fill": (_P, _STATE, _TKEYS, _TCOUNTS, _CAND),
-    "wl_persist": (_P, _STATE, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY, _MERGES, _LSYM, _NXT,
-                   _WSTART, _TLIST, _POOL, _CAND, _CMARK),
 }
 SPARSE_STEP = ("wl_find_max4", "wl_merge")
-# The late merges run in one workgroup, many per dispatch (train.wgsl wl_persist): from the
-# first batch after a merge's count fell below PERSIST_BELOW, each batch is units of
-# cand_hist → cand_sel → cand_fill (no-ops unless the candidate list must be rebuilt) →
-# wl_persist (≤ PERSIST_STEPS merges; 8 on a CPU adapter, whose loop cap counts all of them).
-PERSIST_STEPS = 64
-PERSIST_BELOW = int(os.environ.get("TORCH_GPUBPE_PERSIST_BELOW", "2048"))
-PERSIST_UNIT = ("cand_hist", "cand_sel", "cand_fill", "wl_persist")
-CAND_CAP = 8192
-NEWCAP = 2048           # train.wgsl NEWCAP (workgroup memory of wl_persist)
-HIST_BUCKETS = 4096
 # train(): documents packed into GPU batches while the device opens, at most this many bytes.
 PREFETCH_BYTES = 256 << 20
 # wl_merge's grid on a GPU (a sweep of 66–528 on the H200: 66–132 best, 528 22% slower; every
@@ -458,16 +441,14 @@ class GPUTrainer:
     def sparse_pipelines(self, wide: bool = True) -> dict:
         """Entry point → compute pipeline of the sparse path, with 64-bit (``wide``) or
         32-bit pair counts (train.wgsl WIDE)."""
-        key = ("sparse", wide, CAND_CAP)
+        key = ("sparse", wide)
         if key not in self._pipes:
             g, lslots = self.gpu, self.local_slots
-            wg_bytes = {"pair_count_linked": 12 * lslots,
-                        "wl_persist": SMALL_WG_BYTES + 4 * NEWCAP + 8}
             self._pipes[key] = {
                 name: g.pipeline("train", name,
-                                 workgroup_bytes=wg_bytes.get(name, SMALL_WG_BYTES),
-                                 constants={"LSLOTS": lslots, "WIDE": int(wide),
-                                            "CAND_CAP": CAND_CAP})
+                                 workgroup_bytes=12 * lslots if name == "pair_count_linked"
+                                 else SMALL_WG_BYTES,
+                                 constants={"LSLOTS": lslots, "WIDE": int(wide)})
                 for name in SPARSE_BINDINGS
             }
         return self._pipes[key]
@@ -695,13 +676,6 @@ class _Run:
         self.occ_mark = 0       # table occupancy at the last readback / rebuild
         self.key_rate = 0.0     # most new table keys per merge seen in a batch
 
-    persist = False             # batches are wl_persist units (sparse path, late merges)
-    persist_ok = False          # may switch to them
-
-    def _set_state(self, word: int, value: int) -> None:
-        """Write one state word (queue order: after everything submitted so far)."""
-        self.g.device.queue.write_buffer(self.b["state"], 4 * word, np.array([value], np.uint32))
-
     def _table_buffers(self, rows: int, params_tail: tuple) -> None:
         """(Re)create the pair table's buffers for ``rows`` rows and write the params."""
         g, S = self.g, self.g.wgpu.BufferUsage.STORAGE
@@ -711,7 +685,7 @@ class _Run:
         self.b.update(
             tkeys=g.buffer(4 * self.slots, S, "train.table_keys"),
             tcounts=g.buffer(8 * self.slots, S, "train.table_counts"),
-            dirty=g.buffer(4 * self.nblocks, S | self.g.wgpu.BufferUsage.COPY_DST, "train.dirty"),
+            dirty=g.buffer(4 * self.nblocks, S, "train.dirty"),
             best=g.buffer(16 * self.nblocks, S, "train.block_best"),
         )
         params = [self.num_merges, *self.min_freq, rows, self.nblocks, self.tile_cap, *params_tail]
@@ -796,7 +770,7 @@ class _Run:
         U = g.wgpu.BufferUsage
         staging = [g.buffer(4 * STATE_WORDS + 16 * self.batch, U.MAP_READ | U.COPY_DST,
                             f"train.readback{i}") for i in (0, 1)]
-        inflight: list = []   # (buffer, promise, k0, cnt, persist), oldest first, at most 2
+        inflight: list = []   # (buffer, promise, k0, cnt), oldest first, at most 2
         recorded = done = last_count = nbatches = 0
         stopped = need_rebuild = False
         size = min(16, self.batch)
@@ -806,15 +780,9 @@ class _Run:
                 need_rebuild = False
             if (not stopped and not need_rebuild and recorded < self.num_merges
                     and len(inflight) < 2):
-                if (self.persist_ok and not self.persist and last_count
-                        and last_count < self.persist_below):
-                    self.persist = True                # the late merges: wl_persist units
-                    self._set_state(S_REBUILD, 1)
-                    self.st["persist_from_merge"] = done
                 cnt = min(size, self.num_merges - recorded)
                 buf = staging[nbatches % 2]
-                inflight.append((buf, self._record(recorded, cnt, buf), recorded, cnt,
-                                 self.persist))
+                inflight.append((buf, self._record(recorded, cnt, buf), recorded, cnt))
                 recorded += cnt
                 nbatches += 1
                 size = min(self.batch, size * 2)
@@ -822,41 +790,22 @@ class _Run:
                     continue        # keep one batch queued behind the one being read
             if not inflight:
                 break
-            buf, promise, k0, cnt, persist = inflight.pop(0)
-            copied = 0 if persist else cnt
+            buf, promise, k0, cnt = inflight.pop(0)
             g.wait_promise(promise, "training state readback")
-            raw = np.frombuffer(buf.read_mapped(0, 4 * STATE_WORDS + 16 * copied),
-                                np.uint32).copy()
+            raw = np.frombuffer(buf.read_mapped(0, 4 * STATE_WORDS + 16 * cnt), np.uint32).copy()
             buf.unmap()
             stv = raw[:STATE_WORDS]
             if stv[S_OVERFLOW]:
-                for b2, p2, *_ in inflight:
+                for b2, p2, _, _ in inflight:
                     g.wait_promise(p2, "training state readback")
                     b2.unmap()
                 return None
-            before = done
             done = int(stv[S_K]) + int(stv[S_DONE])   # S_DONE: sparse path, see train.wgsl
             stopped = stopped or bool(stv[S_STOP])
-            if persist:
-                if done > before:
-                    last_count = int(stv[S_LASTLO]) | (int(stv[S_LASTHI]) << 32)
-                # A unit stops early when its candidate list needs rebuilding: count what is
-                # done, not what was recorded.
-                recorded = done + sum(x[3] for x in inflight)
-                if stv[S_FALLBACK] and self.persist_ok:
-                    # More pairs share the top count than the list holds: wide steps again
-                    # (every block's maximum recomputed).
-                    self.persist = self.persist_ok = False
-                    self._set_state(S_FALLBACK, 0)
-                    self._set_state(S_REBUILD, 0)
-                    g.device.queue.write_buffer(self.b["dirty"], 0,
-                                                np.ones(self.nblocks, np.uint32))
-                    self.st["persist_fallbacks"] = self.st.get("persist_fallbacks", 0) + 1
-            else:
-                got = min(cnt, max(0, done - k0))
-                if got:
-                    mm = raw[STATE_WORDS:].reshape(-1, 4)[got - 1]
-                    last_count = int(mm[2]) | (int(mm[3]) << 32)
+            got = min(cnt, max(0, done - k0))
+            if got:
+                mm = raw[STATE_WORDS:].reshape(-1, 4)[got - 1]
+                last_count = int(mm[2]) | (int(mm[3]) << 32)
             if progress is not None:
                 el = time.perf_counter() - t_up
                 progress(TrainProgress(done, self.num_merges, last_count,
@@ -866,7 +815,7 @@ class _Run:
             # New keys per merge, over the last batch read: the queued batch and the next one
             # will add about as many again before a rebuild can take effect.
             if occ >= self.occ_mark:
-                self.key_rate = max(self.key_rate, (occ - self.occ_mark) / max(1, done - before))
+                self.key_rate = max(self.key_rate, (occ - self.occ_mark) / max(1, cnt))
             self.occ_mark = occ
             st["table_max_load"] = max(st.get("table_max_load", 0.0), occ / self.slots)
             ahead = int(self.key_rate * 2 * self.batch)
@@ -946,13 +895,7 @@ class _SparseRun(_Run):
             "wstart": g.buffer(4 * nwords + 20, S | C, "train.wstart"),
             "tlist": g.buffer(4 * len(tlist), S | C, "train.tlist"),
             "pool": g.buffer(4 * pool_size, S | C, "train.pool"),
-            "cand": g.buffer(4 * CAND_CAP + 16, S | C, "train.cand"),   # (CAND_CAP: tests lower it)
-            "hist": g.buffer(4 * HIST_BUCKETS, S | C, "train.hist"),
         })
-        self.persist_ok = True      # may switch to wl_persist batches (see PERSIST_BELOW)
-        self.persist_below = PERSIST_BELOW
-        self.cand_cap = CAND_CAP
-        self.persist_steps = 8 if trainer.is_cpu else PERSIST_STEPS
         self._top = len(base)
         self._upload(rows, profile, weights=wts, lsym=sym, nxt=nxt, wid0=wid, wstart=wstart,
                      tlist=tlist, pool=base)
@@ -964,17 +907,13 @@ class _SparseRun(_Run):
 
     def _table(self, rows: int) -> None:
         g = self.g
-        self._table_buffers(rows, (self.max_walk, self.occ_iters, self.persist_steps))
+        self._table_buffers(rows, (self.max_walk, self.occ_iters, 0))
         b = self.b
-        b["cmark"] = g.buffer(4 * self.slots, g.wgpu.BufferUsage.STORAGE, "train.cmark")
-        if self.persist:
-            self._set_state(S_REBUILD, 1)    # the candidate list held slots of the old table
         res = {
             _P: b["params"], _STATE: b["state"], _WID_IN: b["wid0"], _WEIGHTS: b["weights"],
             _TKEYS: b["tkeys"], _TCOUNTS: b["tcounts"], _DIRTY: b["dirty"], _BEST: b["best"],
             _MERGES: b["merges"], _LSYM: b["lsym"], _NXT: b["nxt"], _WSTART: b["wstart"],
-            _TLIST: b["tlist"], _POOL: b["pool"], _CAND: b["cand"], _CMARK: b["cmark"],
-            _HIST: b["hist"],
+            _TLIST: b["tlist"], _POOL: b["pool"],
         }
         bg = {name: g.bind_group(self.pipes[name], {k: res[k] for k in binds},
                                  label=f"train.{name}")
@@ -983,10 +922,7 @@ class _SparseRun(_Run):
 
     def _grids(self) -> dict:
         g = self.g
-        table = g.grid(-(-self.slots // WG))
-        return {"wl_find_max4": g.grid(self.nblocks), "wl_merge": g.grid(self.occ_wgs),
-                "cand_hist": table, "cand_sel": (1, 1), "cand_fill": table,
-                "wl_persist": (1, 1)}
+        return {"wl_find_max4": g.grid(self.nblocks), "wl_merge": g.grid(self.occ_wgs)}
 
     def _count(self, merges_done: int, n: int) -> None:
         """clear_table + pair_count_linked over the whole (linked) stream."""
@@ -1000,14 +936,12 @@ class _SparseRun(_Run):
                         g.grid(-(-max(self.n, 1) // PC_SYMBOLS_PER_WG)))
         cp.end()
         g.device.queue.submit([enc.finish()])
-        if self.persist:
-            self._set_state(S_REBUILD, 1)    # recounted: the candidate list's slots moved
 
     def _record(self, k0: int, cnt: int, buf) -> object:
         """Record merges k0 .. k0+cnt-1 and the readback of state + their merges into ``buf``."""
         g, t, b = self.g, self.t, self.b
         enc = g.device.create_command_encoder(label="train.merges")
-        prof = not self.persist and self.profiler is not None and self.profiler.wants(k0)
+        prof = self.profiler is not None and self.profiler.wants(k0)
         grids = self._grids()
         bg = self.bgs[0]
         if prof:
@@ -1019,33 +953,28 @@ class _SparseRun(_Run):
             self.profiler.resolve(enc)
         else:
             cp = enc.begin_compute_pass(label="train.merges")
-            steps, reps = self.steps, cnt
-            if self.persist:
-                steps, reps = PERSIST_UNIT, max(1, -(-cnt // self.persist_steps))
-            plan = [(self.pipes[name], bg[name], grids[name]) for name in steps]
+            plan = [(self.pipes[name], bg[name], grids[name]) for name in self.steps]
             raw = _raw_api()
             if raw is None:
-                for _ in range(reps):
+                for _ in range(cnt):
                     for pipe, bgx, grid in plan:
                         t.dispatch(cp, pipe, bgx, grid)
             else:
                 set_pipeline, set_bind_group, dispatch, _, null = raw
                 c = cp._internal
                 nplan = [(p._internal, x._internal, gr[0], gr[1]) for p, x, gr in plan]
-                for _ in range(reps):
+                for _ in range(cnt):
                     for pipe, bgx, gx, gy in nplan:
                         set_pipeline(c, pipe)
                         set_bind_group(c, 0, bgx, 0, null)
                         dispatch(c, gx, gy, 1)
             cp.end()
-        copied = 0 if self.persist else cnt   # wl_persist: the last count is in the state
         enc.copy_buffer_to_buffer(b["state"], 0, buf, 0, 4 * STATE_WORDS)
-        if copied:
-            enc.copy_buffer_to_buffer(b["merges"], 16 * k0, buf, 4 * STATE_WORDS, 16 * copied)
+        enc.copy_buffer_to_buffer(b["merges"], 16 * k0, buf, 4 * STATE_WORDS, 16 * cnt)
         g.device.queue.submit([enc.finish()])
         if prof:
             self.profiler.collect()
-        return buf.map_async("READ_NOSYNC", 0, 4 * STATE_WORDS + 16 * copied)
+        return buf.map_async("READ_NOSYNC", 0, 4 * STATE_WORDS + 16 * cnt)
 
 
 class _Profiler:

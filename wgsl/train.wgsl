@@ -52,7 +52,7 @@
 //
 // Bindings (group 0; each entry point uses a subset):
 //   0 P        : uniform             Params      run constants (below)
-//   1 state    : storage, read_write array<atomic<u32>>  S_* words below; length ≥ 24
+//   1 state    : storage, read_write array<atomic<u32>>  S_* words below; length ≥ 16
 //   2 args     : storage, read_write array<u32>  indirect dispatch args (3 × u32 each, at 0, 4,
 //                                               8: see setup_merge); length ≥ 12
 //   3 sym_in   : storage, read       array<u32>  current stream, symbol | TWS; length ≥ S_NCUR
@@ -85,7 +85,7 @@ struct Params {     // 48 bytes
     tile_cap: u32,      // capacity of each half of `tiles` (≥ stream tiles + 1)
     max_walk: u32,      // sparse path: most steps of one word walk (≥ longest word + 1)
     occ_iters: u32,     // sparse path: grid-stride rounds of wl_merge over a word list
-    persist_steps: u32, // sparse path: most merges of one wl_persist dispatch
+    _pad3: u32,
     _pad0: u32,
     _pad1: u32,
     _pad2: u32,
@@ -234,17 +234,15 @@ fn table_add(slot: u32, lo: u32, hi: u32) {
 }
 
 // Add (sign=false) or subtract (sign=true) the 64-bit weight (lo, hi) to pair (a, b).
-// Returns the pair's slot (EMPTY when the table overflowed).
-fn pair_delta(a: u32, b: u32, lo: u32, hi: u32, negative: bool) -> u32 {
+fn pair_delta(a: u32, b: u32, lo: u32, hi: u32, negative: bool) {
     let k = key_pack(a, b);
     let slot = table_slot(k.x, k.y);
-    if (slot == EMPTY) { return EMPTY; }
+    if (slot == EMPTY) { return; }
     if (negative) {
         table_add(slot, 0u - lo, ~hi + select(0u, 1u, lo == 0u));
     } else {
         table_add(slot, lo, hi);
     }
-    return slot;
 }
 
 // (count desc, a asc, b asc): whether candidate x beats y. Entries are (lo, hi, a, b).
@@ -979,7 +977,7 @@ fn wl_find_max4(@builtin(workgroup_id) wid: vec3<u32>,
 // before A after the earlier ones were. (Tried on the H200 and not faster, so not kept: reading
 // the word in place in chunks of 8 (slower: 1.08 vs 0.83 s for 32,512 merges), issuing the next
 // symbol's loads early and an occurrence's four table-key loads together (0.77 vs 0.77 s).)
-fn wl_merge_word(w: u32, a: u32, b: u32, c: u32, record: bool) -> bool {
+fn wl_merge_word(w: u32, a: u32, b: u32, c: u32) -> bool {
     let lo = weights[2u * w];
     let hi = weights[2u * w + 1u];
     var p = wstart[w];
@@ -994,14 +992,12 @@ fn wl_merge_word(w: u32, a: u32, b: u32, c: u32, record: bool) -> bool {
             let r = nxt[q];
             if (prev_id != NONE) {
                 if (!(prev_id == a && a == b)) { pair_delta(prev_id, a, lo, hi, true); }
-                let s1 = pair_delta(prev_id, c, lo, hi, false);
-                if (record) { record_new_pair(s1); }
+                pair_delta(prev_id, c, lo, hi, false);
             }
             if (r != NONE) {
                 let y = lsym[r] & IDM;
                 if (!(y == b && a == b)) { pair_delta(b, y, lo, hi, true); }
-                let s2 = pair_delta(c, y, lo, hi, false);
-                if (record) { record_new_pair(s2); }
+                pair_delta(c, y, lo, hi, false);
             }
             lsym[p] = c | (sp & TWS);
             lsym[q] = DEAD;
@@ -1088,275 +1084,8 @@ fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
         let j = g0 + it * stride;
         if (j >= len) { break; }
         let w = pool[off + j];
-        if (wl_merge_word(w, a, b, c, false)) {
+        if (wl_merge_word(w, a, b, c)) {
             pool[top + atomicAdd(&tlist[2u * c + 1u], 1u)] = w;
         }
-    }
-}
-
-// ==== the persistent loop of the late merges (sparse path) ======================================
-// Late in training a merge touches few words, and the two dispatches of a wide merge step cost
-// more than its work. wl_persist runs up to P.persist_steps merges in one workgroup, one after
-// the other, with workgroup barriers between them. It picks each merge's pair from a candidate
-// list, `cand`: table slots holding every pair whose count is at least T (state S_T, S_THI),
-// plus stale entries. Why the best candidate is the exact best whenever its count is ≥ T: a
-// pair outside the list had a count < T when the list was built, counts only fall, and the
-// only pairs whose counts rise are those a merge creates (X, C) and (C, Y), which wl_persist
-// appends to the list when they reach T. Once the best candidate is below T (or the list or
-// the workgroup's record of new pairs is full), the list is rebuilt (S_REBUILD = 1) by three
-// wide dispatches that exit at once otherwise:
-//   cand_hist   a histogram of the table's counts (exact below 2048, 64 steps per octave above)
-//   cand_sel    one workgroup: T = the lowest bucket floor with at most CAND_CAP / 2 pairs at or
-//               above it (when even the top bucket holds more than CAND_CAP: S_FALLBACK = 1,
-//               the host goes back to wide merge steps)
-//   cand_fill   every slot with count ≥ T → cand
-// Bindings 17, 18, 22: cand (slots), cmark (per slot: merge k + 1 that last listed it, so a new
-// pair is appended once), hist (NB buckets).
-@group(0) @binding(17) var<storage, read_write> cand: array<u32>;
-@group(0) @binding(18) var<storage, read_write> cmark: array<atomic<u32>>;
-@group(0) @binding(22) var<storage, read_write> hist: array<atomic<u32>>;
-const S_REBUILD: u32 = 9u;   // 1: cand must be rebuilt (set by the host or wl_persist)
-const S_T: u32 = 10u;        // the list's threshold T (lo, hi)
-const S_THI: u32 = 11u;
-const S_CANDN: u32 = 14u;    // entries of cand
-const S_FALLBACK: u32 = 15u; // 1: the list cannot hold the pairs at the top count (host: wide)
-const S_LASTLO: u32 = 16u;   // count of the last merge (progress reports)
-const S_LASTHI: u32 = 17u;
-const NB: u32 = 4096u;
-const NEWCAP: u32 = 2048u;   // new pairs one merge may record (more: the list is rebuilt)
-override CAND_CAP: u32 = 8192u;
-var<workgroup> sh_nnew: atomic<u32>;
-var<workgroup> sh_new: array<u32, NEWCAP>;
-var<workgroup> sh_min: atomic<u32>;
-
-fn record_new_pair(slot: u32) {
-    if (slot == EMPTY) { return; }
-    let i = atomicAdd(&sh_nnew, 1u);
-    if (i < NEWCAP) { sh_new[i] = slot; }
-}
-
-fn count_bucket(lo: u32, hi: u32) -> u32 {
-    if (hi != 0u) { return NB - 1u; }
-    if (lo < 2048u) { return lo; }
-    let oct = 31u - countLeadingZeros(lo);               // 11 .. 31
-    return 2048u + (oct - 11u) * 64u + ((lo >> (oct - 6u)) & 63u);
-}
-
-// The smallest count (lo, hi) of bucket bk.
-fn bucket_floor(bk: u32) -> vec2<u32> {
-    if (bk == NB - 1u) { return vec2<u32>(0u, 1u); }
-    if (bk < 2048u) { return vec2<u32>(bk, 0u); }
-    let oct = (bk - 2048u) / 64u + 11u;
-    let sub = (bk - 2048u) % 64u;
-    return vec2<u32>((1u << oct) | (sub << (oct - 6u)), 0u);
-}
-
-fn at_least(lo: u32, hi: u32, t: vec2<u32>) -> bool {
-    return hi > t.y || (hi == t.y && lo >= t.x);
-}
-
-@compute @workgroup_size(WG)
-fn cand_hist(@builtin(workgroup_id) wid: vec3<u32>,
-             @builtin(num_workgroups) nwg: vec3<u32>,
-             @builtin(local_invocation_index) lid: u32) {
-    if (atomicLoad(&state[S_REBUILD]) == 0u) { return; }
-    let slot = linear_id(wid, nwg) * WG + lid;
-    if (slot >= P.rows * COLS) { return; }
-    let key = atomicLoad(&tkeys[slot]);
-    let lo = atomicLoad(&tcounts[2u * slot]);
-    let hi = atomicLoad(&tcounts[2u * slot + 1u]);
-    if (key == EMPTY || (lo | hi) == 0u) { return; }
-    atomicAdd(&hist[count_bucket(lo, hi)], 1u);
-}
-
-@compute @workgroup_size(WG)
-fn cand_sel(@builtin(local_invocation_index) lid: u32) {
-    if (lid == 0u) {
-        sh_u = atomicLoad(&state[S_REBUILD]);
-        atomicStore(&sh_min, NB);     // lowest bucket with 1 … CAND_CAP / 2 pairs at or above it
-        atomicStore(&sh_cnt, 0u);     // top nonempty bucket + 1
-    }
-    if (workgroupUniformLoad(&sh_u) == 0u) { return; }
-    // Thread t holds buckets [16 t, 16 t + 16); suffix sums from the top bucket down.
-    let per = NB / WG;
-    var mine = 0u;
-    for (var j = 0u; j < per; j++) { mine += atomicLoad(&hist[lid * per + j]); }
-    let incl = wg_incl_add(lid, mine);
-    let total = sh_a[WG - 1u];
-    workgroupBarrier();
-    var above = total - incl;                    // pairs in the buckets above this thread's
-    for (var jj = 0u; jj < per; jj++) {
-        let bk = lid * per + per - 1u - jj;
-        let c = atomicLoad(&hist[bk]);
-        above += c;
-        if (above <= CAND_CAP / 2u && above > 0u) { atomicMin(&sh_min, bk); }
-        if (c != 0u) { atomicMax(&sh_cnt, bk + 1u); }
-    }
-    workgroupBarrier();
-    if (lid == 0u) {
-        var bk = atomicLoad(&sh_min);
-        let top1 = atomicLoad(&sh_cnt);
-        if (top1 == 0u) {
-            bk = 0u;                     // no pair left: T = 0, an empty (and exact) list
-        } else if (bk == NB) {
-            // Even the top bucket holds more than CAND_CAP / 2 pairs: it alone, if it fits.
-            bk = top1 - 1u;
-            if (atomicLoad(&hist[bk]) > CAND_CAP) { atomicStore(&state[S_FALLBACK], 1u); }
-        }
-        let t = bucket_floor(bk);
-        atomicStore(&state[S_T], t.x);
-        atomicStore(&state[S_THI], t.y);
-        atomicStore(&state[S_CANDN], 0u);
-    }
-    workgroupBarrier();
-    for (var j = 0u; j < per; j++) { atomicStore(&hist[lid * per + j], 0u); }
-}
-
-@compute @workgroup_size(WG)
-fn cand_fill(@builtin(workgroup_id) wid: vec3<u32>,
-             @builtin(num_workgroups) nwg: vec3<u32>,
-             @builtin(local_invocation_index) lid: u32) {
-    if (atomicLoad(&state[S_REBUILD]) == 0u) { return; }
-    let slot = linear_id(wid, nwg) * WG + lid;
-    if (slot >= P.rows * COLS) { return; }
-    let key = atomicLoad(&tkeys[slot]);
-    let lo = atomicLoad(&tcounts[2u * slot]);
-    let hi = atomicLoad(&tcounts[2u * slot + 1u]);
-    if (key == EMPTY || (lo | hi) == 0u) { return; }
-    let t = vec2<u32>(atomicLoad(&state[S_T]), atomicLoad(&state[S_THI]));
-    if (!at_least(lo, hi, t)) { return; }
-    let i = atomicAdd(&state[S_CANDN], 1u);
-    if (i < CAND_CAP) { cand[i] = slot; } else { atomicStore(&state[S_FALLBACK], 1u); }
-}
-
-@compute @workgroup_size(WG)
-fn wl_persist(@builtin(local_invocation_index) lid: u32,
-//#if SUBGROUPS
-              @builtin(subgroup_invocation_id) lane: u32,
-              @builtin(subgroup_size) sg_size: u32,
-              @builtin(subgroup_id) sg_id: u32,
-//#endif
-              ) {
-//#if SUBGROUPS
-    let sg = vec3<u32>(lane, sg_size, sg_id);
-//#else
-    let sg = vec3<u32>(0u);
-//#endif
-    if (lid == 0u) {
-        // The last wide step's merge, if its commit is pending (see wl_find_max4).
-        if (atomicLoad(&state[S_DONE]) != 0u) {
-            atomicAdd(&state[S_K], 1u);
-            atomicStore(&state[S_DONE], 0u);
-            let c0 = atomicLoad(&state[S_C]);
-            atomicAdd(&state[S_TOP], atomicLoad(&tlist[2u * c0 + 1u]));
-        }
-        // In this command buffer cand_fill ran just before: the list is ready.
-        atomicStore(&state[S_REBUILD], 0u);
-    }
-    storageBarrier();
-    workgroupBarrier();
-    for (var step = 0u; step < P.persist_steps; step++) {
-        if (lid == 0u) {
-            sh_u = atomicLoad(&state[S_STOP]) | atomicLoad(&state[S_REBUILD])
-                   | atomicLoad(&state[S_FALLBACK]);
-            sh_v = atomicLoad(&state[S_K]);
-            sh_w = atomicLoad(&state[S_TOP]);
-            sh_x = min(atomicLoad(&state[S_CANDN]), CAND_CAP);
-            atomicStore(&sh_nnew, 0u);
-        }
-        if (workgroupUniformLoad(&sh_u) != 0u) { break; }
-        let k = workgroupUniformLoad(&sh_v);
-        let top = workgroupUniformLoad(&sh_w);
-        let ncand = workgroupUniformLoad(&sh_x);
-        let t = vec2<u32>(atomicLoad(&state[S_T]), atomicLoad(&state[S_THI]));
-        var b = NO_BEST;
-        for (var j = lid; j < ncand; j += WG) {
-            let slot = cand[j];
-            let key = atomicLoad(&tkeys[slot]);
-            let lo = atomicLoad(&tcounts[2u * slot]);
-            let hi = atomicLoad(&tcounts[2u * slot + 1u]);
-            if (key == EMPTY || (lo | hi) == 0u) { continue; }
-            let ab = key_unpack(key, slot % COLS);
-            let cv = vec4<u32>(lo, hi, ab.x, ab.y);
-            if (better(cv, b)) { b = cv; }
-        }
-        let r = wg_best_sg(lid, b, sg);
-        let empty = (r.x | r.y) == 0u;
-        // r is the exact best when it reaches T, or when T = 0 (every pair is listed).
-        let exact = (!empty && at_least(r.x, r.y, t)) || (t.x == 0u && t.y == 0u);
-        let below = r.y < P.min_freq_hi || (r.y == P.min_freq_hi && r.x < P.min_freq_lo);
-        let stop = k >= P.num_merges || (exact && (empty || below));
-        let rebuild = !stop && !exact;
-        if (stop || rebuild) {
-            if (lid == 0u) {
-                if (stop) { atomicStore(&state[S_STOP], 1u); }
-                else { atomicStore(&state[S_REBUILD], 1u); }
-            }
-            break;
-        }
-        let a = r.z;
-        let bb = r.w;
-        let c = 256u + k;
-        if (lid == 0u) {
-            merges[4u * k] = a;
-            merges[4u * k + 1u] = bb;
-            merges[4u * k + 2u] = r.x;
-            merges[4u * k + 3u] = r.y;
-            atomicStore(&state[S_LASTLO], r.x);
-            atomicStore(&state[S_LASTHI], r.y);
-            atomicStore(&state[S_A], a);
-            atomicStore(&state[S_B], bb);
-            atomicStore(&state[S_C], c);
-            atomicStore(&tlist[2u * c], top);
-            let kp = key_pack(a, bb);
-            let slot = table_slot(kp.x, kp.y);
-            if (slot != EMPTY) {
-                atomicStore(&tcounts[2u * slot], 0u);
-                atomicStore(&tcounts[2u * slot + 1u], 0u);
-                dirty[slot / BLOCK] = 1u;
-            }
-            let la = atomicLoad(&tlist[2u * a + 1u]);
-            let lb = atomicLoad(&tlist[2u * bb + 1u]);
-            let oa = atomicLoad(&tlist[2u * a]);
-            let ob = atomicLoad(&tlist[2u * bb]);
-            sh_v = select(oa, ob, lb < la);
-            sh_w = min(la, lb);
-        }
-        let off = workgroupUniformLoad(&sh_v);
-        let len = workgroupUniformLoad(&sh_w);
-        for (var j = lid; j < len; j += WG) {
-            let w = pool[off + j];
-            if (wl_merge_word(w, a, bb, c, true)) {
-                pool[top + atomicAdd(&tlist[2u * c + 1u], 1u)] = w;
-            }
-        }
-        storageBarrier();
-        workgroupBarrier();
-        // The pairs this merge created that reach T join the list (once each: cmark).
-        let nrec = atomicLoad(&sh_nnew);
-        let nnew = min(nrec, NEWCAP);
-        for (var i = lid; i < nnew; i += WG) {
-            let slot = sh_new[i];
-            if (atomicExchange(&cmark[slot], k + 1u) != k + 1u) {
-                let lo = atomicLoad(&tcounts[2u * slot]);
-                let hi = atomicLoad(&tcounts[2u * slot + 1u]);
-                if (at_least(lo, hi, t) && (lo | hi) != 0u) {
-                    let idx = atomicAdd(&state[S_CANDN], 1u);
-                    if (idx < CAND_CAP) { cand[idx] = slot; }
-                }
-            }
-        }
-        storageBarrier();
-        workgroupBarrier();
-        if (lid == 0u) {
-            atomicAdd(&state[S_K], 1u);
-            atomicAdd(&state[S_TOP], atomicLoad(&tlist[2u * c + 1u]));
-            // A full list or record: not every pair ≥ T is listed any more.
-            if (nrec > NEWCAP || atomicLoad(&state[S_CANDN]) > CAND_CAP) {
-                atomicStore(&state[S_REBUILD], 1u);
-            }
-        }
-        storageBarrier();
-        workgroupBarrier();
     }
 }
