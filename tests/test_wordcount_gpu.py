@@ -148,6 +148,10 @@ def test_bad_input_is_named():
     for bad in (5, None):
         with pytest.raises(InputError, match="iterable of documents"):
             count_words_gpu(bad)
+    released = memoryview(b"gone")
+    released.release()
+    with pytest.raises(InputError, match="document 2"):
+        count_words_gpu(["ok", b"fine", released])
 
 
 @pytest.mark.heavy

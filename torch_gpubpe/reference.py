@@ -52,7 +52,10 @@ def to_bytes(text: str | bytes | bytearray | memoryview) -> bytes:
         except UnicodeEncodeError:  # lone surrogates → U+FFFD, as tiktoken does
             return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
     if isinstance(text, (bytes, bytearray, memoryview)):
-        return bytes(text)
+        try:
+            return bytes(text)
+        except ValueError as e:  # a released memoryview
+            raise TypeError(f"unreadable {type(text).__name__}: {e}") from e
     raise TypeError(f"expected str or bytes, got {type(text).__name__}")
 
 
