@@ -410,3 +410,32 @@ def test_count_on_cpu_and_gpu_give_the_same_merges_and_stats():
     assert list(out["gpu"][0]) == ref_merges(docs, 360)
     with pytest.raises(ValueError, match="count_on"):
         train(docs, 300, count_on="tpu")
+
+
+def test_walk_cut_by_the_loop_cap_is_detected_and_retrained_dense(monkeypatch):
+    """Lavapipe stops a thread's loops after 65,535 iterations without an error: a word walk
+    longer than that (allowed here by raising SPARSE_MAX_WORD) is detected (S_CAPPED) and the
+    run is retrained on the dense path, with the reference's merges. (No cap on a real GPU:
+    there the sparse path simply finishes.)"""
+    import torch_gpubpe.trainer as tr
+
+    monkeypatch.setattr(tr, "SPARSE_MAX_WORD", 1 << 20)
+    docs = ["ab" * 40_000, " ba ab", "abc"]
+    st: dict = {}
+    vocab = train(docs, 262, min_frequency=1, stats=st)
+    assert list(vocab.merges) == ref_merges(docs, 262, 1)
+    if GPUTrainer().is_cpu:
+        assert st.get("walk_capped") is True and st["sparse"] is False
+
+
+def test_pair_counts_just_below_and_above_two_to_the_31():
+    """The sparse path counts in 32 bits when the corpus's total pair count is below 2^31
+    (train.wgsl WIDE = 0) and in 64 bits from there on: both sides of the switch are exact."""
+    for total in ((1 << 31) - 1000, (1 << 31) + 1000):
+        counts = {b"ab": total // 3, b"abc": 7, b" xy": 3, b"bca": 5}
+        counts[b"ab"] = total - sum(c * (len(w) - 1) for w, c in counts.items() if w != b"ab")
+        assert sum(c * (len(w) - 1) for w, c in counts.items()) == total
+        st: dict = {}
+        vocab = train_from_word_counts(counts, 262, min_frequency=1, stats=st)
+        assert st["wide_counts"] is (total >= 1 << 31)
+        assert list(vocab.merges) == reference.train_from_word_counts(counts, 262, 1)

@@ -55,7 +55,7 @@ def test_many_batches_table_growth_and_store_growth():
         counter.add_batch(data, offsets)
     got = counter.result().to_dict()
     assert counter.slots >= 4096 and counter.store_cap > 1_000   # both grew (from 64)
-    assert not counter.extra_short
+    assert not counter.cpu_has_short_words
     assert got == ref_counts(docs)
 
 
@@ -74,7 +74,7 @@ def test_document_larger_than_a_batch_and_empty_documents():
     assert counter.batch_bytes == 4_000
     for data, offsets in _batches(docs, 20_000, {}):     # batches over the limit: split
         counter.add_batch(data, offsets)
-    assert counter.extra_short                            # big went to the CPU
+    assert counter.cpu_has_short_words                            # big went to the CPU
     assert counter.result().to_dict() == ref_counts(docs)
     assert gpu_counts(docs, _counter_kw={"max_batch_bytes": 8_000}) == ref_counts(docs)
 
@@ -87,7 +87,7 @@ def test_batch_with_too_many_words_for_the_table_is_split():
     counter = GPUWordCounter(min_slots=64, max_slots=8192)
     for data, offsets in _batches(docs, 1 << 20, {}):      # all in one batch: 9,000 words
         counter.add_batch(data, offsets)
-    assert counter.extra_short          # the 6,000-word document went to the CPU
+    assert counter.cpu_has_short_words          # the 6,000-word document went to the CPU
     assert counter.result().to_dict() == ref_counts(docs)
     def letters(k: int) -> str:      # distinct letter-only words (digits would split them)
         return "".join(chr(97 + (k // 26 ** e) % 26) for e in range(3))

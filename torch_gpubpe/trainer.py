@@ -77,8 +77,8 @@ TWS = 0x80000000
 PC_SYMBOLS_PER_WG = 1024
 STATE_WORDS = 16
 S_N, S_NCUR, S_K, S_STOP, S_A, S_B, S_C, S_OCC, S_OVERFLOW = range(9)
-S_DONE, S_TOP = 12, 13
-SMALL_WG_BYTES = 5 * WG * 4 + 128 * 4 + 64  # sh_a..sh_d, sh_list, sh_sg, scalars: upper bound
+S_CAPPED, S_DONE, S_TOP = 9, 12, 13   # (sparse path; words 10, 11 unused)
+SMALL_WG_BYTES = 4 * WG * 4 + 128 * 4 + 64  # sh_a..sh_d, sh_sg, scalars: upper bound
 
 # Bindings each entry point uses (layout="auto" holds exactly these).
 _P, _STATE, _ARGS, _SYM_IN, _WID_IN, _SYM_OUT, _WID_OUT, _WEIGHTS = range(8)
@@ -119,7 +119,7 @@ SPARSE_WGS = 132
 # costs one iteration per live symbol plus the probe loops of its occurrences' deltas (a
 # 12,000-byte run of one byte passed there). Longer words take the dense path.
 SPARSE_MAX_WORD = 8_000
-WALK_ITERS_PER_SYMBOL = 6   # bound used to size wl_merge's grid for lavapipe
+WALK_ITERS_PER_SYMBOL = 6   # estimate used to size wl_merge's grid for lavapipe (see S_CAPPED)
 MERGE_STEP = ("find_max4", "find_max_final_det", "setup_merge", "merge_reduce", "scan_pass1",
               "scan_pass2", "scan_pass3", "finalize_compact")
 # With at most FUSE_MAX_TILES stream tiles the one-workgroup scans are folded into the tile
@@ -537,10 +537,17 @@ class GPUTrainer:
             else:
                 cls, extra = _SparseRun, {"max_len": max_len, "word_starts": starts,
                                           "word_lens": lens}
-            res = cls(self, sym, wid, wts, n, num_merges, min_frequency, rows, batch,
-                      max_rows, st, profile, fused, **extra).train(progress, t0)
+            run = cls(self, sym, wid, wts, n, num_merges, min_frequency, rows, batch,
+                      max_rows, st, profile, fused, **extra)
+            res = run.train(progress, t0)
             if res is not None:
                 return res
+            if getattr(run, "capped", False):
+                # lavapipe's loop cap cut a word walk short (S_CAPPED): the dense path's loops
+                # are bounded by construction; same merges.
+                sparse = False
+                st.update(sparse=False, fused_scans=fused, walk_capped=True)
+                continue
             if rows >= max_rows:
                 raise GPUOperationError(
                     f"the pair table overflowed at its largest size ({rows * COLS} slots)"
@@ -795,10 +802,11 @@ class _Run:
             raw = np.frombuffer(buf.read_mapped(0, 4 * STATE_WORDS + 16 * cnt), np.uint32).copy()
             buf.unmap()
             stv = raw[:STATE_WORDS]
-            if stv[S_OVERFLOW]:
+            if stv[S_OVERFLOW] or (self.steps == SPARSE_STEP and stv[S_CAPPED]):
                 for b2, p2, _, _ in inflight:
                     g.wait_promise(p2, "training state readback")
                     b2.unmap()
+                self.capped = self.steps == SPARSE_STEP and bool(stv[S_CAPPED])
                 return None
             done = int(stv[S_K]) + int(stv[S_DONE])   # S_DONE: sparse path, see train.wgsl
             stopped = stopped or bool(stv[S_STOP])
@@ -866,7 +874,7 @@ class _SparseRun(_Run):
         self.max_walk = int(max_len) + 1
         g, U = self.g, self.g.wgpu.BufferUsage
         S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
-        wstart = np.append(word_starts, n).astype(np.uint32)
+        wstart = word_starts.astype(np.uint32)
         nxt = np.arange(1, n + 1, dtype=np.uint32)
         nxt[word_starts + word_lens - 1] = 0xFFFFFFFF      # the last symbol of every word
         # Byte lists: the words holding each byte value, each word once (stable radix sort of
@@ -882,17 +890,22 @@ class _SparseRun(_Run):
         tlist[1:512:2] = lens
         tlist[2:512:2] = np.cumsum(lens[:-1], dtype=np.uint32)
         pool_size = len(base) + (n - nwords) + 16
-        # wl_merge: grid-stride over a list (≤ words); lavapipe's loop cap (65,535 iterations
-        # per thread, all loops summed) bounds rounds × a word walk's iterations.
-        min_wg = 4 if trainer.is_cpu else SPARSE_WGS
-        iters_cap = max(1, 60_000 // (WALK_ITERS_PER_SYMBOL * (self.max_walk + 8)))
-        self.occ_wgs = max(min_wg, -(-nwords // (WG * iters_cap)))
-        self.occ_iters = -(-nwords // (WG * self.occ_wgs))
+        # wl_merge: grid-stride over a list (≤ words). On a CPU adapter (lavapipe: 65,535 loop
+        # iterations per thread, all loops summed) the grid is widened so that rounds × a word
+        # walk's iterations stay under the cap (WALK_ITERS_PER_SYMBOL is an estimate: a walk
+        # cut short raises S_CAPPED and the run is retrained on the dense path); on a GPU the
+        # grid stays SPARSE_WGS (more workgroups cost more: each reduces the block maxima).
+        if trainer.is_cpu:
+            iters_cap = max(1, 60_000 // (WALK_ITERS_PER_SYMBOL * (self.max_walk + 8)))
+            self.list_wgs = max(4, -(-nwords // (WG * iters_cap)))
+        else:
+            self.list_wgs = SPARSE_WGS
+        self.list_iters = -(-nwords // (WG * self.list_wgs))
         self.b.update({
             "lsym": g.buffer(4 * n + 16, S | C, "train.lsym"),
             "nxt": g.buffer(4 * n + 16, S | C, "train.nxt"),
             "wid0": g.buffer(4 * n + 16, S | C, "train.wid"),
-            "wstart": g.buffer(4 * nwords + 20, S | C, "train.wstart"),
+            "wstart": g.buffer(4 * nwords + 16, S | C, "train.wstart"),
             "tlist": g.buffer(4 * len(tlist), S | C, "train.tlist"),
             "pool": g.buffer(4 * pool_size, S | C, "train.pool"),
         })
@@ -907,7 +920,7 @@ class _SparseRun(_Run):
 
     def _table(self, rows: int) -> None:
         g = self.g
-        self._table_buffers(rows, (self.max_walk, self.occ_iters, 0))
+        self._table_buffers(rows, (self.max_walk, self.list_iters, 0))
         b = self.b
         res = {
             _P: b["params"], _STATE: b["state"], _WID_IN: b["wid0"], _WEIGHTS: b["weights"],
@@ -922,7 +935,7 @@ class _SparseRun(_Run):
 
     def _grids(self) -> dict:
         g = self.g
-        return {"wl_find_max4": g.grid(self.nblocks), "wl_merge": g.grid(self.occ_wgs)}
+        return {"wl_find_max4": g.grid(self.nblocks), "wl_merge": g.grid(self.list_wgs)}
 
     def _count(self, merges_done: int, n: int) -> None:
         """clear_table + pair_count_linked over the whole (linked) stream."""

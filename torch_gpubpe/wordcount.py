@@ -8,14 +8,15 @@ Two exact counters with the same result:
   lives across batches; a key points at the word's bytes (in the batch, then copied to a word
   store on the GPU) and the bytes are compared on every probe, so equal keys are equal words,
   never just equal hashes; counts are 64-bit. Words over ``MAXW`` bytes, documents larger than
-  a batch and a batch whose probe sequence ran out are counted on the CPU and merged in.
+  a storage binding and the other cases listed in :class:`GPUWordCounter` are counted on the
+  CPU and merged in.
   Output: :class:`WordCounts` (flat arrays). On the H200, 95 MB of text in 0.27 s, against
   2.54 s for rustbpe's own counting (``benchmarks/train.py``);
 * on the CPU (:func:`count_words`), described next.
 
-The CPU counter is exact and vectorised (numpy): documents are packed in batches of ~``batch_bytes`` bytes, word
-starts come from :func:`~torch_gpubpe.pretokenize.word_start_mask` (the §2 rule), and words are
-grouped without a Python loop per word:
+The CPU counter is exact and vectorised (numpy): documents are packed in batches of
+~``batch_bytes`` bytes, word starts come from :func:`~torch_gpubpe.pretokenize.word_start_mask`
+(the §2 rule), and words are grouped without a Python loop per word:
 
 * words of 1–7 bytes: the bytes and the length packed into one ``uint64`` key → ``np.unique``;
 * words of 8–15 bytes: two ``uint64`` keys (bytes 0–7; bytes 8–14 + length) → ``np.lexsort``;
@@ -335,6 +336,7 @@ class WordCounts:
 
     @classmethod
     def from_dict(cls, counts: dict[bytes, int]) -> WordCounts:
+        """From ``{word bytes: count}`` (counts ≥ 1, < 2^64), in the dict's order."""
         words = list(counts)
         lengths = np.fromiter((len(w) for w in words), np.int64, len(words))
         return cls(np.frombuffer(b"".join(words), np.uint8).copy(), lengths,
@@ -345,16 +347,28 @@ class GPUWordCounter:
     """Counts words on the GPU into a hash table that lives across batches (wordcount.wgsl).
 
     Exact: table keys point at the words' bytes, which are compared on every probe (never only
-    hashes); counts are 64-bit. Words longer than ``MAXW`` bytes, documents larger than a batch,
-    a whole batch should a probe sequence ever run out, and every batch once the table (a
-    quarter of the largest binding's slots: ≈33 M distinct words on a 2 GiB binding) or the
-    word store is full are counted on the CPU instead (:func:`_count_batch`) and merged in by
-    word (slower, never lost).
+    hashes); counts are 64-bit. Counted on the CPU instead (:func:`_count_batch`) and merged
+    in by word (slower, never lost): words longer than ``MAXW`` bytes; a document larger than
+    one storage binding (the hard batch limit); a document whose words alone could overfill
+    the table; a whole batch should a probe sequence ever run out; and every batch once the
+    table (a quarter of the largest binding's slots: ≈33 M distinct words on a 2 GiB binding)
+    or the word store is full. (Open addressing with a CAS on the key: Alcantara et al. 2009,
+    "Real-time parallel hashing on the GPU".)
     """
 
     def __init__(self, gpu=None, batch_bytes: int | None = None, *, min_slots: int = 1 << 16,
                  min_store: int = 1 << 16, max_probe: int | None = None,
                  max_batch_bytes: int | None = None, max_slots: int | None = None) -> None:
+        """
+        Args:
+            gpu: the :class:`~torch_gpubpe.gpu.GPU` (default: the process's).
+            batch_bytes: target bytes per batch that :func:`count_words_gpu` assembles
+                (default 64 MiB; at most half of ``max_batch_bytes``).
+        Test hooks (defaults are the real sizes): ``min_slots`` / ``max_slots`` table slots
+        (powers of two: the shader masks with slots − 1), ``min_store`` word-store size in
+        u32, ``max_probe`` probes per word (wordcount.wgsl MAX_PROBE), ``max_batch_bytes``
+        the hard batch limit in bytes (default: the adapter's storage binding).
+        """
         from .gpu import get_gpu
 
         self.g = g = gpu or get_gpu()
@@ -385,7 +399,7 @@ class GPUWordCounter:
         self.store_cap = 0
         self.text_cap = 0
         self.extra: Counter[bytes] = Counter()   # counted on the CPU (long words, fallbacks)
-        self.extra_short = False                  # whether extra may hold words ≤ MAXW bytes
+        self.cpu_has_short_words = False                  # whether extra may hold words ≤ MAXW bytes
         self.table_full = False                   # GPU table/store full: the rest on the CPU
         self._bind = None
 
@@ -503,7 +517,7 @@ class GPUWordCounter:
             # A probe sequence ran out while moving the words (crafted collisions): the words
             # counted so far go to the CPU counter, and so does everything after (table_full).
             self.extra.update(self._table_words(nout).to_dict())
-            self.extra_short = True
+            self.cpu_has_short_words = True
             self.table_full = True
             self._new_table(self.min_slots)
             self._set_state(occ=0, overflow=0)
@@ -511,28 +525,39 @@ class GPUWordCounter:
     def _cpu(self, data: np.ndarray, offsets: np.ndarray) -> None:
         """Count a packed batch on the CPU (merged into the result by word)."""
         self.extra.update(_count_batch(data, offsets).to_counter())
-        self.extra_short = True
+        self.cpu_has_short_words = True
 
     def _split(self, data: np.ndarray, offsets: np.ndarray, limit: int) -> None:
-        """Count a batch as parts of at most ``limit`` bytes, split at document boundaries; a
-        document alone above the hard batch limit (or a single document whose words overfill
-        the table) is counted on the CPU."""
+        """Count a batch as parts of at most ``limit`` bytes, split at document boundaries. A
+        document alone above ``limit`` is counted on the GPU by itself when it fits a batch
+        (never split again: if its words overfill the table it goes to the CPU), else on the
+        CPU."""
         ndocs = len(offsets) - 1
         k = 0
         while k < ndocs:
             j = int(np.searchsorted(offsets, offsets[k] + limit, side="right")) - 1
             s0 = int(offsets[k])
-            if j <= k or (ndocs == 1 and limit < len(data)):
+            if j <= k:
                 doc = data[s0:int(offsets[k + 1])]
-                self._cpu(doc, np.array([0, len(doc)]))
+                one = np.array([0, len(doc)], np.int64)
+                if len(doc) <= self.max_batch:
+                    self.add_batch(doc, one, _split=False)
+                else:
+                    self._cpu(doc, one)
                 k += 1
             else:
                 self.add_batch(data[s0:int(offsets[j])], offsets[k:j + 1] - s0)
                 k = j
 
     # -- one batch -------------------------------------------------------------------------------
-    def add_batch(self, data: np.ndarray, offsets: np.ndarray) -> None:
-        """Count the words of one packed batch (:func:`_batches`)."""
+    def add_batch(self, data: np.ndarray, offsets: np.ndarray, _split: bool = True) -> None:
+        """Count the words of one packed batch (:func:`_batches`).
+
+        Args:
+            data: uint8, shape ``(n,)``: the documents' bytes back to back.
+            offsets: int64, shape ``(num_docs + 1,)``: document k is
+                ``data[offsets[k]:offsets[k+1]]``.
+        """
         from .pretokenize import doc_start_bitmap, pad_to_u32
 
         n = len(data)
@@ -572,7 +597,10 @@ class GPUWordCounter:
                     self.table_full = True
                     self._cpu(data, offsets)
                     return
-                self._split(data, offsets, max(1, n // 2))   # fewer words per batch
+                if _split and len(offsets) > 2:
+                    self._split(data, offsets, max(1, n // 2))   # fewer words per batch
+                else:
+                    self._cpu(data, offsets)    # one document with too many words
                 return
             self._grow(slots)
             if self.table_full:
@@ -645,7 +673,7 @@ class GPUWordCounter:
         wc = self._table_words(nout)
         if not self.extra:
             return wc
-        if self.extra_short:   # the CPU counted words the table may hold too: merge by key
+        if self.cpu_has_short_words:   # the CPU counted words the table may hold too: merge by key
             merged = Counter(wc.to_dict())
             merged.update(self.extra)
             return WordCounts.from_dict(merged)
@@ -667,6 +695,8 @@ def count_words_gpu(documents: Iterable[str | bytes], *, batch_bytes: int | None
             adapter's bindings are smaller).
         info: if given, filled with ``num_documents`` and ``corpus_bytes`` (UTF-8 bytes).
         gpu: the :class:`~torch_gpubpe.gpu.GPU` to use (default: the process's).
+        _counter_kw: test hooks passed to :class:`GPUWordCounter` (small tables, stores and
+            batches).
     Returns:
         :class:`WordCounts` (words in no particular order).
     Raises:

@@ -84,7 +84,7 @@ struct Params {     // 48 bytes
     nblocks: u32,       // slots / BLOCK
     tile_cap: u32,      // capacity of each half of `tiles` (≥ stream tiles + 1)
     max_walk: u32,      // sparse path: most steps of one word walk (≥ longest word + 1)
-    occ_iters: u32,     // sparse path: grid-stride rounds of wl_merge over a word list
+    list_iters: u32,    // sparse path: grid-stride rounds of wl_merge over a word list
     _pad3: u32,
     _pad0: u32,
     _pad1: u32,
@@ -131,6 +131,9 @@ const S_B: u32 = 5u;        //                right id
 const S_C: u32 = 6u;        //                new id
 const S_OCC: u32 = 7u;      // occupied table slots
 const S_OVERFLOW: u32 = 8u; // 1: a probe sequence ran out (host grows the table and restarts)
+const S_CAPPED: u32 = 9u;   // sparse path: 1 = a loop of wl_merge stopped before its end (only
+                            // lavapipe's 65,535-iteration cap does that): the host retrains on
+                            // the dense path. (Words 10 and 11 are unused.)
 const S_DONE: u32 = 12u;    // sparse path: 1 = wl_merge committed a merge whose S_K increment
                             // is pending (done by the next wl_find_max4); merges = S_K + S_DONE
 
@@ -144,8 +147,8 @@ override LSLOTS: u32 = 2048u;
 // tiles themselves (O(tiles) reads per workgroup, cheap for ≤ 2048 tiles) and
 // find_max_final_det sizes the dispatches.
 override FUSED: u32 = 0u;
-// 64-bit pair counts (1) or 32-bit ones (0, when the corpus's total pair count is below 2^32;
-// see table_add).
+// 64-bit pair counts (1) or 32-bit ones (0: the sparse path, when the corpus's total pair count
+// is below 2^31 — the host's margin below 2^32; see table_add). The dense path is always 1.
 override WIDE: u32 = 1u;
 const PC_ITEMS: u32 = 4u;          // symbols per pair_count thread (1024 per workgroup)
 
@@ -219,7 +222,7 @@ fn table_slot(stored: u32, col: u32) -> u32 {
 }
 
 // Add the 64-bit value (lo, hi) to a table slot's count (mod 2^64) and mark its block dirty.
-// WIDE = 0 (host: the corpus's total pair count is below 2^32, so no count, whatever the
+// WIDE = 0 (host: the corpus's total pair count is below 2^31, so no count, whatever the
 // order of the adds, ends outside u32): the low word only, its old value unused (the GPU need
 // not wait for the atomic), the high word stays 0.
 fn table_add(slot: u32, lo: u32, hi: u32) {
@@ -915,7 +918,11 @@ const DEAD: u32 = 0x40000000u;   // lsym of a symbol merged away (the right half
 const NONE: u32 = 0xFFFFFFFFu;   // no next symbol (nxt), no previous id
 
 // ==== word-list path =============================================================================
-// The linked stream of the sparse path (lsym / nxt), with an index of where each token occurs:
+// (The incremental pair-count update of Sennrich et al. 2016, "Neural Machine Translation of Rare
+// Words with Subword Units" / subword-nmt, with its token → words index — HF tokenizers'
+// `where_to_update` — made parallel: one thread per word.)
+// The linked stream of the sparse path (lsym / nxt), with an inverted index (postings: `tlist`
+// heads into `pool`) of where each token occurs:
 // per token id t, the list of words that held t when it was made (bytes: every word holding
 // the byte; merge k's token C = 256 + k: every word where merge k applied), in `pool`. A list
 // may hold stale words (whose t was merged away since): they are walked and found to hold
@@ -935,10 +942,10 @@ const NONE: u32 = 0xFFFFFFFFu;   // no next symbol (nxt), no previous id
 // Pool size: the byte lists plus ≤ n − words appended entries (each entry merged ≥ 1 symbol away).
 // Bindings 19–21 (with 15 lsym, 16 nxt of the sparse path):
 //  19 wstart : storage, read        array<u32>  per word: index of its first symbol (never
-//                                               dead); one more: n
+//                                               dead)
 //  20 tlist  : storage, read_write  array<atomic<u32>>  per token id: (pool offset, length)
 //  21 pool   : storage, read_write  array<u32>  word indices of the lists
-// Params: max_walk ≥ longest word + 1 (steps of one word walk); occ_iters = grid-stride rounds
+// Params: max_walk ≥ longest word + 1 (steps of one word walk); list_iters = grid-stride rounds
 // of wl_merge over the longest list (≤ words).
 @group(0) @binding(19) var<storage, read> wstart: array<u32>;
 @group(0) @binding(20) var<storage, read_write> tlist: array<atomic<u32>>;
@@ -1010,6 +1017,7 @@ fn wl_merge_word(w: u32, a: u32, b: u32, c: u32) -> bool {
             p = q;
         }
     }
+    if (p != NONE) { atomicStore(&state[S_CAPPED], 1u); }   // the walk did not reach the end
     return merged;
 }
 
@@ -1067,7 +1075,10 @@ fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
             }
         }
     }
-    if (stop) { return; }
+    // `stop` is the same in every thread (it comes from the reduction); broadcast through a
+    // uniform load so that the barriers below are in uniform control flow by WGSL's rules.
+    if (lid == 0u) { sh_x = select(0u, 1u, stop); }
+    if (workgroupUniformLoad(&sh_x) != 0u) { return; }
     if (lid == 0u) {
         let la = atomicLoad(&tlist[2u * a + 1u]);
         let lb = atomicLoad(&tlist[2u * b + 1u]);
@@ -1080,12 +1091,14 @@ fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
     let len = workgroupUniformLoad(&sh_v);
     let stride = nwg.x * nwg.y * WG;
     let g0 = wg * WG + lid;
-    for (var it = 0u; it < P.occ_iters; it++) {
-        let j = g0 + it * stride;
+    var j = g0;         // the next list entry of this thread (list_iters · stride ≥ any list)
+    for (var it = 0u; it < P.list_iters; it++) {
         if (j >= len) { break; }
         let w = pool[off + j];
         if (wl_merge_word(w, a, b, c)) {
             pool[top + atomicAdd(&tlist[2u * c + 1u], 1u)] = w;
         }
+        j += stride;
     }
+    if (j < len) { atomicStore(&state[S_CAPPED], 1u); }   // the loop stopped early
 }

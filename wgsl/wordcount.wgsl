@@ -20,6 +20,9 @@
 //               first free slot)
 // Race freedom: a claimed slot's key is final within a dispatch (a position of this batch or a
 // store offset), and the bytes it points at were written before the dispatch began.
+// The table: open addressing with triangular (quadratic) probing and a CAS on the key, as in
+// Alcantara et al. 2009, "Real-time parallel hashing on the GPU"; the hash is FNV-1a over the
+// bytes finished by Murmur3's fmix (common.wgsl).
 // Counts are exact 64-bit integers (carry of the low word into the high word).
 
 struct Params {
@@ -76,7 +79,6 @@ fn wc_starts(@builtin(workgroup_id) wid: vec3<u32>,
     if (base <= n) {
         for (var k = 0u; k < 32u; k++) {
             let i = base + k;
-            if (i > n) { break; }
             if (i == n) { bits |= 1u << k; break; }     // end sentinel
             let cur = text_byte(i);
             let has_prev = i > 0u && !doc_start(i);
