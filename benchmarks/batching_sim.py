@@ -31,21 +31,14 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.train import DEFAULT_CORPORA, load_docs  # noqa: E402
 from torch_gpubpe import reference  # noqa: E402
-from torch_gpubpe.reference import _apply_merge, _pairs  # noqa: E402
+from torch_gpubpe.reference import _apply_merge, _index  # noqa: E402
 
 
 def simulate(word_counts, vocab_size: int, min_frequency: int, lookahead: int = 64):
     """(merges, steps' sizes) under the batching rule (see the module docstring)."""
     words = [tuple(w) for w, c in word_counts.items() if len(w) > 1 and c]
     weights = [int(c) for w, c in word_counts.items() if len(w) > 1 and c]
-    counts: dict = {}
-    where: dict = {}
-    for wi, word in enumerate(words):
-        for p, k in _pairs(word).items():
-            counts[p] = counts.get(p, 0) + k * weights[wi]
-            where.setdefault(p, set()).add(wi)
-    heap = [(-c, a, b) for (a, b), c in counts.items()]
-    heapq.heapify(heap)
+    counts, where, heap = _index(words, weights)
 
     def top(m: int) -> list:
         out, seen = [], set()

@@ -166,14 +166,7 @@ def train_from_word_counts(
             words.append(tuple(w))
             weights.append(int(c))
 
-    counts: dict[tuple[int, int], int] = {}
-    where: dict[tuple[int, int], set[int]] = {}
-    for wi, word in enumerate(words):
-        for pair, k in _pairs(word).items():
-            counts[pair] = counts.get(pair, 0) + k * weights[wi]
-            where.setdefault(pair, set()).add(wi)
-    heap = [(-c, a, b) for (a, b), c in counts.items()]
-    heapq.heapify(heap)
+    counts, where, heap = _index(words, weights)
 
     merges: list[tuple[int, int]] = []
     while len(merges) < num_merges:
@@ -186,6 +179,19 @@ def train_from_word_counts(
         merges.append((a, b))
         _apply_merge((a, b), 256 + len(merges) - 1, words, weights, counts, where, heap)
     return merges
+
+
+def _index(words: list[tuple[int, ...]], weights: list[int]) -> tuple[dict, dict, list]:
+    """(pair → count, pair → indices of the words holding it, lazy max-heap of the counts)."""
+    counts: dict[tuple[int, int], int] = {}
+    where: dict[tuple[int, int], set[int]] = {}
+    for wi, word in enumerate(words):
+        for pair, k in _pairs(word).items():
+            counts[pair] = counts.get(pair, 0) + k * weights[wi]
+            where.setdefault(pair, set()).add(wi)
+    heap = [(-c, a, b) for (a, b), c in counts.items()]
+    heapq.heapify(heap)
+    return counts, where, heap
 
 
 def _apply_merge(pair: tuple[int, int], new_id: int, words: list[tuple[int, ...]],

@@ -425,33 +425,28 @@ class GPUTrainer:
         self.sparse_pipelines(wide=False)
         self.is_cpu = "cpu" in str(g.adapter_info.get("adapter_type", "")).lower()
 
-    def pipelines(self, fused: bool) -> dict:
-        """Entry point → compute pipeline, for the FUSED or the separate-scan variant."""
-        if fused not in self._pipes:
-            g, lslots = self.gpu, self.local_slots
-            self._pipes[fused] = {
-                name: g.pipeline("train", name,
-                                 workgroup_bytes=12 * lslots if name == "pair_count"
-                                 else SMALL_WG_BYTES,
-                                 constants={"LSLOTS": lslots, "FUSED": int(fused)})
-                for name in ENTRY_BINDINGS
-            }
-        return self._pipes[fused]
-
-    def sparse_pipelines(self, wide: bool = True) -> dict:
-        """Entry point → compute pipeline of the sparse path, with 64-bit (``wide``) or
-        32-bit pair counts (train.wgsl WIDE)."""
-        key = ("sparse", wide)
+    def _compile(self, key, names, counting_entry: str, constants: dict) -> dict:
+        """Entry point → compute pipeline for ``names``, compiled once per ``key``."""
         if key not in self._pipes:
             g, lslots = self.gpu, self.local_slots
             self._pipes[key] = {
                 name: g.pipeline("train", name,
-                                 workgroup_bytes=12 * lslots if name == "pair_count_linked"
+                                 workgroup_bytes=12 * lslots if name == counting_entry
                                  else SMALL_WG_BYTES,
-                                 constants={"LSLOTS": lslots, "WIDE": int(wide)})
-                for name in SPARSE_BINDINGS
+                                 constants={"LSLOTS": lslots, **constants})
+                for name in names
             }
         return self._pipes[key]
+
+    def pipelines(self, fused: bool) -> dict:
+        """Entry point → compute pipeline, for the FUSED or the separate-scan variant."""
+        return self._compile(fused, ENTRY_BINDINGS, "pair_count", {"FUSED": int(fused)})
+
+    def sparse_pipelines(self, wide: bool = True) -> dict:
+        """Entry point → compute pipeline of the sparse path, with 64-bit (``wide``) or
+        32-bit pair counts (train.wgsl WIDE)."""
+        return self._compile(("sparse", wide), SPARSE_BINDINGS, "pair_count_linked",
+                             {"WIDE": int(wide)})
 
     # -- one training run ---------------------------------------------------------------------
     def run(self, words: list[bytes], weights: list[int], num_merges: int, min_frequency: int,
