@@ -18,10 +18,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import heapq
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -29,6 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks._report import print_footer  # noqa: E402
 from benchmarks.train import DEFAULT_CORPORA, load_docs  # noqa: E402
 from torch_gpubpe import reference  # noqa: E402
 from torch_gpubpe.reference import _apply_merge, _index  # noqa: E402
@@ -107,10 +105,7 @@ def main() -> None:
     for i, (steps, n) in acc.items():
         if steps:
             print(f"| {bounds[i]}–{min(bounds[i + 1], len(merges))} | {steps} | {n / steps:.2f} |")
-    print(f"\nmachine: {platform.node()} | {os.cpu_count()} CPUs | Python "
-          f"{platform.python_version()}")
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
-    print(f"command: {' '.join([sys.executable, *sys.argv])}")
+    print_footer()
     if not same:
         raise SystemExit("the batched merges differ from sequential BPE")
 

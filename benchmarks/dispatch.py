@@ -14,15 +14,15 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+
+from benchmarks._report import print_footer, raw_recording_calls  # noqa: E402
 
 SRC = """
 @group(0) @binding(0) var<storage, read_write> buf: array<atomic<u32>>;
@@ -40,17 +40,13 @@ def main() -> None:
     args = ap.parse_args()
 
     from torch_gpubpe.gpu import get_gpu
-    from torch_gpubpe.trainer import _raw_api
 
     g = get_gpu()
     pipe = g.pipeline("dispatch_bench", "main", workgroup_bytes=0, source=SRC)
     U = g.wgpu.BufferUsage
     buf = g.buffer(64, U.STORAGE | U.COPY_SRC | U.COPY_DST, "bench")
     bg = g.bind_group(pipe, [buf])
-    raw = _raw_api()
-    if raw is None:
-        raise SystemExit("wgpu-native's raw calls are not available")
-    set_pipeline, set_bind_group, dispatch, _, null = raw
+    set_pipeline, set_bind_group, dispatch, _, null = raw_recording_calls()
     rows = []
     for wgs in args.workgroups:
         for n in args.dispatches:
@@ -74,10 +70,7 @@ def main() -> None:
     print("|---:|---:|---:|---:|")
     for wgs, n, host, gpu in rows:
         print(f"| {wgs} | {n:,} | {host:.2f} | {gpu:.2f} |")
-    print(f"\nmachine: {platform.node()} | {os.cpu_count()} CPUs | Python "
-          f"{platform.python_version()}")
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
-    print(f"command: {' '.join([sys.executable, *sys.argv])}")
+    print_footer()
 
 
 if __name__ == "__main__":

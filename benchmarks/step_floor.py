@@ -29,9 +29,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -40,6 +38,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+
+from benchmarks._report import print_footer, raw_recording_calls  # noqa: E402
 
 SRC = """
 struct Params { steps: u32, nblocks: u32, nwg: u32, max_spins: u32, mode: u32, k0: u32,
@@ -157,7 +157,6 @@ def main() -> None:
     args = ap.parse_args()
 
     from torch_gpubpe.gpu import get_gpu
-    from torch_gpubpe.trainer import _raw_api
 
     g = get_gpu()
     wg_bytes = 2 * 256 * 4 + 4
@@ -165,10 +164,7 @@ def main() -> None:
              for e in ("persistent", "step_reduce", "step_touch")}
     U = g.wgpu.BufferUsage
     S = U.STORAGE | U.COPY_SRC | U.COPY_DST
-    raw = _raw_api()
-    if raw is None:
-        raise SystemExit("wgpu-native's raw calls are not available")
-    set_pipeline, set_bind_group, dispatch, _, null = raw
+    set_pipeline, set_bind_group, dispatch, _, null = raw_recording_calls()
     rng = np.random.default_rng(0)
     rows = []
     for nwg in args.workgroups:
@@ -225,10 +221,8 @@ def main() -> None:
     for nwg, nb, v, gpu, host, ok, same in rows:
         print(f"| {nwg} | {nb:,} | {v} | {gpu:.2f} | {host:.2f} | {'yes' if ok else 'NO'} "
               f"| {same if same == '' else ('yes' if same else 'NO')} |")
-    print(f"\nsteps: {args.steps:,}; machine: {platform.node()} | {os.cpu_count()} CPUs | Python "
-          f"{platform.python_version()}")
-    print(f"date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
-    print(f"command: {' '.join([sys.executable, *sys.argv])}")
+    print(f"\nsteps: {args.steps:,}", end="")
+    print_footer()
 
 
 if __name__ == "__main__":
