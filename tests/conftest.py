@@ -1,4 +1,4 @@
-"""Shared test helpers: real corpora from ../shared/corpora (beside the checkout)."""
+"""Shared test helpers: real corpora (shipped in tests/data/corpora; the extended set when present)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,27 @@ import json
 import os
 from pathlib import Path
 
-os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
+# The corpora the tests read. Shipped: tests/data/corpora (the beginning of each corpus, so a plain
+# clone runs the suite). Extended (whole corpora, same names), used when present:
+# TORCH_GPUBPE_CORPORA, else ../shared/corpora beside the checkout (the project's workspace and CI).
+SHIPPED_CORPORA = Path(__file__).resolve().parent / "data" / "corpora"
 
-# ../shared/corpora beside the checkout; TORCH_GPUBPE_CORPORA points elsewhere (e.g. on the lent GPU).
-CORPORA = Path(
-    os.environ.get("TORCH_GPUBPE_CORPORA")
-    or Path(__file__).resolve().parents[2] / "shared" / "corpora"
-)
-CORPUS_NAMES = sorted(p.name[: -len(".jsonl.gz")] for p in CORPORA.glob("*.jsonl.gz"))
-if not CORPUS_NAMES:
-    raise RuntimeError(
-        f"no corpora in {CORPORA}: the tests need ../shared/corpora beside the checkout "
-        "(or TORCH_GPUBPE_CORPORA=<folder of *.jsonl.gz>)"
-    )
+
+def _extended_corpora() -> Path | None:
+    env = os.environ.get("TORCH_GPUBPE_CORPORA")
+    if env:
+        if not any(Path(env).glob("*.jsonl.gz")):
+            raise RuntimeError(f"TORCH_GPUBPE_CORPORA={env!r} holds no *.jsonl.gz files")
+        return Path(env)
+    beside = Path(__file__).resolve().parents[2] / "shared" / "corpora"
+    return beside if any(beside.glob("*.jsonl.gz")) else None
+
+
+CORPORA = _extended_corpora() or SHIPPED_CORPORA
+CORPUS_NAMES = sorted(p.name[: -len(".jsonl.gz")] for p in SHIPPED_CORPORA.glob("*.jsonl.gz"))
+_missing = [n for n in CORPUS_NAMES if not (CORPORA / f"{n}.jsonl.gz").exists()]
+if _missing:
+    raise RuntimeError(f"the corpora in {CORPORA} lack {_missing} (the shipped set's names)")
 
 
 def corpus_docs(name: str, max_bytes: int = 100_000, max_doc_bytes: int | None = None) -> list[str]:

@@ -1,4 +1,4 @@
-"""``python -m torch_gpubpe train|encode`` (console script ``torch_gpubpe``).
+"""``python -m torch_gpubpe train|encode|doctor`` (console script ``torch_gpubpe``).
 
 ``train``  reads documents (a Hugging Face dataset, local files, or — with no data arguments —
            the English + Turkish corpus shipped in the package), trains a byte-level BPE vocab
@@ -9,6 +9,8 @@
 ``encode`` tokenizes documents with a trained vocab on the GPU (DESIGN.md §4,
            :class:`torch_gpubpe.encoder.Tokenizer`) into a flat array of token ids plus document
            offsets — the offline pre-tokenization step of many pretraining stacks.
+``doctor`` reports the GPU adapters, the one used, its limits and an exact self-test
+           (:mod:`torch_gpubpe.doctor`), and what to install when there is no adapter.
 
 Errors a user can act on (unknown dataset or column, empty corpus, bad vocab size, unwritable
 output folder, no GPU adapter, ...) print one line ``torch_gpubpe: error: ...`` and exit with
@@ -37,7 +39,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .errors import GPUBPEError, InputError
+from .errors import GPUBPEError, InputError, NoAdapterError
 from .reference import to_bytes
 from .sources import SAMPLE_BY, TextSource, iter_texts, shipped_corpus
 from .vocab import MAX_VOCAB_SIZE, Vocab
@@ -111,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{train,encode}")
+    sub = p.add_subparsers(dest="command", metavar="{train,encode,doctor}")
 
     t = sub.add_parser(
         "train", help="train a vocab (DESIGN.md §3) and export it",
@@ -176,7 +178,21 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
     e.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show tracebacks instead of one-line errors")
+    d = sub.add_parser(
+        "doctor", help="show the GPU adapters, the one used, its limits, and what to install",
+        description="Report what torch_gpubpe sees on this machine: wgpu's adapters, the one it "
+                    "opens (subgroup size, limits), a small exact self-test on it, and the command "
+                    "that installs a Vulkan device when there is none. Exit status 0 when usable.",
+    )
+    d.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show tracebacks instead of one-line errors")
     return p
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import run
+
+    return run()
 
 
 # -- shared helpers ------------------------------------------------------------------------------
@@ -566,7 +582,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    handler = {"train": cmd_train, "encode": cmd_encode}[args.command]
+    handler = {"train": cmd_train, "encode": cmd_encode, "doctor": cmd_doctor}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:
@@ -577,7 +593,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (GPUBPEError, OSError, ValueError) as e:
         if args.debug:
             raise
-        msg = " ".join(str(e).split()) or type(e).__name__
+        if isinstance(e, NoAdapterError):  # a few lines: what is missing, what to run
+            msg = str(e).strip()
+        else:
+            msg = " ".join(str(e).split()) or type(e).__name__
         if not isinstance(e, GPUBPEError):
             msg = f"{type(e).__name__}: {msg}"
         print(f"{PROG}: error: {msg}", file=sys.stderr)

@@ -3,6 +3,10 @@
 * Never created at import; created by the first :func:`get_gpu` call.
 * Adapter: high-performance first; ``TORCH_GPUBPE_ADAPTER`` forces one (a case-insensitive
   substring of its backend, type, name or vendor: ``vulkan``, ``cpu``, ``llvmpipe``, ``nvidia``).
+  OpenGL (llvmpipe or a GPU's GL driver: exact, no subgroups) is the last resort, warned once;
+  no adapter at all is a :class:`~torch_gpubpe.errors.NoAdapterError` that names the command to
+  install Mesa's lavapipe (``python -m torch_gpubpe doctor`` shows the details).
+* ``XDG_RUNTIME_DIR`` gets a private default before wgpu loads Mesa (:func:`ensure_runtime_dir`).
 * The adapter's real limits are requested (storage binding, buffer size, workgroup storage), not
   WebGPU's defaults.
 * The ``subgroup`` feature is used where present (``TORCH_GPUBPE_NO_SUBGROUPS=1`` turns it off for
@@ -80,13 +84,128 @@ def _describe(adapter) -> str:
     return f"{i.get('device', '?')} ({i.get('adapter_type', '?')}, {i.get('backend_type', '?')})"
 
 
+def ensure_runtime_dir() -> str:
+    """Give Mesa a valid ``XDG_RUNTIME_DIR`` before wgpu loads a driver.
+
+    On a headless root shell the variable is unset, and Mesa (lavapipe, llvmpipe) prints
+    ``error: XDG_RUNTIME_DIR is invalid or not set`` twice at every adapter request. When it is
+    unset or not a directory, a private one (mode 0700, ``<tmp>/torch_gpubpe-runtime-<uid>``) is
+    created and set for this process. Returns the directory in use.
+    """
+    cur = os.environ.get("XDG_RUNTIME_DIR", "")
+    if cur and os.path.isdir(cur):
+        return cur
+    import tempfile
+
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    path = os.path.join(tempfile.gettempdir(), f"torch_gpubpe-runtime-{uid}")
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.environ["XDG_RUNTIME_DIR"] = path
+    return path
+
+
+def _os_release() -> dict[str, str]:
+    try:
+        with open("/etc/os-release", encoding="utf-8") as f:
+            pairs = (line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+            return {k: v.strip('"') for k, v in pairs}
+    except OSError:
+        return {}
+
+
+def install_hint() -> str:
+    """The command that installs a software Vulkan device (Mesa's lavapipe) on this system."""
+    import sys
+
+    if sys.platform == "darwin":
+        return "macOS has Metal: update wgpu (`pip install -U 'wgpu>=0.32,<0.33'`)"
+    if sys.platform == "win32":
+        return "install your GPU vendor's driver (D3D12/Vulkan); WARP ships with Windows 10+"
+    rel = _os_release()
+    family = f"{rel.get('ID', '')} {rel.get('ID_LIKE', '')}"
+    sudo = "" if hasattr(os, "geteuid") and os.geteuid() == 0 else "sudo "
+    if any(k in family for k in ("debian", "ubuntu")):
+        return (f"{sudo}apt-get update && {sudo}apt-get install -y --no-install-recommends "
+                "mesa-vulkan-drivers libvulkan1")
+    if any(k in family for k in ("fedora", "rhel", "centos")):
+        return f"{sudo}dnf install -y mesa-vulkan-drivers vulkan-loader"
+    if "arch" in family:
+        return f"{sudo}pacman -S --noconfirm vulkan-swrast vulkan-icd-loader"
+    if any(k in family for k in ("suse",)):
+        return f"{sudo}zypper install -y libvulkan_lvp libvulkan1"
+    if "alpine" in family:
+        return f"{sudo}apk add mesa-vulkan-swrast vulkan-loader"
+    return "install Mesa's Vulkan drivers (lavapipe) and the Vulkan loader (libvulkan.so.1)"
+
+
+def no_adapter_message(detail: str = "") -> str:
+    """The text of :class:`NoAdapterError` when wgpu finds no adapter: what is missing and the
+    exact command that fixes it (a few lines)."""
+    import ctypes.util
+
+    missing = []
+    for var in ("VK_ICD_FILENAMES", "VK_DRIVER_FILES"):
+        files = [f for f in os.environ.get(var, "").split(os.pathsep) if f]
+        if files and not any(os.path.exists(f) for f in files):
+            missing.append(f"the driver files {var} names ({os.environ[var]}: unset it)")
+    if ctypes.util.find_library("vulkan") is None:
+        missing.append("the Vulkan loader (libvulkan.so.1)")
+    icd_dirs = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
+    if not any(os.path.isdir(d) and os.listdir(d) for d in icd_dirs):
+        missing.append("a Vulkan driver (no ICD file in /usr/share/vulkan/icd.d)")
+    lines = [
+        "no GPU adapter: wgpu found no Vulkan, Metal or D3D12 device"
+        + (f"; missing: {', '.join(missing)}" if missing else "") + ".",
+        "On a machine without a GPU, Mesa's lavapipe (Vulkan on the CPU: slow, but exact) works:",
+        f"    {install_hint()}",
+        "Then check with: python -m torch_gpubpe doctor",
+    ]
+    if detail:
+        lines.append(f"(wgpu: {' '.join(detail.split())[:300]})")
+    return "\n".join(lines)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, msg: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        import warnings
+
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def adapter_rank(info: Mapping[str, Any]) -> int:
+    """Preference of an adapter (lower is better): a real GPU before a CPU device, and OpenGL
+    (no subgroups, fewer limits) only as the last resort."""
+    backend = str(info.get("backend_type", "")).lower()
+    kind = str(info.get("adapter_type", "")).lower()
+    gl = "gl" in backend
+    kind_rank = {"discretegpu": 0, "integratedgpu": 1, "virtualgpu": 2, "cpu": 3}.get(
+        kind.replace(" ", "").replace("_", ""), 2)
+    return (10 if gl else 0) + kind_rank
+
+
 def _pick_adapter(wgpu):
+    """The adapter to open: ``TORCH_GPUBPE_ADAPTER``'s match, else the best of
+    :func:`adapter_rank`. OpenGL is used only when nothing else exists, and said once.
+
+    Raises:
+        NoAdapterError: no adapter, or none matches ``TORCH_GPUBPE_ADAPTER`` (both name the fix).
+    """
     want = os.environ.get(ENV_ADAPTER, "").strip().lower()
     if not want:
-        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
-        if adapter is not None:
+        try:  # the fast path (≈0.2 s; enumerating every backend costs up to ≈0.9 s)
+            adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+        except Exception:  # noqa: BLE001 - wgpu 0.32 raises RuntimeError when it finds none
+            adapter = None
+        if adapter is not None and adapter_rank(adapter.info) < 10:
             return adapter
-    adapters = list(wgpu.gpu.enumerate_adapters_sync())
+    try:
+        adapters = list(wgpu.gpu.enumerate_adapters_sync())
+    except Exception as e:  # noqa: BLE001 - wgpu raises a bare RuntimeError for "no adapter"
+        raise NoAdapterError(no_adapter_message(str(e))) from e
     if want:
         for a in adapters:
             i = a.info
@@ -98,14 +217,16 @@ def _pick_adapter(wgpu):
         raise NoAdapterError(
             f"{ENV_ADAPTER}={want!r} matches no adapter; available: "
             + ("; ".join(_describe(a) for a in adapters) or "none")
+            + " (python -m torch_gpubpe doctor lists them)"
         )
-    if adapters:
-        return adapters[0]
-    raise NoAdapterError(
-        "no WebGPU adapter found: torch_gpubpe needs a Vulkan, Metal or D3D12 device. On a machine "
-        "without a GPU, `apt-get install mesa-vulkan-drivers` gives lavapipe, a Vulkan device on "
-        "the CPU (slow, but exact)."
-    )
+    if not adapters:
+        raise NoAdapterError(no_adapter_message())
+    best = min(adapters, key=lambda a: adapter_rank(a.info))
+    if adapter_rank(best.info) >= 10:
+        _warn_once("gl", f"torch_gpubpe: no Vulkan, Metal or D3D12 device; using the OpenGL "
+                         f"adapter {_describe(best)} as the last resort (exact, no subgroups, "
+                         f"slower). For lavapipe: {install_hint()}")
+    return best
 
 
 # The C types wgpu-py asks cffi for while this package opens a device, compiles pipelines,
@@ -186,18 +307,12 @@ class GPU:
     def __init__(self) -> None:
         _check_fork()
         _mark_touched()
+        ensure_runtime_dir()
         try:
             import wgpu
         except ImportError as e:  # pragma: no cover - wgpu is a dependency
-            raise NoAdapterError("the `wgpu` package is not installed: pip install wgpu") from e
-        try:
-            from wgpu.backends.wgpu_native import extras
-
-            if os.environ.get(ENV_ADAPTER, "").strip().lower() in ("", "vulkan"):
-                # Skip the slow GL probe unless an adapter is forced by name (WGPU_NOTES.md §10).
-                extras.set_instance_extras(backends=["Vulkan", "Metal", "DX12"])
-        except Exception:  # noqa: BLE001 - optional speed-up only
-            pass
+            raise NoAdapterError("the `wgpu` package is not installed: "
+                                 "pip install 'wgpu>=0.32,<0.33'") from e
         self.wgpu = wgpu
         self.pid = os.getpid()
         _preparse_cffi_types()
@@ -205,6 +320,8 @@ class GPU:
         self.adapter = adapter
         self.adapter_name = _describe(adapter)
         self.adapter_info = dict(adapter.info)
+        self.backend = str(self.adapter_info.get("backend_type", ""))
+        self.is_fallback = adapter_rank(self.adapter_info) >= 10  # OpenGL as the last resort
         feats = set(adapter.features)
         want = []
         use_sg = "subgroup" in feats and os.environ.get(ENV_NO_SUBGROUPS, "") not in ("1", "true")

@@ -1,0 +1,105 @@
+"""``python -m torch_gpubpe doctor``: what this machine offers torch_gpubpe, and what to install.
+
+Prints, in order: versions (torch_gpubpe, wgpu, Python, OS); the environment variables that steer
+adapter choice; the Vulkan loader and driver files found; every adapter wgpu sees (backend, type,
+name, the features this package uses); the adapter :func:`torch_gpubpe.gpu.get_gpu` opens, with
+its subgroup size (read from a shader) and limits; and a self-test that encodes and trains a
+small text on that device and compares the result with :mod:`torch_gpubpe.reference`.
+Returns 0 when a device works and is exact, 2 otherwise (with the command that fixes it).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import platform
+import sys
+import time
+from typing import TextIO
+
+from . import __version__
+from .errors import GPUBPEError
+
+_ENV = ("TORCH_GPUBPE_ADAPTER", "TORCH_GPUBPE_NO_SUBGROUPS", "TORCH_GPUBPE_TIMEOUT",
+        "VK_ICD_FILENAMES", "VK_DRIVER_FILES", "XDG_RUNTIME_DIR")
+_FEATURES = ("subgroup", "timestamp-query", "shader-int64")
+_LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size",
+           "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup",
+           "max-storage-buffers-per-shader-stage")
+_SELF_TEST = ["yakınlık ve 2026 yılı", "a  b\t\r\n x=1;", "İstanbul’da 🙂 emoji", ""]
+
+
+def run(out: TextIO = sys.stdout) -> int:
+    """Print the report to ``out``; return the exit status (0 usable and exact, 2 not)."""
+    from . import gpu as gpumod
+
+    def say(line: str = "") -> None:
+        print(line, file=out, flush=True)
+
+    gpumod.ensure_runtime_dir()
+    say(f"torch_gpubpe {__version__}, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()} ({platform.machine()})")
+    try:
+        import wgpu
+    except ImportError:
+        say("wgpu: NOT INSTALLED — pip install 'wgpu>=0.32,<0.33'")
+        return 2
+    say(f"wgpu {wgpu.__version__}")
+    say("environment: " + ", ".join(f"{k}={os.environ[k]!r}" for k in _ENV if k in os.environ))
+    import ctypes.util
+
+    loader = ctypes.util.find_library("vulkan")
+    icds = sorted(glob.glob("/usr/share/vulkan/icd.d/*.json") + glob.glob("/etc/vulkan/icd.d/*.json"))
+    say(f"Vulkan loader: {loader or 'not found'}; driver files: "
+        + (", ".join(os.path.basename(p) for p in icds) or "none"))
+
+    try:
+        adapters = list(wgpu.gpu.enumerate_adapters_sync())
+    except Exception as e:  # noqa: BLE001 - wgpu raises RuntimeError when it finds none
+        adapters, why = [], " ".join(str(e).split())[:200]
+        say(f"adapters: none ({why})")
+    for a in adapters:
+        feats = [f for f in _FEATURES if f in a.features]
+        say(f"  adapter: {gpumod._describe(a)}; features: {', '.join(feats) or 'none'}; "
+            f"rank {gpumod.adapter_rank(a.info)} (lower is preferred; OpenGL ≥ 10)")
+
+    t0 = time.perf_counter()
+    try:
+        g = gpumod.get_gpu()
+    except GPUBPEError as e:
+        say(f"\nNOT USABLE: {e}")
+        return 2
+    say(f"chosen: {g.adapter_name}{' (last resort: OpenGL)' if g.is_fallback else ''}; "
+        f"opened in {time.perf_counter() - t0:.2f} s")
+    say(f"  subgroups: {'size ' + str(g.subgroup_size) if g.has_subgroups else 'off (portable path)'}; "
+        f"timestamps: {'yes' if g.has_timestamps else 'no'}")
+    for k in _LIMITS:
+        if k in g.limits:
+            say(f"  {k}: {int(g.limits[k]):,}")
+    return _self_test(say, g)
+
+
+def _self_test(say, g) -> int:
+    from . import reference
+    from .encoder import Tokenizer
+    from .trainer import train
+
+    t0 = time.perf_counter()
+    docs = _SELF_TEST * 8
+    try:
+        vocab = train(docs, vocab_size=300, min_frequency=1)
+        merges = reference.train(docs, vocab_size=300, min_frequency=1)
+        ids = Tokenizer(vocab).encode_batch(_SELF_TEST).tolist()
+    except GPUBPEError as e:
+        say(f"self-test: FAILED on {g.adapter_name}: {e}")
+        return 2
+    want = [reference.encode(d, merges) for d in _SELF_TEST]
+    ok = list(vocab.merges) == list(merges) and ids == want
+    say(f"self-test (train + encode vs torch_gpubpe.reference): "
+        f"{'exact' if ok else 'MISMATCH — please report it with this output'} "
+        f"({time.perf_counter() - t0:.2f} s)")
+    if g.is_fallback:
+        from .gpu import install_hint
+
+        say(f"note: for a Vulkan device instead of OpenGL: {install_hint()}")
+    return 0 if ok else 2
