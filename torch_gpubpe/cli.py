@@ -184,6 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "opens (subgroup size, limits), a small exact self-test on it, and the command "
                     "that installs a Vulkan device when there is none. Exit status 0 when usable.",
     )
+    d.add_argument("--install", action="store_true",
+                   help="first install Mesa's lavapipe (Vulkan on the CPU) with the system's "
+                        "package manager when there is no Vulkan/Metal/D3D12 adapter (root or "
+                        "sudo -n)")
     d.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show tracebacks instead of one-line errors")
     return p
@@ -192,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import run
 
-    return run()
+    return run(install_missing=args.install)
 
 
 # -- shared helpers ------------------------------------------------------------------------------

@@ -6,6 +6,10 @@ name, the features this package uses); the adapter :func:`torch_gpubpe.gpu.get_g
 its subgroup size (read from a shader) and limits; and a self-test that encodes and trains a
 small text on that device and compares the result with :mod:`torch_gpubpe.reference`.
 Returns 0 when a device works and is exact, 2 otherwise (with the command that fixes it).
+
+``--install`` first installs Mesa's lavapipe with the system's package manager when wgpu sees no
+Vulkan/Metal/D3D12 adapter (as root, or through ``sudo -n``; the commands are those of
+:func:`torch_gpubpe.gpu.install_commands`), then reports as above in a fresh process.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import glob
 import os
 import platform
+import shutil
+import subprocess
 import sys
 import time
 from typing import TextIO
@@ -29,9 +35,49 @@ _LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size",
 _SELF_TEST = ["yakınlık ve 2026 yılı", "a  b\t\r\n x=1;", "İstanbul’da 🙂 emoji", ""]
 
 
-def run(out: TextIO = sys.stdout) -> int:
-    """Print the report to ``out``; return the exit status (0 usable and exact, 2 not)."""
+def _has_native_adapter() -> bool:
+    """Whether wgpu sees a Vulkan/Metal/D3D12 adapter, asked in a child process (this process
+    must not cache an instance made before the driver was installed)."""
+    code = ("import wgpu, torch_gpubpe.gpu as g; g.ensure_runtime_dir()\n"
+            "try:\n    a = wgpu.gpu.enumerate_adapters_sync()\nexcept Exception:\n    a = []\n"
+            "raise SystemExit(0 if any(g.adapter_rank(x.info) < 10 for x in a) else 1)\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+def install(out: TextIO = sys.stdout) -> int:
+    """Install Mesa's lavapipe when no native adapter exists; 0 when one exists afterwards."""
+    from .gpu import install_commands, install_hint
+
+    if _has_native_adapter():
+        print("install: a Vulkan/Metal/D3D12 adapter is present; nothing to install", file=out)
+        return 0
+    cmds = install_commands()
+    if not cmds or not shutil.which(cmds[-1][1 if cmds[-1][0] == "sudo" else 0]):
+        print(f"install: no package manager known here; run: {install_hint()}", file=out)
+        return 2
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    for c in cmds:
+        argv = ["sudo", "-n", *c[1:]] if c[0] == "sudo" else c
+        print(f"install: {' '.join(argv)}", file=out, flush=True)
+        r = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           text=True)
+        if r.returncode != 0:
+            print(f"install: failed (exit {r.returncode}): {r.stderr.strip()[-400:]}\n"
+                  f"run it yourself: {install_hint()}", file=out)
+            return 2
+    if not _has_native_adapter():
+        print("install: done, but wgpu still sees no Vulkan adapter", file=out)
+        return 2
+    return 0
+
+
+def run(out: TextIO = sys.stdout, *, install_missing: bool = False) -> int:
+    """Print the report to ``out``; return the exit status (0 usable and exact, 2 not).
+    With ``install_missing``, :func:`install` runs first."""
     from . import gpu as gpumod
+
+    if install_missing and install(out) != 0:
+        return 2
 
     def say(line: str = "") -> None:
         print(line, file=out, flush=True)

@@ -113,29 +113,43 @@ def _os_release() -> dict[str, str]:
         return {}
 
 
+def install_commands() -> list[list[str]]:
+    """The commands (argv lists) that install Mesa's lavapipe and the Vulkan loader on this
+    Linux distribution (``sudo -n`` added when not root); empty where unknown."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return []
+    rel = _os_release()
+    family = f"{rel.get('ID', '')} {rel.get('ID_LIKE', '')}"
+    sudo = [] if hasattr(os, "geteuid") and os.geteuid() == 0 else ["sudo"]
+    if any(k in family for k in ("debian", "ubuntu")):
+        return [sudo + ["apt-get", "update"],
+                sudo + ["apt-get", "install", "-y", "--no-install-recommends",
+                        "mesa-vulkan-drivers", "libvulkan1"]]
+    if any(k in family for k in ("fedora", "rhel", "centos")):
+        return [sudo + ["dnf", "install", "-y", "mesa-vulkan-drivers", "vulkan-loader"]]
+    if "arch" in family:
+        return [sudo + ["pacman", "-S", "--noconfirm", "vulkan-swrast", "vulkan-icd-loader"]]
+    if "suse" in family:
+        return [sudo + ["zypper", "install", "-y", "libvulkan_lvp", "libvulkan1"]]
+    if "alpine" in family:
+        return [sudo + ["apk", "add", "mesa-vulkan-swrast", "vulkan-loader"]]
+    return []
+
+
 def install_hint() -> str:
-    """The command that installs a software Vulkan device (Mesa's lavapipe) on this system."""
+    """The command line that installs a software Vulkan device (Mesa's lavapipe) here."""
     import sys
 
     if sys.platform == "darwin":
         return "macOS has Metal: update wgpu (`pip install -U 'wgpu>=0.32,<0.33'`)"
     if sys.platform == "win32":
         return "install your GPU vendor's driver (D3D12/Vulkan); WARP ships with Windows 10+"
-    rel = _os_release()
-    family = f"{rel.get('ID', '')} {rel.get('ID_LIKE', '')}"
-    sudo = "" if hasattr(os, "geteuid") and os.geteuid() == 0 else "sudo "
-    if any(k in family for k in ("debian", "ubuntu")):
-        return (f"{sudo}apt-get update && {sudo}apt-get install -y --no-install-recommends "
-                "mesa-vulkan-drivers libvulkan1")
-    if any(k in family for k in ("fedora", "rhel", "centos")):
-        return f"{sudo}dnf install -y mesa-vulkan-drivers vulkan-loader"
-    if "arch" in family:
-        return f"{sudo}pacman -S --noconfirm vulkan-swrast vulkan-icd-loader"
-    if any(k in family for k in ("suse",)):
-        return f"{sudo}zypper install -y libvulkan_lvp libvulkan1"
-    if "alpine" in family:
-        return f"{sudo}apk add mesa-vulkan-swrast vulkan-loader"
-    return "install Mesa's Vulkan drivers (lavapipe) and the Vulkan loader (libvulkan.so.1)"
+    cmds = install_commands()
+    if not cmds:
+        return "install Mesa's Vulkan drivers (lavapipe) and the Vulkan loader (libvulkan.so.1)"
+    return " && ".join(" ".join(c) for c in cmds)
 
 
 def no_adapter_message(detail: str = "") -> str:
