@@ -117,3 +117,33 @@ def test_adapter_rank_prefers_real_gpus_and_keeps_opengl_last():
     assert [(i["backend_type"], i["adapter_type"]) for i in order] == [
         ("Vulkan", "DiscreteGPU"), ("Vulkan", "IntegratedGPU"), ("Vulkan", "CPU"),
         ("OpenGL", "DiscreteGPU"), ("OpenGL", "CPU")]
+
+
+def test_doctor_install_runs_the_package_manager_only_when_needed(monkeypatch):
+    import io
+
+    from torch_gpubpe import doctor, gpu
+
+    calls = []
+    present = iter([False, True])  # no adapter before the install, one after
+    monkeypatch.setattr(doctor, "_has_native_adapter", lambda: next(present))
+    monkeypatch.setattr(gpu, "install_commands", lambda: [["true", "apt-get", "update"]])
+    real_run = doctor.subprocess.run
+
+    def fake_run(argv, **kw):
+        calls.append(argv)
+        return real_run(["true"], **kw)
+
+    monkeypatch.setattr(doctor.subprocess, "run", fake_run)
+    out = io.StringIO()
+    assert doctor.install(out) == 0 and calls == [["true", "apt-get", "update"]]
+    # a failing install says what to run by hand
+    monkeypatch.setattr(doctor, "_has_native_adapter", lambda: False)
+    monkeypatch.setattr(doctor.subprocess, "run", lambda argv, **kw: real_run(["false"], **kw))
+    out = io.StringIO()
+    assert doctor.install(out) == 2
+    assert "run it yourself:" in out.getvalue()
+    # an adapter present: nothing runs
+    monkeypatch.setattr(doctor, "_has_native_adapter", lambda: True)
+    monkeypatch.setattr(doctor.subprocess, "run", lambda *a, **k: pytest.fail("ran a command"))
+    assert doctor.install(io.StringIO()) == 0
