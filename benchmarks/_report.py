@@ -1,31 +1,87 @@
-"""Shared by the benchmark scripts: the machine/date/command footer every table ends with, and
-wgpu-native's raw recording calls (as the trainer records its merges)."""
+"""Shared by the benchmark scripts: the GPU's SM clock and duty cycle while a job runs, and the
+machine/date/command footer every table ends with."""
 
 from __future__ import annotations
 
 import datetime
 import os
 import platform
+import shutil
+import subprocess
 import sys
+import threading
+import time
+
+
+def gpu_sample() -> tuple[int, int] | None:
+    """``(SM clock MHz, utilization %)`` of GPU 0 from ``nvidia-smi``; None without one."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=clocks.sm,utilization.gpu", "--format=csv,noheader,nounits",
+             "-i", "0"], capture_output=True, text=True, timeout=5).stdout
+        clock, util = (int(x) for x in out.strip().split(",")[:2])
+        return clock, util
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+class GPUMonitor:
+    """Samples the SM clock and utilization every ``period`` s in a thread while a job runs::
+
+        with GPUMonitor() as mon:
+            run_job()
+        print(mon.summary())     # "SM clock 1,980 MHz (min 1,410), GPU busy 87%"
+    """
+
+    def __init__(self, period: float = 0.1) -> None:
+        self.period, self.samples = period, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            s = gpu_sample()
+            if s is None:
+                return
+            self.samples.append(s)
+            self._stop.wait(self.period)
+
+    def __enter__(self) -> GPUMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> str:
+        if not self.samples:
+            return "SM clock: n/a (no nvidia-smi)"
+        clocks = [c for c, _ in self.samples]
+        busy = sum(u for _, u in self.samples) / len(self.samples)
+        return (f"SM clock {max(clocks):,} MHz (min {min(clocks):,}, mean "
+                f"{sum(clocks) / len(clocks):,.0f}), GPU busy {busy:.0f}% "
+                f"({len(self.samples)} samples)")
+
+
+def sm_clock_now() -> str:
+    """The SM clock right now, for a header line."""
+    s = gpu_sample()
+    return f"{s[0]:,} MHz" if s else "n/a (no nvidia-smi)"
 
 
 def print_footer() -> None:
     """Print the machine, the UTC date and the exact command line (the README's tables cite them)."""
     print(f"\nmachine: {platform.node()} | {os.cpu_count()} CPUs | Python "
-          f"{platform.python_version()}")
+          f"{platform.python_version()} | SM clock now {sm_clock_now()}")
     print(f"date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
     print(f"command: {' '.join([sys.executable, *sys.argv])}")
 
 
-def raw_recording_calls():
-    """``(set_pipeline, set_bind_group, dispatch, _, null)`` from ``trainer._raw_api``.
-
-    Raises:
-        SystemExit: wgpu-native's raw calls are not available in this wgpu build.
-    """
-    from torch_gpubpe.trainer import _raw_api
-
-    raw = _raw_api()
-    if raw is None:
-        raise SystemExit("wgpu-native's raw calls are not available")
-    return raw
+def timed(fn, *args, **kwargs):
+    """``(result, seconds)`` of one call."""
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - t0
