@@ -119,16 +119,16 @@ def build_parser() -> argparse.ArgumentParser:
         "train", help="train a vocab (DESIGN.md §3) and export it",
         description="Train a byte-level BPE vocab on the GPU. With no input arguments it trains on "
                     "the ~1.4 MB English + Turkish corpus shipped in the package (offline; at the "
-                    f"default --vocab-size {DEFAULT_VOCAB_SIZE}, seconds on a GPU and one to three "
-                    "minutes on lavapipe, the CPU Vulkan device, with 2 cores).",
+                    f"default --vocab-size {DEFAULT_VOCAB_SIZE}, a few seconds on a GPU and under half a "
+                    "minute on lavapipe, the CPU Vulkan device, with 2 cores).",
     )
     _add_source_args(t, default_note="default: the corpus shipped in the package")
     g = t.add_argument_group("training")
     g.add_argument("--vocab-size", type=_positive_int, default=DEFAULT_VOCAB_SIZE, metavar="N",
                    help=f"tokens in the vocab, including 256 byte tokens and the special tokens "
                         f"(default: {DEFAULT_VOCAB_SIZE}: small enough to train the shipped corpus "
-                        f"in a minute or so on lavapipe with 2 CPU cores; use 32768+ for real "
-                        f"models; max {MAX_VOCAB_SIZE})")
+                        f"in seconds even on lavapipe; use 32768+ for real models; max "
+                        f"{MAX_VOCAB_SIZE})")
     g.add_argument("--min-frequency", type=_positive_int, default=2, metavar="N",
                    help="stop when the most frequent pair occurs fewer than N times (default: 2)")
     g.add_argument("--special-tokens", nargs="*", default=list(DEFAULT_SPECIAL_TOKENS),
