@@ -5,6 +5,8 @@ Public API (imported lazily, so ``import torch_gpubpe`` touches neither the GPU 
 * :class:`Vocab` — merges + special tokens, save/load (``torch_gpubpe.vocab``)
 * :class:`Tokenizer` — GPU greedy longest-match encoder/decoder (``torch_gpubpe.encoder``)
 * :func:`train`, :func:`train_from_word_counts` — GPU BPE training (``torch_gpubpe.trainer``)
+* :func:`train_from_counts_file` — training from merged per-shard word counts
+  (``torch_gpubpe.counts``)
 * :class:`TokenizedDataset`, :func:`make_dataloader` — PyTorch data path (``torch_gpubpe.data``)
 * ``torch_gpubpe.reference`` — the pure-Python oracle of DESIGN.md
 """
@@ -30,6 +32,7 @@ _LAZY = {
     "BatchEncoding": "encoder",
     "train": "trainer",
     "train_from_word_counts": "trainer",
+    "train_from_counts_file": "counts",
     "TokenizedDataset": "data",
     "make_dataloader": "data",
     "pad_collate": "data",

@@ -113,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="{train,encode,doctor}")
+    sub = p.add_subparsers(dest="command", metavar="{train,encode,doctor,count,merge-counts}")
 
     t = sub.add_parser(
         "train", help="train a vocab (DESIGN.md §3) and export it",
@@ -139,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the words are counted before the merges (default: gpu; cpu: "
                         "vectorised numpy on all cores, for corpora with more distinct words "
                         "than the GPU's word table holds); same counts")
+    g.add_argument("--counts", metavar="FILE",
+                   help="train from a counts file (`count`, `merge-counts`) instead of "
+                        "documents: the merges of training on the documents counted into it")
     g.add_argument("--holdout-every", type=int, default=DEFAULT_HOLDOUT_EVERY, metavar="K",
                    help="every K-th document is held out of training to measure compression "
                         f"(default: {DEFAULT_HOLDOUT_EVERY}; 0: none)")
@@ -190,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "sudo -n)")
     d.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show tracebacks instead of one-line errors")
+    from .cli_counts import add_parsers
+
+    add_parsers(sub, _add_source_args)
     return p
 
 
@@ -330,6 +336,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.holdout_every < 0:
         raise InputError(f"--holdout-every must be >= 0, got {args.holdout_every}")
     out = prepare_out_dir(args.out) if args.out else None
+    if args.counts:
+        from .cli_counts import cmd_train_counts
+
+        return cmd_train_counts(args, out)
     source = source_from_args(args)
     from .trainer import train  # the GPU trainer (DESIGN.md §3)
 
@@ -586,7 +596,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    handler = {"train": cmd_train, "encode": cmd_encode, "doctor": cmd_doctor}[args.command]
+    from .cli_counts import HANDLERS
+
+    handler = {"train": cmd_train, "encode": cmd_encode, "doctor": cmd_doctor,
+               **HANDLERS}[args.command]
     try:
         return handler(args)
     except KeyboardInterrupt:
