@@ -168,21 +168,3 @@ print(g2 is not g, g.lost, word_starts_gpu([b"a b"])[0])
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip().splitlines()[-1] == "True True [True, True, False]"
-
-
-def test_preparsed_cffi_types_equal_cffi_own_parse():
-    """_preparse_cffi_types fills cffi's type cache with exactly what cffi's own lazy parse
-    gives (the same cached ctype objects), for every listed type."""
-    from wgpu.backends.wgpu_native._ffi import ffi
-
-    from torch_gpubpe.gpu import _CFFI_TYPES, _preparse_cffi_types
-
-    lazy = {}
-    for c in _CFFI_TYPES:
-        ffi._parsed_types.pop(c, None)
-        lazy[c] = ffi._typeof(c, consider_function_as_funcptr=True)
-    for c in _CFFI_TYPES:
-        ffi._parsed_types.pop(c, None)
-    _preparse_cffi_types()
-    assert all(c in ffi._parsed_types for c in _CFFI_TYPES)
-    assert all(ffi._parsed_types[c][0] is lazy[c] for c in _CFFI_TYPES)

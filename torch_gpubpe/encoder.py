@@ -35,6 +35,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from . import _wgpu_internals as _wi
 from .errors import GPUOperationError, InputError
 from .pretokenize import pack_documents, word_start_mask
 from .trie import Trie, compile_trie
@@ -44,8 +45,6 @@ WG = 256
 DEFAULT_CHUNK = 32
 DEFAULT_BUDGET = 1 << 15  # walk steps per thread per dispatch (lavapipe stops loops at 65,535)
 MAX_CONTINUATIONS_PER_SUBMIT = 64
-_LUT_BYTES = 4 * 256 * 4 + 4  # root LUT + depth-1 cache + counter (trie_tokenizer_chunked)
-_SCAN_BYTES = 256 * 4
 
 
 _PARTS_MIN_AVG_BYTES = 4096
@@ -205,7 +204,10 @@ class _Slot:
             self.up_promise = None
         if self.upload.map_state != "mapped":
             self.sess.gpu.wait_map(self.upload, "WRITE", what="upload staging map")
-        return np.frombuffer(self.upload._experimental_get_mapped_range(), np.uint8)
+        view = _wi.mapped_array(self.upload)
+        if view is None:   # (recorded and warned by _wi) written with write_mapped at unmap
+            view = self._host_upload = np.zeros(self.upload.size, np.uint8)
+        return view
 
     # -- one slice -----------------------------------------------------------------------
     def start(self, data: np.ndarray, s: int, e: int, doc_rel: np.ndarray, end_bit: bool) -> None:
@@ -247,6 +249,9 @@ class _Slot:
         up[self.off_bits : self.off_bits + 4 * nbits_words] = bits.view(np.uint8)
         up[self.off_docs : self.off_docs + 4 * ndocs] = doc_rel.view(np.uint8)
         del up
+        if getattr(self, "_host_upload", None) is not None:
+            self.upload.write_mapped(self._host_upload)
+            self._host_upload = None
         self.upload.unmap()  # unmapped before the submit that reads it (WGPU_NOTES §0.2)
         dev = g.device
         self._write_params(resume=0)
@@ -259,7 +264,7 @@ class _Slot:
         self._record_passes(enc, first=True, continuations=0)
         dev.queue.submit([enc.finish()])
         self.up_promise = self.upload.map_async("WRITE")
-        self.meta_promise = self.rb_meta.map_async("READ_NOSYNC", 0, 64 + 4 * max(ndocs, 0))
+        self.meta_promise = self.rb_meta.map_async(_wi.map_read_mode(), 0, 64 + 4 * max(ndocs, 0))
 
     def _write_params(self, resume: int, block_base: int = 0) -> None:
         p = np.array([self.n, resume, self.sess.budget, self.nb, self.ndocs, block_base, 0, 0],
@@ -368,14 +373,14 @@ class _Slot:
             self._record_passes(enc, first=False, continuations=k, cont_blocks=hi - lo,
                                 scan=False)
             g.device.queue.submit([enc.finish()])
-            self.meta_promise = self.rb_meta.map_async("READ_NOSYNC", 0, 64 + 4 * self.ndocs)
+            self.meta_promise = self.rb_meta.map_async(_wi.map_read_mode(), 0, 64 + 4 * self.ndocs)
             _, unfinished, _ = self._read_meta()
             k = min(2 * k, MAX_CONTINUATIONS_PER_SUBMIT)
             if not unfinished:  # every walk done: prefix sum + compaction, once
                 enc = g.device.create_command_encoder(label=f"encode[{self.idx}].compact")
                 self._record_passes(enc, first=False, continuations=0, scan=True)
                 g.device.queue.submit([enc.finish()])
-                self.meta_promise = self.rb_meta.map_async("READ_NOSYNC", 0,
+                self.meta_promise = self.rb_meta.map_async(_wi.map_read_mode(), 0,
                                                            64 + 4 * self.ndocs)
                 total, unfinished, doc_tok = self._read_meta()
         nbytes = (total * self.sess.id_size + 3) // 4 * 4
@@ -384,7 +389,7 @@ class _Slot:
         enc = g.device.create_command_encoder(label=f"encode[{self.idx}].readback")
         enc.copy_buffer_to_buffer(self.out, 0, self.rb_tok, 0, nbytes)
         g.device.queue.submit([enc.finish()])
-        self.tok_promise = self.rb_tok.map_async("READ_NOSYNC", 0, (nbytes + 7) // 8 * 8)
+        self.tok_promise = self.rb_tok.map_async(_wi.map_read_mode(), 0, (nbytes + 7) // 8 * 8)
         g.wait_promise(self.tok_promise, "token readback")
         self.tok_promise = None
         try:
@@ -421,12 +426,7 @@ class _Session:
         self.slices = 0
         self.ns_per_tick = 1.0
         if self.profile:
-            try:
-                from wgpu.backends.wgpu_native._ffi import lib
-
-                self.ns_per_tick = float(lib.wgpuQueueGetTimestampPeriod(g.device.queue._internal))
-            except Exception:  # noqa: BLE001 - 1.0 on every device measured (WGPU_NOTES §6)
-                pass
+            self.ns_per_tick = _wi.timestamp_period_ns(g.device.queue)
         # Scratch and out are 4 B per input byte: they bound the slice (DESIGN.md §6).
         limit = (min(g.max_storage_binding, g.max_buffer_size) - 1024) // 4
         if max_slice_bytes is not None:
@@ -443,12 +443,9 @@ class _Session:
             g.device.queue.write_buffer(self.edges, 0, trie.edges)
         consts = {"WG": WG, "CHUNK": chunk, "OUT16": int(id_size == 2)}
         self.pipes = {
-            "chunked": g.pipeline("encode", "trie_tokenizer_chunked", workgroup_bytes=_LUT_BYTES,
-                                  constants=consts),
-            "prefix": g.pipeline("encode", "trie_prefix_sum", workgroup_bytes=_SCAN_BYTES,
-                                 constants=consts),
-            "compact": g.pipeline("encode", "trie_tokenizer_compact",
-                                  workgroup_bytes=_SCAN_BYTES, constants=consts),
+            "chunked": g.pipeline("encode", "trie_tokenizer_chunked", constants=consts),
+            "prefix": g.pipeline("encode", "trie_prefix_sum", constants=consts),
+            "compact": g.pipeline("encode", "trie_tokenizer_compact", constants=consts),
         }
         self.slots = [_Slot(self, 0), _Slot(self, 1)]
 

@@ -243,67 +243,6 @@ def _pick_adapter(wgpu):
     return best
 
 
-# The C types wgpu-py asks cffi for while this package opens a device, compiles pipelines,
-# trains, encodes and profiles (harvested from ``ffi._parsed_types`` after such a run, wgpu 0.32).
-_CFFI_TYPES = (
-    "WGPUAdapterInfo *", "WGPUBindGroupDescriptor *", "WGPUBindGroupEntry *",
-    "WGPUBindGroupEntry[]", "WGPUBufferDescriptor *", "WGPUBufferMapCallbackInfo *",
-    "WGPUChainedStruct *", "WGPUChainedStruct * ", "WGPUCommandBufferDescriptor *",
-    "WGPUCommandBuffer[]", "WGPUCommandEncoderDescriptor *", "WGPUComputePassDescriptor *",
-    "WGPUComputePipelineDescriptor *", "WGPUComputeState *", "WGPUConstantEntry *",
-    "WGPUConstantEntry[]", "WGPUDeviceDescriptor *", "WGPUDeviceExtras *",
-    "WGPUDeviceLostCallbackInfo *", "WGPUFeatureName[]", "WGPUInstanceDescriptor *",
-    "WGPUInstanceExtras *", "WGPULimits *", "WGPUNativeLimits *", "WGPUPassTimestampWrites *",
-    "WGPUQuerySetDescriptor *", "WGPUQueueDescriptor *", "WGPURequestAdapterCallbackInfo *",
-    "WGPURequestAdapterOptions *", "WGPURequestDeviceCallbackInfo *",
-    "WGPUShaderModuleDescriptor *", "WGPUShaderSourceWGSL *", "WGPUStringView *",
-    "WGPUUncapturedErrorCallbackInfo *", "char []", "intptr_t", "uint32_t []", "uint8_t *",
-    "uint8_t []", "uintptr_t",
-    "void(WGPUDevice const *, WGPUDeviceLostReason, WGPUStringView, void *, void *)",
-    "void(WGPUDevice const *, WGPUErrorType, WGPUStringView, void *, void *)",
-    "void(WGPULogLevel, WGPUStringView, void *)",
-    "void(WGPUMapAsyncStatus, WGPUStringView, void *, void *)",
-    "void(WGPURequestAdapterStatus, WGPUAdapter, WGPUStringView, void *, void *)",
-    "void(WGPURequestDeviceStatus, WGPUDevice, WGPUStringView, void *, void *)",
-)
-
-
-def _preparse_cffi_types() -> None:
-    """Parse the C types wgpu-py will need in one pycparser run instead of one run each.
-
-    wgpu-py builds its structs with ``ffi.new("WGPU... *")`` in cffi's ABI mode, and cffi
-    parses each new type string with pycparser, re-reading a typedef for every name of the
-    ~440 of the webgpu header each time: ≈40–85 ms per type, under the GIL, ≈2–3 s for the
-    first device open and training (measured: cProfile of ``get_gpu()`` on lavapipe, GIL gaps
-    on the H200). Parsing them all in one run fills the same cache (``ffi._parsed_types``, the
-    values ``ffi.typeof`` would store). Uses cffi internals; on any error nothing is cached and
-    cffi parses lazily as before.
-    """
-    try:
-        from wgpu.backends.wgpu_native._ffi import ffi
-
-        with ffi._lock:
-            todo = [c for c in _CFFI_TYPES if c not in ffi._parsed_types]
-            if not todo:
-                return
-            parser = ffi._parser
-            src = "\n".join(f"void __gpubpe_t{i}(\n{c}\n);" for i, c in enumerate(todo))
-            ast = parser._parse(src)[0]
-            decls = ast.ext[-len(todo):]
-            parsed = {}
-            for c, d in zip(todo, decls):
-                if d.name != f"__gpubpe_t{len(parsed)}":
-                    return
-                tp, _quals = parser._get_type_and_quals(d.type.args.params[0].type)
-                really_function = tp.is_raw_function
-                if really_function:
-                    tp = tp.as_function_pointer()
-                parsed[c] = (ffi._get_cached_btype(tp), really_function)
-            ffi._parsed_types.update(parsed)
-    except Exception:  # noqa: BLE001 - an optimisation only: cffi parses lazily instead
-        return
-
-
 class GPU:
     """An opened device with its limits, features and a pipeline cache.
 
@@ -327,9 +266,12 @@ class GPU:
         except ImportError as e:  # pragma: no cover - wgpu is a dependency
             raise NoAdapterError("the `wgpu` package is not installed: "
                                  "pip install 'wgpu>=0.32,<0.33'") from e
+        from . import _wgpu_internals as wi
+
+        wi.check_version()
         self.wgpu = wgpu
         self.pid = os.getpid()
-        _preparse_cffi_types()
+        wi.preparse_cffi_types()
         adapter = _pick_adapter(wgpu)
         self.adapter = adapter
         self.adapter_name = _describe(adapter)
@@ -393,19 +335,28 @@ class GPU:
         name: str,
         entry_point: str,
         *,
-        workgroup_bytes: int,
+        workgroup_bytes: int | None = None,
         constants: Mapping[str, float] | None = None,
         source: str | None = None,
     ):
         """Compute pipeline for ``entry_point`` of shader ``name``, compiled once and cached.
 
+        The bytes of ``var<workgroup>`` the entry point reaches (with these override
+        ``constants``) are read from the WGSL (:func:`~torch_gpubpe.shaders.parse_wgsl`) and
+        checked against the adapter limit here, because wgpu does not check it and the H200
+        hangs when it is exceeded (WGPU_NOTES.md §0.4).
+
         Args:
-            workgroup_bytes: bytes of ``var<workgroup>`` the entry point declares (with these
-                constants). Checked against the adapter limit here because wgpu does not check
-                it and the H200 hangs when it is exceeded (WGPU_NOTES.md §0.4).
+            workgroup_bytes: deprecated hand count; the larger of it and the parsed size is
+                checked.
         Raises:
-            ValueError: ``workgroup_bytes`` above the adapter's workgroup-storage limit.
+            ValueError: the workgroup memory is above the adapter's workgroup-storage limit.
         """
+        from .shaders import parse_wgsl
+
+        code = source if source is not None else shader_source(name, self.flags)
+        need = parse_wgsl(code).workgroup_bytes(entry_point, dict(constants or {}))
+        workgroup_bytes = max(need, workgroup_bytes or 0)
         if workgroup_bytes > self.max_workgroup_storage:
             raise ValueError(
                 f"{name}.{entry_point} needs {workgroup_bytes} B of workgroup memory; the adapter "
@@ -487,7 +438,9 @@ class GPU:
         """Wait for a ``GPUPromise`` with the configured timeout (see :meth:`wait_map`)."""
         limit = timeout_s()
         wait = None if limit == float("inf") else limit
-        if promise._state == "pending" and not promise._thread_event.wait(wait):
+        from ._wgpu_internals import wait_promise
+
+        if not wait_promise(promise, wait):
             self.lost = True
             raise GPUOperationError(
                 f"{what} on {self.adapter_name} did not complete within {limit:.0f} s "
@@ -510,7 +463,9 @@ class GPU:
         enc = self.device.create_command_encoder()
         enc.copy_buffer_to_buffer(src, offset, st, 0, (nbytes + 3) // 4 * 4)
         self.device.queue.submit([enc.finish()])
-        self.wait_map(st, "READ_NOSYNC", 0, (nbytes + 7) // 8 * 8 if nbytes % 8 else nbytes, what)
+        from ._wgpu_internals import map_read_mode
+
+        self.wait_map(st, map_read_mode(), 0, (nbytes + 7) // 8 * 8 if nbytes % 8 else nbytes, what)
         try:
             out = np.frombuffer(st.read_mapped(0, nbytes), np.uint32)[:count].copy()
         finally:
@@ -541,7 +496,7 @@ class GPU:
             "  if (i == 0u) { out[0] = sg; }\n}\n"
         )
         U = self.wgpu.BufferUsage
-        pipe = self.pipeline("probe", "main", workgroup_bytes=0, source=src)
+        pipe = self.pipeline("probe", "main", source=src)
         buf = self.buffer(16, U.STORAGE | U.COPY_SRC, "subgroup probe")
         bg = self.bind_group(pipe, [buf])
         enc = self.device.create_command_encoder()

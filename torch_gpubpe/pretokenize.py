@@ -96,8 +96,7 @@ class GPUPreTokenizer:
 
         self.gpu = gpu or get_gpu()
         g = self.gpu
-        self.pipeline = g.pipeline("pretokenize", "bpe_word_boundary", workgroup_bytes=0,
-                                   constants={"WG": WG})
+        self.pipeline = g.pipeline("pretokenize", "bpe_word_boundary", constants={"WG": WG})
         limit = g.max_storage_binding // 4 - 64  # output is 4 B per input byte
         self.max_slice_bytes = min(limit, max_slice_bytes or limit)
         self._cap = 0

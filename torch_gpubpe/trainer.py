@@ -66,6 +66,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._wgpu_internals import fallbacks, map_read_mode
 from .errors import GPUOperationError, InputError
 from .reference import to_bytes
 from .vocab import MAX_VOCAB_SIZE, Vocab
@@ -317,6 +318,7 @@ def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Se
     else:
         st.update(stream_symbols=0, seconds_merge=0.0)
     st["num_merges"] = len(merges)
+    st["wgpu_fallbacks"] = fallbacks()
     return Vocab(tuple(merges), tuple(special_tokens))
 
 
@@ -560,37 +562,22 @@ class GPUTrainer:
         cffi library (the same calls its own methods make, minus argument checking), with the
         wrappers as a fallback.
         """
-        raw = _raw_api()
-        if raw is None:
-            for k in range(k0, k0 + cnt):
-                bg = bgs[k % 2]
-                for name in steps:
-                    if name in INDIRECT:
-                        self.dispatch_indirect(cp, pipes[name], bg[name], args, INDIRECT[name])
-                    elif name == "find_max4":
-                        self.dispatch(cp, pipes[name], bg[name], grid_blocks)
-                    else:
-                        self.dispatch(cp, pipes[name], bg[name], (1, 1))
-            return
-        set_pipeline, set_bind_group, dispatch, dispatch_indirect, null = raw
-        c = cp._internal
-        a = args._internal
-        plan = []
+        from ._wgpu_internals import raw_recorder
+
+        plans = []
         for p in (0, 1):
             row = []
             for name in steps:
                 grid = grid_blocks if name == "find_max4" else (1, 1)
-                row.append((pipes[name]._internal, bgs[p][name]._internal,
-                            INDIRECT.get(name, -1), grid[0], grid[1]))
-            plan.append(row)
-        for k in range(k0, k0 + cnt):
-            for pipe, bg, off, gx, gy in plan[k & 1]:
-                set_pipeline(c, pipe)
-                set_bind_group(c, 0, bg, 0, null)
-                if off >= 0:
-                    dispatch_indirect(c, a, off)
-                else:
-                    dispatch(c, gx, gy, 1)
+                if name in INDIRECT:
+                    grid = (args, INDIRECT[name])
+                row.append((pipes[name], bgs[p][name], grid))
+            plans.append(row)
+        rec = raw_recorder()
+        first, second = plans[k0 & 1], plans[(k0 + 1) & 1]
+        rec.plan(cp, first + second)(cnt // 2)
+        if cnt & 1:
+            rec.plan(cp, first)(1)
 
     @staticmethod
     def dispatch(cp, pipe, bind_group, grid) -> None:
@@ -603,26 +590,6 @@ class GPUTrainer:
         cp.set_pipeline(pipe)
         cp.set_bind_group(0, bind_group)
         cp.dispatch_workgroups_indirect(args, offset)
-
-
-_RAW = []
-
-
-def _raw_api():
-    """(setPipeline, setBindGroup, dispatch, dispatchIndirect, NULL) of wgpu-native, or None."""
-    if not _RAW:
-        try:
-            # The unwrapped library: errors of pass commands are deferred by wgpu-native to
-            # pass end / encoder.finish(), where wgpu-py's wrapped calls raise them.
-            from wgpu.backends.wgpu_native._ffi import ffi, lib
-
-            _RAW.append((lib.wgpuComputePassEncoderSetPipeline,
-                         lib.wgpuComputePassEncoderSetBindGroup,
-                         lib.wgpuComputePassEncoderDispatchWorkgroups,
-                         lib.wgpuComputePassEncoderDispatchWorkgroupsIndirect, ffi.NULL))
-        except (ImportError, AttributeError):
-            _RAW.append(None)
-    return _RAW[0]
 
 
 class _Run:
@@ -759,7 +726,7 @@ class _Run:
         g.device.queue.submit([enc.finish()])
         if prof:
             self.profiler.collect()
-        return buf.map_async("READ_NOSYNC", 0, 4 * STATE_WORDS + 16 * cnt)
+        return buf.map_async(map_read_mode(), 0, 4 * STATE_WORDS + 16 * cnt)
 
     def train(self, progress: ProgressFn | None, t0: float) -> list[tuple[int, int]] | None:
         """Run the merge loop; None when the pair table overflowed (caller restarts larger)."""
@@ -961,28 +928,17 @@ class _SparseRun(_Run):
             self.profiler.resolve(enc)
         else:
             cp = enc.begin_compute_pass(label="train.merges")
+            from ._wgpu_internals import raw_recorder
+
             plan = [(self.pipes[name], bg[name], grids[name]) for name in self.steps]
-            raw = _raw_api()
-            if raw is None:
-                for _ in range(cnt):
-                    for pipe, bgx, grid in plan:
-                        t.dispatch(cp, pipe, bgx, grid)
-            else:
-                set_pipeline, set_bind_group, dispatch, _, null = raw
-                c = cp._internal
-                nplan = [(p._internal, x._internal, gr[0], gr[1]) for p, x, gr in plan]
-                for _ in range(cnt):
-                    for pipe, bgx, gx, gy in nplan:
-                        set_pipeline(c, pipe)
-                        set_bind_group(c, 0, bgx, 0, null)
-                        dispatch(c, gx, gy, 1)
+            raw_recorder().plan(cp, plan)(cnt)
             cp.end()
         enc.copy_buffer_to_buffer(b["state"], 0, buf, 0, 4 * STATE_WORDS)
         enc.copy_buffer_to_buffer(b["merges"], 16 * k0, buf, 4 * STATE_WORDS, 16 * cnt)
         g.device.queue.submit([enc.finish()])
         if prof:
             self.profiler.collect()
-        return buf.map_async("READ_NOSYNC", 0, 4 * STATE_WORDS + 16 * cnt)
+        return buf.map_async(map_read_mode(), 0, 4 * STATE_WORDS + 16 * cnt)
 
 
 class _Profiler:
@@ -1004,12 +960,9 @@ class _Profiler:
         self.calls = 0
         self.used = 0
         self.names: list[str] = []
-        try:
-            from wgpu.backends.wgpu_native._ffi import lib
+        from ._wgpu_internals import timestamp_period_ns
 
-            self.ns_per_tick = float(lib.wgpuQueueGetTimestampPeriod(gpu.device.queue._internal))
-        except Exception:  # noqa: BLE001 - 1.0 on every adapter measured (WGPU_NOTES.md §6)
-            self.ns_per_tick = 1.0
+        self.ns_per_tick = timestamp_period_ns(gpu.device.queue)
 
     def wants(self, first_merge: int) -> bool:
         """Sample every 4th batch (the first is skipped: it includes lazy compilation)."""
@@ -1034,7 +987,7 @@ class _Profiler:
     def collect(self) -> None:
         if not self.used:
             return
-        self.g.wait_map(self.read_buf, "READ_NOSYNC", 0, 8 * self.used, "timestamp readback")
+        self.g.wait_map(self.read_buf, map_read_mode(), 0, 8 * self.used, "timestamp readback")
         t = np.frombuffer(self.read_buf.read_mapped(0, 8 * self.used), np.uint64).astype(np.int64)
         self.read_buf.unmap()
         for j, name in enumerate(self.names):

@@ -386,7 +386,7 @@ class GPUWordCounter:
         self.min_slots = min_slots     # (tests: small tables and stores to force growth)
         self.min_store = min_store
         consts = {} if max_probe is None else {"MAX_PROBE": max_probe}
-        self.pipes = {name: g.pipeline("wordcount", name, workgroup_bytes=4, constants=consts)
+        self.pipes = {name: g.pipeline("wordcount", name, constants=consts)
                       for name in ("wc_starts", "wc_insert", "wc_persist", "wc_compact",
                                    "wc_rehash")}
         U = g.wgpu.BufferUsage
