@@ -209,6 +209,11 @@ def _pick_adapter(wgpu):
         NoAdapterError: no adapter, or none matches ``TORCH_GPUBPE_ADAPTER`` (both name the fix).
     """
     want = os.environ.get(ENV_ADAPTER, "").strip().lower()
+    if want.startswith(("#", "uuid:", "pci:")) or (
+            not want and os.environ.get("LOCAL_RANK", "").strip()):
+        from .devices import pick_adapter   # by index/UUID/PCI, or the GPU of LOCAL_RANK
+
+        return pick_adapter(wgpu)
     if not want:
         try:  # the fast path (≈0.2 s; enumerating every backend costs up to ≈0.9 s)
             adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
