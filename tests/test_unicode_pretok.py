@@ -1,0 +1,132 @@
+"""GPU regex pre-tokenizers (torch_gpubpe.unicode_pretok) == regex.finditer, per byte."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import CORPORA, CORPUS_NAMES, corpus_docs
+from torch_gpubpe import InputError
+from torch_gpubpe.patterns import FAMILIES, reference_word_starts, resolve, split, table
+from torch_gpubpe.unicode_pretok import BLOCK, CHUNK, HALO, word_starts
+
+pytestmark = pytest.mark.gpu
+
+
+def assert_same(docs, family, **kw):
+    got = word_starts(docs, family, **kw)
+    assert len(got) == len(docs)
+    for k, (doc, g) in enumerate(zip(docs, got)):
+        ref = reference_word_starts(doc, family)
+        if not np.array_equal(g, ref):
+            bad = int(np.flatnonzero(g != ref)[0])
+            data = doc.encode("utf-8", "surrogatepass") if isinstance(doc, str) else bytes(doc)
+            pytest.fail(f"{family}: document {k}, byte {bad} (gpu {bool(g[bad])}); context "
+                        f"{data[max(0, bad - 24) : bad + 24]!r}; regex split "
+                        f"{split(data[max(0, bad - 24) : bad + 24], family)}")
+
+
+def test_table_is_what_regex_says():
+    """The checked-in table == a fresh run of the generator over every code point."""
+    import regex
+
+    from torch_gpubpe._unicode_gen import class_bytes, regex_unicode_version, two_level
+
+    stage1, stage2, meta = table()
+    assert meta["regex_version"] == regex.__version__, "regenerate: python -m torch_gpubpe._unicode_gen"
+    assert meta["unicode_version"] == regex_unicode_version()
+    fresh = class_bytes()
+    assert np.array_equal(stage2[stage1[np.arange(0x110000) >> 8], np.arange(0x110000) & 255], fresh)
+    s1, s2 = two_level(fresh)
+    assert np.array_equal(s1, stage1) and np.array_equal(s2, stage2)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_corpora(name, family):
+    assert_same(corpus_docs(name, max_bytes=60_000), family)
+
+
+EDGE_CASES = [
+    "", "a", " ", "\n", "'", "'s", "'S", "'ll", "'LL", "'lL", "'Re", "'ve", "x'd", "'ſ",
+    "I'm  ok 12345", "don't 'S 'll 'LL x'Re", "x\t'sa", " 's", "\n's", "''s", "'s's", "'st",
+    ".\n\n\tfoo  \n  bar\n", "a\n\n  b.\n\n x  ", "a \n", "a  ", "  a", "\t a", "\t\ta", "\r\n",
+    "x.\r\n\r\n  y", "x.\n \n", "١٢٣٤٥ ١٢", "12\u0661\u0662345", "a\u0301b", "e\u0301\u0302",
+    "\x00\x00a\x00", "\u3000\u3000x", "\x85x", "\xa0\xa0", "\x1c\x1dx", "😀😀 😀a", "क्षत्रिय",
+    "ภาษาไทย ๑๒๓", "İstanbul'da ıışğ", "<a href='x'>\r\n</a>", "a\u2028\u2029b",
+]
+BYTE_CASES = [b"a\xff\xe2\x82b \xed\xa0\x80z", b"\x80\x80\x80", b"\xf0\x9f\x98", b"\xc0\xaf'S",
+              b" \xe2\x80\x80\xe2\x80\x80x", b"1\xef\xbc\x912", b"\xf4\x90\x80\x80", b"'\xc5\xbf"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_edge_cases(family):
+    assert_same(EDGE_CASES + BYTE_CASES, family)
+    assert_same(["".join(EDGE_CASES)], family)
+
+
+def _runs(unit: str, sizes) -> list[str]:
+    return [f"x{unit * m}y" for m in sizes] + [f".{unit * m}" for m in sizes] + [unit * m for m in sizes]
+
+
+BOUNDARY = (CHUNK - 2, CHUNK - 1, CHUNK, CHUNK + 1, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("unit", [" ", "\n", "7", "\u0663", "a", ".", " \n", "\n ", "\t", "\u3000"])
+def test_long_runs_across_chunks_and_blocks(family, unit):
+    """Runs that cross thread chunks and workgroup blocks (the scanned rules)."""
+    assert_same(_runs(unit, BOUNDARY), family)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_slices_inside_documents(family):
+    """Small slices: cuts inside documents, with halos and carried automaton states."""
+    docs = corpus_docs("code_cpython_stdlib", max_bytes=20_000) + EDGE_CASES
+    assert_same(["".join(docs)], family, max_slice_bytes=4 * HALO + 32)
+    docs += ["ab" + " " * 100 + "\n" * 5 + "9" * 90 + "x" * 400, "1" * 60 + " " * 60]
+    assert_same(docs, family, max_slice_bytes=4 * HALO)
+
+
+def test_uncuttable_run_is_refused():
+    with pytest.raises(InputError, match="no point where"):
+        word_starts(["1" * 2000], "cl100k", max_slice_bytes=4 * HALO)
+
+
+@pytest.mark.parametrize("pattern", ["o200k_base", "o200k", r"\w+|\s+", "bytes-classes"])
+def test_unsupported_patterns_are_refused(pattern):
+    with pytest.raises(InputError):
+        word_starts(["abc"], pattern)
+
+
+def test_names_and_pat_strs():
+    import json
+
+    import tiktoken_ext.openai_public as op
+
+    assert resolve(op.r50k_pat_str) == resolve("p50k_base") == "gpt2"
+    assert resolve("cl100k_base") == "cl100k"
+    qwen = json.load(open(CORPORA.parent / "vocabs" / "qwen2.tiktoken.json"))["pattern"]
+    gpt2 = json.load(open(CORPORA.parent / "vocabs" / "gpt2.tiktoken.json"))["pattern"]
+    assert resolve(qwen) == "qwen2" and resolve(gpt2) == "gpt2"
+
+
+PIECES = ["'s", "'S", "'ll", "'Ve", "'", " ", "  ", "\t", "\n", "\r\n", "\r", "\u3000", "\x85",
+          "\xa0", "7", "12345", "\u0663\u0664", "a", "Zz", "ı", "ſ", "\u0301", "\x00", ".", "..",
+          "😀", "ก", "\u200d", "\ufeff", "K"]
+surrogates = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)  # str: → U+FFFD
+texts = st.lists(st.sampled_from(PIECES) | st.text(max_size=3) | surrogates,
+                 max_size=60).map("".join)
+raw = st.lists(st.sampled_from([p.encode() for p in PIECES] + [b"\xed\xa0\x80", b"\xed\xbf\xbf"])
+               | st.binary(max_size=4), max_size=40).map(b"".join)
+
+
+@settings(max_examples=int(os.environ.get("PRETOK_EXAMPLES", 60)), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(texts | raw | st.text(), min_size=1, max_size=8))
+def test_hypothesis(docs):
+    for family in FAMILIES:
+        assert_same(docs, family)

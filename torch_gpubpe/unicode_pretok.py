@@ -1,0 +1,234 @@
+"""GPU word starts of the regex pre-tokenizers of GPT-2, cl100k_base and Qwen2, exactly as
+``regex.finditer(pat_str)`` splits (wgsl/pretokenize_unicode.wgsl; patterns and oracle in
+:mod:`torch_gpubpe.patterns`).
+
+UTF-8 is decoded on the GPU and each code point classified through a two-level table built from
+the installed ``regex`` module (:mod:`torch_gpubpe._unicode_gen`). Derivation of the rules: a
+match of these patterns can be told from the code points around it, except for three facts
+about whole runs — how many digits precede in a digit run (cl100k groups them by 3 from the
+left), whether a CR/LF run follows an "other" (then ``[\\r\\n]*`` of the punctuation match took
+it), and what ends a run of spaces (a non-space, CR/LF, or the document's end: ``\\s+(?!\\S)``,
+``\\s*[\\r\\n]``, ``\\s++$``). Those are carried by two finite automata, scanned across threads,
+workgroups and blocks by composing their transition functions (associative), so no rule
+depends on where a chunk, workgroup or slice begins.
+
+Slices: a batch above the storage-binding limit is cut at document boundaries or between two
+ASCII bytes whose classes fix both automata (not after a digit or CR/LF, not before a
+non-CR/LF space); each slice carries a 64-byte halo of context on each side. A document with no
+such point across a whole slice (hundreds of MB of digits or spaces) is refused by name.
+
+Example::
+
+    >>> from torch_gpubpe.unicode_pretok import word_starts
+    >>> [m.nonzero()[0].tolist() for m in word_starts(["I'm  ok 12345"], "cl100k")]
+    [[0, 1, 3, 4, 7, 8, 11]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .errors import InputError
+from .patterns import DEFAULT, FAMILIES, classes_of, resolve, table_words
+from .pretokenize import pack_documents
+
+WG = 256
+CHUNK = 32                 # bytes per thread (wgsl CHUNK)
+BLOCK = WG * CHUNK
+HALO = 64                  # context bytes on each side of a slice cut inside a document
+_WG_BYTES = 2 * 256 * 4    # wf + wb
+
+# Classes of the kernel (wgsl K_*), for the ASCII bytes that may end or begin a slice.
+K_L, K_N, K_O, K_SP, K_WS, K_NL = range(6)
+
+
+def _ascii_kinds() -> np.ndarray:
+    base = classes_of(np.arange(128)) & 3
+    kind = np.choose(base, [K_L, K_N, K_O, K_WS]).astype(np.int64)
+    kind[0x20], kind[0x0A], kind[0x0D] = K_SP, K_NL, K_NL
+    return kind
+
+
+def _f_state_after(kind: int) -> int:
+    """F state after a code point of ``kind`` that resets it (not a digit, not CR/LF)."""
+    return 3 if kind == K_O else 0
+
+
+def _b_state_at(kind: int) -> int:
+    """B state at a code point of ``kind`` that sets it (not a non-CR/LF space)."""
+    return 0 if kind == K_NL else 1
+
+
+class UnicodePreTokenizer:
+    """The three passes of wgsl/pretokenize_unicode.wgsl for one pattern family.
+
+    Args:
+        pattern: a name or ``pat_str`` of :func:`torch_gpubpe.patterns.resolve`.
+        max_slice_bytes: bytes per GPU pass (default: what one storage binding holds); smaller
+            values are for tests of the slicing.
+    Raises:
+        InputError: a pattern the GPU cannot split exactly, or ``"bytes-classes"`` (that rule
+            is :class:`torch_gpubpe.pretokenize.GPUPreTokenizer`).
+    """
+
+    def __init__(self, pattern: str, *, gpu=None, max_slice_bytes: int | None = None) -> None:
+        fam = resolve(pattern)
+        if fam == DEFAULT:
+            raise InputError("the byte-class rule is torch_gpubpe.pretokenize.GPUPreTokenizer")
+        from .gpu import get_gpu
+
+        self.family = fam
+        self.family_id = FAMILIES.index(fam)
+        self.gpu = g = gpu or get_gpu()
+        self.pipes = {e: g.pipeline("pretokenize_unicode", e, workgroup_bytes=_WG_BYTES,
+                                    constants={"WG": WG})
+                      for e in ("pt_classify", "pt_scan_blocks", "pt_mark")}
+        U = g.wgpu.BufferUsage
+        tw = table_words()
+        self.table = g.buffer(tw.nbytes, U.STORAGE | U.COPY_DST, "pretok_unicode.table")
+        g.device.queue.write_buffer(self.table, 0, tw)
+        limit = (g.max_storage_binding - 2 * BLOCK) // BLOCK * BLOCK
+        self.max_slice_bytes = max(4 * HALO, min(limit, max_slice_bytes or limit))
+        self._kind = _ascii_kinds()
+        k = self._kind
+        self._safe_before = np.zeros(256, bool)   # byte c-1 of a cut point c
+        self._safe_before[:128] = (k != K_N) & (k != K_NL)
+        self._safe_at = np.zeros(256, bool)       # byte c of a cut point c
+        self._safe_at[:128] = (k != K_SP) & (k != K_WS)
+        self._cap = 0
+
+    def _ensure(self, n: int) -> None:
+        if n <= self._cap:
+            return
+        g, U = self.gpu, self.gpu.wgpu.BufferUsage
+        cap = min(max(n, int(self._cap * 1.5), BLOCK), self.max_slice_bytes + 2 * HALO)
+        nb = -(-cap // BLOCK)
+        lab = "pretok_unicode"
+        self.text = g.buffer(cap + 16, U.STORAGE | U.COPY_DST, f"{lab}.text")
+        self.bits = g.buffer((cap + 1 + 31) // 32 * 4 + 8, U.STORAGE | U.COPY_DST, f"{lab}.doc_bits")
+        self.codes = g.buffer(nb * BLOCK, U.STORAGE, f"{lab}.codes")
+        self.thr = g.buffer(nb * WG * 8, U.STORAGE, f"{lab}.thr")
+        self.blk = g.buffer(nb * 16, U.STORAGE, f"{lab}.blk")
+        self.mask_buf = g.buffer(nb * WG * 4, U.STORAGE | U.COPY_SRC, f"{lab}.mask")
+        self.params = g.buffer(32, U.UNIFORM | U.COPY_DST, f"{lab}.params")
+        self.rb = g.buffer(nb * WG * 4, U.MAP_READ | U.COPY_DST, f"{lab}.readback")
+        bind = {0: self.text, 1: self.bits, 2: self.table, 3: self.codes, 4: self.thr,
+                5: self.blk, 6: self.mask_buf, 7: self.params}
+        uses = {"pt_classify": (0, 1, 2, 3, 4, 5, 7), "pt_scan_blocks": (5, 7),
+                "pt_mark": (1, 3, 4, 5, 6, 7)}
+        self.bg = {e: g.bind_group(self.pipes[e], {b: bind[b] for b in u}, label=f"{lab}.{e}")
+                   for e, u in uses.items()}
+        self._cap = cap
+
+    # -- slicing -------------------------------------------------------------------------
+    def _cut(self, data: np.ndarray, is_start: np.ndarray, c0: int, target: int) -> int:
+        """The last cut point in ``(c0, target]``: a document start or a safe ASCII pair."""
+        width = 1 << 16
+        hi = target
+        while hi > c0:
+            a = max(c0 + 1, hi - width)
+            c = np.arange(a, hi + 1)
+            ok = is_start[c] | (self._safe_before[data[c - 1]] & self._safe_at[data[c]])
+            idx = np.flatnonzero(ok)
+            if len(idx):
+                return int(c[idx[-1]])
+            hi = a - 1
+            width *= 4
+        raise InputError(
+            f"bytes {c0}..{target} of the batch hold no point where the {self.family!r} "
+            "pre-tokenizer can be cut into GPU slices (a run of digits, spaces or CR/LF longer "
+            f"than a slice of {self.max_slice_bytes} bytes); split such documents first")
+
+    def mask(self, data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """Word starts of a packed batch (:func:`torch_gpubpe.pretokenize.pack_documents`).
+
+        Args:
+            data: uint8, shape ``(n,)``; offsets: int64, shape ``(num_docs + 1,)``.
+        Returns:
+            bool array of shape ``(n,)``: True where a match of the pattern begins.
+        Raises:
+            InputError: a batch that cannot be sliced (see the module docs).
+        """
+        data = np.ascontiguousarray(data, np.uint8)
+        n = len(data)
+        out = np.zeros(n, bool)
+        is_start = np.zeros(n + 1, bool)
+        st = np.asarray(offsets, np.int64)
+        is_start[st[st <= n]] = True
+        is_start[n] = True
+        c0 = 0
+        while c0 < n:
+            room = self.max_slice_bytes - 2 * HALO
+            c1 = n if n - c0 <= room else self._cut(data, is_start, c0, c0 + room)
+            lo, hi = max(0, c0 - HALO), min(n, c1 + HALO)
+            f_in = 0 if is_start[c0] else _f_state_after(int(self._kind[data[c0 - 1]]))
+            b_in = 0 if is_start[c1] else _b_state_at(int(self._kind[data[c1]]))
+            with self.gpu.operation(f"{self.family} pre-tokenization of bytes {c0}..{c1}"):
+                m = self._run(data[lo:hi], is_start[lo : hi + 1], c0 - lo, c1 - lo, f_in, b_in)
+            out[c0:c1] = m[c0 - lo : c1 - lo]
+            c0 = c1
+        return out
+
+    def _run(self, buf: np.ndarray, starts: np.ndarray, c0: int, c1: int, f_in: int,
+             b_in: int) -> np.ndarray:
+        g = self.gpu
+        n = len(buf)
+        self._ensure(n)
+        nb = -(-n // BLOCK)
+        q = g.device.queue
+        text = np.zeros((n + 3) // 4 * 4 + 4, np.uint8)
+        text[:n] = buf
+        q.write_buffer(self.text, 0, text)
+        bits = np.packbits(starts, bitorder="little")
+        bits = np.concatenate([bits, np.zeros(-len(bits) % 4 + 4, np.uint8)])
+        q.write_buffer(self.bits, 0, bits)
+        q.write_buffer(self.params, 0, np.array([n, nb, self.family_id, c0, c1, f_in, b_in, 0],
+                                                np.uint32))
+        enc = g.device.create_command_encoder(label="pretok_unicode")
+        for e, grid in (("pt_classify", g.grid(nb)), ("pt_scan_blocks", (1, 1)),
+                        ("pt_mark", g.grid(nb))):
+            cp = enc.begin_compute_pass(label=e)
+            cp.set_pipeline(self.pipes[e])
+            cp.set_bind_group(0, self.bg[e])
+            cp.dispatch_workgroups(*grid)
+            cp.end()
+        q.submit([enc.finish()])
+        words = g.read_u32(self.mask_buf, 0, -(-n // 32), staging=self.rb,
+                           what="pre-tokenization mask readback")
+        return np.unpackbits(words.view(np.uint8), bitorder="little")[:n].astype(bool)
+
+
+_CACHE: dict[tuple[str, int | None], UnicodePreTokenizer] = {}
+
+
+def _pretokenizer(family: str, max_slice_bytes: int | None) -> UnicodePreTokenizer:
+    """One pre-tokenizer per (family, slice size) and device, kept for the process."""
+    from .gpu import get_gpu
+
+    key = (family, max_slice_bytes)
+    pre = _CACHE.get(key)
+    if pre is None or pre.gpu is not get_gpu():
+        pre = _CACHE[key] = UnicodePreTokenizer(family, max_slice_bytes=max_slice_bytes)
+    return pre
+
+
+def word_starts(documents: Sequence[str | bytes], pattern: str = "gpt2", *,
+                max_slice_bytes: int | None = None) -> list[np.ndarray]:
+    """Per document, where the matches of ``pattern`` begin, computed on the GPU.
+
+    Args:
+        documents: ``str`` (UTF-8; lone surrogates → U+FFFD) or bytes-like items.
+        pattern: ``"gpt2"`` (r50k/p50k), ``"cl100k"``, ``"qwen2"`` or one of their ``pat_str``
+            (:func:`torch_gpubpe.patterns.resolve`).
+    Returns:
+        one bool array per document, shape ``(len(doc_bytes),)``; equal to
+        :func:`torch_gpubpe.patterns.reference_word_starts`.
+    Raises:
+        InputError: an unsupported pattern (named), or a bad document (index named).
+    """
+    pre = _pretokenizer(resolve(pattern), max_slice_bytes)
+    data, offsets = pack_documents(documents)
+    m = pre.mask(data, offsets) if len(data) else np.zeros(0, bool)
+    return [m[offsets[k] : offsets[k + 1]] for k in range(len(offsets) - 1)]

@@ -1,0 +1,488 @@
+// pretokenize_unicode.wgsl — word starts of tiktoken-style regex pre-tokenizers (GPT-2 family,
+// cl100k_base, Qwen2), exactly as `regex.finditer(pat_str)` splits, on the GPU.
+//
+// UTF-8 is decoded here: a byte starts a code point unless a valid sequence starting at one of
+// the 3 bytes before it covers it; a byte of no valid sequence is a code point of its own of
+// class "other" (as `bytes.decode("utf-8", "surrogateescape")` makes it U+DC80..U+DCFF, which
+// regex classes as other). Classes come from the table of torch_gpubpe/_unicode_gen.py.
+//
+// Every rule of the patterns reads a few code points around a position, except three that
+// read a whole run (derivation: torch_gpubpe/unicode_pretok.py): cl100k's digit groups of 1-3
+// counted from the left of a digit run, whether the CR/LF run before a whitespace is absorbed
+// by a punctuation match (` ?[^\s\p{L}\p{N}]+[\r\n]*`), and what ends a whitespace run (a
+// non-space, CR/LF, or the end of the document). Those are two small automata, one read left
+// to right (F: digit count mod 3 × "the last non-CR/LF code point was other", 6 states) and one
+// right to left (B: the first code point that is not a non-CR/LF space is CR/LF, L/N/other,
+// or the end: 3 states). A chunk's effect on an automaton is a function on its states; the
+// functions compose associatively, so three passes scan them exactly at any size:
+//   pt_classify   one thread per 32 bytes: code of each byte, the chunk's F and B functions,
+//                 a workgroup scan of them (per thread: the exclusive prefix/suffix in its
+//                 block), the block's total
+//   pt_scan_blocks one workgroup: the state entering every block (F from the left, B from
+//                 the right)
+//   pt_mark       one thread per 32 bytes: the states at its chunk, then each byte's word
+//                 start from the local rules, written as one u32 of the mask
+// Every loop is bounded by 32 bytes, 6 states or the number of blocks / WG (lavapipe's cap).
+//
+// Bindings (group 0; each entry point uses a subset, layouts are "auto"):
+//   0 text     : storage, read        array<u32>  bytes packed 4 per u32 (LE); length >=
+//                                                 ceil(n / 4) + 1, zero padded
+//   1 doc_bits : storage, read        array<u32>  bit i set iff a document starts at byte i;
+//                                                 bit n set iff byte n is not part of the last
+//                                                 document (length >= n / 32 + 1)
+//   2 table    : storage, read        array<u32>  [0, STAGE1_LEN): block of cp >> 8; then the
+//                                                 blocks' class bytes, 4 per u32
+//   3 codes    : storage, read_write  array<u32>  byte codes (below), 4 per u32; ceil(n/32)*8
+//   4 thr      : storage, read_write  array<u32>  per thread: (F prefix, B suffix) functions of
+//                                                 the threads before/after it in its block
+//   5 blk      : storage, read_write  array<u32>  per block: (F total, B total, F state in,
+//                                                 B state in); 4 u32 each
+//   6 mask     : storage, read_write  array<u32>  bit i set iff byte i starts a word;
+//                                                 ceil(n / 32)
+//   7 params   : uniform              Params
+
+struct Params {
+    n: u32,           // bytes in the buffer
+    num_blocks: u32,  // ceil(n / (WG * 32))
+    pattern: u32,     // PAT_GPT2, PAT_CL100K or PAT_QWEN2
+    c0: u32,          // the automata read bytes [c0, c1) only (a slice's core; halo outside)
+    c1: u32,
+    f_in: u32,        // F state before byte c0 (unless c0 starts a document)
+    b_in: u32,        // B state at byte c1 (unless c1 starts a document)
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<storage, read> text: array<u32>;
+@group(0) @binding(1) var<storage, read> doc_bits: array<u32>;
+@group(0) @binding(2) var<storage, read> table: array<u32>;
+@group(0) @binding(3) var<storage, read_write> codes: array<u32>;
+@group(0) @binding(4) var<storage, read_write> thr: array<u32>;
+@group(0) @binding(5) var<storage, read_write> blk: array<u32>;
+@group(0) @binding(6) var<storage, read_write> mask: array<u32>;
+@group(0) @binding(7) var<uniform> params: Params;
+
+override WG: u32 = 256u;
+
+const CHUNK: u32 = 32u;            // bytes per thread = bits of one mask word
+const STAGE1_LEN: u32 = 4352u;     // 0x110000 >> 8
+const PAT_GPT2: u32 = 0u;
+const PAT_CL100K: u32 = 1u;
+const PAT_QWEN2: u32 = 2u;
+
+// Byte code: bits 0-2 class K_*, bits 3-6 fold (1 + index in "sdmtlvre" of the contraction
+// letter it matches under (?i); FOLD_APOS for U+0027), bit 7 the code point is that letter in
+// ASCII lower case (GPT-2's contractions are case-sensitive). CONT: not a code point start.
+const K_L: u32 = 0u;
+const K_N: u32 = 1u;
+const K_O: u32 = 2u;
+const K_SP: u32 = 3u;   // U+0020
+const K_WS: u32 = 4u;   // other \s but CR, LF
+const K_NL: u32 = 5u;   // CR, LF
+const K_NONE: u32 = 7u; // no code point (before a document start, past its end)
+const FOLD_APOS: u32 = 9u;
+const CONT: u32 = 0xFFu;
+
+const F_ID: u32 = 0x2C688u;  // 0 | 1<<3 | 2<<6 | 3<<9 | 4<<12 | 5<<15
+const B_ID: u32 = 0x24u;     // 0 | 1<<2 | 2<<4
+const B_NL: u32 = 0u;
+const B_WORD: u32 = 1u;
+const B_END: u32 = 2u;
+
+var<workgroup> wf: array<u32, 256>;
+var<workgroup> wb: array<u32, 256>;
+
+fn text_byte(i: u32) -> u32 { return (text[i >> 2u] >> ((i & 3u) * 8u)) & 0xFFu; }
+fn doc_start(i: u32) -> bool { return ((doc_bits[i >> 5u] >> (i & 31u)) & 1u) != 0u; }
+fn code_at(i: u32) -> u32 { return (codes[i >> 2u] >> ((i & 3u) * 8u)) & 0xFFu; }
+
+// ---- UTF-8 ------------------------------------------------------------------------------
+// Length of the valid UTF-8 sequence starting at byte j (Unicode Table 3-7: no overlong
+// forms, no surrogates, at most U+10FFFF) within its document and the buffer; 0 if none.
+fn seq_len(j: u32) -> u32 {
+    let n = params.n;
+    let b0 = text_byte(j);
+    if (b0 < 0x80u) { return 1u; }
+    var len = 0u;
+    var lo = 0x80u;
+    var hi = 0xBFu;
+    if (b0 >= 0xC2u && b0 <= 0xDFu) { len = 2u; }
+    else if (b0 >= 0xE0u && b0 <= 0xEFu) {
+        len = 3u;
+        if (b0 == 0xE0u) { lo = 0xA0u; }
+        if (b0 == 0xEDu) { hi = 0x9Fu; }
+    } else if (b0 >= 0xF0u && b0 <= 0xF4u) {
+        len = 4u;
+        if (b0 == 0xF0u) { lo = 0x90u; }
+        if (b0 == 0xF4u) { hi = 0x8Fu; }
+    } else { return 0u; }
+    if (j + len > n) { return 0u; }
+    for (var k = 1u; k < len; k++) {
+        let b = text_byte(j + k);
+        if (doc_start(j + k)) { return 0u; }
+        if (k == 1u) { if (b < lo || b > hi) { return 0u; } }
+        else if (b < 0x80u || b > 0xBFu) { return 0u; }
+    }
+    return len;
+}
+
+fn decode(j: u32, len: u32) -> u32 {
+    let b0 = text_byte(j);
+    if (len == 1u) { return b0; }
+    if (len == 2u) { return ((b0 & 0x1Fu) << 6u) | (text_byte(j + 1u) & 0x3Fu); }
+    if (len == 3u) {
+        return ((b0 & 0x0Fu) << 12u) | ((text_byte(j + 1u) & 0x3Fu) << 6u)
+             | (text_byte(j + 2u) & 0x3Fu);
+    }
+    return ((b0 & 0x07u) << 18u) | ((text_byte(j + 1u) & 0x3Fu) << 12u)
+         | ((text_byte(j + 2u) & 0x3Fu) << 6u) | (text_byte(j + 3u) & 0x3Fu);
+}
+
+// Table class byte of code point cp (torch_gpubpe/_unicode_gen.py).
+fn cp_class(cp: u32) -> u32 {
+    let block = table[cp >> 8u];
+    let k = block * 256u + (cp & 0xFFu);
+    return (table[STAGE1_LEN + (k >> 2u)] >> ((k & 3u) * 8u)) & 0xFFu;
+}
+
+// Byte code of a code point (see the K_* constants).
+fn cp_code(cp: u32) -> u32 {
+    let t = cp_class(cp);
+    var k = K_O;
+    switch (t & 3u) {
+        case 0u: { k = K_L; }
+        case 1u: { k = K_N; }
+        case 3u: {
+            k = K_WS;
+            if (cp == 0x20u) { k = K_SP; }
+            if (cp == 0x0Au || cp == 0x0Du) { k = K_NL; }
+        }
+        default: { k = K_O; }
+    }
+    var fold = t >> 4u;
+    if (cp == 0x27u) { fold = FOLD_APOS; }
+    let exact = fold >= 1u && fold <= 8u && cp >= 0x61u && cp <= 0x7Au;
+    return k | (fold << 3u) | select(0u, 0x80u, exact);
+}
+
+// ---- the automata -----------------------------------------------------------------------
+// F state s = d + 3 p: d = digits since the digit run began, mod 3; p = the last code point
+// before, CR/LF skipped, is "other". A function on F states holds 6 entries of 3 bits.
+fn f_step(k: u32, s: u32) -> u32 {
+    if (k == K_N) { return (s % 3u + 1u) % 3u; }
+    if (k == K_NL) { return (s / 3u) * 3u; }
+    if (k == K_O) { return 3u; }
+    return 0u;
+}
+fn f_get(f: u32, s: u32) -> u32 { return (f >> (3u * s)) & 7u; }
+fn f_const(s: u32) -> u32 { return s * 0x9249u; }  // s in all 6 entries
+// f, then the code point of class k
+fn f_then(f: u32, k: u32) -> u32 {
+    var out = 0u;
+    for (var s = 0u; s < 6u; s++) { out |= f_step(k, f_get(f, s)) << (3u * s); }
+    return out;
+}
+// a, then b
+fn f_compose(a: u32, b: u32) -> u32 {
+    var out = 0u;
+    for (var s = 0u; s < 6u; s++) { out |= f_get(b, f_get(a, s)) << (3u * s); }
+    return out;
+}
+
+// B state: what ends the run of non-CR/LF spaces at a position: B_NL, B_WORD or B_END.
+// A function on B states holds 3 entries of 2 bits; B(i) = e_i(B(i + 1)).
+fn b_step(k: u32, s: u32) -> u32 {
+    if (k == K_SP || k == K_WS || k == K_NONE) { return s; }
+    if (k == K_NL) { return B_NL; }
+    return B_WORD;
+}
+fn b_get(f: u32, s: u32) -> u32 { return (f >> (2u * s)) & 3u; }
+fn b_const(s: u32) -> u32 { return s * 0x15u; }
+// the code point of class k, before (to the left of) f
+fn b_before(k: u32, f: u32) -> u32 {
+    var out = 0u;
+    for (var s = 0u; s < 3u; s++) { out |= b_step(k, b_get(f, s)) << (2u * s); }
+    return out;
+}
+// a to the left of b: apply b, then a
+fn b_compose(a: u32, b: u32) -> u32 {
+    var out = 0u;
+    for (var s = 0u; s < 3u; s++) { out |= b_get(a, b_get(b, s)) << (2u * s); }
+    return out;
+}
+
+// ---- pass 1 ------------------------------------------------------------------------------
+@compute @workgroup_size(WG)
+fn pt_classify(@builtin(workgroup_id) wid: vec3<u32>,
+               @builtin(num_workgroups) nwg: vec3<u32>,
+               @builtin(local_invocation_index) lid: u32) {
+    let block = linear_workgroup(wid, nwg);
+    let t = block * WG + lid;
+    let n = params.n;
+    let lo = t * CHUNK;
+    let hi = min(lo + CHUNK, n);
+    var fa = F_ID;
+    var ba = B_ID;
+    if (lo < n) {
+        // valid-sequence lengths of the 3 bytes before the current one (same document)
+        var l1 = 0u;
+        var l2 = 0u;
+        var l3 = 0u;
+        // (seq_len never lets a sequence cross a document start, so no reset is needed)
+        for (var j = max(lo, 3u) - 3u; j < lo; j++) {
+            l3 = l2; l2 = l1; l1 = seq_len(j);
+        }
+        var word = 0u;
+        for (var i = lo; i < hi; i++) {
+            let ds = doc_start(i);
+            let covered = l1 >= 2u || l2 >= 3u || l3 >= 4u;
+            let len = seq_len(i);
+            var code = CONT;
+            if (!covered) {
+                if (len == 0u) { code = K_O; } else { code = cp_code(decode(i, len)); }
+            }
+            word |= code << ((i & 3u) * 8u);
+            if ((i & 3u) == 3u || i + 1u == hi) {
+                codes[i >> 2u] = word;
+                word = 0u;
+            }
+            l3 = l2; l2 = l1; l1 = len;
+            if (code != CONT && i >= params.c0 && i < params.c1) {
+                let k = code & 7u;
+                if (ds) { fa = f_const(f_step(k, 0u)); } else { fa = f_then(fa, k); }
+            }
+            // B: this byte to the left of what follows; a document end is B_END
+            if (i >= params.c0 && i < params.c1) {
+                var k = K_NONE;
+                if (code != CONT) { k = code & 7u; }
+                var e = b_before(k, B_ID);
+                if (doc_start(i + 1u)) { e = b_const(b_step(k, B_END)); }
+                ba = b_compose(ba, e);
+            }
+        }
+    }
+    // workgroup scans: inclusive prefix of F, inclusive suffix of B
+    wf[lid] = fa;
+    wb[lid] = ba;
+    workgroupBarrier();
+    for (var off = 1u; off < WG; off <<= 1u) {
+        var xf = wf[lid];
+        var xb = wb[lid];
+        if (lid >= off) { xf = f_compose(wf[lid - off], xf); }
+        if (lid + off < WG) { xb = b_compose(xb, wb[lid + off]); }
+        workgroupBarrier();
+        wf[lid] = xf;
+        wb[lid] = xb;
+        workgroupBarrier();
+    }
+    var pf = F_ID;
+    if (lid > 0u) { pf = wf[lid - 1u]; }
+    var sb = B_ID;
+    if (lid + 1u < WG) { sb = wb[lid + 1u]; }
+    thr[2u * t] = pf;
+    thr[2u * t + 1u] = sb;
+    if (lid == 0u && block < params.num_blocks) {
+        blk[4u * block] = wf[WG - 1u];
+        blk[4u * block + 1u] = wb[0];
+    }
+}
+
+// ---- pass 2 (one workgroup) -------------------------------------------------------------
+@compute @workgroup_size(WG)
+fn pt_scan_blocks(@builtin(local_invocation_index) lid: u32) {
+    let nb = params.num_blocks;
+    let per = (nb + WG - 1u) / WG;
+    let lo = min(lid * per, nb);
+    let hi = min(lo + per, nb);
+    var fa = F_ID;
+    var ba = B_ID;
+    for (var w = lo; w < hi; w++) {
+        fa = f_compose(fa, blk[4u * w]);
+        ba = b_compose(ba, blk[4u * w + 1u]);
+    }
+    wf[lid] = fa;
+    wb[lid] = ba;
+    workgroupBarrier();
+    for (var off = 1u; off < WG; off <<= 1u) {
+        var xf = wf[lid];
+        var xb = wb[lid];
+        if (lid >= off) { xf = f_compose(wf[lid - off], xf); }
+        if (lid + off < WG) { xb = b_compose(xb, wb[lid + off]); }
+        workgroupBarrier();
+        wf[lid] = xf;
+        wb[lid] = xb;
+        workgroupBarrier();
+    }
+    var fs = params.f_in;
+    if (lid > 0u) { fs = f_get(wf[lid - 1u], fs); }
+    for (var w = lo; w < hi; w++) {
+        blk[4u * w + 2u] = fs;
+        fs = f_get(blk[4u * w], fs);
+    }
+    var bs = params.b_in;
+    if (lid + 1u < WG) { bs = b_get(wb[lid + 1u], bs); }
+    for (var k = lo; k < hi; k++) {
+        let w = hi - 1u - (k - lo);
+        blk[4u * w + 3u] = bs;
+        bs = b_get(blk[4u * w + 1u], bs);
+    }
+}
+
+// ---- pass 3: the rules ------------------------------------------------------------------
+fn is_space(k: u32) -> bool { return k == K_SP || k == K_WS || k == K_NL; }
+
+// Start of the code point before the one at i in the same document, or i if none.
+fn prev_cp(i: u32) -> u32 {
+    if (i == 0u || doc_start(i)) { return i; }
+    var j = i - 1u;
+    if (code_at(j) == CONT && j > 0u) { j -= 1u; }
+    if (code_at(j) == CONT && j > 0u) { j -= 1u; }
+    if (code_at(j) == CONT && j > 0u) { j -= 1u; }
+    return j;
+}
+// Start of the code point after the one at i in the same document, or n if none.
+fn next_cp(i: u32) -> u32 {
+    let n = params.n;
+    var j = i + 1u;
+    if (j < n && code_at(j) == CONT) { j += 1u; }
+    if (j < n && code_at(j) == CONT) { j += 1u; }
+    if (j < n && code_at(j) == CONT) { j += 1u; }
+    if (j >= n || doc_start(j)) { return n; }
+    return j;
+}
+fn code_or_none(j: u32, none_pos: u32) -> u32 {
+    if (j == none_pos) { return K_NONE; }
+    return code_at(j);
+}
+
+// Whether the "other" code point at j begins a match (all three families agree): after a
+// letter, digit, CR/LF or other space it does; after "other" it continues that run; after
+// U+0020 that space takes it (` ?[^\s\p{L}\p{N}]+`).
+fn other_starts(j: u32) -> bool {
+    let p = prev_cp(j);
+    if (p == j) { return true; }
+    let pk = code_at(p) & 7u;
+    return pk != K_O && pk != K_SP;
+}
+
+// Length in code points of a contraction beginning at the apostrophe at j (2 or 3), or 0.
+fn contraction_len(j: u32) -> u32 {
+    let c = code_at(j);
+    if (((c >> 3u) & 15u) != FOLD_APOS) { return 0u; }
+    let n = params.n;
+    let j1 = next_cp(j);
+    if (j1 == n) { return 0u; }
+    let c1 = code_at(j1);
+    var f1 = (c1 >> 3u) & 15u;
+    let gpt2 = params.pattern == PAT_GPT2;
+    if (gpt2 && (c1 & 0x80u) == 0u) { f1 = 0u; }
+    if (f1 >= 1u && f1 <= 4u) { return 2u; }  // s d m t
+    if (f1 < 5u || f1 > 7u) { return 0u; }
+    let j2 = next_cp(j1);
+    if (j2 == n) { return 0u; }
+    let c2 = code_at(j2);
+    var f2 = (c2 >> 3u) & 15u;
+    if (gpt2 && (c2 & 0x80u) == 0u) { f2 = 0u; }
+    if ((f1 == 5u && f2 == 5u) || ((f1 == 6u || f1 == 7u) && f2 == 8u)) { return 3u; }  // ll ve re
+    return 0u;
+}
+fn contraction_at(j: u32) -> u32 {
+    if ((code_at(j) & 7u) != K_O) { return 0u; }
+    let len = contraction_len(j);
+    if (len == 0u || !other_starts(j)) { return 0u; }
+    return len;
+}
+
+// B state of the code point after i (i a non-CR/LF space), scanning at most to `hi`.
+fn b_after(i: u32, hi: u32, b_hi: u32) -> u32 {
+    for (var j = i + 1u; j < hi; j++) {
+        if (doc_start(j)) { return B_END; }
+        let c = code_at(j);
+        if (c == CONT) { continue; }
+        let k = c & 7u;
+        if (k != K_SP && k != K_WS) { return b_step(k, B_END); }
+    }
+    if (doc_start(hi)) { return B_END; }
+    return b_hi;
+}
+
+// Whether the code point at i starts a match; fs = F state before it, b_hi = B state at hi.
+fn starts_word(i: u32, fs: u32, hi: u32, b_hi: u32) -> bool {
+    let p1 = prev_cp(i);
+    if (p1 == i) { return true; }
+    let pat = params.pattern;
+    let k = code_at(i) & 7u;
+    let pk = code_at(p1) & 7u;
+    if (is_space(k)) {
+        if (pat == PAT_GPT2) {
+            if (!is_space(pk)) { return true; }
+            let nx = next_cp(i);
+            return nx != params.n && !is_space(code_at(nx) & 7u);  // \s+(?!\S) leaves one
+        }
+        if (k == K_NL) { return !is_space(pk) && pk != K_O; }  // else absorbed or in the run
+        if (pk == K_L || pk == K_N || pk == K_O) { return true; }
+        if (pk != K_NL) {  // a space after a space: the last of a run before a non-space
+            let nx = next_cp(i);
+            return nx != params.n && !is_space(code_at(nx) & 7u);
+        }
+        // after CR/LF: the first code point after an absorbed CR/LF run, or the rest of the
+        // run after its last CR/LF (`\s*[\r\n]`), unless it reaches the end of the document
+        // (cl100k: `\s++$` took all; Qwen2 splits there too) or another CR/LF
+        if (fs >= 3u) { return true; }
+        let b = b_after(i, hi, b_hi);
+        if (pat == PAT_CL100K) { return b == B_WORD; }
+        return b != B_NL;
+    }
+    if (is_space(pk)) {
+        if (pat == PAT_GPT2) { return pk != K_SP; }
+        if (pk == K_NL) { return true; }
+        if (k == K_L) { return false; }   // [^\r\n\p{L}\p{N}]?+\p{L}++
+        if (k == K_O) { return pk != K_SP; }
+        return true;
+    }
+    if (k == K_O) { return pk != K_O; }
+    if (k == K_N) {
+        if (pk != K_N) { return true; }
+        if (pat == PAT_GPT2) { return false; }
+        if (pat == PAT_QWEN2) { return true; }
+        return fs % 3u == 0u;  // \p{N}{1,3}+ from the left of the run
+    }
+    // a letter: inside or right after a contraction?
+    if (contraction_at(p1) >= 2u) { return false; }
+    let p2 = prev_cp(p1);
+    if (p2 != p1) {
+        let c2 = contraction_at(p2);
+        if (c2 == 3u) { return false; }
+        if (c2 == 2u) { return true; }
+        let p3 = prev_cp(p2);
+        if (p3 != p2 && contraction_at(p3) == 3u) { return true; }
+    }
+    if (pk == K_L) { return false; }
+    if (pk == K_N) { return true; }
+    if (pat == PAT_GPT2) { return true; }
+    return !other_starts(p1);  // a starting "other" takes the letters after it
+}
+
+@compute @workgroup_size(WG)
+fn pt_mark(@builtin(workgroup_id) wid: vec3<u32>,
+           @builtin(num_workgroups) nwg: vec3<u32>,
+           @builtin(local_invocation_index) lid: u32) {
+    let block = linear_workgroup(wid, nwg);
+    let t = block * WG + lid;
+    let n = params.n;
+    let lo = t * CHUNK;
+    if (lo >= n || block >= params.num_blocks) { return; }
+    let chunk_end = min(lo + CHUNK, n);
+    var fs = f_get(thr[2u * t], blk[4u * block + 2u]);
+    let b_end = b_get(thr[2u * t + 1u], blk[4u * block + 3u]);
+    let hi = min(chunk_end, max(params.c1, lo));
+    var bits = 0u;
+    for (var i = lo; i < chunk_end; i++) {
+        let c = code_at(i);
+        if (c == CONT) { continue; }
+        let in_core = i >= params.c0 && i < params.c1;
+        if (in_core && doc_start(i)) { fs = 0u; }
+        if (starts_word(i, fs, hi, b_end)) { bits |= 1u << (i - lo); }
+        if (in_core) { fs = f_step(c & 7u, fs); }
+    }
+    mask[t] = bits;
+}
