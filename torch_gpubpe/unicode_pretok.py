@@ -33,15 +33,18 @@ import numpy as np
 from .errors import InputError
 from .patterns import DEFAULT, FAMILIES, classes_of, resolve, table_words
 from .pretokenize import pack_documents
+from .shaders import parse_wgsl, shader_source
 
+_SHADER = "pretokenize_unicode"
+_C = parse_wgsl(shader_source(_SHADER)).consts
 WG = 256
-CHUNK = 32                 # bytes per thread (wgsl CHUNK)
+CHUNK = _C["CHUNK"]        # bytes per thread = bits of one mask word
 BLOCK = WG * CHUNK
 HALO = 64                  # context bytes on each side of a slice cut inside a document
-_WG_BYTES = 2 * 256 * 4    # wf + wb
-
-# Classes of the kernel (wgsl K_*), for the ASCII bytes that may end or begin a slice.
-K_L, K_N, K_O, K_SP, K_WS, K_NL = range(6)
+# Classes of the kernel, for the ASCII bytes that may end or begin a slice.
+K_L, K_N, K_O, K_SP, K_WS, K_NL = (_C[k] for k in ("K_L", "K_N", "K_O", "K_SP", "K_WS", "K_NL"))
+if _C["STAGE1_LEN"] * 256 != 0x110000:
+    raise ImportError("wgsl/pretokenize_unicode.wgsl STAGE1_LEN does not cover 0x110000 code points")
 
 
 def _ascii_kinds() -> np.ndarray:
@@ -53,12 +56,12 @@ def _ascii_kinds() -> np.ndarray:
 
 def _f_state_after(kind: int) -> int:
     """F state after a code point of ``kind`` that resets it (not a digit, not CR/LF)."""
-    return 3 if kind == K_O else 0
+    return _C["F_OTHER"] if kind == K_O else 0
 
 
 def _b_state_at(kind: int) -> int:
     """B state at a code point of ``kind`` that sets it (not a non-CR/LF space)."""
-    return 0 if kind == K_NL else 1
+    return _C["B_NL"] if kind == K_NL else _C["B_WORD"]
 
 
 class UnicodePreTokenizer:
@@ -82,8 +85,7 @@ class UnicodePreTokenizer:
         self.family = fam
         self.family_id = FAMILIES.index(fam)
         self.gpu = g = gpu or get_gpu()
-        self.pipes = {e: g.pipeline("pretokenize_unicode", e, workgroup_bytes=_WG_BYTES,
-                                    constants={"WG": WG})
+        self.pipes = {e: g.pipeline(_SHADER, e, constants={"WG": WG})
                       for e in ("pt_classify", "pt_scan_blocks", "pt_mark")}
         U = g.wgpu.BufferUsage
         tw = table_words()

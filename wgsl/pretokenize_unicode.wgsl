@@ -84,6 +84,7 @@ const CONT: u32 = 0xFFu;
 
 const F_ID: u32 = 0x2C688u;  // 0 | 1<<3 | 2<<6 | 3<<9 | 4<<12 | 5<<15
 const B_ID: u32 = 0x24u;     // 0 | 1<<2 | 2<<4
+const F_OTHER: u32 = 3u;     // F state d = 0, p = 1
 const B_NL: u32 = 0u;
 const B_WORD: u32 = 1u;
 const B_END: u32 = 2u;
@@ -170,7 +171,7 @@ fn cp_code(cp: u32) -> u32 {
 fn f_step(k: u32, s: u32) -> u32 {
     if (k == K_N) { return (s % 3u + 1u) % 3u; }
     if (k == K_NL) { return (s / 3u) * 3u; }
-    if (k == K_O) { return 3u; }
+    if (k == K_O) { return F_OTHER; }
     return 0u;
 }
 fn f_get(f: u32, s: u32) -> u32 { return (f >> (3u * s)) & 7u; }
@@ -427,7 +428,7 @@ fn starts_word(i: u32, fs: u32, hi: u32, b_hi: u32) -> bool {
         // after CR/LF: the first code point after an absorbed CR/LF run, or the rest of the
         // run after its last CR/LF (`\s*[\r\n]`), unless it reaches the end of the document
         // (cl100k: `\s++$` took all; Qwen2 splits there too) or another CR/LF
-        if (fs >= 3u) { return true; }
+        if (fs >= F_OTHER) { return true; }
         let b = b_after(i, hi, b_hi);
         if (pat == PAT_CL100K) { return b == B_WORD; }
         return b != B_NL;
