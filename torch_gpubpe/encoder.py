@@ -159,16 +159,22 @@ class _Slot:
                                 f"{lab}.doc_tok")
         self.off_bits = self.text_bytes
         self.off_docs = self.off_bits + self.bits_bytes
+        self.off_mask = self.off_docs + self.docs_bytes  # a regex pre-tokenizer's word starts
         self.upload = g.device.create_buffer(
-            label=f"{lab}.upload", size=self.off_docs + self.docs_bytes,
+            label=f"{lab}.upload", size=self.off_mask + (self.bits_bytes if s.pretok else 0),
             usage=U.MAP_WRITE | U.COPY_SRC, mapped_at_creation=True)
         self.rb_meta = g.buffer(64 + self.docs_bytes, U.MAP_READ | U.COPY_DST, f"{lab}.rb_meta")
         self.rb_tok = g.buffer(self.out_bytes, U.MAP_READ | U.COPY_DST, f"{lab}.rb_tokens")
         bind = {0: self.text, 1: self.bits, 2: s.nodes, 3: s.edges, 4: self.scratch,
                 5: self.counts, 6: self.state, 7: self.meta, 8: self.params, 9: self.block_off,
                 10: self.out, 11: self.doc_starts, 12: self.doc_tok}
+        walk = (0, 1, 2, 3, 4, 5, 6, 7, 8)
+        if s.pretok:  # the walk reads word starts from the regex pre-tokenizer's mask
+            self.pt = s.pretok.scratch(cap_n, self.text, self.bits, f"{lab}.pretok")
+            bind[16] = self.pt.mask
+            walk = tuple(b for b in walk if b != 1) + (16,)  # document starts are in the mask
         self.bg = {}
-        for name, uses in (("chunked", (0, 1, 2, 3, 4, 5, 6, 7, 8)),
+        for name, uses in (("chunked", walk),
                            ("prefix", (5, 7, 8, 9)),
                            ("compact", (1, 4, 8, 9, 10, 11, 12))):
             self.bg[name] = g.bind_group(s.pipes[name], {b: bind[b] for b in uses},
@@ -210,7 +216,8 @@ class _Slot:
         return view
 
     # -- one slice -----------------------------------------------------------------------
-    def start(self, data: np.ndarray, s: int, e: int, doc_rel: np.ndarray, end_bit: bool) -> None:
+    def start(self, data: np.ndarray, s: int, e: int, doc_rel: np.ndarray, end_bit: bool,
+              mask: np.ndarray | None = None) -> None:
         """Upload bytes ``data[s:e]`` (+ halo) and submit the three passes (no wait).
 
         ``data``: uint8 array of the batch, or the batch's unjoined UTF-8 parts (a list of
@@ -248,6 +255,10 @@ class _Slot:
         np.bitwise_or.at(bits, pos >> 5, (np.uint32(1) << (pos & 31).astype(np.uint32)))
         up[self.off_bits : self.off_bits + 4 * nbits_words] = bits.view(np.uint8)
         up[self.off_docs : self.off_docs + 4 * ndocs] = doc_rel.view(np.uint8)
+        if mask is not None:  # word starts of a regex pre-tokenizer, computed for the batch
+            mbits = np.packbits(mask, bitorder="little")
+            mbits[:1] |= 1  # a slice starts a walk at byte 0 (a word start or a token boundary)
+            up[self.off_mask : self.off_mask + len(mbits)] = mbits
         del up
         if getattr(self, "_host_upload", None) is not None:
             self.upload.write_mapped(self._host_upload)
@@ -261,6 +272,10 @@ class _Slot:
         enc.copy_buffer_to_buffer(self.upload, self.off_bits, self.bits, 0, 4 * nbits_words)
         if ndocs:
             enc.copy_buffer_to_buffer(self.upload, self.off_docs, self.doc_starts, 0, 4 * ndocs)
+        if sess.pretok is not None and mask is not None:
+            enc.copy_buffer_to_buffer(self.upload, self.off_mask, self.pt.mask, 0, -(-n // 32) * 4)
+        elif sess.pretok is not None:  # whole documents: the split is computed here, on the GPU
+            sess.pretok.record(enc, self.pt, n)
         self._record_passes(enc, first=True, continuations=0)
         dev.queue.submit([enc.finish()])
         self.up_promise = self.upload.map_async("WRITE")
@@ -403,7 +418,7 @@ class _Session:
     """Device-side state of one :class:`Tokenizer`: trie buffers, pipelines, two slots."""
 
     def __init__(self, trie: Trie, id_size: int, chunk: int, max_slice_bytes: int | None,
-                 budget: int, profile: bool) -> None:
+                 budget: int, profile: bool, pre_tokenizer: str = "bytes-classes") -> None:
         from .gpu import get_gpu
 
         self.gpu = g = get_gpu()
@@ -442,8 +457,17 @@ class _Session:
             g.device.queue.write_buffer(self.nodes, 0, trie.nodes)
             g.device.queue.write_buffer(self.edges, 0, trie.edges)
         consts = {"WG": WG, "CHUNK": chunk, "OUT16": int(id_size == 2)}
+        self.pretok = None
+        walk_src = None
+        if pre_tokenizer != "bytes-classes":  # a regex split (torch_gpubpe.unicode_pretok)
+            from .shaders import shader_source
+            from .unicode_pretok import UnicodePreTokenizer
+
+            self.pretok = UnicodePreTokenizer(pre_tokenizer, gpu=g)
+            walk_src = shader_source("encode", g.flags | {"WORD_MASK"})
         self.pipes = {
-            "chunked": g.pipeline("encode", "trie_tokenizer_chunked", constants=consts),
+            "chunked": g.pipeline("encode", "trie_tokenizer_chunked", constants=consts,
+                                  source=walk_src),
             "prefix": g.pipeline("encode", "trie_prefix_sum", constants=consts),
             "compact": g.pipeline("encode", "trie_tokenizer_compact", constants=consts),
         }
@@ -484,13 +508,20 @@ class Tokenizer:
             longest token + 2); a word that needs more continues in further dispatches with the
             same result. For tests.
         profile: record per-pass GPU times (µs) in :attr:`last_pass_us` (timestamp queries).
+        pre_tokenizer: how text is split into words: ``"bytes-classes"`` (DESIGN.md §2, the
+            default) or a regex family of :mod:`torch_gpubpe.patterns` (``"gpt2"``,
+            ``"cl100k"``, ``"qwen2"`` or their ``pat_str``), split exactly on the GPU
+            (:mod:`torch_gpubpe.unicode_pretok`).
     Raises:
         ValueError: bad ``chunk_bytes`` or ``thread_budget``.
+        InputError: a ``pre_tokenizer`` the GPU cannot split exactly (named).
     """
 
     def __init__(self, vocab: Vocab, *, chunk_bytes: int = DEFAULT_CHUNK,
                  max_slice_bytes: int | None = None, thread_budget: int | None = None,
-                 profile: bool = False) -> None:
+                 profile: bool = False, pre_tokenizer: str = "bytes-classes") -> None:
+        from .patterns import resolve
+
         if not isinstance(vocab, Vocab):
             raise TypeError(f"vocab must be a torch_gpubpe.Vocab, got {type(vocab).__name__}")
         if chunk_bytes % 4 or not 4 <= chunk_bytes <= 1024:
@@ -504,6 +535,7 @@ class Tokenizer:
         self.id_dtype = np.uint16 if len(vocab) <= 1 << 16 else np.uint32
         self._chunk, self._max_slice, self._budget = chunk_bytes, max_slice_bytes, budget
         self._profile = profile
+        self.pre_tokenizer = resolve(pre_tokenizer)
         self._trie: Trie | None = None
         self._sess: _Session | None = None
         self._sess_pid: int | None = None
@@ -546,7 +578,7 @@ class Tokenizer:
             self._inflight.clear()
             self._sess = None
             args = (self.trie, np.dtype(self.id_dtype).itemsize, self._chunk, self._max_slice,
-                    self._budget, self._profile)
+                    self._budget, self._profile, self.pre_tokenizer)
             try:
                 sess = _Session(*args)
             except GPUOperationError:
@@ -683,11 +715,15 @@ class Tokenizer:
         pieces: list[np.ndarray] = []
         base = 0
         s = 0
+        # A regex pre-tokenizer splits the whole batch first (on the GPU, in its own slices):
+        # the cuts and each slice's walk need the split of the documents around them.
+        words = sess.pretok.mask(data, offsets) if sess.pretok is not None else None
         while s < total:
-            e, truncated = self._cut(data, offsets, s, sess.limit)
+            e, truncated = self._cut(data, offsets, s, sess.limit, words)
             k0, k1 = np.searchsorted(starts, [s, e], side="left")
             end_bit = e == total or bool(np.isin(e, starts[k1:k1 + 1]).any())
-            slot.start(data, s, e, (starts[k0:k1] - s).astype(np.uint32), end_bit)
+            slot.start(data, s, e, (starts[k0:k1] - s).astype(np.uint32), end_bit,
+                       None if words is None else words[s:e])
             ids, doc_tok = slot.finish()
             if truncated:  # keep the tokens that the cut cannot have changed (see _cut)
                 lens = self._tok_len[ids]
@@ -703,7 +739,8 @@ class Tokenizer:
         ids = np.concatenate(pieces) if pieces else np.zeros(0, self.id_dtype)
         return BatchEncoding(ids, self._doc_offsets(first, len(ids)))
 
-    def _cut(self, data: np.ndarray, offsets: np.ndarray, s: int, limit: int) -> tuple[int, bool]:
+    def _cut(self, data: np.ndarray, offsets: np.ndarray, s: int, limit: int,
+             words: np.ndarray | None = None) -> tuple[int, bool]:
         """End of the slice starting at ``s``: the last word start in ``(s, s + limit]``, or
         ``(s + limit, True)`` when one word covers all of it (then the caller keeps only tokens
         starting at least ``max_depth`` bytes before the end, and the next slice resumes at the
@@ -720,7 +757,8 @@ class Tokenizer:
             sub = data[lo_:hi_]
             st = offsets[:-1]
             rel = st[(st >= lo_) & (st < hi_)] - lo_
-            mask = word_start_mask(sub, np.append(rel, len(sub)))
+            mask = (word_start_mask(sub, np.append(rel, len(sub))) if words is None
+                    else words[lo_:hi_])
             idx = np.flatnonzero(mask[1 : hi - lo_ + 1])
             if len(idx):
                 return lo_ + 1 + int(idx[-1]), False

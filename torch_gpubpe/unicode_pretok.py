@@ -101,27 +101,40 @@ class UnicodePreTokenizer:
         self._safe_at[:128] = (k != K_SP) & (k != K_WS)
         self._cap = 0
 
+    def scratch(self, cap: int, text, bits, label: str) -> PreTokScratch:
+        """GPU buffers for slices of up to ``cap`` bytes over the caller's ``text`` and
+        ``bits`` buffers (layouts of wgsl/pretokenize_unicode.wgsl bindings 0 and 1); its
+        ``mask`` buffer receives the word starts."""
+        return PreTokScratch(self, cap, text, bits, label)
+
+    def record(self, enc, sc: PreTokScratch, n: int, c0: int = 0, c1: int | None = None,
+               f_in: int = 0, b_in: int = 0) -> None:
+        """Write the parameters and record the three passes over ``n`` bytes into ``enc``
+        (the caller submits); the automata read bytes ``[c0, c1)`` with states ``f_in`` before
+        ``c0`` and ``b_in`` at ``c1`` (both ignored at document starts)."""
+        g = self.gpu
+        nb = -(-n // BLOCK)
+        c1 = n if c1 is None else c1
+        g.device.queue.write_buffer(sc.params, 0, np.array(
+            [n, nb, self.family_id, c0, c1, f_in, b_in, 0], np.uint32))
+        for e, grid in (("pt_classify", g.grid(nb)), ("pt_scan_blocks", (1, 1)),
+                        ("pt_mark", g.grid(nb))):
+            cp = enc.begin_compute_pass(label=e)
+            cp.set_pipeline(self.pipes[e])
+            cp.set_bind_group(0, sc.bg[e])
+            cp.dispatch_workgroups(*grid)
+            cp.end()
+
     def _ensure(self, n: int) -> None:
         if n <= self._cap:
             return
         g, U = self.gpu, self.gpu.wgpu.BufferUsage
         cap = min(max(n, int(self._cap * 1.5), BLOCK), self.max_slice_bytes + 2 * HALO)
-        nb = -(-cap // BLOCK)
         lab = "pretok_unicode"
         self.text = g.buffer(cap + 16, U.STORAGE | U.COPY_DST, f"{lab}.text")
         self.bits = g.buffer((cap + 1 + 31) // 32 * 4 + 8, U.STORAGE | U.COPY_DST, f"{lab}.doc_bits")
-        self.codes = g.buffer(nb * BLOCK, U.STORAGE, f"{lab}.codes")
-        self.thr = g.buffer(nb * WG * 8, U.STORAGE, f"{lab}.thr")
-        self.blk = g.buffer(nb * 16, U.STORAGE, f"{lab}.blk")
-        self.mask_buf = g.buffer(nb * WG * 4, U.STORAGE | U.COPY_SRC, f"{lab}.mask")
-        self.params = g.buffer(32, U.UNIFORM | U.COPY_DST, f"{lab}.params")
-        self.rb = g.buffer(nb * WG * 4, U.MAP_READ | U.COPY_DST, f"{lab}.readback")
-        bind = {0: self.text, 1: self.bits, 2: self.table, 3: self.codes, 4: self.thr,
-                5: self.blk, 6: self.mask_buf, 7: self.params}
-        uses = {"pt_classify": (0, 1, 2, 3, 4, 5, 7), "pt_scan_blocks": (5, 7),
-                "pt_mark": (1, 3, 4, 5, 6, 7)}
-        self.bg = {e: g.bind_group(self.pipes[e], {b: bind[b] for b in u}, label=f"{lab}.{e}")
-                   for e, u in uses.items()}
+        self.sc = self.scratch(cap, self.text, self.bits, lab)
+        self.rb = g.buffer(self.sc.mask.size, U.MAP_READ | U.COPY_DST, f"{lab}.readback")
         self._cap = cap
 
     # -- slicing -------------------------------------------------------------------------
@@ -178,7 +191,6 @@ class UnicodePreTokenizer:
         g = self.gpu
         n = len(buf)
         self._ensure(n)
-        nb = -(-n // BLOCK)
         q = g.device.queue
         text = np.zeros((n + 3) // 4 * 4 + 4, np.uint8)
         text[:n] = buf
@@ -186,20 +198,36 @@ class UnicodePreTokenizer:
         bits = np.packbits(starts, bitorder="little")
         bits = np.concatenate([bits, np.zeros(-len(bits) % 4 + 4, np.uint8)])
         q.write_buffer(self.bits, 0, bits)
-        q.write_buffer(self.params, 0, np.array([n, nb, self.family_id, c0, c1, f_in, b_in, 0],
-                                                np.uint32))
         enc = g.device.create_command_encoder(label="pretok_unicode")
-        for e, grid in (("pt_classify", g.grid(nb)), ("pt_scan_blocks", (1, 1)),
-                        ("pt_mark", g.grid(nb))):
-            cp = enc.begin_compute_pass(label=e)
-            cp.set_pipeline(self.pipes[e])
-            cp.set_bind_group(0, self.bg[e])
-            cp.dispatch_workgroups(*grid)
-            cp.end()
+        self.record(enc, self.sc, n, c0, c1, f_in, b_in)
         q.submit([enc.finish()])
-        words = g.read_u32(self.mask_buf, 0, -(-n // 32), staging=self.rb,
+        words = g.read_u32(self.sc.mask, 0, -(-n // 32), staging=self.rb,
                            what="pre-tokenization mask readback")
         return np.unpackbits(words.view(np.uint8), bitorder="little")[:n].astype(bool)
+
+
+class PreTokScratch:
+    """Per-slice GPU buffers of :class:`UnicodePreTokenizer` (see :meth:`~UnicodePreTokenizer.scratch`).
+
+    Attributes:
+        mask: storage buffer, u32 words, bit i set iff byte i starts a word.
+    """
+
+    def __init__(self, pre: UnicodePreTokenizer, cap: int, text, bits, label: str) -> None:
+        g, U = pre.gpu, pre.gpu.wgpu.BufferUsage
+        nb = -(-max(cap, 1) // BLOCK)
+        self.cap = cap
+        self.codes = g.buffer(nb * BLOCK, U.STORAGE, f"{label}.codes")
+        self.thr = g.buffer(nb * WG * 8, U.STORAGE, f"{label}.thr")
+        self.blk = g.buffer(nb * 16, U.STORAGE, f"{label}.blk")
+        self.mask = g.buffer(nb * WG * 4, U.STORAGE | U.COPY_SRC | U.COPY_DST, f"{label}.mask")
+        self.params = g.buffer(32, U.UNIFORM | U.COPY_DST, f"{label}.params")
+        bind = {0: text, 1: bits, 2: pre.table, 3: self.codes, 4: self.thr, 5: self.blk,
+                6: self.mask, 7: self.params}
+        uses = {"pt_classify": (0, 1, 2, 3, 4, 5, 7), "pt_scan_blocks": (5, 7),
+                "pt_mark": (1, 3, 4, 5, 6, 7)}
+        self.bg = {e: g.bind_group(pre.pipes[e], {b: bind[b] for b in u}, label=f"{label}.{e}")
+                   for e, u in uses.items()}
 
 
 _CACHE: dict[tuple[str, int | None], UnicodePreTokenizer] = {}

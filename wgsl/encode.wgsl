@@ -60,6 +60,12 @@ struct Params {
 @group(0) @binding(10) var<storage, read_write> out: array<atomic<u32>>;
 @group(0) @binding(11) var<storage, read> doc_starts: array<u32>;
 @group(0) @binding(12) var<storage, read_write> doc_tok: array<u32>;
+//#if WORD_MASK
+// 16 word_mask : storage, read        array<u32>          bit i set iff byte i of the slice starts
+//                                                          a word (a regex pre-tokenizer's split,
+//                                                          wgsl/pretokenize_unicode.wgsl); bit 0 set
+@group(0) @binding(16) var<storage, read> word_mask: array<u32>;
+//#endif
 
 override WG: u32 = 256u;        // threads per workgroup (a multiple of every subgroup size)
 override CHUNK: u32 = 32u;      // bytes per thread in trie_tokenizer_chunked; a multiple of 4
@@ -83,6 +89,9 @@ fn doc_start(i: u32) -> bool { return ((doc_bits[i >> 5u] >> (i & 31u)) & 1u) !=
 // does: slices begin at word starts or, inside a very long word, at a token boundary, where
 // greedy matching restarts with the same result.
 fn word_start_at(i: u32) -> bool {
+//#if WORD_MASK
+    return ((word_mask[i >> 5u] >> (i & 31u)) & 1u) != 0u;
+//#else
     let has_prev = i > 0u && !doc_start(i);
     let has_next = !doc_start(i + 1u);
     var prev = 0u;
@@ -90,6 +99,7 @@ fn word_start_at(i: u32) -> bool {
     var next = 0u;
     if (has_next) { next = text_byte(i + 1u); }
     return is_word_start(prev, text_byte(i), next, has_prev, has_next);
+//#endif
 }
 
 // One step of the branch-free binary search: keep the upper half when its first byte <= b.

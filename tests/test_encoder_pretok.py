@@ -1,0 +1,71 @@
+"""The GPU encoder with a regex pre-tokenizer (Tokenizer(pre_tokenizer=...)): ids == greedy
+longest match over the words of regex.finditer(pat_str)."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from conftest import corpus_docs
+from torch_gpubpe import InputError, Vocab, reference
+from torch_gpubpe.encoder import Tokenizer
+from torch_gpubpe.patterns import FAMILIES, split
+
+pytestmark = pytest.mark.gpu
+
+CORPORA = ["code_cpython_stdlib", "multi_udhr", "multi_emoji", "web_html", "tr_ud_boun"]
+
+
+@functools.cache
+def vocab() -> Vocab:
+    docs = [d for name in CORPORA for d in corpus_docs(name, max_bytes=6_000)]
+    return Vocab.from_merges(reference.train(docs, vocab_size=600, min_frequency=2))
+
+
+def greedy_reference(doc, family: str, v: Vocab) -> list[int]:
+    """DESIGN.md §4's greedy longest match, word by word, over the regex split."""
+    lookup = {}
+    for i, tb in enumerate(v.token_bytes[: v.num_tokens] if hasattr(v, "num_tokens") else
+                           v.token_bytes):
+        lookup.setdefault(tb, i)
+    longest = max(map(len, lookup))
+    ids = []
+    for word in split(doc, family):
+        j = 0
+        while j < len(word):
+            for n in range(min(longest, len(word) - j), 0, -1):
+                if word[j : j + n] in lookup:
+                    ids.append(lookup[word[j : j + n]])
+                    j += n
+                    break
+    return ids
+
+
+DOCS = ["I'm  ok 12345 don't 'LL\r\n\r\n  x", "", "a", "١٢٣٤ 😀😀 क्षत्रिय\n\n\t z",
+        b"a\xff\xe2\x82b \xed\xa0\x80z", "x" * 9000, " " * 5000 + "y", "7" * 3001]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("max_slice", [None, 4096])
+def test_greedy_over_regex_words(family, max_slice):
+    v = vocab()
+    docs = DOCS + [d for name in CORPORA for d in corpus_docs(name, max_bytes=15_000)]
+    tok = Tokenizer(v, pre_tokenizer=family, max_slice_bytes=max_slice)
+    got = tok.encode_batch(docs).tolist()
+    for k, doc in enumerate(docs):
+        assert got[k] == greedy_reference(doc, family, v), f"document {k}"
+    if max_slice:
+        assert tok._sess.slices > 2  # the sliced path ran
+
+
+def test_default_is_the_byte_class_rule():
+    v = vocab()
+    doc = "I'm  ok 12345\tx"
+    assert Tokenizer(v).encode(doc) == reference.encode(doc, v.merges)
+    assert Tokenizer(v, pre_tokenizer="bytes-classes").encode(doc) == reference.encode(doc, v.merges)
+
+
+def test_unsupported_pre_tokenizer_is_refused():
+    with pytest.raises(InputError, match="o200k"):
+        Tokenizer(vocab(), pre_tokenizer="o200k_base")
