@@ -175,7 +175,7 @@ def no_adapter_message(detail: str = "") -> str:
         "Then check with: python -m torch_gpubpe doctor",
     ]
     if detail:
-        lines.append(f"(wgpu: {' '.join(detail.split())[:300]})")
+        lines.append(f"({' '.join(detail.split())[:400]})")
     return "\n".join(lines)
 
 
@@ -224,7 +224,7 @@ def _pick_adapter(wgpu):
     try:
         adapters = list(wgpu.gpu.enumerate_adapters_sync())
     except Exception as e:  # noqa: BLE001 - wgpu raises a bare RuntimeError for "no adapter"
-        raise NoAdapterError(no_adapter_message(str(e))) from e
+        raise NoAdapterError(no_adapter_message(f"wgpu: {e}")) from e
     if want:
         for a in adapters:
             i = a.info
@@ -306,6 +306,10 @@ class GPU:
                 required_limits={k: limits[k] for k in keep if k in limits},
             )
         except Exception as e:
+            if self.is_fallback:  # e.g. a GL driver without compute shaders (NVIDIA's EGL)
+                raise NoAdapterError(no_adapter_message(
+                    f"the only adapter, OpenGL {self.adapter_name}, cannot open a compute "
+                    f"device: {e}")) from e
             raise NoAdapterError(f"could not open a device on {self.adapter_name}: {e}") from e
         self.has_timestamps = "timestamp-query" in want
         self.limits = dict(self.device.limits)
