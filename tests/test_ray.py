@@ -1,0 +1,129 @@
+"""Ray Data recipes (torch_gpubpe.ray): token columns equal to the single-process encoder, and
+word counts per block merged into the counts of the whole corpus.
+
+The actor classes are tested directly on Arrow tables (fast), then once each on a local Ray
+instance (``ray.init(num_cpus=2)``; lavapipe as the GPU) reading parquet files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import corpus_docs
+
+from torch_gpubpe import reference
+from torch_gpubpe.counts import read_counts, read_metadata
+from torch_gpubpe.encoder import Tokenizer
+from torch_gpubpe.errors import InputError
+from torch_gpubpe.ray import CountBatches, TokenizeBatches, count_dataset
+from torch_gpubpe.vocab import Vocab
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[1]
+EOT = "<|endoftext|>"
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[str]:
+    return (corpus_docs("tr_manpages", 25_000, 4_000) + corpus_docs("en_fortunes", 15_000)
+            + corpus_docs("multi_emoji", 8_000) + ["", " ", "\r\n\r\n"])
+
+
+@pytest.fixture(scope="module")
+def vocab(docs) -> Vocab:
+    return Vocab.from_merges(reference.train(docs[::3], 420, 2, 1), [EOT])
+
+
+def _expected(vocab, docs, eos=None) -> list[list[int]]:
+    enc = Tokenizer(vocab).encode_batch(docs)
+    return [list(enc[k]) + ([] if eos is None else [eos]) for k in range(len(docs))]
+
+
+# -- the actor classes, without Ray ---------------------------------------------------------------
+def test_tokenize_batches_equals_encode_batch_on_every_arrow_layout(vocab, docs):
+    want = _expected(vocab, docs)
+    ids = pa.array(np.arange(len(docs)))
+    for text in (pa.array(docs, pa.string()), pa.array(docs, pa.large_string()),
+                 pa.array([d.encode() for d in docs], pa.binary()),
+                 pa.chunked_array([docs[:7], docs[7:]], pa.string())):
+        t = pa.table({"id": ids, "text": text})
+        for fn in (TokenizeBatches(vocab), TokenizeBatches(vocab, sub_batch_bytes=1000)):
+            out = fn(t)
+            assert out.column_names == ["id", "text", "input_ids"]
+            assert out.schema.field("input_ids").type == pa.list_(pa.uint16())
+            assert out.column("input_ids").to_pylist() == want
+    sliced = pa.table({"text": pa.array(docs, pa.string())}).slice(5, 20)  # non-zero offset
+    assert TokenizeBatches(vocab)(sliced).column("input_ids").to_pylist() == want[5:25]
+
+
+def test_tokenize_batches_options_and_errors(vocab, docs):
+    eos = vocab.token_to_id(EOT)
+    t = pa.table({"text": docs[:12], "id": np.arange(12)})
+    out = TokenizeBatches(vocab, append_eos=EOT, keep_columns=["id"],
+                          output_column="tokens")(t)
+    assert out.column_names == ["id", "tokens"]
+    assert out.column("tokens").to_pylist() == _expected(vocab, docs[:12], eos)
+    big = Vocab((), tuple(f"<s{k}>" for k in range(70_000)))              # > 65,536 ids
+    out = TokenizeBatches(big)(t)
+    assert out.schema.field("input_ids").type == pa.list_(pa.uint32())
+    assert out.column("input_ids").to_pylist() == [list(d.encode()) for d in docs[:12]]
+    with pytest.raises(InputError, match="row 1 of the batch has no text"):
+        TokenizeBatches(vocab)(pa.table({"text": ["a", None]}))
+    with pytest.raises(InputError, match="no column 'body'"):
+        TokenizeBatches(vocab, text_column="body")(t)
+    with pytest.raises(InputError, match="is int64"):
+        TokenizeBatches(vocab, text_column="id")(t)
+
+
+def test_count_batches_writes_one_counts_file(tmp_path, docs):
+    t = pa.table({"text": docs})
+    row = CountBatches(tmp_path, count_on="cpu")(t).to_pylist()[0]
+    assert read_counts(row["counts_file"]).to_dict() == dict(reference.count_words(docs))
+    assert read_metadata(row["counts_file"])["num_documents"] == len(docs) == row["num_documents"]
+
+
+# -- on a local Ray instance ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ray_local():
+    ray = pytest.importorskip("ray")   # the test extra installs ray; CI fails on any skip
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def parquet_files(tmp_path_factory, docs) -> list[str]:
+    d = tmp_path_factory.mktemp("pq")
+    cuts = [0, 9, 20, len(docs)]
+    files = []
+    for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+        path = d / f"part-{k}.parquet"
+        pq.write_table(pa.table({"id": np.arange(a, b), "text": docs[a:b]}), path,
+                       row_group_size=5)
+        files.append(str(path))
+    return files
+
+
+def test_ray_tokenize_equals_single_process_encode(ray_local, vocab, docs, parquet_files):
+    ds = ray_local.data.read_parquet(parquet_files)
+    ds = ds.map_batches(TokenizeBatches, fn_constructor_kwargs={"vocab": vocab,
+                                                                "append_eos": EOT},
+                        batch_format="pyarrow", batch_size=7, concurrency=1)
+    rows = {r["id"]: list(r["input_ids"]) for r in ds.take_all()}
+    want = _expected(vocab, docs, vocab.token_to_id(EOT))
+    assert rows == dict(enumerate(want))
+
+
+def test_ray_count_dataset_equals_whole_corpus_counts(ray_local, tmp_path, docs, parquet_files):
+    ds = ray_local.data.read_parquet(parquet_files)
+    st: dict = {}
+    out = count_dataset(ds, tmp_path / "all.parquet", count_on="cpu", batch_size=6,
+                        stats=st)
+    assert read_counts(out).to_dict() == dict(reference.count_words(docs))
+    assert st["num_batches"] >= 3 and read_metadata(out)["num_documents"] == len(docs)
+    assert [p.name for p in tmp_path.iterdir()] == ["all.parquet"]   # block files removed

@@ -1,0 +1,285 @@
+"""Ray Data recipes: tokenize and count a corpus of many files across machines, one GPU
+session per actor.
+
+Ray Data runs the batch job (reading, scheduling, retries, spilling); this module gives it the
+two stateful callables, for ``Dataset.map_batches`` with ``batch_format="pyarrow"``:
+
+* :class:`TokenizeBatches`: Arrow batches of documents → the same rows with a token column
+  (``list<uint16>``, ``list<uint32>`` above 65,536 tokens), equal to
+  :meth:`torch_gpubpe.encoder.Tokenizer.encode_batch` of the same documents. The text column is
+  read zero copy (its UTF-8 buffer and offsets go to the encoder as they are), the batch is cut
+  into sub-batches of ``sub_batch_bytes`` of which two are in flight on the GPU, and the token
+  column is built over the id array without a copy;
+* :class:`CountBatches`: Arrow batches → one counts file per batch
+  (:mod:`torch_gpubpe.counts`, GPU or CPU counter); :func:`count_dataset` runs it and merges the
+  files (streaming k-way merge): the vocabulary of a corpus spread over machines, trained
+  from the result with :func:`torch_gpubpe.counts.train_from_counts_file`.
+
+Ray's rules that apply (Ray Data docs, "Transforming data" / "Stateful transforms"): a callable
+class is constructed once per actor (``concurrency`` actors), so the GPU session lives as long
+as the actor; with ``num_gpus`` set, ``batch_size`` must be set too. An actor given a GPU
+(``num_gpus=1``) opens the Vulkan adapter of the CUDA device Ray assigned to it
+(``CUDA_VISIBLE_DEVICES``), matched by device UUID (:mod:`torch_gpubpe.devices`); on a machine
+without CUDA it opens the default adapter. ``ray`` is an optional dependency
+(``pip install torch_gpubpe[ray]``); this module imports it only inside functions.
+
+Example (one GPU, parquet files with a ``text`` column)::
+
+    import ray
+    from torch_gpubpe import Vocab
+    from torch_gpubpe.ray import TokenizeBatches
+
+    ds = ray.data.read_parquet("corpus/")
+    ds = ds.map_batches(TokenizeBatches, fn_constructor_kwargs={"vocab": Vocab.load("v.json")},
+                        batch_format="pyarrow", batch_size=65_536, num_gpus=1, concurrency=1)
+    ds.write_parquet("tokens/")        # columns: the input's, plus input_ids
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+from .vocab import Vocab
+
+DEFAULT_SUB_BATCH_BYTES = 16 << 20
+
+
+def _vocab(vocab) -> Vocab:
+    if isinstance(vocab, Vocab):
+        return vocab
+    if isinstance(vocab, (str, os.PathLike)):
+        p = Path(vocab)
+        return Vocab.load(p / "vocab.json" if p.is_dir() else p)
+    raise TypeError(f"vocab must be a Vocab or the path of a vocab.json, got {type(vocab).__name__}")
+
+
+def _pin_assigned_gpu() -> None:
+    """In a Ray actor given a GPU: open the Vulkan adapter of that GPU (CUDA device 0 under the
+    ``CUDA_VISIBLE_DEVICES`` Ray set), by UUID, unless ``TORCH_GPUBPE_ADAPTER`` says otherwise.
+    """
+    from .devices import ENV_ADAPTER, cuda_devices
+
+    if os.environ.get(ENV_ADAPTER, "").strip():
+        return
+    try:
+        import ray
+
+        assigned = ray.get_gpu_ids() if ray.is_initialized() else []
+    except Exception:  # noqa: BLE001 - not in a Ray worker
+        assigned = []
+    if not assigned:
+        return
+    devs = cuda_devices()
+    if devs and devs[0].uuid:
+        os.environ[ENV_ADAPTER] = f"uuid:{devs[0].uuid}"
+
+
+def _packed(column) -> tuple[np.ndarray, np.ndarray]:
+    """An Arrow string/binary column → ``(uint8 data, int64 offsets from 0)``, zero copy for
+    ``large_string``/``large_binary`` (the 32-bit offsets of ``string``/``binary`` are widened).
+
+    Raises:
+        InputError: a null document (names its row in the batch) or a non-text column.
+    """
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    t = column.type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t)):
+        raise InputError(f"the text column is {t}, expected string or binary")
+    if column.null_count:
+        row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        raise InputError(f"row {row} of the batch has no text (null); filter nulls first "
+                         "(ds.filter(expr=\"text IS NOT NULL\"))")
+    n = len(column)
+    bufs = column.buffers()
+    odt = np.int64 if (pa.types.is_large_string(t) or pa.types.is_large_binary(t)) else np.int32
+    offsets = (np.frombuffer(bufs[1], odt, n + 1, column.offset * np.dtype(odt).itemsize)
+               .astype(np.int64) if bufs[1] is not None else np.zeros(n + 1, np.int64))
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    data = (np.frombuffer(bufs[2], np.uint8, hi - lo, lo) if bufs[2] is not None and hi > lo
+            else np.zeros(0, np.uint8))
+    return data, offsets - lo
+
+
+def _token_column(ids: np.ndarray, offsets: np.ndarray):
+    """Flat ids + int64 token offsets → ``list<id dtype>`` (``large_list`` past 2^31 tokens),
+    over the ids without a copy."""
+    import pyarrow as pa
+
+    values = pa.array(ids)
+    if offsets[-1] < 1 << 31:
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
+    return pa.LargeListArray.from_arrays(pa.array(offsets), values)
+
+
+class TokenizeBatches:
+    """Ray Data callable class: Arrow batches of documents → the same rows plus token ids.
+
+    Args:
+        vocab: a :class:`~torch_gpubpe.vocab.Vocab` or the path of a ``vocab.json``.
+        text_column: the column with the documents (string or binary; no nulls).
+        output_column: the token column added (``list<uint16>``, or ``list<uint32>`` for a
+            vocab of more than 65,536 tokens).
+        append_eos: append this special token (e.g. ``"<|endoftext|>"``) to every document.
+        keep_columns: input columns kept in the output (default: all; ``()`` keeps only the
+            token column).
+        sub_batch_bytes: text per GPU submit; two are in flight, so the host packs one while the
+            GPU encodes the other.
+
+    ``__call__(batch: pyarrow.Table) -> pyarrow.Table``; the tokens equal
+    ``Tokenizer(vocab).encode_batch`` of the column's documents (DESIGN.md §4), whatever the
+    batch size. The GPU session is opened on the first batch, in the actor's process.
+
+    Raises (from ``__call__``):
+        InputError: the column is missing, not text, or holds a null (names the row).
+    """
+
+    def __init__(self, vocab, *, text_column: str = "text", output_column: str = "input_ids",
+                 append_eos: str | None = None, keep_columns: Sequence[str] | None = None,
+                 sub_batch_bytes: int = DEFAULT_SUB_BATCH_BYTES) -> None:
+        self.vocab = _vocab(vocab)
+        self.text_column, self.output_column = text_column, output_column
+        self.keep_columns = None if keep_columns is None else list(keep_columns)
+        self.sub_batch_bytes = int(sub_batch_bytes)
+        self.eos = None if append_eos is None else self.vocab.token_to_id(append_eos)
+        self._tok = None
+
+    def _tokenizer(self):
+        if self._tok is None:
+            from .encoder import Tokenizer
+
+            _pin_assigned_gpu()
+            self._tok = Tokenizer(self.vocab)
+        return self._tok
+
+    def encode_packed(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids and int64 token offsets of packed documents, in sub-batches of about
+        ``sub_batch_bytes`` with two on the GPU at once."""
+        tok = self._tokenizer()
+        n = len(offsets) - 1
+        cuts = [0]
+        while cuts[-1] < n:
+            target = offsets[cuts[-1]] + self.sub_batch_bytes
+            cuts.append(max(cuts[-1] + 1, min(n, int(np.searchsorted(offsets, target, "right")) - 1)))
+        pending, ids, offs, base = [], [], [np.zeros(1, np.int64)], 0
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            o = offsets[a:b + 1]
+            pending.append(tok._submit_packed(data[o[0]:o[-1]], o - o[0]))
+            if len(pending) == 2:
+                base = self._drain(pending.pop(0), ids, offs, base)
+        for p in pending:
+            base = self._drain(p, ids, offs, base)
+        return (np.concatenate(ids) if ids else np.zeros(0, tok.id_dtype)), np.concatenate(offs)
+
+    def _drain(self, p, ids, offs, base) -> int:
+        enc = p.result()
+        i, o = np.asarray(enc.ids), np.asarray(enc.offsets, np.int64)
+        if self.eos is not None:
+            i = np.insert(i, o[1:], self.eos).astype(i.dtype, copy=False)
+            o = o + np.arange(len(o), dtype=np.int64)
+        ids.append(i)
+        offs.append(o[1:] + base)
+        return base + len(i)
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
+        if self.text_column not in batch.column_names:
+            raise InputError(f"the batch has no column {self.text_column!r} (columns: "
+                             f"{batch.column_names}); pass text_column=")
+        ids, offsets = self.encode_packed(*_packed(batch.column(self.text_column)))
+        keep = batch.column_names if self.keep_columns is None else self.keep_columns
+        out = batch.select([c for c in keep if c != self.output_column])
+        return out.append_column(self.output_column, _token_column(ids, offsets))
+
+
+class CountBatches:
+    """Ray Data callable class: Arrow batches of documents → one counts file each.
+
+    Args:
+        out_dir: folder for the counts files (shared by every node: a network file system);
+            each batch writes ``<out_dir>/<random>.parquet`` (:mod:`torch_gpubpe.counts`).
+        text_column: the column with the documents (string or binary; no nulls).
+        count_on: "gpu" (default) or "cpu": the word counter; same counts.
+
+    ``__call__(batch) -> pyarrow.Table`` with one row: ``counts_file`` (str), ``num_words``,
+    ``num_documents``, ``corpus_bytes`` (int64). Merge the files with
+    :func:`torch_gpubpe.counts.merge_counts`, or run :func:`count_dataset`.
+    """
+
+    def __init__(self, out_dir, *, text_column: str = "text", count_on: str = "gpu") -> None:
+        if count_on not in ("gpu", "cpu"):
+            raise ValueError(f"count_on must be 'gpu' or 'cpu', got {count_on!r}")
+        self.out_dir = Path(out_dir)
+        self.text_column, self.count_on = text_column, count_on
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        from .counts import count_packed, write_counts
+
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
+        if self.text_column not in batch.column_names:
+            raise InputError(f"the batch has no column {self.text_column!r} (columns: "
+                             f"{batch.column_names}); pass text_column=")
+        data, offsets = _packed(batch.column(self.text_column))
+        if self.count_on == "gpu":
+            _pin_assigned_gpu()
+        wc = count_packed([(data, offsets)], count_on=self.count_on)
+        path = self.out_dir / f"{uuid.uuid4().hex}.parquet"
+        write_counts(wc, path, num_documents=len(offsets) - 1, corpus_bytes=len(data))
+        return pa.table({"counts_file": [str(path)], "num_words": [len(wc)],
+                         "num_documents": [len(offsets) - 1], "corpus_bytes": [len(data)]})
+
+
+def count_dataset(ds, out, *, text_column: str = "text", count_on: str = "gpu",
+                  batch_size: int = 65_536, concurrency: int = 1, num_gpus: float | None = None,
+                  work_dir=None, stats: dict | None = None) -> Path:
+    """Count the words of a Ray ``Dataset`` into one counts file: :class:`CountBatches` per
+    block on ``concurrency`` actors, then one streaming merge (:func:`~torch_gpubpe.counts.
+    merge_counts`) on the driver. Train with :func:`~torch_gpubpe.counts.train_from_counts_file`.
+
+    Args:
+        ds: a ``ray.data.Dataset`` with a ``text_column``.
+        out: the merged counts file.
+        batch_size: rows per counted batch (one counts file each).
+        num_gpus: GPUs per actor (default: 1 with ``count_on="gpu"``, else 0).
+        work_dir: folder for the per-batch files (default: beside ``out``; on several nodes,
+            a shared file system); removed afterwards.
+        stats: if a dict, filled with ``num_batches`` and the merge's stats.
+    Returns:
+        ``out`` as a :class:`~pathlib.Path`.
+    """
+    import shutil
+    import tempfile
+
+    from .counts import merge_counts
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=work_dir or out.parent, prefix=f".{out.name}.blocks-"))
+    try:
+        gpus = (1 if count_on == "gpu" else 0) if num_gpus is None else num_gpus
+        res = ds.map_batches(CountBatches, fn_constructor_kwargs={
+            "out_dir": str(tmp), "text_column": text_column, "count_on": count_on},
+            batch_format="pyarrow", batch_size=batch_size, concurrency=concurrency,
+            **({"num_gpus": gpus} if gpus else {}))
+        files = [r["counts_file"] for r in res.take_all()]
+        st = {} if stats is None else stats
+        merge_counts(sorted(files), out, stats=st)
+        st["num_batches"] = len(files)
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
