@@ -69,3 +69,45 @@ def test_default_is_the_byte_class_rule():
 def test_unsupported_pre_tokenizer_is_refused():
     with pytest.raises(InputError, match="o200k"):
         Tokenizer(vocab(), pre_tokenizer="o200k_base")
+
+
+def test_cli_encode_pre_tokenizer(tmp_path):
+    import gzip
+    import json
+
+    import numpy as np
+
+    from torch_gpubpe import cli
+
+    docs = DOCS[:4] + corpus_docs("multi_udhr", max_bytes=8_000)
+    data = tmp_path / "d.jsonl.gz"
+    with gzip.open(data, "wt", encoding="utf-8") as f:
+        for d in docs:
+            f.write(json.dumps({"text": d if isinstance(d, str) else d.decode("latin-1")}) + "\n")
+    texts = [json.loads(line)["text"] for line in gzip.open(data, "rt", encoding="utf-8")]
+    vocab().save(tmp_path / "vocab.json")
+    assert cli.main(["encode", "--vocab", str(tmp_path / "vocab.json"), "--data-files", str(data),
+                     "--out", str(tmp_path / "enc"), "--pre-tokenizer", "cl100k",
+                     "--no-progress"]) == 0
+    meta = json.loads((tmp_path / "enc" / "meta.json").read_text())
+    assert meta["pre_tokenizer"] == "cl100k"
+    ids = np.fromfile(tmp_path / "enc" / "ids.bin", dtype=np.dtype(meta["ids_dtype"]))
+    off = np.load(tmp_path / "enc" / "offsets.npy")
+    for k, d in enumerate(texts):
+        assert ids[off[k] : off[k + 1]].tolist() == greedy_reference(d, "cl100k", vocab()), k
+
+
+def test_dataset_keeps_the_pre_tokenizer_in_workers():
+    import pickle
+
+    from torch_gpubpe.data import TokenizedDataset
+
+    docs = ["I'm  ok 12345\tx", "don't\r\n\r\n  y"]
+    for arg, kw in ((Tokenizer(vocab(), pre_tokenizer="qwen2"), {}),
+                    (vocab(), {"pre_tokenizer": "qwen2"})):
+        ds = TokenizedDataset(docs, arg, background=False, **kw)
+        ds = pickle.loads(pickle.dumps(ds))  # as a DataLoader worker receives it
+        got = [t.tolist() for t in ds]
+        assert got == [greedy_reference(d, "qwen2", vocab()) for d in docs]
+    with pytest.raises(ValueError, match="splits with"):
+        TokenizedDataset(docs, Tokenizer(vocab(), pre_tokenizer="gpt2"), pre_tokenizer="qwen2")

@@ -178,6 +178,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "document")
     e.add_argument("--batch-bytes", type=parse_size, default=DEFAULT_BATCH_BYTES, metavar="SIZE",
                    help="text per GPU batch (default: 4M)")
+    e.add_argument("--pre-tokenizer", default="bytes-classes", metavar="NAME",
+                   help="word split: bytes-classes (DESIGN.md §2, default), or a model's regex "
+                        "split done exactly on the GPU: gpt2 (r50k/p50k), cl100k, qwen2")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
     e.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show tracebacks instead of one-line errors")
@@ -509,7 +512,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
         eos = vocab.token_to_id(name)
     from .encoder import Tokenizer  # the GPU encoder (DESIGN.md §4)
 
-    tok = Tokenizer(vocab)
+    tok = Tokenizer(vocab, pre_tokenizer=args.pre_tokenizer)
     dtype = np.dtype(getattr(tok, "id_dtype", np.uint16 if len(vocab) <= 65536 else np.uint32))
     ids_path = out / (IDS_NPY if args.output_format == "npy" else IDS_BIN)
     offsets = [np.zeros(1, np.int64)]
@@ -566,6 +569,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
         "eos_id": eos,
         "vocab_file": str(_vocab_path(args.vocab).resolve()),
         "vocab_size": len(vocab),
+        "pre_tokenizer": tok.pre_tokenizer,
         "source": source.describe(),
         # Rows whose text is None (missing) are not documents: document k is not row k then.
         "skipped_none_rows": read_stats.get("skipped_none", 0),

@@ -374,6 +374,9 @@ class TokenizedDataset(IterableDataset):
             a bare tensor (the global document index in the source).
         pipeline_depth: GPU batches in flight (2 = double-buffered readback; 1 = none).
         background: run reading + submitting + readback in a background thread.
+        pre_tokenizer: the word split for a ``Vocab`` (``Tokenizer(vocab, pre_tokenizer=...)``:
+            ``"bytes-classes"``, ``"gpt2"``, ``"cl100k"``, ``"qwen2"``); default: the given
+            ``Tokenizer``'s, else ``"bytes-classes"``. Kept when sent to workers.
 
     Yields:
         documents mode: a 1-D tensor of ``dtype``, the document's token ids (plus BOS/EOS if
@@ -413,6 +416,7 @@ class TokenizedDataset(IterableDataset):
         with_index: bool = False,
         pipeline_depth: int = 2,
         background: bool = True,
+        pre_tokenizer: str | None = None,
     ) -> None:
         super().__init__()
         if mode not in ("documents", "packed"):
@@ -435,6 +439,17 @@ class TokenizedDataset(IterableDataset):
             raise ValueError(f"rank={rank} is not in [0, world_size={world_size})")
         self.source = _normalize_source(source, text_column)
         self._tokenizer_arg = tokenizer_or_vocab
+        if pre_tokenizer is not None:
+            from .patterns import resolve
+
+            pre_tokenizer = resolve(pre_tokenizer)
+            given = getattr(tokenizer_or_vocab, "pre_tokenizer", pre_tokenizer)
+            if not isinstance(tokenizer_or_vocab, Vocab) and given != pre_tokenizer:
+                raise ValueError(f"pre_tokenizer={pre_tokenizer!r} but the given tokenizer "
+                                 f"splits with {given!r}")
+        else:
+            pre_tokenizer = getattr(tokenizer_or_vocab, "pre_tokenizer", None)
+        self._pre_tokenizer = pre_tokenizer
         vocab = self.vocab
         self.text_column = text_column
         self.mode = mode
@@ -481,7 +496,8 @@ class TokenizedDataset(IterableDataset):
             if isinstance(self._tokenizer_arg, Vocab):
                 from .encoder import Tokenizer
 
-                self._tok = Tokenizer(self._tokenizer_arg)
+                self._tok = Tokenizer(self._tokenizer_arg,
+                                      pre_tokenizer=self._pre_tokenizer or "bytes-classes")
             else:
                 self._tok = self._tokenizer_arg
         return self._tok
