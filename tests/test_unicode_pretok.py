@@ -130,3 +130,22 @@ raw = st.lists(st.sampled_from([p.encode() for p in PIECES] + [b"\xed\xa0\x80", 
 def test_hypothesis(docs):
     for family in FAMILIES:
         assert_same(docs, family)
+
+
+def test_docstring_examples():
+    import doctest
+
+    import torch_gpubpe.patterns as patterns_mod
+    import torch_gpubpe.unicode_pretok as pretok_mod
+
+    for mod in (patterns_mod, pretok_mod):
+        res = doctest.testmod(mod)
+        assert res.attempted > 0 and res.failed == 0, mod.__name__
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("family", FAMILIES)
+def test_corpora_in_full(family):
+    """Every corpus, several MB each, in one batch (the lent GPU: -m heavy)."""
+    for name in CORPUS_NAMES:
+        assert_same(corpus_docs(name, max_bytes=8_000_000, max_doc_bytes=2_000_000), family)
