@@ -4,7 +4,7 @@ The ``.wgsl`` files are kept in the top-level ``wgsl/`` folder of the source tre
 the wheel as ``torch_gpubpe/wgsl/`` (``pyproject.toml`` force-includes them). This module alone
 knows both places.
 
-Preprocessor: a line ``//#if NAME`` … ``//#else`` … ``//#endif`` keeps one branch, by whether
+Preprocessor: a line ``//#include OTHER`` is replaced by ``OTHER.wgsl``; a line ``//#if NAME`` … ``//#else`` … ``//#endif`` keeps one branch, by whether
 ``NAME`` is in the set of flags (no nesting needed so far; nesting is supported anyway). Used for
 code that must not even be compiled on adapters without a feature (subgroup builtins fail
 ``create_shader_module`` there, WGPU_NOTES.md §3).
@@ -64,9 +64,26 @@ def preprocess(source: str, flags: frozenset[str]) -> str:
     return "\n".join(out)
 
 
+def _with_includes(name: str, seen: set[str]) -> str:
+    """``<name>.wgsl`` with each ``//#include OTHER`` line replaced by ``OTHER.wgsl`` (each
+    file at most once)."""
+    out = []
+    for line in read_wgsl(name).splitlines():
+        s = line.strip()
+        if s.startswith("//#include "):
+            other = s[len("//#include "):].strip()
+            if other not in seen:
+                seen.add(other)
+                out.append(_with_includes(other, seen))
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
 def shader_source(name: str, flags: frozenset[str] = frozenset()) -> str:
-    """``common.wgsl`` + ``<name>.wgsl``, preprocessed with ``flags``."""
-    return preprocess(read_wgsl("common") + "\n" + read_wgsl(name), flags)
+    """``common.wgsl`` + ``<name>.wgsl`` (with its ``//#include`` files), preprocessed with
+    ``flags``."""
+    return preprocess(read_wgsl("common") + "\n" + _with_includes(name, {name}), flags)
 
 
 # -- reading the facts Python needs from the WGSL itself (no hand copies) ------------------------
@@ -90,6 +107,7 @@ _OVERRIDE = _re.compile(r"^\s*(?:@id\(\d+\)\s*)?override\s+(\w+)\s*(?::\s*(\w+))
                         r"(?:=\s*([^;]+))?;", _re.M)
 _WGVAR = _re.compile(r"^\s*var<workgroup>\s+(\w+)\s*:\s*(.+?);\s*$", _re.M)
 _FN = _re.compile(r"(@compute[^\n]*\n\s*)?\bfn\s+(\w+)\s*\(")
+_STRUCT = _re.compile(r"\bstruct\s+(\w+)\s*\{([^}]*)\}")
 
 
 def _eval_int(expr: str, names: dict) -> int:
@@ -174,6 +192,7 @@ class ShaderInfo:
         consts: ``const`` name → int value (only those with integer constant expressions).
         overrides: ``override`` name → default (int), None without a default.
         workgroup_vars: ``var<workgroup>`` name → its type text, in declaration order.
+        structs: struct name → its field names, in order.
         functions: function name → (identifiers its body reads, names it calls);
             ``entry_points`` the @compute ones.
     """
@@ -182,6 +201,7 @@ class ShaderInfo:
     consts: dict[str, int] = field(default_factory=dict)
     overrides: dict[str, int | None] = field(default_factory=dict)
     workgroup_vars: dict[str, str] = field(default_factory=dict)
+    structs: dict[str, tuple[str, ...]] = field(default_factory=dict)
     functions: dict[str, tuple[frozenset[str], frozenset[str]]] = field(default_factory=dict)
     entry_points: tuple[str, ...] = ()
 
@@ -257,6 +277,9 @@ def parse_wgsl(source: str) -> ShaderInfo:
             except (ValueError, KeyError, SyntaxError):
                 val = None
         info.overrides[m.group(1)] = val
+    for m in _STRUCT.finditer(src):
+        info.structs[m.group(1)] = tuple(f.split(":")[0].strip() for f in m.group(2).split(",")
+                                         if ":" in f)
     for m in _WGVAR.finditer(src):
         info.workgroup_vars[m.group(1)] = m.group(2).strip()
     entries = []

@@ -1,51 +1,36 @@
 """GPU BPE training: documents or word counts → :class:`~torch_gpubpe.vocab.Vocab`.
 
 What is computed is DESIGN.md §3 exactly (the merges of :func:`torch_gpubpe.reference.train`);
-how: ``wgsl/train.wgsl`` (see its header), run on the unique words of the corpus, each weighted
-by its count, on one of two paths with the same merges:
+how: on the unique words of the corpus, each weighted by its count, with one of two
+algorithms that give the same merges, each in its own module and WGSL file, sharing the pair
+table (:mod:`~torch_gpubpe.train_table`, ``wgsl/train_table.wgsl``: two-level pair counting,
+per-block maxima, the deterministic best):
 
-* **sparse** (default): the stream of unique words stays in place, each word's live symbols
-  linked by next indices, with an index of the words each token occurs in (per token a list:
-  the words that held it when it was made); per merge the words of the rarer side of the best
-  pair are walked, one thread per word, left to right (runs of A == B too), and only they are
-  rewritten. 2 dispatches per merge: ``wl_find_max4 → wl_merge``. Words longer than
-  ``SPARSE_MAX_WORD`` bytes (lavapipe's loop cap) send the run to the dense path;
-* **dense**: the seed's ten-kernel pipeline, the stream compacted every merge
-  (``find_max4 → find_max_final_det → [setup_merge] → merge_reduce → [scan_pass1] →
-  scan_pass2 → [scan_pass3] → finalize_compact``).
+* ``algorithm="wordlist"`` (default, :mod:`~torch_gpubpe.train_wordlist`): the stream stays in
+  place, linked; per merge only the words of the rarer side's word list are walked (2
+  dispatches: ``find_max4 → wl_merge``); a walk longer than the per-thread budget is carried
+  to continuation dispatches, so every corpus and adapter takes this algorithm;
+* ``algorithm="seed"`` (:mod:`~torch_gpubpe.train_seed`): the seed's pipeline, the stream
+  compacted every merge (8 dispatches: ``find_max4 → find_max_final_det → setup_merge →
+  merge_reduce → scan_pass1 → scan_pass2 → scan_pass3 → finalize_compact``).
 
-On the H200 (95 MB of text, vocab 32,768: 32,512 merges) the merge loop took 0.75–0.80 s on
-the sparse path and 2.11–2.14 s on the dense one (``benchmarks/train.py --compare-dense``).
+Host flow (:class:`_MergeLoop` owns every submit and readback; the kernel classes only
+record):
 
-Host flow:
-
-1. count words: on the GPU by default (:func:`torch_gpubpe.wordcount.count_words_gpu`, a hash
-   table keyed by the words' bytes; batches, up to ``PREFETCH_BYTES``, are packed on the host
-   while a thread opens the device and compiles the pipelines), or on the CPU
-   (``count_on="cpu"``: vectorised numpy on a thread pool); both exact;
+1. count words: on the GPU by default (:func:`torch_gpubpe.wordcount.count_words_gpu`; batches,
+   up to ``PREFETCH_BYTES``, are packed on the host while a thread opens the device and
+   compiles the pipelines), or on the CPU (``count_on="cpu"``); both exact;
 2. upload the unique words as one symbol stream (id | bit 31 at word starts), a word index per
-   symbol and a 64-bit weight per word (sparse: and the next links, the words' starts and the
-   byte lists); the pair table is sized from the distinct byte pairs; pair counts are 32-bit
-   when the corpus's total pair count is below 2^31 (train.wgsl WIDE), else 64-bit;
-3. ``clear_table`` + ``pair_count`` (sparse: ``pair_count_linked``) once;
-4. per merge the path's dispatches (above; dense: setup_merge and scan_pass1/3 folded away for
-   streams of at most 2048 tiles: 5 dispatches per merge), batches of 16, 32, … up to
-   ``batch`` merges recorded into one command buffer and one submit (native calls, no Python
-   wrapper per dispatch); dense: the stream kernels are dispatched indirectly, sized on the
-   GPU; the merge list stays on the GPU and only a 64-byte state (+ the batch's merges, for
-   progress) is read back per batch, while the next batch already runs;
-5. between batches, when half the pair table is taken (keys whose count fell to 0 stay), it is
-   recounted from the current stream (grown when the live pairs fill a quarter); if a probe
-   sequence ever ran out within a batch (overflow flag), training restarts with a 4× table
-   (same result, only slower).
-
-What bounds the time (H200, measured): a merge takes 21–38 µs (38 early, when lists are long;
-21 late), of which ≈12–17 µs is the chain without any word walked (two dispatches of ≈2 µs
-each, the dirty-block maxima, every workgroup's reduction of the block maxima, reading the
-lists' heads) and the rest the word walks: latency-bound chains of dependent loads, not
-bandwidth. The host records 2 dispatches per merge (≈2–4 µs each) while the GPU runs the
-previous batch. No readback per merge. Before the merge loop: opening the device (≈0.2–1.4 s
-in a fresh process: Vulkan, wgpu-py's cffi set-up, pipelines) and counting the words.
+   symbol and a 64-bit weight per word; the pair table is sized from the distinct byte pairs;
+   pair counts are 32-bit when the corpus's total pair count is below 2^31, else 64-bit;
+3. ``clear_table`` + ``pair_count`` once;
+4. per merge the algorithm's dispatches, batches of 16, 32, … up to ``batch`` merges recorded
+   into one command buffer and one submit (native calls through
+   :mod:`~torch_gpubpe._wgpu_internals`); the merge list stays on the GPU and only the state
+   words (+ the batch's merges, for progress) are read back per batch, while the next batch
+   already runs;
+5. between batches: the pair table recounted (and grown) when half full; a probe sequence that
+   ran out restarts training with a 4× table (same result); carried walks continued.
 
 Example::
 
@@ -71,67 +56,10 @@ from .errors import GPUOperationError, InputError
 from .reference import to_bytes
 from .vocab import MAX_VOCAB_SIZE, Vocab
 
-WG = 256
-COLS = 32
-BLOCK = 1024
-TWS = 0x80000000
-PC_SYMBOLS_PER_WG = 1024
-STATE_WORDS = 16
-S_N, S_NCUR, S_K, S_STOP, S_A, S_B, S_C, S_OCC, S_OVERFLOW = range(9)
-S_CAPPED, S_DONE, S_TOP = 9, 12, 13   # (sparse path; words 10, 11 unused)
-SMALL_WG_BYTES = 4 * WG * 4 + 128 * 4 + 64  # sh_a..sh_d, sh_sg, scalars: upper bound
-
-# Bindings each entry point uses (layout="auto" holds exactly these).
-_P, _STATE, _ARGS, _SYM_IN, _WID_IN, _SYM_OUT, _WID_OUT, _WEIGHTS = range(8)
-_FLAGS, _TILES, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _MERGES = range(8, 15)
-_LSYM, _NXT = 15, 16
-_WSTART, _TLIST, _POOL = range(19, 22)
-ENTRY_BINDINGS = {
-    "clear_table": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY),
-    "pair_count": (_P, _STATE, _SYM_IN, _WID_IN, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY),
-    "find_max4": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY, _BEST),
-    "find_max_final_det": (_P, _STATE, _ARGS, _BEST, _MERGES),
-    "setup_merge": (_STATE, _ARGS),
-    "merge_reduce": (_STATE, _SYM_IN, _TILES),
-    "scan_pass1": (_STATE, _TILES),
-    "scan_pass2": (_P, _STATE, _SYM_IN, _FLAGS, _TILES),
-    "scan_pass3": (_P, _STATE, _TILES),
-    "finalize_compact": (_P, _STATE, _SYM_IN, _WID_IN, _SYM_OUT, _WID_OUT, _WEIGHTS, _FLAGS,
-                         _TILES, _TKEYS, _TCOUNTS, _DIRTY),
-}
-# The sparse path (train.wgsl "word-list path"): the linked stream, and per token the words it
-# occurs in; per merge the block maxima, then one thread per word of the rarer side's list.
-# 2 dispatches per merge.
-SPARSE_BINDINGS = {
-    "clear_table": ENTRY_BINDINGS["clear_table"],
-    "pair_count_linked": (_P, _STATE, _WID_IN, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY, _LSYM, _NXT),
-    "wl_find_max4": (_P, _STATE, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _TLIST),
-    "wl_merge": (_P, _STATE, _WEIGHTS, _TKEYS, _TCOUNTS, _DIRTY, _BEST, _MERGES, _LSYM, _NXT,
-                 _WSTART, _TLIST, _POOL),
-}
-SPARSE_STEP = ("wl_find_max4", "wl_merge")
 # train(): documents packed into GPU batches while the device opens, at most this many bytes.
 PREFETCH_BYTES = 256 << 20
-# wl_merge's grid on a GPU (a sweep of 66–528 on the H200: 66–132 best, 528 22% slower; every
-# workgroup reduces the block maxima itself, so more cost more).
-SPARSE_WGS = 132
-# Longest word (bytes) the sparse path takes: a word is walked by one thread per merge, and
-# lavapipe stops a thread's loops after 65,535 iterations summed (WGPU_NOTES.md §5); a walk
-# costs one iteration per live symbol plus the probe loops of its occurrences' deltas (a
-# 12,000-byte run of one byte passed there). Longer words take the dense path.
-SPARSE_MAX_WORD = 8_000
-WALK_ITERS_PER_SYMBOL = 6   # estimate used to size wl_merge's grid for lavapipe (see S_CAPPED)
-MERGE_STEP = ("find_max4", "find_max_final_det", "setup_merge", "merge_reduce", "scan_pass1",
-              "scan_pass2", "scan_pass3", "finalize_compact")
-# With at most FUSE_MAX_TILES stream tiles the one-workgroup scans are folded into the tile
-# kernels and setup_merge into find_max_final_det (train.wgsl, override FUSED): 5 dispatches
-# per merge instead of 8.
-FUSE_MAX_TILES = 2048
-MERGE_STEP_FUSED = tuple(n for n in MERGE_STEP
-                         if n not in ("setup_merge", "scan_pass1", "scan_pass3"))
-# Indirect dispatches: byte offset of their args (written by setup_merge).
-INDIRECT = {"merge_reduce": 16, "scan_pass1": 32, "scan_pass2": 0, "finalize_compact": 0}
-TILE = WG * 8  # symbols per stream workgroup (ITEMS = 8 per thread)
+ALGORITHMS = ("wordlist", "seed")    # the default first
+MAX_CONTINUATIONS_PER_SUBMIT = 64    # wl_continue dispatches per submit (doubling from 1)
 
 
 @dataclass
@@ -201,7 +129,7 @@ def train(
     stats: dict | None = None,
     batch: int | None = None,
     profile: bool = False,
-    sparse: bool | None = None,
+    algorithm: str = "wordlist",
     count_on: str = "gpu",
 ) -> Vocab:
     """Learn a byte-level BPE vocab from documents on the GPU (DESIGN.md §2–§3; seed training
@@ -221,13 +149,18 @@ def train(
             counting, without ``seconds_gpu_init_wait``: the time spent waiting for the device
             to open and the pipelines to compile on a thread), ``seconds_upload``, ``seconds_merge``, ``seconds_total``,
             ``table_slots``, ``distinct_initial_pairs``, ``rebuilds``, ``restarts``,
-            ``adapter``, ``merges_per_submit``, ``sparse`` (the path taken), ``fused_scans``
-            (dense path) (and ``gpu_us_per_merge`` with ``profile``).
+            ``adapter``, ``merges_per_submit``, ``algorithm``, ``wide_counts``,
+            ``gpu_memory_bytes`` (the run's GPU buffers), ``walks_paused`` and
+            ``continuation_dispatches`` (word list: walks carried past the per-thread
+            budget), ``wgpu_fallbacks`` (speed-only wgpu internals not used, see
+            :mod:`~torch_gpubpe._wgpu_internals`) (and ``gpu_us_per_merge`` with
+            ``profile``).
         batch: merges per submit (default: 64 on a CPU adapter, 512 otherwise).
         profile: time each kernel with timestamp queries on sampled batches (slower);
             ``stats["gpu_us_per_merge"]`` = mean GPU µs per merge of each kernel.
-        sparse: force the sparse path (True; words of at most ``SPARSE_MAX_WORD`` bytes) or
-            the dense one (False); default: sparse unless a word is longer (same merges).
+        algorithm: "wordlist" (default: :mod:`~torch_gpubpe.train_wordlist`, per merge only
+            the words holding the pair are walked) or "seed" (the seed's pipeline,
+            :mod:`~torch_gpubpe.train_seed`: the stream compacted every merge). Same merges.
         count_on: where the words are counted: "gpu" (default; wgsl/wordcount.wgsl, see
             :func:`~torch_gpubpe.wordcount.count_words_gpu`) or "cpu" (vectorised numpy on a
             thread pool, :func:`~torch_gpubpe.wordcount.count_words`). Same counts.
@@ -235,7 +168,7 @@ def train(
         the :class:`~torch_gpubpe.vocab.Vocab` (merges equal to ``reference.train``).
     Raises:
         ValueError: ``vocab_size`` out of range (names it and the bound), ``min_frequency < 1``,
-            ``count_on`` not "gpu"/"cpu".
+            ``count_on`` not "gpu"/"cpu", ``algorithm`` not "wordlist"/"seed".
         InputError: ``documents`` is one ``str``/``bytes``, or a document is neither ``str``
             nor bytes (names its index).
         NoAdapterError, GPUOperationError: no usable GPU / a GPU operation failed.
@@ -244,6 +177,7 @@ def train(
                             check_documents, count_words)
 
     _check_sizes(vocab_size, special_tokens, min_frequency)
+    _check_algorithm(algorithm)
     if count_on not in ("gpu", "cpu"):
         raise ValueError(f"count_on must be 'gpu' or 'cpu', got {count_on!r}")
     check_documents(documents)
@@ -285,13 +219,14 @@ def train(
     st["count_on"] = count_on
     vocab = _train_counts(counts, vocab_size, min_frequency=min_frequency,
                           special_tokens=special_tokens, progress=progress, stats=st,
-                          batch=batch, profile=profile, sparse=sparse, trainer=trainer)
+                          batch=batch, profile=profile, algorithm=algorithm, trainer=trainer)
     st["seconds_total"] = time.perf_counter() - t0
     return vocab
 
 
 def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Sequence[str],
-                  progress, stats: dict, batch, profile: bool, sparse, trainer=None) -> Vocab:
+                  progress, stats: dict, batch, profile: bool, algorithm: str = "wordlist",
+                  trainer=None) -> Vocab:
     """Train on ``wc`` (:class:`~torch_gpubpe.wordcount.WordCounts`, every count ≥ 1)."""
     num_merges = _check_sizes(vocab_size, special_tokens, min_frequency)
     st = stats
@@ -314,9 +249,9 @@ def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Se
             data, lk, ck = wc.data[sel], lens[keep], counts[keep]
         merges = (trainer or get_trainer()).run_arrays(
             data, lk, ck, num_merges, int(min_frequency), progress=progress, stats=st,
-            batch=batch, profile=profile, sparse=sparse)
+            batch=batch, profile=profile, algorithm=algorithm)
     else:
-        st.update(stream_symbols=0, seconds_merge=0.0)
+        st.update(stream_symbols=0, seconds_merge=0.0, algorithm=algorithm)
     st["num_merges"] = len(merges)
     st["wgpu_fallbacks"] = fallbacks()
     return Vocab(tuple(merges), tuple(special_tokens))
@@ -332,7 +267,7 @@ def train_from_word_counts(
     stats: dict | None = None,
     batch: int | None = None,
     profile: bool = False,
-    sparse: bool | None = None,
+    algorithm: str = "wordlist",
 ) -> Vocab:
     """Learn a vocab from a word → count mapping (DESIGN.md §3; words are taken as given, not
     pre-tokenized again). Same arguments, result and errors as :func:`train` (no
@@ -346,6 +281,7 @@ def train_from_word_counts(
     from .wordcount import WordCounts
 
     _check_sizes(vocab_size, special_tokens, min_frequency)
+    _check_algorithm(algorithm)
     t0 = time.perf_counter()
     st = {} if stats is None else stats
     words: list[bytes] = []
@@ -378,7 +314,7 @@ def train_from_word_counts(
                     np.array(weights, np.uint64))
     vocab = _train_counts(wc, vocab_size, min_frequency=min_frequency,
                           special_tokens=special_tokens, progress=progress, stats=st,
-                          batch=batch, profile=profile, sparse=sparse)
+                          batch=batch, profile=profile, algorithm=algorithm)
     st["unique_words"] = len(word_counts)
     st.setdefault("seconds_count", 0.0)
     st["seconds_total"] = time.perf_counter() - t0
@@ -406,94 +342,87 @@ def _pow2_at_least(x: int) -> int:
     return 1 << max(0, int(x - 1).bit_length())
 
 
-class GPUTrainer:
-    """The ``train.wgsl`` pipelines of one device, compiled once; :meth:`run` trains.
+def _check_algorithm(algorithm: str) -> str:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    return algorithm
 
-    One instance may run many trainings (sequentially); buffers are per run.
-    """
+
+class GPUTrainer:
+    """The training pipelines of one device (``train_wordlist.wgsl``, ``train_seed.wgsl``),
+    compiled once each; :meth:`run` trains. One instance may run many trainings
+    (sequentially); buffers are per run."""
 
     def __init__(self, gpu=None) -> None:
         from .gpu import get_gpu
+        from .train_table import local_slots, training_shader
 
         self.gpu = g = gpu or get_gpu()
-        lslots = 2048
-        while lslots > 64 and 12 * lslots + SMALL_WG_BYTES > g.max_workgroup_storage:
-            lslots //= 2
-        self.local_slots = lslots
-        self._pipes: dict[object, dict] = {}
-        # Only the default path (word lists, 32-bit counts) is compiled up front, while the host
-        # counts words; the other variants are compiled on first use (fewer pipelines competing
-        # with counting).
-        self.sparse_pipelines(wide=False)
+        self.info = {a: training_shader(g, _module(a).SHADER) for a in ALGORITHMS}
+        self.local_slots = local_slots(g, self.info["wordlist"])
+        self._pipes: dict[tuple, dict] = {}
         self.is_cpu = "cpu" in str(g.adapter_info.get("adapter_type", "")).lower()
+        # The default (word lists, 32-bit counts) is compiled up front, while the host counts
+        # words; the other variants on first use.
+        self.pipelines("wordlist", wide=False)
 
-    def _compile(self, key, names, counting_entry: str, constants: dict) -> dict:
-        """Entry point → compute pipeline for ``names``, compiled once per ``key``."""
+    def pipelines(self, algorithm: str, wide: bool) -> dict:
+        """Entry point → compute pipeline of ``algorithm``, with 64-bit (``wide``) or 32-bit
+        pair counts (train_table.wgsl WIDE)."""
+        from .train_table import compile_pipelines
+
+        key = (algorithm, bool(wide))
         if key not in self._pipes:
-            g, lslots = self.gpu, self.local_slots
-            self._pipes[key] = {
-                name: g.pipeline("train", name,
-                                 workgroup_bytes=12 * lslots if name == counting_entry
-                                 else SMALL_WG_BYTES,
-                                 constants={"LSLOTS": lslots, **constants})
-                for name in names
-            }
+            self._pipes[key] = compile_pipelines(
+                self.gpu, _module(algorithm).SHADER,
+                {"LSLOTS": self.local_slots, "WIDE": int(wide)})
         return self._pipes[key]
-
-    def pipelines(self, fused: bool) -> dict:
-        """Entry point → compute pipeline, for the FUSED or the separate-scan variant."""
-        return self._compile(fused, ENTRY_BINDINGS, "pair_count", {"FUSED": int(fused)})
-
-    def sparse_pipelines(self, wide: bool = True) -> dict:
-        """Entry point → compute pipeline of the sparse path, with 64-bit (``wide``) or
-        32-bit pair counts (train.wgsl WIDE)."""
-        return self._compile(("sparse", wide), SPARSE_BINDINGS, "pair_count_linked",
-                             {"WIDE": int(wide)})
 
     # -- one training run ---------------------------------------------------------------------
     def run(self, words: list[bytes], weights: list[int], num_merges: int, min_frequency: int,
-            *, progress: ProgressFn | None = None, stats: dict | None = None,
-            batch: int | None = None, rows: int | None = None,
-            profile: bool = False, fused: bool | None = None,
-            sparse: bool | None = None) -> list[tuple[int, int]]:
-        """Learn up to ``num_merges`` merges from unique ``words`` (each ≥ 2 bytes) with
-        positive integer ``weights`` (< 2^64 in total pair count).
-
-        Args:
-            batch: most merges per submit (batches start at 16 and double up to it).
-            rows: initial pair-table rows (power of two; default from the distinct pairs).
-            fused: fold the one-workgroup scans into the tile kernels (default: when the
-                stream has at most ``FUSE_MAX_TILES`` tiles of 2048 symbols); dense path only.
-            sparse: use the sparse path (linked stream, per-token word lists; default
-                when ``fused`` is None and no word is longer than ``SPARSE_MAX_WORD`` bytes)
-                or the dense one (the stream compacted every merge). Same merges.
-            profile: (adapters with timestamp queries) sampled batches are recorded one pass
-                per dispatch with timestamps; ``stats["gpu_us_per_merge"]`` gets the mean GPU
-                µs per merge of each kernel.
-        Returns:
-            the merges ``(left_id, right_id)``, merge k creating id ``256 + k``.
-        """
+            **kw) -> list[tuple[int, int]]:
+        """:meth:`run_arrays` on a list of unique ``words`` (each ≥ 2 bytes) with positive
+        integer ``weights``."""
         lens = np.fromiter((len(w) for w in words), np.int64, len(words))
-        return self.run_arrays(
-            np.frombuffer(b"".join(words), np.uint8), lens, np.array(weights, np.uint64),
-            num_merges, min_frequency, progress=progress, stats=stats, batch=batch, rows=rows,
-            profile=profile, fused=fused, sparse=sparse)
+        return self.run_arrays(np.frombuffer(b"".join(words), np.uint8), lens,
+                               np.array(weights, np.uint64), num_merges, min_frequency, **kw)
 
     def run_arrays(self, data: np.ndarray, lengths: np.ndarray, weights: np.ndarray,
-                   num_merges: int, min_frequency: int, *, progress: ProgressFn | None = None,
-                   stats: dict | None = None, batch: int | None = None, rows: int | None = None,
-                   profile: bool = False, fused: bool | None = None,
-                   sparse: bool | None = None) -> list[tuple[int, int]]:
-        """:meth:`run` on words as flat arrays (``wordcount.WordCounts``' layout): ``data``
-        uint8 (the words back to back), ``lengths`` int64 (each ≥ 2), ``weights`` uint64 (each
-        ≥ 1); same arguments otherwise."""
+                   num_merges: int, min_frequency: int, *, algorithm: str = "wordlist",
+                   progress: ProgressFn | None = None, stats: dict | None = None,
+                   batch: int | None = None, rows: int | None = None, profile: bool = False,
+                   budget: int | None = None) -> list[tuple[int, int]]:
+        """Learn up to ``num_merges`` merges from unique words as flat arrays
+        (``wordcount.WordCounts``' layout): ``data`` uint8 (the words back to back),
+        ``lengths`` int64 (each ≥ 2), ``weights`` uint64 (each ≥ 1; total pair count < 2^64).
+
+        Args:
+            algorithm: "wordlist" (default, :mod:`~torch_gpubpe.train_wordlist`) or "seed"
+                (:mod:`~torch_gpubpe.train_seed`). Same merges.
+            batch: most merges per submit (batches start at 16 and double up to it).
+            rows: initial pair-table rows (power of two; default from the distinct pairs).
+            profile: (adapters with timestamp queries) sampled batches are recorded one pass
+                per dispatch with timestamps; ``stats["gpu_us_per_merge"]``.
+            budget: word list: walk steps + probes per thread per dispatch (default
+                :data:`~torch_gpubpe.train_wordlist.DEFAULT_BUDGET`; tests force small ones).
+        Returns:
+            the merges ``(left_id, right_id)``, merge k creating id ``256 + k``.
+        Raises:
+            InputError: more symbols than one storage binding holds.
+            GPUOperationError: the pair table overflowed at its largest size.
+        """
+        _check_algorithm(algorithm)
         st = {} if stats is None else stats
         t0 = time.perf_counter()
         lens = np.asarray(lengths, np.int64)
+        st.update(algorithm=algorithm, restarts=0, rebuilds=0, walks_paused=0,
+                  continuation_dispatches=0)
         if not len(lens) or num_merges <= 0:
-            st.update(stream_symbols=int(lens.sum()), seconds_merge=0.0,
-                      sparse=bool(sparse), fused_scans=fused, restarts=0, rebuilds=0)
+            st.update(stream_symbols=int(lens.sum()), seconds_merge=0.0)
             return []
+        g = self.gpu
+        info = self.info[algorithm]
+        c = info.consts
         sym = np.asarray(data, np.uint8).astype(np.uint32)
         starts = np.zeros(len(lens), np.int64)
         np.cumsum(lens[:-1], out=starts[1:])
@@ -503,244 +432,180 @@ class GPUTrainer:
         inner[starts] = False
         pairs = (sym[:-1] << 8 | sym[1:])[inner[1:]]
         distinct = int(np.count_nonzero(np.bincount(pairs, minlength=1 << 16)))
-        sym[starts] |= np.uint32(TWS)
+        sym[starts] |= np.uint32(c["TWS"])
         wts = np.ascontiguousarray(weights, dtype=np.uint64).view(np.uint32)
         n = len(sym)
-        g = self.gpu
         if 4 * (n + 64) > g.max_storage_binding:
             raise InputError(
                 f"the unique words hold {n} symbols; this adapter binds at most "
                 f"{g.max_storage_binding // 4} (train on fewer/shorter documents)"
             )
-        max_rows = max(COLS, _pow2_at_least(g.max_storage_binding // (8 * COLS)) // 2)
+        cols = c["COLS"]
+        max_rows = max(cols, _pow2_at_least(g.max_storage_binding // (8 * cols)) // 2)
         if rows is None:
-            rows = max(COLS, _pow2_at_least(8 * distinct // COLS + 1))
+            rows = max(cols, _pow2_at_least(8 * distinct // cols + 1))
         rows = min(max_rows, rows)
         batch = batch or (64 if self.is_cpu else 512)
-        max_len = int(lens.max()) if len(lens) else 0
-        if sparse is None:
-            sparse = fused is None and max_len <= SPARSE_MAX_WORD
-        elif sparse and max_len > SPARSE_MAX_WORD:
-            raise ValueError(f"sparse=True takes words of at most {SPARSE_MAX_WORD} bytes; "
-                             f"the longest has {max_len}")
-        if fused is None:
-            fused = (n + TILE - 1) // TILE <= FUSE_MAX_TILES
-        st.update(stream_symbols=n, distinct_initial_pairs=distinct, restarts=0, rebuilds=0,
-                  adapter=g.adapter_name, merges_per_submit=batch,
-                  fused_scans=None if sparse else fused, sparse=sparse)
+        # Pair counts fit 32 bits when the corpus's total pair count is below 2^31 (a float
+        # estimate: a margin below 2^32); the seed's pipeline always counts in 64.
+        total_pairs = float(np.dot((lens - 1).astype(np.float64),
+                                   np.asarray(weights, np.uint64).astype(np.float64)))
+        wide = algorithm == "seed" or total_pairs >= 2.0 ** 31
+        st.update(stream_symbols=n, distinct_initial_pairs=distinct, adapter=g.adapter_name,
+                  merges_per_submit=batch, wide_counts=wide)
         while True:
-            if not sparse:
-                cls, extra = _Run, {}
-            else:
-                cls, extra = _SparseRun, {"max_len": max_len, "word_starts": starts,
-                                          "word_lens": lens}
-            run = cls(self, sym, wid, wts, n, num_merges, min_frequency, rows, batch,
-                      max_rows, st, profile, fused, **extra)
-            res = run.train(progress, t0)
+            loop = _MergeLoop(self, algorithm, wide, sym, wid, starts, lens, wts,
+                              num_merges, min_frequency, rows, batch, st, profile, budget)
+            res = loop.run(progress, t0)
             if res is not None:
                 return res
-            if getattr(run, "capped", False):
-                # lavapipe's loop cap cut a word walk short (S_CAPPED): the dense path's loops
-                # are bounded by construction; same merges.
-                sparse = False
-                st.update(sparse=False, fused_scans=fused, walk_capped=True)
-                continue
             if rows >= max_rows:
                 raise GPUOperationError(
-                    f"the pair table overflowed at its largest size ({rows * COLS} slots)"
-                )
+                    f"the pair table overflowed at its largest size ({rows * cols} slots)")
             rows = min(max_rows, rows * 4)
             st["restarts"] += 1
 
-    # -- recording --------------------------------------------------------------------------------
-    def record_merges(self, cp, pipes: dict, bgs: list[dict], steps: tuple, args, k0: int,
-                      cnt: int, grid_blocks) -> None:
-        """Record merges ``k0 .. k0+cnt-1`` (``steps`` each) into the compute pass ``cp``.
 
-        wgpu-py's host cost per dispatch (13–36 µs, WGPU_NOTES.md §10) would dominate 32k merges
-        × 8 dispatches; the three native calls per dispatch are made directly through wgpu-py's
-        cffi library (the same calls its own methods make, minus argument checking), with the
-        wrappers as a fallback.
-        """
-        from ._wgpu_internals import raw_recorder
+def _module(algorithm: str):
+    from . import train_seed, train_wordlist
 
-        plans = []
-        for p in (0, 1):
-            row = []
-            for name in steps:
-                grid = grid_blocks if name == "find_max4" else (1, 1)
-                if name in INDIRECT:
-                    grid = (args, INDIRECT[name])
-                row.append((pipes[name], bgs[p][name], grid))
-            plans.append(row)
-        rec = raw_recorder()
-        first, second = plans[k0 & 1], plans[(k0 + 1) & 1]
-        rec.plan(cp, first + second)(cnt // 2)
-        if cnt & 1:
-            rec.plan(cp, first)(1)
-
-    @staticmethod
-    def dispatch(cp, pipe, bind_group, grid) -> None:
-        cp.set_pipeline(pipe)
-        cp.set_bind_group(0, bind_group)
-        cp.dispatch_workgroups(grid[0], grid[1], 1)
-
-    @staticmethod
-    def dispatch_indirect(cp, pipe, bind_group, args, offset: int = 0) -> None:
-        cp.set_pipeline(pipe)
-        cp.set_bind_group(0, bind_group)
-        cp.dispatch_workgroups_indirect(args, offset)
+    return {"wordlist": train_wordlist, "seed": train_seed}[algorithm]
 
 
-class _Run:
-    """Buffers and state of one training run (see the module docstring for the flow)."""
+class _MergeLoop:
+    """One training run: the algorithm's kernels on a :class:`~torch_gpubpe.train_table.
+    PairTable`, driven in batches of merges (this class owns every submit and readback).
 
-    def __init__(self, trainer: GPUTrainer, sym, wid, wts, n, num_merges, min_frequency, rows,
-                 batch, max_rows, st, profile, fused) -> None:
-        self._init_common(trainer, n, len(wts), num_merges, min_frequency, batch, max_rows, st)
-        self.pipes = trainer.pipelines(fused)
-        self.steps = MERGE_STEP_FUSED if fused else MERGE_STEP
-        g, U = self.g, self.g.wgpu.BufferUsage
-        S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
-        self.b.update({
-            "sym0": g.buffer(4 * n + 16, S | C, "train.sym0"),
-            "sym1": g.buffer(4 * n + 16, S | C, "train.sym1"),
-            "wid0": g.buffer(4 * n + 16, S | C, "train.wid0"),
-            "wid1": g.buffer(4 * n + 16, S | C, "train.wid1"),
-            "flags": g.buffer(4 * n + 16, S, "train.flags"),
-            "tiles": g.buffer(8 * self.tile_cap, S, "train.tiles"),
-        })
-        self._upload(rows, profile, weights=wts, sym0=sym, wid0=wid)
+    Flow: clear_table + pair_count once; batches of 16, 32, … up to ``batch`` merges recorded
+    into one command buffer and one submit each, two in flight; per batch only the state
+    words and the batch's merges are read back (the merge list stays on the GPU). Between
+    batches: when half the pair table is taken (keys whose count fell to 0 stay) it is
+    recounted from the current stream, grown when the live pairs fill a quarter; a probe
+    sequence that ran out (S_OVERFLOW) ends the run (the caller retrains with a 4× table: same
+    merges); word list: walks carried past their budget (S_PAUSE) are continued
+    (wl_continue) before the next batch.
+    """
 
-    def _init_common(self, trainer: GPUTrainer, n, num_weights, num_merges, min_frequency, batch,
-                     max_rows, st) -> None:
-        """State and buffers both paths share (params, state, args, weights, merges)."""
-        self.t, self.g = trainer, trainer.gpu
-        self.n, self.num_merges, self.batch, self.max_rows = n, num_merges, batch, max_rows
-        self.st = st
-        self.tile_cap = (n + TILE - 1) // TILE + 1
-        mf = min(int(min_frequency), (1 << 64) - 1)
-        self.min_freq = (mf & 0xFFFFFFFF, mf >> 32)
-        g, U = self.g, self.g.wgpu.BufferUsage
-        S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
-        self.b = {
-            "params": g.buffer(48, U.UNIFORM | U.COPY_DST, "train.params"),
-            "state": g.buffer(4 * STATE_WORDS, S | C, "train.state"),
-            "args": g.buffer(48, S | U.INDIRECT | C, "train.args"),
-            "merges": g.buffer(16 * num_merges, S | C, "train.merges"),
-            "weights": g.buffer(4 * num_weights, S | C, "train.weights"),
-        }
+    def __init__(self, trainer: GPUTrainer, algorithm: str, wide: bool, sym, wid, starts, lens,
+                 wts, num_merges: int, min_frequency: int, rows: int, batch: int, st: dict,
+                 profile: bool, budget: int | None) -> None:
+        from .train_table import PairTable
 
-    def _upload(self, rows: int, profile: bool, **arrays: np.ndarray) -> None:
-        """Write the initial state and ``arrays`` (buffer name → data), then build the table."""
-        q = self.g.device.queue
-        state = np.zeros(STATE_WORDS, np.uint32)
-        state[S_N] = self.n
-        q.write_buffer(self.b["state"], 0, state)
-        for name, a in arrays.items():
-            q.write_buffer(self.b[name], 0, a)
-        self._table(rows)
-        self.profiler = _Profiler(self.g, self.steps) if profile and self.g.has_timestamps \
-            else None
+        mod = _module(algorithm)
+        g = self.g = trainer.gpu
+        info = trainer.info[algorithm]
+        self.c = c = info.consts
+        self.st, self.batch, self.num_merges = st, batch, num_merges
+        self.n = n = len(sym)
+        self.max_rows = max(c["COLS"], _pow2_at_least(g.max_storage_binding // (8 * c["COLS"]))
+                            // 2)
+        pipes = trainer.pipelines(algorithm, wide)
+        if algorithm == "seed":
+            params = {"tile_cap": mod.SeedKernels.tile_cap(n, c["TILE"])}
+        else:
+            params = {"budget": int(budget or mod.DEFAULT_BUDGET)}
+        self.table = PairTable(g, info, num_merges, min_frequency, wts, rows, params,
+                               f"train_{algorithm}")
+        if algorithm == "seed":
+            self.k = mod.SeedKernels(g, pipes, info, self.table, sym, wid)
+            state = {"S_N": n}
+        else:
+            wgs = mod.CPU_WORKGROUPS if trainer.is_cpu else mod.GPU_WORKGROUPS
+            self.k = mod.WordListKernels(g, pipes, info, self.table, sym, wid, starts, lens,
+                                         num_merges, wgs)
+            state = self.k.initial_state()
+        self.table.write_state(**state)
+        st["table_slots"] = self.table.slots
+        self.profiler = (_Profiler(g, mod.STEP) if profile and g.has_timestamps else None)
         self.occ_mark = 0       # table occupancy at the last readback / rebuild
         self.key_rate = 0.0     # most new table keys per merge seen in a batch
+        self.words = c["STATE_WORDS"]
+        self.done_word = c.get("S_DONE")   # word list: a recorded merge not yet committed
+        self.pause_word = c.get("S_PAUSE")
+        self._gpu_bytes()
 
-    def _table_buffers(self, rows: int, params_tail: tuple) -> None:
-        """(Re)create the pair table's buffers for ``rows`` rows and write the params."""
-        g, S = self.g, self.g.wgpu.BufferUsage.STORAGE
-        self.rows = rows
-        self.slots = rows * COLS
-        self.nblocks = max(1, self.slots // BLOCK)
-        self.b.update(
-            tkeys=g.buffer(4 * self.slots, S, "train.table_keys"),
-            tcounts=g.buffer(8 * self.slots, S, "train.table_counts"),
-            dirty=g.buffer(4 * self.nblocks, S, "train.dirty"),
-            best=g.buffer(16 * self.nblocks, S, "train.block_best"),
-        )
-        params = [self.num_merges, *self.min_freq, rows, self.nblocks, self.tile_cap, *params_tail]
-        g.device.queue.write_buffer(self.b["params"], 0, np.array(
-            params + [0] * (12 - len(params)), np.uint32))
-        self.st["table_slots"] = self.slots
+    def _gpu_bytes(self) -> None:
+        b = self.table.gpu_bytes() + self.k.gpu_bytes()
+        self.st["gpu_memory_bytes"] = max(self.st.get("gpu_memory_bytes", 0), b)
 
-    def _table(self, rows: int) -> None:
-        """(Re)create the pair table with ``rows`` rows, its params and the bind groups."""
-        g = self.g
-        self._table_buffers(rows, ())
-        self.bgs = []
-        b = self.b
-        for p in (0, 1):
-            res = {
-                _P: b["params"], _STATE: b["state"], _ARGS: b["args"],
-                _SYM_IN: b[f"sym{p}"], _WID_IN: b[f"wid{p}"],
-                _SYM_OUT: b[f"sym{1 - p}"], _WID_OUT: b[f"wid{1 - p}"],
-                _WEIGHTS: b["weights"], _FLAGS: b["flags"], _TILES: b["tiles"],
-                _TKEYS: b["tkeys"], _TCOUNTS: b["tcounts"], _DIRTY: b["dirty"],
-                _BEST: b["best"], _MERGES: b["merges"],
-            }
-            self.bgs.append({
-                name: g.bind_group(self.pipes[name], {k: res[k] for k in binds},
-                                   label=f"train.{name}.{p}")
-                for name, binds in ENTRY_BINDINGS.items()
-            })
+    # -- submits and readbacks ------------------------------------------------------------------
+    def _state(self) -> np.ndarray:
+        return self.g.read_u32(self.table.buffers["state"], 0, self.words, what="training state")
 
     def _count(self, merges_done: int, n: int) -> None:
-        """clear_table + pair_count over the current stream (``merges_done`` fixes its buffer)."""
-        g = self.g
-        bg = self.bgs[merges_done % 2]
-        enc = g.device.create_command_encoder(label="train.count")
+        """clear_table + pair_count over the current stream."""
+        enc = self.g.device.create_command_encoder(label="train.count")
         cp = enc.begin_compute_pass(label="train.count")
-        self.t.dispatch(cp, self.pipes["clear_table"], bg["clear_table"],
-                        g.grid(-(-self.slots // WG)))
-        self.t.dispatch(cp, self.pipes["pair_count"], bg["pair_count"],
-                        g.grid(-(-max(n, 1) // PC_SYMBOLS_PER_WG)))
+        self.k.record_count(cp, merges_done, n)
         cp.end()
-        g.device.queue.submit([enc.finish()])
+        self.g.device.queue.submit([enc.finish()])
 
-    def _record(self, k0: int, cnt: int, buf) -> object:
-        """Record merges k0 .. k0+cnt-1 and the readback of state + their merges into ``buf``."""
-        g, t, b = self.g, self.t, self.b
+    def _record(self, k0: int, cnt: int, buf):
+        """Submit merges k0 .. k0+cnt-1 and the copy of state + their merges into ``buf``;
+        the map's promise."""
+        from ._wgpu_internals import raw_recorder
+
+        g, b = self.g, self.table.buffers
         enc = g.device.create_command_encoder(label="train.merges")
         prof = self.profiler is not None and self.profiler.wants(k0)
-        grid_blocks = g.grid(self.nblocks)
         if prof:
             for k in range(k0, k0 + cnt):
-                bg = self.bgs[k % 2]
-                for name in self.steps:
+                for name, pipe, bg, grid in self.k.steps(k):
                     cp = self.profiler.begin(enc, name, k - k0)
-                    pipe = self.pipes[name]
-                    if name in INDIRECT:
-                        t.dispatch_indirect(cp, pipe, bg[name], b["args"], INDIRECT[name])
-                    elif name == "find_max4":
-                        t.dispatch(cp, pipe, bg[name], grid_blocks)
-                    else:
-                        t.dispatch(cp, pipe, bg[name], (1, 1))
+                    raw_recorder().plan(cp, [(pipe, bg, grid)])(1)
                     cp.end()
             self.profiler.resolve(enc)
         else:
             cp = enc.begin_compute_pass(label="train.merges")
-            t.record_merges(cp, self.pipes, self.bgs, self.steps, b["args"], k0, cnt,
-                            grid_blocks)
+            self.k.record_merges(cp, k0, cnt)
             cp.end()
-        enc.copy_buffer_to_buffer(b["state"], 0, buf, 0, 4 * STATE_WORDS)
-        enc.copy_buffer_to_buffer(b["merges"], 16 * k0, buf, 4 * STATE_WORDS, 16 * cnt)
+        nbytes = 4 * self.words
+        enc.copy_buffer_to_buffer(b["state"], 0, buf, 0, nbytes)
+        enc.copy_buffer_to_buffer(b["merges"], 16 * k0, buf, nbytes, 16 * cnt)
         g.device.queue.submit([enc.finish()])
         if prof:
             self.profiler.collect()
-        return buf.map_async(map_read_mode(), 0, 4 * STATE_WORDS + 16 * cnt)
+        return buf.map_async(map_read_mode(), 0, nbytes + 16 * cnt)
 
-    def train(self, progress: ProgressFn | None, t0: float) -> list[tuple[int, int]] | None:
-        """Run the merge loop; None when the pair table overflowed (caller restarts larger)."""
-        g, st = self.g, self.st
+    def _continue_walks(self) -> np.ndarray:
+        """Run wl_continue until no walk is carried (1, 2, 4, … up to
+        MAX_CONTINUATIONS_PER_SUBMIT dispatches per submit); release the hold; the state."""
+        reps = 1
+        self.st["walks_paused"] += 1
+        while True:
+            enc = self.g.device.create_command_encoder(label="train.continue")
+            cp = enc.begin_compute_pass(label="train.continue")
+            self.k.record_continue(cp, reps)
+            cp.end()
+            self.g.device.queue.submit([enc.finish()])
+            self.st["continuation_dispatches"] += reps
+            stv = self._state()
+            if not stv[self.pause_word]:
+                break
+            reps = min(2 * reps, MAX_CONTINUATIONS_PER_SUBMIT)
+        self.table.set_state_word("S_HOLD", 0)
+        return stv
+
+    def _drain(self, inflight: list) -> None:
+        for b2, p2, _, _ in inflight:
+            self.g.wait_promise(p2, "training state readback")
+            b2.unmap()
+        inflight.clear()
+
+    def run(self, progress: ProgressFn | None, t0: float) -> list[tuple[int, int]] | None:
+        """The merge loop; None when the pair table overflowed (caller restarts larger)."""
+        g, st, c = self.g, self.st, self.c
         self._count(0, self.n)
-        self.occ_mark = int(g.read_u32(self.b["state"], 4 * S_OCC, 1, what="table occupancy")[0])
-        st["table_initial_load"] = self.occ_mark / self.slots
+        self.occ_mark = int(self._state()[c["S_OCC"]])
+        st["table_initial_load"] = self.occ_mark / self.table.slots
         t_up = time.perf_counter()
         st["seconds_upload"] = t_up - t0
         U = g.wgpu.BufferUsage
-        staging = [g.buffer(4 * STATE_WORDS + 16 * self.batch, U.MAP_READ | U.COPY_DST,
+        nbytes = 4 * self.words
+        staging = [g.buffer(nbytes + 16 * self.batch, U.MAP_READ | U.COPY_DST,
                             f"train.readback{i}") for i in (0, 1)]
         inflight: list = []   # (buffer, promise, k0, cnt), oldest first, at most 2
-        recorded = done = last_count = nbatches = 0
+        recorded = done = last_count = nbatches = n_now = 0
         stopped = need_rebuild = False
         size = min(16, self.batch)
         while True:
@@ -761,184 +626,66 @@ class _Run:
                 break
             buf, promise, k0, cnt = inflight.pop(0)
             g.wait_promise(promise, "training state readback")
-            raw = np.frombuffer(buf.read_mapped(0, 4 * STATE_WORDS + 16 * cnt), np.uint32).copy()
+            raw = np.frombuffer(buf.read_mapped(0, nbytes + 16 * cnt), np.uint32).copy()
             buf.unmap()
-            stv = raw[:STATE_WORDS]
-            if stv[S_OVERFLOW] or (self.steps == SPARSE_STEP and stv[S_CAPPED]):
-                for b2, p2, _, _ in inflight:
-                    g.wait_promise(p2, "training state readback")
-                    b2.unmap()
-                self.capped = self.steps == SPARSE_STEP and bool(stv[S_CAPPED])
+            stv = raw[:self.words]
+            if stv[c["S_OVERFLOW"]]:
+                self._drain(inflight)
                 return None
-            done = int(stv[S_K]) + int(stv[S_DONE])   # S_DONE: sparse path, see train.wgsl
-            stopped = stopped or bool(stv[S_STOP])
+            if self.pause_word is not None and stv[self.pause_word]:
+                # A walk ran out of budget: the queued batch did nothing (S_HOLD); continue
+                # the carried walks, then go on from the merges done.
+                self._drain(inflight)
+                stv = self._continue_walks()
+                recorded = int(stv[c["S_K"]]) + int(stv[self.done_word])
+            done = int(stv[c["S_K"]]) + (int(stv[self.done_word]) if self.done_word else 0)
+            stopped = stopped or bool(stv[c["S_STOP"]])
             got = min(cnt, max(0, done - k0))
             if got:
-                mm = raw[STATE_WORDS:].reshape(-1, 4)[got - 1]
+                mm = raw[self.words:].reshape(-1, 4)[got - 1]
                 last_count = int(mm[2]) | (int(mm[3]) << 32)
             if progress is not None:
                 el = time.perf_counter() - t_up
                 progress(TrainProgress(done, self.num_merges, last_count,
                                        done / el if el > 0 else 0.0))
-            n_now = int(stv[S_N])
-            occ = int(stv[S_OCC])
+            n_now = int(stv[c["S_N"]])
+            occ = int(stv[c["S_OCC"]])
             # New keys per merge, over the last batch read: the queued batch and the next one
             # will add about as many again before a rebuild can take effect.
             if occ >= self.occ_mark:
                 self.key_rate = max(self.key_rate, (occ - self.occ_mark) / max(1, cnt))
             self.occ_mark = occ
-            st["table_max_load"] = max(st.get("table_max_load", 0.0), occ / self.slots)
+            st["table_max_load"] = max(st.get("table_max_load", 0.0), occ / self.table.slots)
             ahead = int(self.key_rate * 2 * self.batch)
-            if not stopped and (occ + ahead) * 2 > self.slots:
-                # Rebuild once the queued batch has drained (it must see the final stream).
-                need_rebuild = True
-        merges = g.read_u32(self.b["merges"], 0, 4 * done, what="merge list readback")
+            if not stopped and (occ + ahead) * 2 > self.table.slots:
+                need_rebuild = True   # once the queued batch has drained (the final stream)
+        merges = g.read_u32(self.table.buffers["merges"], 0, 4 * done, what="merge list readback")
         st["seconds_merge"] = time.perf_counter() - t_up
         if self.profiler is not None:
             st["gpu_us_per_merge"] = self.profiler.per_merge_us()
         m = merges.reshape(-1, 4)
-        return [(int(a), int(c)) for a, c in zip(m[:, 0], m[:, 1])]
+        return [(int(a), int(b)) for a, b in zip(m[:, 0], m[:, 1])]
 
     def _rebuild(self, merges_done: int, n: int) -> None:
         """Recount the pair table from the current stream (drops the keys whose count fell to
         0); grow it first when the live pairs would fill more than a quarter of it."""
         self.st["rebuilds"] += 1
+        occ_word = self.c["S_OCC"]
         self._count(merges_done, n)
-        occ = int(self.g.read_u32(self.b["state"], 4 * S_OCC, 1, what="table occupancy")[0])
+        occ = int(self._state()[occ_word])
         need = occ + int(self.key_rate * 2 * self.batch)   # live keys + what 2 batches add
-        if need * 4 > self.slots and self.rows < self.max_rows:
-            rows = self.rows
-            while need * 4 > rows * COLS and rows < self.max_rows:
+        t = self.table
+        if need * 4 > t.slots and t.rows < self.max_rows:
+            rows = t.rows
+            while need * 4 > rows * self.c["COLS"] and rows < self.max_rows:
                 rows *= 2
-            self._table(rows)
+            t.resize(rows)
+            self.k.rebind()
+            self.st["table_slots"] = t.slots
+            self._gpu_bytes()
             self._count(merges_done, n)
-            occ = int(self.g.read_u32(self.b["state"], 4 * S_OCC, 1, what="table occupancy")[0])
+            occ = int(self._state()[occ_word])
         self.occ_mark = occ
-
-
-class _SparseRun(_Run):
-    """One training run on the sparse path (train.wgsl "word-list path"): the stream stays in
-    place, words linked by nxt; per token, the words it occurs in; per merge only the words of
-    the rarer side's list are walked. Same flow (batches, readback, rebuilds, restarts) as
-    :class:`_Run`."""
-
-    def __init__(self, trainer: GPUTrainer, sym, wid, wts, n, num_merges, min_frequency, rows,
-                 batch, max_rows, st, profile, fused, *, max_len: int, word_starts: np.ndarray,
-                 word_lens: np.ndarray) -> None:
-        self._init_common(trainer, n, len(wts), num_merges, min_frequency, batch, max_rows, st)
-        total_pairs = float(np.dot((word_lens - 1).astype(np.float64),
-                                   wts.view(np.uint64).astype(np.float64)))
-        self.wide = total_pairs >= 2.0 ** 31   # float estimate: a margin below 2^32
-        st["wide_counts"] = self.wide
-        self.pipes = trainer.sparse_pipelines(self.wide)
-        self.steps = SPARSE_STEP
-        nwords = len(wts) // 2
-        self.max_walk = int(max_len) + 1
-        g, U = self.g, self.g.wgpu.BufferUsage
-        S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
-        wstart = word_starts.astype(np.uint32)
-        nxt = np.arange(1, n + 1, dtype=np.uint32)
-        nxt[word_starts + word_lens - 1] = 0xFFFFFFFF      # the last symbol of every word
-        # Byte lists: the words holding each byte value, each word once (stable radix sort of
-        # the bytes keeps the word order inside a byte's group, so duplicates are adjacent).
-        byte = (sym & np.uint32(0xFF)).astype(np.uint8)
-        order = np.argsort(byte, kind="stable")
-        bs, ws = byte[order], wid[order]
-        keep = np.ones(n, bool)
-        keep[1:] = (bs[1:] != bs[:-1]) | (ws[1:] != ws[:-1])
-        base = ws[keep]
-        lens = np.bincount(bs[keep], minlength=256).astype(np.uint32)
-        tlist = np.zeros(2 * (256 + num_merges), np.uint32)
-        tlist[1:512:2] = lens
-        tlist[2:512:2] = np.cumsum(lens[:-1], dtype=np.uint32)
-        pool_size = len(base) + (n - nwords) + 16
-        # wl_merge: grid-stride over a list (≤ words). On a CPU adapter (lavapipe: 65,535 loop
-        # iterations per thread, all loops summed) the grid is widened so that rounds × a word
-        # walk's iterations stay under the cap (WALK_ITERS_PER_SYMBOL is an estimate: a walk
-        # cut short raises S_CAPPED and the run is retrained on the dense path); on a GPU the
-        # grid stays SPARSE_WGS (more workgroups cost more: each reduces the block maxima).
-        if trainer.is_cpu:
-            iters_cap = max(1, 60_000 // (WALK_ITERS_PER_SYMBOL * (self.max_walk + 8)))
-            self.list_wgs = max(4, -(-nwords // (WG * iters_cap)))
-        else:
-            self.list_wgs = SPARSE_WGS
-        self.list_iters = -(-nwords // (WG * self.list_wgs))
-        self.b.update({
-            "lsym": g.buffer(4 * n + 16, S | C, "train.lsym"),
-            "nxt": g.buffer(4 * n + 16, S | C, "train.nxt"),
-            "wid0": g.buffer(4 * n + 16, S | C, "train.wid"),
-            "wstart": g.buffer(4 * nwords + 16, S | C, "train.wstart"),
-            "tlist": g.buffer(4 * len(tlist), S | C, "train.tlist"),
-            "pool": g.buffer(4 * pool_size, S | C, "train.pool"),
-        })
-        self._top = len(base)
-        self._upload(rows, profile, weights=wts, lsym=sym, nxt=nxt, wid0=wid, wstart=wstart,
-                     tlist=tlist, pool=base)
-
-    def _upload(self, rows: int, profile: bool, **arrays: np.ndarray) -> None:
-        super()._upload(rows, profile, **arrays)
-        self.g.device.queue.write_buffer(self.b["state"], 4 * S_TOP,
-                                         np.array([self._top], np.uint32))
-
-    def _table(self, rows: int) -> None:
-        g = self.g
-        self._table_buffers(rows, (self.max_walk, self.list_iters, 0))
-        b = self.b
-        res = {
-            _P: b["params"], _STATE: b["state"], _WID_IN: b["wid0"], _WEIGHTS: b["weights"],
-            _TKEYS: b["tkeys"], _TCOUNTS: b["tcounts"], _DIRTY: b["dirty"], _BEST: b["best"],
-            _MERGES: b["merges"], _LSYM: b["lsym"], _NXT: b["nxt"], _WSTART: b["wstart"],
-            _TLIST: b["tlist"], _POOL: b["pool"],
-        }
-        bg = {name: g.bind_group(self.pipes[name], {k: res[k] for k in binds},
-                                 label=f"train.{name}")
-              for name, binds in SPARSE_BINDINGS.items()}
-        self.bgs = [bg, bg]
-
-    def _grids(self) -> dict:
-        g = self.g
-        return {"wl_find_max4": g.grid(self.nblocks), "wl_merge": g.grid(self.list_wgs)}
-
-    def _count(self, merges_done: int, n: int) -> None:
-        """clear_table + pair_count_linked over the whole (linked) stream."""
-        g = self.g
-        bg = self.bgs[0]
-        enc = g.device.create_command_encoder(label="train.count")
-        cp = enc.begin_compute_pass(label="train.count")
-        self.t.dispatch(cp, self.pipes["clear_table"], bg["clear_table"],
-                        g.grid(-(-self.slots // WG)))
-        self.t.dispatch(cp, self.pipes["pair_count_linked"], bg["pair_count_linked"],
-                        g.grid(-(-max(self.n, 1) // PC_SYMBOLS_PER_WG)))
-        cp.end()
-        g.device.queue.submit([enc.finish()])
-
-    def _record(self, k0: int, cnt: int, buf) -> object:
-        """Record merges k0 .. k0+cnt-1 and the readback of state + their merges into ``buf``."""
-        g, t, b = self.g, self.t, self.b
-        enc = g.device.create_command_encoder(label="train.merges")
-        prof = self.profiler is not None and self.profiler.wants(k0)
-        grids = self._grids()
-        bg = self.bgs[0]
-        if prof:
-            for k in range(k0, k0 + cnt):
-                for name in self.steps:
-                    cp = self.profiler.begin(enc, name, k - k0)
-                    t.dispatch(cp, self.pipes[name], bg[name], grids[name])
-                    cp.end()
-            self.profiler.resolve(enc)
-        else:
-            cp = enc.begin_compute_pass(label="train.merges")
-            from ._wgpu_internals import raw_recorder
-
-            plan = [(self.pipes[name], bg[name], grids[name]) for name in self.steps]
-            raw_recorder().plan(cp, plan)(cnt)
-            cp.end()
-        enc.copy_buffer_to_buffer(b["state"], 0, buf, 0, 4 * STATE_WORDS)
-        enc.copy_buffer_to_buffer(b["merges"], 16 * k0, buf, 4 * STATE_WORDS, 16 * cnt)
-        g.device.queue.submit([enc.finish()])
-        if prof:
-            self.profiler.collect()
-        return buf.map_async(map_read_mode(), 0, 4 * STATE_WORDS + 16 * cnt)
 
 
 class _Profiler:
@@ -947,6 +694,8 @@ class _Profiler:
     MAX_MERGES = 64  # per sampled batch (2 timestamps × 8 kernels × 64 = 1024 queries)
 
     def __init__(self, gpu, steps: tuple) -> None:
+        from ._wgpu_internals import timestamp_period_ns
+
         self.g = gpu
         self.steps = steps
         U = gpu.wgpu.BufferUsage
@@ -960,8 +709,6 @@ class _Profiler:
         self.calls = 0
         self.used = 0
         self.names: list[str] = []
-        from ._wgpu_internals import timestamp_period_ns
-
         self.ns_per_tick = timestamp_period_ns(gpu.device.queue)
 
     def wants(self, first_merge: int) -> bool:

@@ -1,0 +1,126 @@
+"""``algorithm="wordlist"`` (the default): the word-list walk (``wgsl/train_wordlist.wgsl``).
+
+The stream of unique words stays in place, each word's live symbols linked by next indices,
+with an index of the words each token occurs in (per token a list: the words that held it when
+it was made). Per merge the words of the rarer side of the best pair are walked, one thread per
+word, left to right (runs of A == B too), and only they are rewritten: 2 dispatches per merge,
+``find_max4 → wl_merge`` (find_max4 and the pair counting are the seed's kernels, shared in
+``train_table.wgsl``). (Sennrich et al. 2016's incremental update with its token → words index,
+made parallel.)
+
+Long words: a thread's walk is bounded by ``budget`` steps + table probes per dispatch
+(lavapipe stops a thread's loops at 65,535 iterations). A thread out of budget saves its place
+and pauses the merge loop on the GPU; the driver then dispatches :meth:`record_continue` until
+every carried walk is done (as the encoder continues a long word), and training goes on: any
+word length, any adapter, the same algorithm.
+
+:class:`WordListKernels` is built once per run; ``record_*`` only record into a compute pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._wgpu_internals import raw_recorder
+from .train_table import PairTable, bind_groups
+
+SHADER = "train_wordlist"
+STEP = ("find_max4", "wl_merge")
+# Walk steps + table probes per thread per dispatch: below lavapipe's 65,535-iteration cap with
+# room for the block-best reduction's loops (WGPU_NOTES.md §5), short enough for a watchdog.
+DEFAULT_BUDGET = 32_768
+# wl_merge's grid on a GPU (a sweep of 66–528 on the H200: 66–132 best, 528 22% slower; every
+# workgroup reduces the block maxima itself, so more cost more); on a CPU adapter fewer.
+GPU_WORKGROUPS = 132
+CPU_WORKGROUPS = 8
+
+
+class WordListKernels:
+    """The word-list walk's buffers and bind groups for one run.
+
+    Args:
+        gpu, pipes, info: the device, entry point → pipeline, the parsed shader.
+        table: the run's :class:`~torch_gpubpe.train_table.PairTable` (params ``budget``).
+        sym: uint32, shape ``(n,)``: the stream, id | TWS at word starts.
+        wid: uint32, shape ``(n,)``: the word of each symbol.
+        starts, lens: int64, shape ``(words,)``: each word's first symbol and length (≥ 2).
+        workgroups: wl_merge's (and wl_continue's) grid.
+    """
+
+    STEP = STEP
+    name = "wordlist"
+
+    def __init__(self, gpu, pipes: dict, info, table: PairTable, sym: np.ndarray,
+                 wid: np.ndarray, starts: np.ndarray, lens: np.ndarray, num_merges: int,
+                 workgroups: int) -> None:
+        self.g, self.pipes, self.info, self.table = gpu, pipes, info, table
+        c = info.consts
+        self.n = n = len(sym)
+        nwords = len(lens)
+        self.workgroups = max(1, min(workgroups, -(-nwords // c["WG"])))
+        nxt = np.arange(1, n + 1, dtype=np.uint32)
+        nxt[starts + lens - 1] = c["NONE"]               # the last symbol of every word
+        # Byte lists: the words holding each byte value, each word once (a stable sort of the
+        # bytes keeps the word order inside a byte's group, so duplicates are adjacent).
+        byte = (sym & np.uint32(0xFF)).astype(np.uint8)
+        order = np.argsort(byte, kind="stable")
+        bs, ws = byte[order], wid[order]
+        keep = np.ones(n, bool)
+        keep[1:] = (bs[1:] != bs[:-1]) | (ws[1:] != ws[:-1])
+        base = ws[keep]
+        counts = np.bincount(bs[keep], minlength=256).astype(np.uint32)
+        tlist = np.zeros(2 * (256 + num_merges), np.uint32)
+        tlist[1:512:2] = counts
+        tlist[2:512:2] = np.cumsum(counts[:-1], dtype=np.uint32)
+        pool_size = len(base) + (n - nwords) + 16
+        self.top = len(base)
+        U = gpu.wgpu.BufferUsage
+        S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
+        threads = self.workgroups * c["WG"]
+        self.own = {
+            "lsym": gpu.buffer(4 * n + 16, S | C, "train_wordlist.lsym"),
+            "nxt": gpu.buffer(4 * n + 16, S | C, "train_wordlist.nxt"),
+            "wid_in": gpu.buffer(4 * n + 16, S | C, "train_wordlist.wid"),
+            "wstart": gpu.buffer(4 * nwords + 16, S | C, "train_wordlist.wstart"),
+            "tlist": gpu.buffer(4 * len(tlist), S | C, "train_wordlist.tlist"),
+            "pool": gpu.buffer(4 * pool_size, S | C, "train_wordlist.pool"),
+            "carry": gpu.buffer(16 * threads, S | C, "train_wordlist.carry"),
+        }
+        q = gpu.device.queue
+        for name, a in (("lsym", sym), ("nxt", nxt), ("wid_in", wid),
+                        ("wstart", starts.astype(np.uint32)), ("tlist", tlist), ("pool", base),
+                        ("carry", np.zeros(4 * threads, np.uint32))):
+            q.write_buffer(self.own[name], 0, a)
+        self.rebind()
+
+    def rebind(self) -> None:
+        """Bind groups (after the table's buffers changed)."""
+        self.bg = bind_groups(self.g, self.pipes, self.info, dict(self.table.buffers, **self.own),
+                              "train_wordlist")
+
+    def gpu_bytes(self) -> int:
+        return sum(int(b.size) for b in self.own.values())
+
+    def initial_state(self) -> dict:
+        return {"S_N": self.n, "S_TOP": self.top}
+
+    def record_count(self, cp, merges_done: int, n: int) -> None:
+        """clear_table + pair_count over the linked stream (its live pairs)."""
+        grids = self.table.count_grids(self.n)
+        raw_recorder().plan(cp, [(self.pipes[e], self.bg[e], grids[e])
+                                 for e in ("clear_table", "pair_count")])(1)
+
+    def steps(self, k: int) -> list:
+        """One merge's dispatches: ``(entry, pipeline, bind group, grid)``."""
+        grids = {"find_max4": self.g.grid(self.table.nblocks),
+                 "wl_merge": self.g.grid(self.workgroups)}
+        return [(e, self.pipes[e], self.bg[e], grids[e]) for e in STEP]
+
+    def record_merges(self, cp, k0: int, cnt: int) -> None:
+        """Record merges ``k0 .. k0+cnt-1`` into the compute pass ``cp``."""
+        raw_recorder().plan(cp, [s[1:] for s in self.steps(k0)])(cnt)
+
+    def record_continue(self, cp, reps: int) -> None:
+        """Record ``reps`` wl_continue dispatches (each resumes every carried walk)."""
+        raw_recorder().plan(cp, [(self.pipes["wl_continue"], self.bg["wl_continue"],
+                                  self.g.grid(self.workgroups))])(reps)
