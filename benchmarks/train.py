@@ -9,7 +9,12 @@ Usage::
     python3 benchmarks/train.py                                  # 4 largest corpora, vocab 32,768
     python3 benchmarks/train.py --corpus en_novels --max-bytes 20000000 --vocab-size 8192
     python3 benchmarks/train.py --skip-hf --profile --json-out out.json
-    python3 benchmarks/train.py --skip-hf --skip-count --compare-dense    # sparse vs dense path
+    python3 benchmarks/train.py --skip-hf --skip-count --jsonl /tmp/big.jsonl --vocab-size 65536
+        # a JSON Lines corpus ({"text": ...} per line, e.g. ../shared/device/gather_text.py's)
+
+Both GPU algorithms run, each in its own fresh process: ``gpubpe`` (the default,
+``algorithm="wordlist"``) and ``gpubpe_seed`` (``algorithm="seed"``, the seed's pipeline;
+``--skip-seed`` leaves it out). Each row shows the SM clock sampled while it ran.
 
 Reports wall time (split into word counting and merging where the method allows), peak RSS,
 merges/s, whether the merges equal rustbpe's (token bytes in rank order), and with
@@ -45,9 +50,16 @@ def corpora_dir() -> Path:
     return Path(env) if env else REPO.parent / "shared" / "corpora"
 
 
-def load_docs(names: list[str], max_bytes: int | None) -> list[str]:
-    """Documents of the named corpora in file order; each corpus cut at ``max_bytes`` bytes."""
+def load_docs(names: list[str], max_bytes: int | None, jsonl: str | None = None,
+              repeat: int = 1) -> list[str]:
+    """Documents of the named corpora in file order (or of the JSON Lines file ``jsonl``);
+    each corpus cut at ``max_bytes`` bytes; the whole list repeated ``repeat`` times."""
     out: list[str] = []
+    if jsonl:
+        opener = gzip.open if jsonl.endswith(".gz") else open
+        with opener(jsonl, "rt", encoding="utf-8") as f:
+            out = [json.loads(line)["text"] for line in f]
+        return out * repeat
     for name in names:
         total = 0
         with gzip.open(corpora_dir() / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
@@ -57,7 +69,7 @@ def load_docs(names: list[str], max_bytes: int | None) -> list[str]:
                 total += len(text.encode())
                 if max_bytes and total >= max_bytes:
                     break
-    return out
+    return out * repeat
 
 
 def peak_rss_mb() -> float:
@@ -65,7 +77,7 @@ def peak_rss_mb() -> float:
 
 
 # -- methods (run inside a child process) --------------------------------------------------------
-def run_gpubpe(docs, vocab_size, min_frequency, profile, sparse=None, count_on="gpu"):
+def run_gpubpe(docs, vocab_size, min_frequency, profile, algorithm="wordlist", count_on="gpu"):
     """A first training in a fresh process (includes opening the device and compiling the
     pipelines), then a second one in the same process ("warm": the device is open)."""
     from torch_gpubpe.trainer import train
@@ -75,7 +87,7 @@ def run_gpubpe(docs, vocab_size, min_frequency, profile, sparse=None, count_on="
         stats: dict = {}
         t = time.perf_counter()
         vocab = train(docs, vocab_size, min_frequency=min_frequency, stats=stats,
-                      profile=profile, sparse=sparse, count_on=count_on)
+                      profile=profile, algorithm=algorithm, count_on=count_on)
         wall = time.perf_counter() - t
         out[run] = {"wall_s": wall, "count_s": stats.get("seconds_count"),
                     "merge_s": stats.get("seconds_merge"), "num_merges": len(vocab.merges),
@@ -157,19 +169,19 @@ def run_hf(docs, vocab_size, min_frequency, profile):
     return {"wall_s": wall, "num_merges": tok.get_vocab_size() - 256}
 
 
-def run_gpubpe_dense(docs, vocab_size, min_frequency, profile):
-    """The dense path (stream compacted every merge), for comparison."""
-    return run_gpubpe(docs, vocab_size, min_frequency, profile, sparse=False)
+def run_gpubpe_seed(docs, vocab_size, min_frequency, profile):
+    """``algorithm="seed"``: the seed's pipeline (stream compacted every merge)."""
+    return run_gpubpe(docs, vocab_size, min_frequency, profile, algorithm="seed")
 
 
-METHODS = {"gpubpe": run_gpubpe, "gpubpe_dense": run_gpubpe_dense, "rustbpe": run_rustbpe,
+METHODS = {"gpubpe": run_gpubpe, "gpubpe_seed": run_gpubpe_seed, "rustbpe": run_rustbpe,
            "hf_tokenizers": run_hf,
            "gpubpe_count_only": run_gpubpe_count, "gpubpe_cpu_count_only": run_cpu_count,
            "rustbpe_count_only": run_rustbpe_count}
 
 
 def child(args) -> None:
-    docs = load_docs(args.corpus, args.max_bytes)
+    docs = load_docs(args.corpus, args.max_bytes, args.jsonl, args.repeat)
     res = METHODS[args.worker](docs, args.vocab_size, args.min_frequency, args.profile)
     res["peak_rss_mb"] = peak_rss_mb()
     res["corpus_bytes"] = sum(len(d.encode()) for d in docs)
@@ -184,15 +196,22 @@ def run_child(method: str, args) -> dict:
         cmd += ["--corpus", c]
     if args.max_bytes:
         cmd += ["--max-bytes", str(args.max_bytes)]
+    if args.jsonl:
+        cmd += ["--jsonl", args.jsonl]
+    cmd += ["--repeat", str(args.repeat)]
     if args.profile:
         cmd += ["--profile"]
     print(f"running {method} ...", file=sys.stderr, flush=True)
-    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ,
-                       "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")})
+    from benchmarks._report import GPUMonitor
+
+    with GPUMonitor() as mon:
+        p = subprocess.run(cmd, capture_output=True, text=True, env={
+            **os.environ,
+            "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")})
     for line in p.stdout.splitlines():
         if line.startswith("@@RESULT@@"):
-            return json.loads(line[len("@@RESULT@@"):])
-    return {"error": (p.stderr or p.stdout)[-2000:]}
+            return dict(json.loads(line[len("@@RESULT@@"):]), sm_clock=mon.summary())
+    return {"error": (p.stderr or p.stdout)[-2000:], "sm_clock": mon.summary()}
 
 
 def _fmt(x) -> str:
@@ -223,8 +242,10 @@ def main() -> None:
     ap.add_argument("--skip-hf", action="store_true", help="skip Hugging Face tokenizers")
     ap.add_argument("--skip-rustbpe", action="store_true")
     ap.add_argument("--skip-count", action="store_true", help="skip the counting-only rows")
-    ap.add_argument("--compare-dense", action="store_true",
-                    help="also run the GPU trainer's dense path (gpubpe_dense row)")
+    ap.add_argument("--skip-seed", action="store_true",
+                    help="skip algorithm='seed' (the seed's pipeline, gpubpe_seed row)")
+    ap.add_argument("--jsonl", help="read the documents from this JSON Lines file instead")
+    ap.add_argument("--repeat", type=int, default=1, help="repeat the documents N times")
     ap.add_argument("--profile", action="store_true",
                     help="also time each GPU kernel (timestamp queries; a second GPU run)")
     ap.add_argument("--json-out", help="write all results as JSON here")
@@ -238,7 +259,7 @@ def main() -> None:
         child(args)
         return
 
-    methods = ["gpubpe"] + (["gpubpe_dense"] if args.compare_dense else [])
+    methods = ["gpubpe"] + ([] if args.skip_seed else ["gpubpe_seed"])
     if not args.skip_rustbpe:
         methods.append("rustbpe")
     if not args.skip_hf:
@@ -262,7 +283,8 @@ def main() -> None:
             expanded[m + " (warm)"] = {**r["warm"], "peak_rss_mb": r.get("peak_rss_mb", 0)}
     for m, r in expanded.items():
         if "error" in r:
-            rows.append((m, "ERROR", "", "", "", "", "", r["error"].splitlines()[-1][:60]))
+            rows.append((m, "ERROR", "", "", "", "", "", "", "",
+                         r["error"].splitlines()[-1][:60]))
             continue
         same = ""
         if ref is not None and "token_bytes" in r:
@@ -270,16 +292,21 @@ def main() -> None:
         merge_s = r.get("merge_s")
         mps = r["num_merges"] / merge_s if merge_s else (
             r["num_merges"] / r["wall_s"] if r["num_merges"] > 1 else 0)
+        gmem = r.get("stats", {}).get("gpu_memory_bytes")
         rows.append((m, f"{r['wall_s']:.2f}", f"{r['count_s']:.2f}" if r.get("count_s") else "",
-                     f"{merge_s:.2f}" if merge_s else "", f"{r['peak_rss_mb']:.0f}",
+                     f"{merge_s:.2f}" if merge_s else "",
+                     f"{1e6 / mps:.1f}" if mps and merge_s else "", f"{r['peak_rss_mb']:.0f}",
+                     f"{gmem / 2**20:.0f}" if gmem else "",
                      str(r["num_merges"]), f"{mps:.0f}" if mps else "", same))
     corpus_bytes = next((r["corpus_bytes"] for r in results.values() if "corpus_bytes" in r), 0)
     print()
-    print(f"corpora: {', '.join(args.corpus)} ({corpus_bytes / 1e6:.1f} MB"
+    src = args.jsonl or ", ".join(args.corpus)
+    print(f"corpora: {src}{' ×' + str(args.repeat) if args.repeat > 1 else ''} "
+          f"({corpus_bytes / 1e6:.1f} MB"
           f"{', max ' + str(args.max_bytes) + ' B each' if args.max_bytes else ''}); "
           f"vocab {args.vocab_size}; min_frequency {args.min_frequency}")
-    head = ("method", "wall s", "count s", "merge s", "peak RSS MB", "merges", "merges/s",
-            "= rustbpe")
+    head = ("method", "wall s", "count s", "merge s", "µs/merge", "peak RSS MB", "GPU MB",
+            "merges", "merges/s", "= rustbpe")
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
     for row in [head, tuple("-" * w for w in widths), *rows]:
         print(" | ".join(str(x).ljust(w) for x, w in zip(row, widths)))
@@ -289,7 +316,9 @@ def main() -> None:
               f"unique words {g.get('unique_words')}, stream "
               f"{g.get('stream_symbols')} symbols, table {g.get('table_slots')} slots, "
               f"{g.get('merges_per_submit')} merges/submit, restarts {g.get('restarts')}, "
-              f"rebuilds {g.get('rebuilds')}, path {'sparse' if g.get('sparse') else 'dense'}; "
+              f"rebuilds {g.get('rebuilds')}, walks continued {g.get('walks_paused')} "
+              f"({g.get('continuation_dispatches')} dispatches), fallbacks "
+              f"{g.get('wgpu_fallbacks') or 'none'}; "
               f"gpu init wait {_fmt(g.get('seconds_gpu_init_wait'))} s, upload "
               f"{_fmt(g.get('seconds_upload'))} s")
     prof = results.get("gpubpe_profiled", {}).get("stats", {}).get("gpu_us_per_merge")
@@ -298,16 +327,24 @@ def main() -> None:
         for name, us in prof.items():
             print(f"  {name:<20} {us:9.2f}")
         print(f"  {'total':<20} {sum(prof.values()):9.2f}")
-    if "rustbpe" in results and "gpubpe" in results and "wall_s" in results["rustbpe"]:
-        sp = results["rustbpe"]["wall_s"] / results["gpubpe"]["wall_s"]
-        print(f"\nspeed-up vs rustbpe (wall): {sp:.2f}x in a fresh process", end="")
-        if "warm" in results["gpubpe"]:
-            sp = results["rustbpe"]["wall_s"] / results["gpubpe"]["warm"]["wall_s"]
-            print(f", {sp:.2f}x with the device already open (second training)", end="")
-        print()
+    for gm in ("gpubpe", "gpubpe_seed"):
+        if "rustbpe" in results and "wall_s" in results[gm if gm in results else "rustbpe"] \
+                and gm in results and "wall_s" in results["rustbpe"]:
+            sp = results["rustbpe"]["wall_s"] / results[gm]["wall_s"]
+            print(f"\n{gm} speed-up vs rustbpe (wall): {sp:.2f}x in a fresh process", end="")
+            if "warm" in results[gm]:
+                sp = results["rustbpe"]["wall_s"] / results[gm]["warm"]["wall_s"]
+                print(f", {sp:.2f}x with the device already open (second training)", end="")
+            print()
+    print("\nSM clock while each ran:")
+    for m, r in results.items():
+        print(f"  {m:<24} {r.get('sm_clock', 'n/a')}")
     print(f"\nmachine: {machine()}")
     print(f"date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
     print(f"command: {' '.join([sys.executable, *sys.argv])}")
+    from benchmarks._report import sm_clock_now
+
+    print(f"SM clock now: {sm_clock_now()}")
     if args.json_out:
         for r in results.values():
             r.pop("token_bytes", None)

@@ -59,7 +59,7 @@ def test_workgroup_bytes_follow_the_call_graph_and_overrides():
         info.workgroup_bytes("nope")
 
 
-TRAIN_SHADERS = ["train"]
+TRAIN_SHADERS = ["train_seed", "train_wordlist"]
 
 
 @pytest.mark.parametrize("name", TRAIN_SHADERS)

@@ -1,4 +1,5 @@
-"""GPU BPE training (wgsl/train.wgsl, torch_gpubpe/trainer.py) against the oracles.
+"""GPU BPE training (torch_gpubpe.trainer; both algorithms: train_wordlist, the default, and
+train_seed) against the oracles.
 
 Every test compares merges with ``torch_gpubpe.reference`` (DESIGN.md §3) or with rustbpe;
 nothing is hard-coded. Inputs are small: lavapipe runs the kernels on 2 shared CPU cores.
@@ -16,8 +17,7 @@ from hypothesis import strategies as hst
 from conftest import CORPUS_NAMES, corpus_docs
 from torch_gpubpe import reference
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.trainer import (SPARSE_MAX_WORD, GPUTrainer, TrainProgress, train,
-                                  train_from_word_counts)
+from torch_gpubpe.trainer import ALGORITHMS, GPUTrainer, TrainProgress, train, train_from_word_counts
 from torch_gpubpe.vocab import SPLIT_PATTERN, Vocab
 from torch_gpubpe.wordcount import count_words
 
@@ -32,9 +32,12 @@ def ref_merges(docs, vocab_size, min_frequency=2, specials=0):
 @pytest.mark.parametrize("corpus", CORPUS_NAMES)
 def test_merges_equal_reference_on_every_corpus(corpus):
     docs = corpus_docs(corpus, 40_000)
-    vocab = train(docs, 420, min_frequency=2)
-    assert isinstance(vocab, Vocab)
-    assert list(vocab.merges) == ref_merges(docs, 420)
+    ref = ref_merges(docs, 420)
+    for algorithm in ALGORITHMS:
+        st: dict = {}
+        vocab = train(docs, 420, min_frequency=2, algorithm=algorithm, stats=st)
+        assert isinstance(vocab, Vocab) and st["algorithm"] == algorithm
+        assert list(vocab.merges) == ref, algorithm
 
 
 def test_merges_equal_rustbpe_on_real_text():
@@ -62,24 +65,9 @@ def test_single_symbol_runs_merge_left_to_right():
     docs = ["aaaaa", "a" * 3001, " " + "a" * 2047, "b" * 777 + "a" * 513, "ab" * 900,
             "a" * 6145, "x" + "a" * 4095]
     for vocab_size in (257, 260, 275):
-        vocab = train(docs, vocab_size, min_frequency=1)
-        assert list(vocab.merges) == ref_merges(docs, vocab_size, 1)
-
-
-@pytest.mark.parametrize("fused", [False, True])
-def test_scan_variants_equal_reference(fused):
-    """The seed's separate scan passes (scan_pass1/3 dispatched, used past 2048 tiles) and the
-    fused variant (tile kernels reduce earlier tiles themselves) give the same exact merges."""
-    trainer = GPUTrainer()
-    for docs in (corpus_docs("en_python_docs", 30_000),
-                 ["a" * 6145, "b" + "a" * 4095, "ab" * 2500 + "a" * 2049]):
-        counts = reference.count_words(docs)
-        words = [w for w in counts if len(w) > 1]
-        stats: dict = {}
-        got = trainer.run(words, [counts[w] for w in words], 120, 1, stats=stats, fused=fused,
-                          batch=32)
-        assert stats["fused_scans"] is fused
-        assert got == ref_merges(docs, 376, 1)
+        for algorithm in ALGORITHMS:
+            vocab = train(docs, vocab_size, min_frequency=1, algorithm=algorithm)
+            assert list(vocab.merges) == ref_merges(docs, vocab_size, 1), algorithm
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -90,8 +78,9 @@ def test_scan_variants_equal_reference(fused):
 def test_random_run_corpora_equal_reference(runs):
     text = "".join(s * k for s, k in runs)
     docs = [text, text[: len(text) // 3]]
-    vocab = train(docs, 290, min_frequency=1)
-    assert list(vocab.merges) == ref_merges(docs, 290, 1)
+    got = _run_both(docs, 34, budget=24)      # small budget: walks carried (continued)
+    ref = ref_merges(docs, 290, 1)
+    assert got["wordlist"] == ref and got["seed"] == ref
 
 
 def test_random_small_corpora_equal_reference():
@@ -104,20 +93,23 @@ def test_random_small_corpora_equal_reference():
         assert list(vocab.merges) == ref_merges(docs, 320, 1)
 
 
-# -- sparse path (linked stream + per-token word lists) vs dense path (compaction per merge) ---
-def _run_both(docs, merges, min_frequency=1, **kw):
+# -- both algorithms; long words carried past the per-thread walk budget ----------------------
+def _run_both(docs, merges, min_frequency=1, budget=None, **kw):
     counts = reference.count_words(docs)
     words = [w for w in counts if len(w) > 1]
     out = {}
-    for sparse in (True, False):
+    for algorithm in ALGORITHMS:
         stats: dict = {}
-        out[sparse] = GPUTrainer().run(words, [counts[w] for w in words], merges, min_frequency,
-                                       stats=stats, sparse=sparse, **kw)
-        assert stats["sparse"] is sparse
+        out[algorithm] = GPUTrainer().run(words, [counts[w] for w in words], merges,
+                                          min_frequency, stats=stats, algorithm=algorithm,
+                                          budget=budget if algorithm == "wordlist" else None,
+                                          **kw)
+        assert stats["algorithm"] == algorithm
+        out[algorithm + "_stats"] = stats
     return out
 
 
-def test_sparse_and_dense_paths_equal_reference():
+def test_both_algorithms_equal_reference():
     cases = [
         (corpus_docs("code_cpython_headers", 40_000), 200),
         # adjacent occurrences (A B A B → C C), runs of merged tokens, odd/even runs, words
@@ -128,35 +120,56 @@ def test_sparse_and_dense_paths_equal_reference():
     for docs, merges in cases:
         got = _run_both(docs, merges)
         ref = ref_merges(docs, 256 + merges, 1)
-        assert got[True] == ref
-        assert got[False] == ref
+        assert got["wordlist"] == ref
+        assert got["seed"] == ref
 
 
-def test_sparse_run_walk_at_the_word_length_limit():
-    """A == B runs are walked by one thread, up to SPARSE_MAX_WORD bytes (lavapipe's loop cap):
-    the longest word the sparse path accepts is merged exactly; a longer one takes the dense
-    path (same merges), and forcing the sparse path on it is refused."""
-    docs = ["a" * SPARSE_MAX_WORD, " " + "b" * (SPARSE_MAX_WORD - 1), "ab" * 3000 + "b" * 777]
-    got = _run_both(docs, 14)
-    ref = ref_merges(docs, 270, 1)
-    assert got[True] == ref and got[False] == ref
-    long_docs = docs + ["c" * (SPARSE_MAX_WORD + 1)]
-    stats: dict = {}
-    vocab = train(long_docs, 266, min_frequency=1, stats=stats)
-    assert stats["sparse"] is False
-    assert list(vocab.merges) == ref_merges(long_docs, 266, 1)
-    counts = reference.count_words(long_docs)
-    words = [w for w in counts if len(w) > 1]
-    with pytest.raises(ValueError, match=str(SPARSE_MAX_WORD)):
-        GPUTrainer().run(words, [counts[w] for w in words], 5, 1, sparse=True)
+@pytest.mark.parametrize("budget", [8, 61, 1000])
+def test_walks_longer_than_the_budget_are_continued(budget):
+    """A word walk over the per-thread budget (forced small here; 32,768 steps + probes by
+    default) is carried to wl_continue dispatches and finished there: same merges as the
+    reference, with runs of A == B, adjacent occurrences and words crossing the budget many
+    times (every resume point: mid-word, between words, after an occurrence)."""
+    docs = ["a" * 3001, " " + "a" * 2047, "b" * 777 + "a" * 513, "ab" * 900, "x" + "a" * 4095,
+            "hello world hello", "abc abd abe", "ba" * 40 + "a"]
+    got = _run_both(docs, 34, budget=budget, batch=16)
+    ref = ref_merges(docs, 290, 1)
+    assert got["wordlist"] == ref and got["seed"] == ref
+    st = got["wordlist_stats"]
+    assert st["walks_paused"] >= 1 and st["continuation_dispatches"] >= st["walks_paused"]
+    if budget == 8:
+        assert st["continuation_dispatches"] > 300     # the 4 KB runs, 8 steps at a time
+
+
+def test_long_word_takes_the_default_algorithm():
+    """A word far past one thread's budget (80,000 symbols: beyond lavapipe's 65,535-iteration
+    loop cap) is trained by the default algorithm, continued, with the reference's merges."""
+    docs = ["ab" * 40_000, " ba ab", "abc"]
+    st: dict = {}
+    vocab = train(docs, 262, min_frequency=1, stats=st)
+    assert list(vocab.merges) == ref_merges(docs, 262, 1)
+    assert st["algorithm"] == "wordlist" and st["walks_paused"] >= 1
+
+
+@pytest.mark.heavy
+def test_one_megabyte_word_equals_reference():
+    """A corpus with a 1 MB word (random letters of a 3-letter alphabet, so most merges touch
+    it) and ordinary text: the default algorithm's merges equal the reference's."""
+    rng = random.Random(5)
+    big = "".join(rng.choice("abc") for _ in range(1 << 20))
+    docs = corpus_docs("en_fortunes", 20_000) + [big, "the " + big[:5000]]
+    st: dict = {}
+    vocab = train(docs, 300, min_frequency=1, stats=st)
+    assert list(vocab.merges) == ref_merges(docs, 300, 1)
+    assert st["algorithm"] == "wordlist" and st["walks_paused"] >= 1
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hst.lists(hst.text(alphabet="ab ", min_size=1, max_size=60), min_size=1, max_size=20))
-def test_random_sparse_equals_dense_and_reference(docs):
-    got = _run_both(docs, 24)
+def test_random_both_algorithms_equal_reference(docs):
+    got = _run_both(docs, 24, budget=16)
     ref = ref_merges(docs, 280, 1)
-    assert got[True] == ref and got[False] == ref
+    assert got["wordlist"] == ref and got["seed"] == ref
 
 
 # -- counts --------------------------------------------------------------------------------------
@@ -213,16 +226,21 @@ def test_same_merges_for_reversed_documents_and_across_runs():
     assert train(docs[::-1], 330).merges == first
     for _ in range(10):
         assert train(docs, 330, batch=7).merges == first
+    assert train(docs[::-1], 330, algorithm="seed").merges == first
+    for _ in range(3):
+        assert train(docs, 330, batch=7, algorithm="seed").merges == first
 
 
 def test_table_overflow_restarts_with_a_larger_table():
     docs = corpus_docs("tr_libreoffice_help", 30_000)
     counts = reference.count_words(docs)
     words = [w for w, c in counts.items() if len(w) > 1]
-    stats: dict = {}
-    got = GPUTrainer().run(words, [counts[w] for w in words], 150, 2, stats=stats, rows=32)
-    assert got == ref_merges(docs, 406)
-    assert stats["restarts"] >= 1
+    for algorithm in ALGORITHMS:
+        stats: dict = {}
+        got = GPUTrainer().run(words, [counts[w] for w in words], 150, 2, stats=stats, rows=32,
+                               algorithm=algorithm)
+        assert got == ref_merges(docs, 406)
+        assert stats["restarts"] >= 1
 
 
 def test_large_table_many_blocks():
@@ -242,11 +260,13 @@ def test_pair_table_rebuild_keeps_merges_exact():
     docs = corpus_docs("multi_udhr", 40_000)
     counts = reference.count_words(docs)
     words = [w for w, c in counts.items() if len(w) > 1]
-    stats: dict = {"rebuilds": 0}
-    got = GPUTrainer().run(words, [counts[w] for w in words], 300, 2, stats=stats, rows=128,
-                           batch=8)
-    assert got == ref_merges(docs, 556)
-    assert stats["rebuilds"] >= 1
+    ref = ref_merges(docs, 556)
+    for algorithm in ALGORITHMS:
+        stats: dict = {}
+        got = GPUTrainer().run(words, [counts[w] for w in words], 300, 2, stats=stats,
+                               rows=128, batch=8, algorithm=algorithm)
+        assert got == ref, algorithm
+        assert stats["rebuilds"] >= 1
 
 
 def test_no_subgroup_path(monkeypatch):
@@ -259,9 +279,10 @@ def test_no_subgroup_path(monkeypatch):
         docs = corpus_docs("tr_manpages", 30_000) + ["a" * 1500, "b" * 5000]
         ref = ref_merges(docs, 380)
         assert list(train(docs, 380).merges) == ref
+        assert list(train(docs, 380, algorithm="seed").merges) == ref
         counts = reference.count_words(docs)
         words = [w for w in counts if len(w) > 1]
-        got = GPUTrainer().run(words, [counts[w] for w in words], 124, 2, fused=False)
+        got = GPUTrainer().run(words, [counts[w] for w in words], 124, 2, budget=40)
         assert got == ref
     finally:
         monkeypatch.delenv("TORCH_GPUBPE_NO_SUBGROUPS")
@@ -274,7 +295,7 @@ def test_pair_key_packing_roundtrip_above_16_bits():
     from torch_gpubpe.shaders import shader_source
 
     g = get_gpu()
-    src = shader_source("train", g.flags) + """
+    src = shader_source("train_wordlist", g.flags) + """
 @group(0) @binding(30) var<storage, read_write> probe: array<u32>;
 @compute @workgroup_size(256)
 fn key_roundtrip(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -330,6 +351,9 @@ def test_progress_and_stats():
     assert stats["corpus_bytes"] == sum(len(d.encode()) for d in docs)
     assert stats["unique_words"] == len(counts)
     assert stats["num_merges"] == len(ref)
+    assert stats["algorithm"] == "wordlist" and stats["wgpu_fallbacks"] == {}
+    # the run's GPU buffers: at least the stream's 4 arrays of u32 per symbol and the table
+    assert stats["gpu_memory_bytes"] >= 12 * stats["stream_symbols"] + 12 * stats["table_slots"]
 
 
 def test_errors_name_the_problem():
@@ -345,6 +369,8 @@ def test_errors_name_the_problem():
         train_from_word_counts({b"ab": -1}, 300)
     with pytest.raises(ValueError, match="min_frequency"):
         train(["ab"], 300, min_frequency=0)
+    with pytest.raises(ValueError, match="algorithm must be one of.*'dense'"):
+        train(["ab"], 300, algorithm="dense")
 
 
 @pytest.mark.heavy
@@ -377,8 +403,8 @@ def test_single_string_is_not_a_corpus():
         train("hello hello hello", 300, min_frequency=1)
 
 
-@pytest.mark.parametrize("sparse", [True, False])
-def test_stream_of_more_than_256_tiles(sparse):
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_stream_of_more_than_256_tiles(algorithm):
     """> 256 tiles of 2,048 symbols (≈600K symbols): the tile scans then give each thread several
     tiles, as on every real corpus. A few merges, both paths, against the oracle."""
     rng = np.random.default_rng(7)
@@ -390,8 +416,8 @@ def test_stream_of_more_than_256_tiles(sparse):
         counts[w] = counts.get(w, 0) + int(rng.integers(1, 4))
         total += len(w)
     st: dict = {}
-    got = train_from_word_counts(counts, 256 + 12, min_frequency=1, sparse=sparse, stats=st,
-                                 batch=4)
+    got = train_from_word_counts(counts, 256 + 12, min_frequency=1, algorithm=algorithm,
+                                 stats=st, batch=4)
     assert st["stream_symbols"] > 256 * 2048
     assert list(got.merges) == reference.train_from_word_counts(counts, 256 + 12, 1)
 
@@ -412,25 +438,9 @@ def test_count_on_cpu_and_gpu_give_the_same_merges_and_stats():
         train(docs, 300, count_on="tpu")
 
 
-def test_walk_cut_by_the_loop_cap_is_detected_and_retrained_dense(monkeypatch):
-    """Lavapipe stops a thread's loops after 65,535 iterations without an error: a word walk
-    longer than that (allowed here by raising SPARSE_MAX_WORD) is detected (S_CAPPED) and the
-    run is retrained on the dense path, with the reference's merges. (No cap on a real GPU:
-    there the sparse path simply finishes.)"""
-    import torch_gpubpe.trainer as tr
-
-    monkeypatch.setattr(tr, "SPARSE_MAX_WORD", 1 << 20)
-    docs = ["ab" * 40_000, " ba ab", "abc"]
-    st: dict = {}
-    vocab = train(docs, 262, min_frequency=1, stats=st)
-    assert list(vocab.merges) == ref_merges(docs, 262, 1)
-    if GPUTrainer().is_cpu:
-        assert st.get("walk_capped") is True and st["sparse"] is False
-
-
 def test_pair_counts_just_below_and_above_two_to_the_31():
-    """The sparse path counts in 32 bits when the corpus's total pair count is below 2^31
-    (train.wgsl WIDE = 0) and in 64 bits from there on: both sides of the switch are exact."""
+    """The default algorithm counts in 32 bits when the corpus's total pair count is below 2^31
+    (train_table.wgsl WIDE = 0) and in 64 bits from there on: both sides of the switch are exact."""
     for total in ((1 << 31) - 1000, (1 << 31) + 1000):
         counts = {b"ab": total // 3, b"abc": 7, b" xy": 3, b"bca": 5}
         counts[b"ab"] = total - sum(c * (len(w) - 1) for w, c in counts.items() if w != b"ab")

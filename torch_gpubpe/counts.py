@@ -549,13 +549,13 @@ def merge_counts(paths: Sequence[PathLike], out: PathLike, *,
 def train_from_counts_file(path: PathLike, vocab_size: int, *, min_frequency: int = 2,
                            special_tokens: Sequence[str] = (), progress=None,
                            stats: dict | None = None, batch: int | None = None,
-                           sparse: bool | None = None):
+                           algorithm: str = "wordlist"):
     """Learn a vocab on the GPU from a counts file (DESIGN.md §3): the merges of
     :func:`torch_gpubpe.trainer.train` on the documents that were counted into it.
 
     Args:
         path: a counts file (:func:`count_to_file` or :func:`merge_counts`).
-        vocab_size, min_frequency, special_tokens, progress, batch, sparse: as
+        vocab_size, min_frequency, special_tokens, progress, batch, algorithm: as
             :func:`~torch_gpubpe.trainer.train`.
         stats: as :func:`~torch_gpubpe.trainer.train` (``corpus_bytes`` and
             ``num_documents`` from the file's metadata; ``seconds_count`` is the read time).
@@ -582,6 +582,6 @@ def train_from_counts_file(path: PathLike, vocab_size: int, *, min_frequency: in
               seconds_count=time.perf_counter() - t0)
     vocab = _train_counts(wc, vocab_size, min_frequency=min_frequency,
                           special_tokens=special_tokens, progress=progress, stats=st,
-                          batch=batch, profile=False, sparse=sparse)
+                          batch=batch, profile=False, algorithm=algorithm)
     st["seconds_total"] = time.perf_counter() - t0
     return vocab

@@ -469,7 +469,7 @@ class GPU:
         st = staging if staging is not None and staging.size >= nbytes else self.buffer(
             nbytes, U.MAP_READ | U.COPY_DST, "readback"
         )
-        enc = self.device.create_command_encoder()
+        enc = self.device.create_command_encoder(label="readback")
         enc.copy_buffer_to_buffer(src, offset, st, 0, (nbytes + 3) // 4 * 4)
         self.device.queue.submit([enc.finish()])
         from ._wgpu_internals import map_read_mode

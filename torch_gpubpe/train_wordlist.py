@@ -26,9 +26,22 @@ from .train_table import PairTable, bind_groups
 
 SHADER = "train_wordlist"
 STEP = ("find_max4", "wl_merge")
-# Walk steps + table probes per thread per dispatch: below lavapipe's 65,535-iteration cap with
-# room for the block-best reduction's loops (WGPU_NOTES.md §5), short enough for a watchdog.
+# Walk steps + table probes per thread per dispatch on a GPU: short enough for a watchdog.
 DEFAULT_BUDGET = 32_768
+# On a CPU adapter (lavapipe): its 65,535-iteration loop cap (WGPU_NOTES.md §5) counts the loop
+# iterations of a whole SIMD vector of lanes (8 on 256-bit AVX), and lanes walking different
+# words run their inner loops one after another, so a vector's iterations reach the sum of its
+# lanes' budgets: measured on lavapipe, a 1 MB word merged wrong at 16,384 and 32,768 steps per
+# thread and right at 4,096. Budget = CPU_LOOP_ITERATIONS / lanes.
+CPU_LOOP_ITERATIONS = 30_000
+
+
+def default_budget(gpu, is_cpu: bool) -> int:
+    """Walk steps + probes per thread per dispatch for ``gpu`` (see CPU_LOOP_ITERATIONS)."""
+    if not is_cpu:
+        return DEFAULT_BUDGET
+    lanes = gpu.subgroup_size or 16   # (no subgroups requested: assume a wide vector)
+    return max(256, CPU_LOOP_ITERATIONS // lanes)
 # wl_merge's grid on a GPU (a sweep of 66–528 on the H200: 66–132 best, 528 22% slower; every
 # workgroup reduces the block maxima itself, so more cost more); on a CPU adapter fewer.
 GPU_WORKGROUPS = 132

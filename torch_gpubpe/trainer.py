@@ -404,7 +404,7 @@ class GPUTrainer:
             profile: (adapters with timestamp queries) sampled batches are recorded one pass
                 per dispatch with timestamps; ``stats["gpu_us_per_merge"]``.
             budget: word list: walk steps + probes per thread per dispatch (default
-                :data:`~torch_gpubpe.train_wordlist.DEFAULT_BUDGET`; tests force small ones).
+                :func:`~torch_gpubpe.train_wordlist.default_budget`; tests force small ones).
         Returns:
             the merges ``(left_id, right_id)``, merge k creating id ``256 + k``.
         Raises:
@@ -503,7 +503,9 @@ class _MergeLoop:
         if algorithm == "seed":
             params = {"tile_cap": mod.SeedKernels.tile_cap(n, c["TILE"])}
         else:
-            params = {"budget": int(budget or mod.DEFAULT_BUDGET)}
+            budget = int(budget or mod.default_budget(g, trainer.is_cpu))
+            params = {"budget": budget}
+            st["walk_budget"] = budget
         self.table = PairTable(g, info, num_merges, min_frequency, wts, rows, params,
                                f"train_{algorithm}")
         if algorithm == "seed":

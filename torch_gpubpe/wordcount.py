@@ -47,6 +47,7 @@ import numpy as np
 
 from .errors import InputError
 from .reference import BYTE_CLASS, NEWLINE, SPACE, to_bytes
+from .shaders import shader_info
 
 DEFAULT_BATCH_BYTES = 4 << 20
 
@@ -298,10 +299,13 @@ def count_words(documents: Iterable[str | bytes], *, batch_bytes: int = DEFAULT_
 
 
 # -- counting on the GPU (wgsl/wordcount.wgsl) ---------------------------------------------------
-MAXW = 256                    # longest word the GPU table takes (bytes); wordcount.wgsl MAXW
+# Constants and state-word indices read from wgsl/wordcount.wgsl (no hand copies).
+_WC = shader_info("wordcount").consts
+MAXW = _WC["MAXW"]            # longest word the GPU table takes (bytes)
 DEFAULT_GPU_BATCH_BYTES = 64 << 20
-_S_TOP, _S_OCC, _S_NLONG, _S_OVERFLOW, _S_NWORDS, _S_NOUT, _S_NEED = range(7)
-_WC_WG = 256
+_S_TOP, _S_OCC, _S_NLONG, _S_OVERFLOW, _S_NWORDS, _S_NOUT, _S_NEED = (
+    _WC[k] for k in ("S_TOP", "S_OCC", "S_NLONG", "S_OVERFLOW", "S_NWORDS", "S_NOUT", "S_NEED"))
+_WC_WG = _WC["WG"]
 
 
 @dataclass
@@ -387,8 +391,7 @@ class GPUWordCounter:
         self.min_store = min_store
         consts = {} if max_probe is None else {"MAX_PROBE": max_probe}
         self.pipes = {name: g.pipeline("wordcount", name, constants=consts)
-                      for name in ("wc_starts", "wc_insert", "wc_persist", "wc_compact",
-                                   "wc_rehash")}
+                      for name in shader_info("wordcount", g.flags).entry_points}
         U = g.wgpu.BufferUsage
         self.U = U
         self.params = g.buffer(16, U.UNIFORM | U.COPY_DST, "wc.params")
@@ -441,7 +444,7 @@ class GPUWordCounter:
                              "CPU (count_on='cpu')")
         new = self._buf(4 * cap, "wc.store")
         if self.store_cap:
-            enc = self.g.device.create_command_encoder()
+            enc = self.g.device.create_command_encoder(label="wordcount")
             enc.copy_buffer_to_buffer(self.store, 0, new, 0, 4 * self.store_cap)
             self.g.device.queue.submit([enc.finish()])
         self.store = new
@@ -450,14 +453,15 @@ class GPUWordCounter:
 
     def _bg(self):
         if self._bind is None:
-            b = {0: self.params, 1: self.text, 2: self.doc_bits, 3: self.starts, 4: self.keys,
-                 5: self.counts, 6: self.store, 7: self.state, 8: self.longs, 9: self.out}
-            binds = {"wc_starts": (0, 1, 2, 3, 7), "wc_insert": (0, 1, 3, 4, 5, 6, 7, 8),
-                     "wc_persist": (0, 1, 3, 4, 6, 7), "wc_compact": (0, 4, 5, 7, 9),
-                     "wc_rehash": (0, 4, 5, 6, 7, 9)}
-            self._bind = {name: self.g.bind_group(self.pipes[name], {k: b[k] for k in ks},
-                                                  label=name)
-                          for name, ks in binds.items()}
+            b = {"P": self.params, "text": self.text, "doc_bits": self.doc_bits,
+                 "starts": self.starts, "keys": self.keys, "counts": self.counts,
+                 "store": self.store, "state": self.state, "longs": self.longs, "out": self.out}
+            info = shader_info("wordcount", self.g.flags)
+            self._bind = {
+                name: self.g.bind_group(self.pipes[name], {n: b[v] for v, n in
+                                                           info.entry_bindings(name).items()},
+                                        label=f"wc.{name}")
+                for name in self.pipes}
         return self._bind
 
     # -- GPU steps -------------------------------------------------------------------------------
@@ -493,7 +497,7 @@ class GPUWordCounter:
         """(store offset, count lo, count hi) of every word → ``out``; their number."""
         self._set_state(nout=0)
         self._params(0)
-        enc = self.g.device.create_command_encoder()
+        enc = self.g.device.create_command_encoder(label="wordcount")
         self._dispatch(enc, "wc_compact", self.slots)
         return int(self._state(enc, "word table compaction")[_S_NOUT])
 
@@ -505,12 +509,12 @@ class GPUWordCounter:
         nout = self._compact()
         old_out = self.out
         self._new_table(slots)
-        enc = self.g.device.create_command_encoder()
+        enc = self.g.device.create_command_encoder(label="wordcount")
         enc.copy_buffer_to_buffer(old_out, 0, self.out, 0, 12 * nout)
         self.g.device.queue.submit([enc.finish()])
         self._set_state(occ=0, overflow=0)
         self._params(0, nout)
-        enc = self.g.device.create_command_encoder()
+        enc = self.g.device.create_command_encoder(label="wordcount")
         self._dispatch(enc, "wc_rehash", nout)
         st = self._state(enc, "word table rehash")
         if st[_S_OVERFLOW]:
@@ -583,7 +587,7 @@ class GPUWordCounter:
         q.write_buffer(self.doc_bits, 0, doc_start_bitmap(offsets, n))
         self._set_state(nwords=0, nlong=0, overflow=0, need=0)
         self._params(n)
-        enc = g.device.create_command_encoder()
+        enc = g.device.create_command_encoder(label="wordcount")
         self._dispatch(enc, "wc_starts", n // 32 + 1)
         st = self._state(enc, "word starts")
         occ, nwords = int(st[_S_OCC]), int(st[_S_NWORDS])
@@ -608,7 +612,7 @@ class GPUWordCounter:
                 return
             self._params(n)
         top = int(st[_S_TOP])
-        enc = g.device.create_command_encoder()
+        enc = g.device.create_command_encoder(label="wordcount")
         enc.copy_buffer_to_buffer(self.keys, 0, self.keys_bak, 0, 4 * self.slots)
         enc.copy_buffer_to_buffer(self.counts, 0, self.counts_bak, 0, 8 * self.slots)
         self._dispatch(enc, "wc_insert", n)
@@ -619,13 +623,13 @@ class GPUWordCounter:
         if not st[_S_OVERFLOW]:
             # The store grows to what this batch's new words take (S_NEED), then they move in.
             self._ensure_store(top + int(st[_S_NEED]) + 16)
-            enc = g.device.create_command_encoder()
+            enc = g.device.create_command_encoder(label="wordcount")
             self._dispatch(enc, "wc_persist", self.slots)
             g.device.queue.submit([enc.finish()])
         if st[_S_OVERFLOW]:
             # A probe sequence ran out (adversarial hash collisions): undo the batch, count it
             # on the CPU instead.
-            enc = g.device.create_command_encoder()
+            enc = g.device.create_command_encoder(label="wordcount")
             enc.copy_buffer_to_buffer(self.keys_bak, 0, self.keys, 0, 4 * self.slots)
             enc.copy_buffer_to_buffer(self.counts_bak, 0, self.counts, 0, 8 * self.slots)
             q.submit([enc.finish()])
@@ -653,7 +657,7 @@ class GPUWordCounter:
             return WordCounts(np.zeros(0, np.uint8), np.zeros(0, np.int64),
                               np.zeros(0, np.uint64))
         out = self.g.read_u32(self.out, 0, 3 * nout, what="word table readback").reshape(-1, 3)
-        top = int(self._state(self.g.device.create_command_encoder(), "store size")[_S_TOP])
+        top = int(self._state(self.g.device.create_command_encoder(label="wordcount"), "store size")[_S_TOP])
         store = self.g.read_u32(self.store, 0, top, what="word store readback")
         o = out[:, 0].astype(np.int64)
         lengths = store[o].astype(np.int64)

@@ -18,8 +18,8 @@
 //               sequential), applies the exact pair-count deltas and appends the word to C's
 //               list when it merged there.
 // Long words: a thread's walk is bounded by P.budget steps + table probes per dispatch
-// (lavapipe stops a thread's loops after 65,535 iterations; a real GPU may reset a dispatch
-// that runs for seconds). A thread out of budget saves where it is (list entry, symbol, left
+// (lavapipe stops loops after 65,535 iterations of a SIMD vector of lanes, silently — the host
+// divides its budget by the lanes there; a real GPU may reset a dispatch that runs for seconds). A thread out of budget saves where it is (list entry, symbol, left
 // neighbour, merged flag) in its `carry` slot and counts itself in S_PAUSE; from then on every
 // step does nothing (find_max4 latches S_HOLD, wl_merge returns) until the host has run
 // wl_continue — same grid, each thread resuming its own slot — until S_PAUSE is 0, as the
