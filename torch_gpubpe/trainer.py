@@ -42,7 +42,6 @@ Example::
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
