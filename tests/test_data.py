@@ -414,16 +414,25 @@ def test_text_files_plain_text(tmp_path, vocab):
     (tmp_path / "a.txt").write_bytes(b"line one\nline two\n\xff bad utf-8\n")
     (tmp_path / "b.txt.gz").write_bytes(gzip.compress(b"second file"))
     files = [tmp_path / "a.txt", tmp_path / "b.txt.gz"]
-    per_file = list(TextFiles(files).documents(0, 1, 0))
-    assert [t for _, t, _ in per_file] == [b"line one\nline two\n\xff bad utf-8\n", b"second file"]
-    per_line = list(TextFiles(files, text_documents="line").documents(1, 2, 0))
-    assert [(k, t) for k, t, _ in per_line] == [(1, b"line two"), (3, b"second file")]
-    with pytest.raises(InputError, match="is not a file"):
+
+    def docs(reader, shard=0, n=1):
+        return [(int(k), v) for b in reader.batches(shard, n)
+                for k, v in zip(b.indices, b.values.to_pylist())]
+
+    per_file = docs(TextFiles(files, sample_by="document"))
+    assert [t for _, t in per_file] == [b"line one\nline two\n\xff bad utf-8\n", b"second file"]
+    # the same rule and names as the CLI's --sample-by: lines keep their "\n"
+    per_line = docs(TextFiles(files, sample_by="line"), 1, 2)
+    assert per_line == [(1, b"line two\n"), (3, b"second file")]
+    assert docs(TextFiles(files, text_documents="file")) == per_file  # the former keyword
+    with pytest.raises(InputError, match="does not exist"):
         TextFiles(tmp_path / "missing.txt")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "x"}\n{"txt": "y"}\n')
+    b = next(TextFiles(bad).batches())
+    assert b.problem(0) is None and b.problem(1) == ("missing", "no 'text' field (found ['txt'])")
     with pytest.raises(InputError, match=r"bad.jsonl:2: no 'text' field"):
-        list(TextFiles(bad).documents(0, 1, 0))
+        list(TokenizedDataset(TextFiles(bad), vocab, background=False))
 
 
 # ------------------------------------------------------------------------------------------------

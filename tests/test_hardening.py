@@ -46,6 +46,7 @@ each is written to finish in under 2 minutes there).
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -741,10 +742,10 @@ def test_dataset_text_files_hostile_bytes(tmp_path, tok, ref):
     raw = b"abc\xff\xfe def\r\n\x00\x01\n\xef\xbb\xbfBOM\r\n\n" + EOT.encode() + b"\n\xc3"
     plain = tmp_path / "raw.txt"
     plain.write_bytes(raw)
-    got = [t.tolist() for t in TokenizedDataset(TextFiles(plain), tok)]
+    got = [t.tolist() for t in TokenizedDataset(TextFiles(plain, sample_by="document"), tok)]
     assert got == [ref(raw)]  # a plain-text file is bytes: invalid UTF-8 kept as is
-    lines = raw.split(b"\n")
-    got = [t.tolist() for t in TokenizedDataset(TextFiles(plain, text_documents="line"), tok)]
+    lines = io.BytesIO(raw).readlines()  # each line with its b"\n", as the CLI's --sample-by
+    got = [t.tolist() for t in TokenizedDataset(TextFiles(plain, sample_by="line"), tok)]
     assert got == [ref(x) for x in lines]
     jl = tmp_path / "d.jsonl"
     jl.write_bytes(b'{"text": "a\\ud800b \\udfff"}\n\n{"text": "\\u0000\\r\\n"}\n'

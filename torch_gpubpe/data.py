@@ -33,8 +33,6 @@ keeps one state per worker and restores each in its worker.
 
 from __future__ import annotations
 
-import gzip
-import json
 import os
 import queue
 import threading
@@ -49,7 +47,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+import pyarrow as pa
+
 from .errors import GPUForkError, InputError
+from .readers import (DocBatch, PyReader, Reader, TextFiles, TextSource, arrow_to_packed,
+                      open_source)
 from .vocab import Vocab
 
 STATE_FORMAT = "torch_gpubpe.data.TokenizedDataset/1"
@@ -61,169 +63,17 @@ IGNORE_INDEX = -100
 # ================================================================================================
 # Sources: which documents this shard reads
 # ================================================================================================
-@dataclass(frozen=True)
-class TextFiles:
-    """Text or JSON Lines files as a document source (gzip allowed: names ending in ``.gz``).
-
-    Args:
-        paths: one path or a sequence of paths, read in this order. Document indices run over
-            all files in order.
-        text_column: the key holding the text in JSON Lines objects.
-        text_documents: for plain-text files, ``"file"`` (each file is one document) or
-            ``"line"`` (each line, without its ``\\n``, is one document).
-        format: ``"auto"`` (``.jsonl``/``.json``/``.ndjson`` [+ ``.gz``] are JSON Lines, anything
-            else plain text), ``"jsonl"`` or ``"text"``.
-
-    Plain-text documents are read as bytes (any bytes, DESIGN.md §1: byte-level); JSON Lines
-    must be UTF-8. Blank lines of a JSON Lines file are not documents.
-    """
-
-    paths: tuple[str, ...]
-    text_column: str = "text"
-    text_documents: str = "file"
-    format: str = "auto"
-
-    def __init__(
-        self,
-        paths: str | os.PathLike | Sequence[str | os.PathLike],
-        text_column: str = "text",
-        text_documents: str = "file",
-        format: str = "auto",
-    ) -> None:
-        if isinstance(paths, (str, os.PathLike)):
-            paths = [paths]
-        object.__setattr__(self, "paths", tuple(os.fspath(p) for p in paths))
-        object.__setattr__(self, "text_column", text_column)
-        if text_documents not in ("file", "line"):
-            raise ValueError(f"text_documents must be 'file' or 'line', got {text_documents!r}")
-        object.__setattr__(self, "text_documents", text_documents)
-        if format not in ("auto", "jsonl", "text"):
-            raise ValueError(f"format must be 'auto', 'jsonl' or 'text', got {format!r}")
-        object.__setattr__(self, "format", format)
-        for p in self.paths:
-            if not os.path.isfile(p):
-                raise InputError(f"TextFiles: {p} is not a file")
-
-    def _is_jsonl(self, path: str) -> bool:
-        if self.format != "auto":
-            return self.format == "jsonl"
-        name = path[:-3] if path.endswith(".gz") else path
-        return name.endswith((".jsonl", ".json", ".ndjson"))
-
-    @staticmethod
-    def _open(path: str):
-        return gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")
-
-    def documents(self, shard: int, num_shards: int, start: int) -> Iterator[tuple[int, Any, str]]:
-        """``(global index, text, where)`` of the documents ``k ≡ shard (mod num_shards)`` whose
-        shard position ``k // num_shards`` is at least ``start``. Only those lines are parsed."""
-        k = 0
-        for path in self.paths:
-            if not self._is_jsonl(path) and self.text_documents == "file":
-                if k % num_shards == shard and k // num_shards >= start:
-                    with self._open(path) as f:
-                        yield k, f.read(), path
-                k += 1
-                continue
-            jsonl = self._is_jsonl(path)
-            with self._open(path) as f:
-                for lineno, line in enumerate(f, 1):
-                    if jsonl and not line.strip():
-                        continue
-                    mine = k % num_shards == shard and k // num_shards >= start
-                    k += 1
-                    if not mine:
-                        continue
-                    where = f"{path}:{lineno}"
-                    if not jsonl:
-                        yield k - 1, line[:-1] if line.endswith(b"\n") else line, where
-                        continue
-                    try:
-                        obj = json.loads(line)
-                    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                        raise InputError(f"{where}: not a JSON Lines record ({e})") from e
-                    if not isinstance(obj, dict) or self.text_column not in obj:
-                        keys = list(obj) if isinstance(obj, dict) else type(obj).__name__
-                        raise InputError(
-                            f"{where}: no {self.text_column!r} field (found {keys}); pass "
-                            "text_column= to name the field holding the text"
-                        )
-                    yield k - 1, obj[self.text_column], where
-
-
-def _is_hf(source: object, kind: str) -> bool:
-    return any(
-        c.__module__.startswith("datasets") and c.__name__ == kind for c in type(source).__mro__
-    )
-
-
-def _check_column(source, text_column: str) -> None:
-    names = getattr(source, "column_names", None)
-    if names is not None and text_column not in names:
-        raise InputError(
-            f"the dataset has no column {text_column!r} (columns: {names}); pass text_column="
-        )
-
-
-def _shard_documents(
-    source: object, text_column: str, shard: int, num_shards: int, start: int
-) -> Iterator[tuple[int, Any, str]]:
-    """``(global index, text value, where)`` for the documents of one shard, from position
-    ``start`` of that shard on. Document ``k`` belongs to shard ``k % num_shards``."""
-    if isinstance(source, TextFiles):
-        yield from source.documents(shard, num_shards, start)
-    elif type(source).__name__ == "TextSource" and hasattr(source, "load"):  # .sources
-        yield from _shard_documents(source.load(), source.text_column, shard, num_shards, start)
-    elif _is_hf(source, "Dataset"):  # map-style: read only this shard's rows
-        _check_column(source, text_column)
-        rows = range(shard + start * num_shards, len(source), num_shards)
-        if len(rows):
-            ds = source.select_columns([text_column]).select(rows)
-            it = iter(rows)
-            for batch in ds.iter(batch_size=256):
-                for text in batch[text_column]:
-                    k = next(it)
-                    yield k, text, f"row {k}"
-    elif _is_hf(source, "IterableDataset"):  # streaming: read all, keep ours
-        _check_column(source, text_column)
-        # .iter() (not __iter__) so that datasets does not shard a second time by worker.
-        k = 0
-        for batch in source.iter(batch_size=256):
-            if text_column not in batch:
-                raise InputError(f"row {k}: no column {text_column!r} (columns: {list(batch)})")
-            for text in batch[text_column]:
-                if k % num_shards == shard and k // num_shards >= start:
-                    yield k, text, f"row {k}"
-                k += 1
-    elif callable(source) and not isinstance(source, Iterable):
-        yield from _shard_documents(source(), text_column, shard, num_shards, start)
-    elif isinstance(source, Sequence) and not isinstance(source, (str, bytes)):
-        for k in range(shard + start * num_shards, len(source), num_shards):
-            try:
-                text = source[k]
-            except Exception as e:
-                _add_note(e, f"while reading document {k} (item {k}) of the source")
-                raise
-            yield k, text, f"item {k}"
-    else:
-        for k, text in enumerate(source):
-            if k % num_shards == shard and k // num_shards >= start:
-                yield k, text, f"item {k}"
-
-
 def _normalize_source(source: object, text_column: str) -> object:
-    if isinstance(source, TextFiles) or type(source).__name__ == "TextSource":
-        return source
+    """The :class:`~torch_gpubpe.readers.Reader` of ``source`` (clear errors for the usual
+    mistakes)."""
+    if isinstance(source, (Reader, TextSource)):
+        return open_source(source)
     if isinstance(source, (str, os.PathLike)):
         if isinstance(source, str) and not os.path.isfile(source):
             raise InputError(
                 f"source is a str that names no file ({source[:60]!r}); pass a list of documents "
                 "(e.g. [text]), a path, or TextFiles(...)"
             )
-        return TextFiles(source, text_column=text_column)
-    if isinstance(source, Sequence) and source and all(
-        isinstance(p, os.PathLike) for p in source
-    ):
         return TextFiles(source, text_column=text_column)
     if (isinstance(source, Sequence) and 0 < len(source) <= 10_000
             and all(isinstance(p, str) and len(p) < 4096 and "\n" not in p
@@ -235,11 +85,7 @@ def _normalize_source(source: object, text_column: str) -> object:
             f"({source[0]!r}, ...): a list of str is read as the documents themselves. Pass "
             "[pathlib.Path(p) for p in paths] or TextFiles(paths) to read the files"
         )
-    if isinstance(source, Mapping):
-        raise InputError("source is a mapping; pass a sequence of documents or a dataset")
-    if not (isinstance(source, Iterable) or callable(source)):
-        raise InputError(f"source of type {type(source).__name__} is not iterable")
-    return source
+    return open_source(source, text_column=text_column)
 
 
 # ================================================================================================
@@ -508,7 +354,8 @@ class TokenizedDataset(IterableDataset):
         t = d["_tokenizer_arg"]
         if type(t).__module__ == "torch_gpubpe.encoder":
             d["_tokenizer_arg"] = t.vocab
-        if isinstance(d["source"], (types.GeneratorType, Iterator)):
+        src = d["source"].obj if isinstance(d["source"], PyReader) else d["source"]
+        if isinstance(src, (types.GeneratorType, Iterator)):
             raise InputError(
                 "TokenizedDataset: a one-shot iterator (generator) as source cannot be sent to "
                 "DataLoader workers; pass a list, a callable returning an iterable, a datasets "
@@ -595,46 +442,88 @@ class TokenizedDataset(IterableDataset):
             return self._documents(batches)
         return self._blocks(batches, start)
 
+    def _bad_document(self, b: DocBatch, j: int, info: ShardInfo) -> InputError:
+        kind, detail = b.problem(j)
+        k = int(b.indices[j])
+        if kind == "missing":
+            return InputError(f"{b.where(j)}: {detail}; pass text_column= to name the field "
+                              f"holding the text (document {k}; {info.describe()})")
+        what = "None" if kind == "null" else detail
+        return InputError(
+            f"document {k} ({b.where(j)}; {info.describe()}): text is {what}, not str; pass "
+            "on_bad_document='skip' to skip such documents")
+
     def _document_batches(self, info: ShardInfo, start: int) -> Iterator[tuple]:
-        """Groups of ``(position, index, text)`` of about ``batch_bytes`` bytes."""
-        docs = _shard_documents(self.source, self.text_column, info.shard, info.num_shards, start)
-        batch, nbytes, skipped, pos = [], 0, [], start
-        for k, text, where in _noted(docs, info):
-            pos = k // info.num_shards
-            if isinstance(text, Mapping) and self.text_column in text:  # rows as dicts
-                text = text[self.text_column]
-            if isinstance(text, str):
-                size = len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
-            elif isinstance(text, (bytes, bytearray, memoryview)):
-                text = bytes(text)
-                size = len(text)
+        """GPU batches ``(values, indices, end position, skipped positions)`` of about
+        ``batch_bytes`` bytes and at most ``max_batch_documents`` documents, in shard order;
+        ``values`` is one Arrow array (no per-document Python objects)."""
+        n_sh = info.num_shards
+        docs = self.source.batches(info.shard, n_sh, start)
+        parts: list[tuple[pa.Array, np.ndarray]] = []
+        nbytes = ndocs = 0
+        skipped: list[int] = []
+        pos = start - 1
+
+        def emit():
+            nonlocal parts, nbytes, ndocs, skipped
+            if len(parts) == 1:
+                vals, idx = parts[0]
+            elif parts:
+                vals = pa.concat_arrays([v.cast(pa.large_binary()) for v, _ in parts])
+                idx = np.concatenate([i for _, i in parts])
             else:
+                vals, idx = None, np.zeros(0, np.int64)
+            out = (vals, idx, pos + 1, skipped)
+            parts, nbytes, ndocs, skipped = [], 0, 0, []
+            return out
+
+        for b in _noted(docs, info):
+            bad_pos: list[int] = []
+            kept = b
+            if b.values.null_count:
+                valid = b.values.is_valid().to_numpy(zero_copy_only=False)
                 if self.on_bad_document == "raise":
-                    raise InputError(
-                        f"document {k} ({where}; {info.describe()}): text is "
-                        f"{'None' if text is None else type(text).__name__}, not str; pass "
-                        "on_bad_document='skip' to skip such documents"
-                    )
-                skipped.append(pos)
-                continue
-            batch.append((pos, k, text))
-            nbytes += size
-            if nbytes >= self.batch_bytes or len(batch) >= self.max_batch_documents:
-                yield batch, pos + 1, skipped
-                batch, nbytes, skipped = [], 0, []
-        if batch or skipped:
-            yield batch, pos + 1, skipped
+                    raise self._bad_document(b, int(np.flatnonzero(~valid)[0]), info)
+                bad_pos = (b.indices[~valid] // n_sh).tolist()
+                kept = b.take(np.flatnonzero(valid))
+            nb = 0  # bad positions handed out so far
+            if len(kept):
+                _, offs = arrow_to_packed(kept.values)
+                idx = kept.indices
+                a, n = 0, len(kept)
+                while a < n:
+                    target = offs[a] + max(self.batch_bytes - nbytes, 1)
+                    c = int(np.searchsorted(offs, target, side="left"))
+                    c = max(a + 1, min(c, n, a + self.max_batch_documents - ndocs))
+                    parts.append((kept.values.slice(a, c - a), idx[a:c]))
+                    nbytes += int(offs[c] - offs[a])
+                    ndocs += c - a
+                    pos = int(idx[c - 1]) // n_sh
+                    while nb < len(bad_pos) and bad_pos[nb] < pos:
+                        skipped.append(bad_pos[nb])
+                        nb += 1
+                    a = c
+                    if nbytes >= self.batch_bytes or ndocs >= self.max_batch_documents:
+                        yield emit()
+            skipped += bad_pos[nb:]
+            pos = max(pos, int(b.indices[-1]) // n_sh)
+        if parts or skipped:
+            yield emit()
 
     def _encoded_batches(self, info: ShardInfo, start: int) -> Iterator[_Batch]:
         """Submit batches to the GPU, ``pipeline_depth`` in flight; yield them in order."""
         inflight: deque = deque()
         try:
-            for docs, end, skipped in self._document_batches(info, start):
-                meta = _Batch([d[0] for d in docs], [d[1] for d in docs], end, skipped, None)
+            for values, idx, end, skipped in self._document_batches(info, start):
+                meta = _Batch((idx // info.num_shards).tolist(), idx.tolist(), end, skipped, None)
                 pending = None
-                if docs:
+                if len(idx):
                     try:
-                        pending = self.tokenizer.submit([d[2] for d in docs])
+                        tok = self.tokenizer
+                        if hasattr(tok, "submit_arrow"):
+                            pending = tok.submit_arrow(values)
+                        else:
+                            pending = tok.submit(values.cast(pa.large_binary()).to_pylist())
                     except GPUForkError:
                         raise
                     except Exception as e:
@@ -733,7 +622,7 @@ class TokenizedDataset(IterableDataset):
             yield {"input_ids": self._to_tensor(inp), "labels": self._to_tensor(lab)}
 
 
-def _noted(docs: Iterator[tuple[int, Any, str]], info: ShardInfo) -> Iterator[tuple]:
+def _noted(docs: Iterator[DocBatch], info: ShardInfo) -> Iterator[DocBatch]:
     """``docs``, with a note on any exception raised while reading the source: the shard and
     the last document read before it (the failing one is the next of this shard)."""
     last = None
@@ -746,7 +635,7 @@ def _noted(docs: Iterator[tuple[int, Any, str]], info: ShardInfo) -> Iterator[tu
             after = "before its first document" if last is None else f"after document {last}"
             _add_note(e, f"while reading the source ({info.describe()}), {after}")
             raise
-        last = item[0]
+        last = int(item.indices[-1])
         yield item
 
 

@@ -634,6 +634,43 @@ class Tokenizer:
         with self._lock:
             return self._submit_packed(data, offsets)
 
+    def submit_packed(self, data: np.ndarray, offsets: np.ndarray) -> PendingEncoding:
+        """:meth:`submit` for documents already packed: ``data`` (1-D ``np.uint8``, any bytes)
+        and ``offsets`` (``np.int64``, shape ``(num_docs + 1,)``, from 0 to ``len(data)``,
+        non-decreasing; document k is ``data[offsets[k]:offsets[k+1]]``). No per-document
+        Python objects; the bytes are copied once, into the mapped upload buffer.
+
+        Raises:
+            InputError: bad dtypes, shapes or offsets.
+        """
+        data = np.asarray(data)
+        offsets = np.asarray(offsets)
+        if data.dtype != np.uint8 or data.ndim != 1 or offsets.ndim != 1 or len(offsets) < 1 \
+                or offsets.dtype.kind not in "iu":
+            raise InputError("submit_packed expects 1-D uint8 data and 1-D integer offsets, got "
+                             f"{data.dtype}{data.shape} and {offsets.dtype}{offsets.shape}")
+        offsets = offsets.astype(np.int64, copy=False)
+        if offsets[0] != 0 or offsets[-1] != len(data) or (np.diff(offsets) < 0).any():
+            raise InputError(f"offsets must go from 0 to len(data)={len(data)} without "
+                             f"decreasing (got {offsets[0]}..{offsets[-1]})")
+        with self._lock:
+            return self._submit_packed(data, offsets)
+
+    def submit_arrow(self, values) -> PendingEncoding:
+        """:meth:`submit` for a ``pyarrow`` string/binary array (or chunked array) of
+        documents, read zero copy (:func:`torch_gpubpe.readers.arrow_to_packed`).
+
+        Raises:
+            InputError: a null document (names its index) or a non-text array type.
+        """
+        from .readers import arrow_to_packed
+
+        return self.submit_packed(*arrow_to_packed(values))
+
+    def encode_arrow(self, values) -> BatchEncoding:
+        """:meth:`encode_batch` for a ``pyarrow`` string/binary array (:meth:`submit_arrow`)."""
+        return self.submit_arrow(values).result()
+
     def _submit_packed(self, data: np.ndarray | list[bytes], offsets: np.ndarray
                        ) -> PendingEncoding:
         p = PendingEncoding(self)
