@@ -469,7 +469,10 @@ class TokenizedDataset(IterableDataset):
             if len(parts) == 1:
                 vals, idx = parts[0]
             elif parts:
-                vals = pa.concat_arrays([v.cast(pa.large_binary()) for v, _ in parts])
+                vs = [v for v, _ in parts]
+                if len({v.type for v in vs}) > 1:
+                    vs = [v.cast(pa.large_binary()) for v in vs]
+                vals = pa.concat_arrays(vs)
                 idx = np.concatenate([i for _, i in parts])
             else:
                 vals, idx = None, np.zeros(0, np.int64)
@@ -523,7 +526,7 @@ class TokenizedDataset(IterableDataset):
                         if hasattr(tok, "submit_arrow"):
                             pending = tok.submit_arrow(values)
                         else:
-                            pending = tok.submit(values.cast(pa.large_binary()).to_pylist())
+                            pending = tok.submit(values.to_pylist())  # str or bytes
                     except GPUForkError:
                         raise
                     except Exception as e:

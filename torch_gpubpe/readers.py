@@ -776,7 +776,9 @@ class FileReader(Reader):
             try:
                 t = pj.read_json(pa.py_buffer(chunk), parse_options=popts,
                                  read_options=pj.ReadOptions(use_threads=True, block_size=block))
-                return path, t.column(0).combine_chunks(), _Origin(describe, None, missing), lines
+                arr = t.column(0).combine_chunks()
+                arr.validate(full=True)  # pyarrow.json does not check UTF-8; JSON is UTF-8
+                return path, arr, _Origin(describe, None, missing), lines
             except pa.ArrowInvalid as e:
                 if "straddl" in str(e) and block != len(chunk) + 1:
                     continue  # a line longer than a block: parse the chunk as one block
@@ -1064,18 +1066,23 @@ class PyReader(Reader):
             for a in range(0, len(ks), self.batch_rows):
                 sub = ks[a : a + self.batch_rows]
                 items = []
+                err = None
                 for k in sub:
                     try:
                         items.append(obj[k])
                     except Exception as e:
                         if hasattr(e, "add_note"):
                             e.add_note(f"while reading document {k} (item {k}) of the source")
-                        raise
-                vals, bad, miss = _to_array(items, self.text_column)
-                idx = np.asarray(sub, np.int64)
-                origin = _Origin(lambda j, idx=idx: f"item {idx[j]}", bad,
-                                 (lambda j, miss=miss: miss.get(j)) if miss else None)
-                yield DocBatch(vals, idx, np.arange(len(idx), dtype=np.int64), origin)
+                        err = e
+                        break
+                if items:  # the documents before a failing item are delivered first
+                    vals, bad, miss = _to_array(items, self.text_column)
+                    idx = np.asarray(sub[: len(items)], np.int64)
+                    origin = _Origin(lambda j, idx=idx: f"item {idx[j]}", bad,
+                                     (lambda j, miss=miss: miss.get(j)) if miss else None)
+                    yield DocBatch(vals, idx, np.arange(len(idx), dtype=np.int64), origin)
+                if err is not None:
+                    raise err
             return
         self._iterable = obj
         yield from super().batches(shard, num_shards, start)
@@ -1084,7 +1091,17 @@ class PyReader(Reader):
         items: list = []
         size = 0
         k = 0
-        for x in self._iterable:
+        it = iter(self._iterable)
+        while True:
+            try:
+                x = next(it)
+            except StopIteration:
+                break
+            except Exception:
+                if items:  # the documents before the failure are delivered first
+                    vals, bad, miss = _to_array(items, self.text_column)
+                    yield vals, k, self._origin(k, bad, miss)
+                raise
             items.append(x)
             size += len(x) if isinstance(x, (str, bytes, bytearray)) else 0
             if len(items) >= self.batch_rows or size >= self.batch_bytes:
