@@ -40,8 +40,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .errors import GPUBPEError, InputError, NoAdapterError
-from .reference import to_bytes
-from .sources import SAMPLE_BY, TextSource, iter_texts, shipped_corpus
+from .readers import FORMATS, SAMPLE_BY, TextSource, documents, prefetch
+from .sources import shipped_corpus
 from .vocab import MAX_VOCAB_SIZE, Vocab
 
 PROG = "torch_gpubpe"
@@ -50,6 +50,7 @@ DEFAULT_SPECIAL_TOKENS = ("<|endoftext|>",)
 DEFAULT_HOLDOUT_EVERY = 20
 DEFAULT_HOLDOUT_MAX_BYTES = 4_000_000
 DEFAULT_BATCH_BYTES = 4_000_000
+DEFAULT_SHARD_TOKENS = 10**8
 IDS_BIN, IDS_NPY, OFFSETS_NPY, META_JSON = "ids.bin", "ids.npy", "offsets.npy", "meta.json"
 
 _SIZE_RE = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
@@ -85,15 +86,19 @@ def _add_source_args(p: argparse.ArgumentParser, *, default_note: str) -> None:
     g.add_argument("--config", metavar="NAME", help="dataset configuration (e.g. en)")
     g.add_argument("--split", default="train", help="split to read (default: train)")
     g.add_argument("--data-files", nargs="+", metavar="FILE",
-                   help="local files or globs read with the datasets loaders: .txt, .json/.jsonl, "
-                        ".parquet, .csv/.tsv, .arrow, optionally .gz/.bz2/.xz/.zst compressed")
-    g.add_argument("--format", dest="file_format",
-                   choices=("text", "json", "parquet", "csv", "arrow"),
-                   help="loader for --data-files (default: from the file extension)")
+                   help="local files or globs: .parquet, .arrow/.feather, .jsonl/.json (JSON "
+                        "Lines), .csv/.tsv, .txt; JSON Lines and text optionally .gz/.zst/.bz2/"
+                        ".xz/.lz4 compressed (several files decompressed at once)")
+    g.add_argument("--format", dest="file_format", choices=FORMATS + ("jsonl",),
+                   help="input format of every --data-files file (default: from each file "
+                        "extension)")
     g.add_argument("--text-column", default="text", help="column with the text (default: text)")
     g.add_argument("--sample-by", choices=SAMPLE_BY, default="line",
                    help="for plain-text files: one document per line (default, line breaks kept), "
-                        "paragraph, or whole file")
+                        "per blank-line paragraph, or per file (document); the same names as "
+                        "TokenizedDataset's sample_by")
+    g.add_argument("--read-threads", type=_positive_int, metavar="N",
+                   help="threads reading and decompressing files (default: CPU count, max 16)")
     g.add_argument("--no-streaming", dest="streaming", action="store_false",
                    help="download/prepare the whole dataset first instead of streaming it")
     g.add_argument("--max-bytes", type=parse_size, metavar="SIZE",
@@ -160,22 +165,37 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show tracebacks instead of one-line errors")
 
     e = sub.add_parser(
-        "encode", help="tokenize documents to a flat token-id file (DESIGN.md §4)",
-        description="Tokenize documents on the GPU into DIR/ids.bin (or ids.npy) — all token ids "
-                    "back to back, uint16 when the vocab has at most 65,536 tokens, else "
-                    "uint32 — "
-                    "and DIR/offsets.npy (int64, documents + 1: document k is "
-                    "ids[offsets[k]:offsets[k+1]]), with DIR/meta.json describing both.",
+        "encode", help="tokenize documents to token files training code reads (DESIGN.md §4)",
+        description="Tokenize documents on the GPU. --output-format bin (default) / npy: "
+                    "DIR/ids.bin (or ids.npy) — all token ids back to back, uint16 when the vocab "
+                    "has at most 65,536 tokens, else uint32 — and DIR/offsets.npy (int64, "
+                    "documents + 1: document k is ids[offsets[k]:offsets[k+1]]), with "
+                    "DIR/meta.json. llmc: llm.c / modded-nanogpt shards (256 x int32 header, "
+                    "uint16 tokens, or uint32 for vocabs over 65,536; <|endoftext|> before each "
+                    "document; the first shard is the validation split). megatron: Megatron-LM "
+                    "indexed datasets (.bin + .idx, one sequence per document). An existing "
+                    "output is kept unless --overwrite; a killed llmc/megatron run continues "
+                    "after its last complete shard when run again with the same options.",
     )
     e.add_argument("--vocab", required=True, metavar="PATH",
                    help="vocab.json written by `train --out`, or its folder")
     _add_source_args(e, default_note="default: the corpus shipped in the package")
     e.add_argument("--out", required=True, metavar="DIR", help="output folder")
-    e.add_argument("--output-format", choices=("bin", "npy"), default="bin",
-                   help="ids as raw little-endian binary (default) or .npy")
+    e.add_argument("--output-format", choices=("bin", "npy", "llmc", "megatron"), default="bin",
+                   help="bin (default) / npy: flat ids + offsets.npy + meta.json; llmc: llm.c "
+                        "shards; megatron: Megatron-LM .bin/.idx")
+    e.add_argument("--shard-tokens", type=_positive_int, default=DEFAULT_SHARD_TOKENS,
+                   metavar="N", help="tokens per llmc/megatron shard (default: 100,000,000; "
+                                     "megatron shards end at a document end)")
+    e.add_argument("--name", default="data", metavar="PREFIX",
+                   help="llmc/megatron file name prefix (default: data → data_val_000000.bin, "
+                        "data_train_000001.bin, ... / data_000000.bin + .idx)")
+    e.add_argument("--overwrite", action="store_true",
+                   help="replace an existing output in --out (default: refuse, or continue an "
+                        "unfinished llmc/megatron run with the same options)")
     e.add_argument("--append-eos", action="store_true",
-                   help="append <|endoftext|> (else the vocab's first special token) after every "
-                        "document")
+                   help="bin/npy/megatron: append <|endoftext|> (else the vocab's first special "
+                        "token) after every document (llmc always puts it before each document)")
     e.add_argument("--batch-bytes", type=parse_size, default=DEFAULT_BATCH_BYTES, metavar="SIZE",
                    help="text per GPU batch (default: 4M)")
     e.add_argument("--pre-tokenizer", default="bytes-classes", metavar="NAME",
@@ -219,6 +239,7 @@ def source_from_args(args: argparse.Namespace) -> TextSource:
         dataset=args.dataset, data_files=tuple(args.data_files or ()), config=args.config,
         split=args.split, text_column=args.text_column, streaming=args.streaming,
         file_format=args.file_format, sample_by=args.sample_by,
+        threads=getattr(args, "read_threads", None),
     )
 
 
@@ -289,39 +310,62 @@ def load_vocab_arg(path: str) -> Vocab:
 
 # -- train ---------------------------------------------------------------------------------------
 class CorpusReader:
-    """The training documents of ``source``, read lazily with a progress bar (bytes), every
-    ``holdout_every``-th document diverted to a held-out slice (until ``holdout_max_bytes``).
+    """The training documents of ``source`` as packed batches (:meth:`packed_batches`, what
+    the trainer's word counters take: no Python object per document), read on another thread
+    with a progress bar (bytes), every ``holdout_every``-th document diverted to a held-out slice
+    (until ``holdout_max_bytes``).
 
-    Iterate it once (the trainer does, DESIGN.md §3); afterwards ``train_bytes``,
-    ``train_docs``, ``heldout`` (list of str) and ``heldout_bytes`` describe what was read and
-    ``seconds`` is the wall time spent in iteration (reading + the trainer's word counting).
+    Read it once (the trainer does, DESIGN.md §3); afterwards ``train_bytes``, ``train_docs``,
+    ``heldout`` (list of bytes) and ``heldout_bytes`` describe what was read and ``seconds`` is
+    the wall time spent reading (reading + the trainer's word counting).
     """
 
     def __init__(self, args: argparse.Namespace, source: TextSource) -> None:
         self.args, self.source = args, source
         self.train_bytes = self.train_docs = self.heldout_bytes = 0
-        self.heldout: list[str] = []
+        self.heldout: list[bytes] = []
         self.seconds = 0.0
+        self.read_stats: dict = {}
 
-    def __iter__(self):
+    def packed_batches(self, batch_bytes: int):
+        import numpy as np
+
         a = self.args
         every, cap = a.holdout_every, a.holdout_max_bytes
-        texts = iter_texts(self.source, text_column=self.source.text_column,
-                           max_docs=a.max_docs, max_bytes=a.max_bytes)
+        stream = documents(self.source.reader(), max_docs=a.max_docs, max_bytes=a.max_bytes,
+                           stats=self.read_stats, batch_bytes=batch_bytes)
         t0 = time.perf_counter()
-        with _progress(a, desc="read + pre-tokenize", unit="B", unit_scale=True,
+        with _progress(a, desc="read + count words", unit="B", unit_scale=True,
                        unit_divisor=1000, total=a.max_bytes) as bar:
-            for i, text in enumerate(texts):
-                nb = len(to_bytes(text))
-                bar.update(nb)
-                if every > 0 and i % every == every - 1 and self.heldout_bytes < cap:
-                    self.heldout.append(text)
-                    self.heldout_bytes += nb
-                    continue
-                self.train_docs += 1
-                self.train_bytes += nb
-                yield text
+            for p in prefetch(stream, 2, "torch_gpubpe read"):
+                data, offsets = p.data, p.offsets
+                bar.update(p.nbytes)
+                if every > 0 and self.heldout_bytes < cap:
+                    i = np.arange(p.first, p.first + len(p), dtype=np.int64)
+                    cand = np.flatnonzero(i % every == every - 1)
+                    lens = np.diff(offsets)
+                    cl = lens[cand]
+                    before = self.heldout_bytes + np.cumsum(cl) - cl
+                    held = cand[before < cap]
+                    if len(held):
+                        for j in held.tolist():
+                            self.heldout.append(data[offsets[j] : offsets[j + 1]].tobytes())
+                        self.heldout_bytes += int(lens[held].sum())
+                        keep = np.ones(len(p), bool)
+                        keep[held] = False
+                        data = data[np.repeat(keep, lens)]
+                        offsets = np.zeros(int(keep.sum()) + 1, np.int64)
+                        np.cumsum(lens[keep], out=offsets[1:])
+                self.train_docs += len(offsets) - 1
+                self.train_bytes += int(offsets[-1])
+                yield data, offsets
         self.seconds = time.perf_counter() - t0
+
+    def __iter__(self):
+        """Documents one by one as bytes (for callers without the packed path)."""
+        for data, offsets in self.packed_batches(DEFAULT_BATCH_BYTES):
+            raw, o = data.tobytes(), offsets.tolist()
+            yield from (raw[o[j] : o[j + 1]] for j in range(len(o) - 1))
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -476,97 +520,112 @@ def format_train_summary(s: dict) -> str:
 
 # -- encode --------------------------------------------------------------------------------------
 def _npy_header(dtype, n: int, size: int = 128) -> bytes:
-    """A .npy v1.0 header of exactly ``size`` bytes for a 1-D array of ``n`` items, so it can be
-    written first with a placeholder count and rewritten once the count is known."""
-    import numpy as np
+    """A .npy v1.0 header of exactly ``size`` bytes (:func:`torch_gpubpe.shards.npy_header`)."""
+    from .shards import npy_header
 
-    d = "{'descr': '%s', 'fortran_order': False, 'shape': (%d,), }" % (np.dtype(dtype).str, n)
-    body = d.ljust(size - 10 - 1) + "\n"
-    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
+    return npy_header(dtype, n, size)
 
 
-def _batches(texts, batch_bytes: int):
-    batch, nb = [], 0
-    for t in texts:
-        batch.append(t)
-        nb += len(to_bytes(t))
-        if nb >= batch_bytes:
-            yield batch, nb
-            batch, nb = [], 0
-    if batch:
-        yield batch, nb
+def _eot_id(vocab: Vocab, option: str, path: str) -> int:
+    if not vocab.special_tokens:
+        raise InputError(f"{option}: the vocab {path!r} has no special tokens")
+    specials = vocab.special_tokens
+    return vocab.token_to_id("<|endoftext|>" if "<|endoftext|>" in specials else specials[0])
+
+
+def _fingerprint(args: argparse.Namespace, source: TextSource, vocab: Vocab) -> dict:
+    """What decides the bytes of an encode output: a run is resumed only with the same."""
+    vp = _vocab_path(args.vocab).resolve()
+    files = []
+    for f in source.data_files:
+        try:
+            st = os.stat(f)
+            files.append([os.path.abspath(f), st.st_size, int(st.st_mtime)])
+        except OSError:
+            files.append([f, None, None])
+    return {"vocab": str(vp), "vocab_bytes": vp.stat().st_size, "vocab_size": len(vocab),
+            "source": source.describe() if not files else None, "files": files,
+            "text_column": source.text_column, "sample_by": source.sample_by,
+            "file_format": source.file_format, "split": source.split,
+            "max_docs": args.max_docs, "max_bytes": args.max_bytes,
+            "output_format": args.output_format, "shard_tokens": args.shard_tokens,
+            "name": args.name, "append_eos": bool(args.append_eos),
+            "pre_tokenizer": getattr(args, "pre_tokenizer", None)}
+
+
+def _skip_documents(stream, n: int):
+    """The packed stream without its first ``n`` documents (a resumed run: they are read, not
+    encoded)."""
+    for p in stream:
+        if n >= len(p):
+            n -= len(p)
+            continue
+        if n:
+            a = int(p.offsets[n])
+            p.data, p.offsets = p.data[a:], p.offsets[n:] - a
+            p.indices, p.first, n = p.indices[n:], p.first + n, 0
+        yield p
 
 
 def cmd_encode(args: argparse.Namespace) -> int:
-    import numpy as np
+    from .shards import ShardWriter
 
     vocab = load_vocab_arg(args.vocab)
     out = prepare_out_dir(args.out)
     source = source_from_args(args)
+    fmt = {"bin": "flat", "npy": "flat"}.get(args.output_format, args.output_format)
     eos = None
-    if args.append_eos:
-        if not vocab.special_tokens:
-            raise InputError(f"--append-eos: the vocab {args.vocab!r} has no special tokens")
-        specials = vocab.special_tokens
-        name = "<|endoftext|>" if "<|endoftext|>" in specials else specials[0]
-        eos = vocab.token_to_id(name)
+    if args.output_format == "llmc" or args.append_eos:
+        eos = _eot_id(vocab, "--output-format llmc" if args.output_format == "llmc"
+                      else "--append-eos", args.vocab)
+    writer = ShardWriter(out, fmt, len(vocab), name=args.name, eot_id=eos,
+                         shard_tokens=args.shard_tokens,
+                         fingerprint=_fingerprint(args, source, vocab),
+                         overwrite=args.overwrite, flat_npy=args.output_format == "npy")
     from .encoder import Tokenizer  # the GPU encoder (DESIGN.md §4)
 
     tok = Tokenizer(vocab, pre_tokenizer=args.pre_tokenizer)
-    dtype = np.dtype(getattr(tok, "id_dtype", np.uint16 if len(vocab) <= 65536 else np.uint32))
-    ids_path = out / (IDS_NPY if args.output_format == "npy" else IDS_BIN)
-    offsets = [np.zeros(1, np.int64)]
-    n_tokens = n_docs = n_bytes = 0
+    n_docs = n_bytes = n_tokens = 0
     t0 = time.perf_counter()
     read_stats: dict = {}
-    texts = iter_texts(source, text_column=source.text_column, max_docs=args.max_docs,
-                       max_bytes=args.max_bytes, stats=read_stats)
-    with open(ids_path, "wb") as f, _progress(args, desc="encode", unit="B", unit_scale=True,
-                                              unit_divisor=1000) as bar:
-        if args.output_format == "npy":
-            f.write(_npy_header(dtype, 0))
+    stream = documents(source.reader(), max_docs=args.max_docs, max_bytes=args.max_bytes,
+                       stats=read_stats, batch_bytes=args.batch_bytes)
+    if writer.resume_documents:
+        print(f"{PROG} encode: continuing an unfinished run in {out} after "
+              f"{len(writer.shards)} complete shard(s) ({writer.resume_documents:,} documents)",
+              file=sys.stderr)
+        stream = _skip_documents(stream, writer.resume_documents)
+    with _progress(args, desc="encode", unit="B", unit_scale=True, unit_divisor=1000) as bar:
 
         def drain(pending) -> None:
             nonlocal n_tokens, n_docs, n_bytes
             future, nb = pending
             enc = future.result()
-            ids = np.asarray(enc.ids)
-            offs = np.asarray(enc.offsets, np.int64)
-            if eos is not None:
-                ids = np.insert(ids, offs[1:], eos)
-                offs = offs + np.arange(len(offs), dtype=np.int64)
-            f.write(np.ascontiguousarray(ids, dtype.newbyteorder("<")).tobytes())
-            offsets.append(offs[1:] + n_tokens)
-            n_tokens += len(ids)
-            n_docs += len(offs) - 1
+            writer.add(enc.ids, enc.offsets)
+            n_tokens += len(enc.ids)
+            n_docs += len(enc.offsets) - 1
             n_bytes += nb
             bar.update(nb)
+            dt = time.perf_counter() - t0
+            if dt > 0:
+                bar.set_postfix_str(f"{n_tokens / dt:,.0f} tokens/s", refresh=False)
 
         pending = None
-        for batch, nb in _batches(texts, args.batch_bytes):
-            fut = tok.submit(batch)  # the GPU works on this batch while the last one is written
+        # Reading, decompressing and packing run on other threads (readers.prefetch); the GPU
+        # encodes batch i while batch i - 1 is written.
+        for p in prefetch(stream, 2, "torch_gpubpe encode read"):
+            fut = tok.submit_packed(p.data, p.offsets)
             if pending is not None:
                 drain(pending)
-            pending = (fut, nb)
+            pending = (fut, p.nbytes)
         if pending is not None:
             drain(pending)
-        if args.output_format == "npy":
-            f.seek(0)
-            f.write(_npy_header(dtype, n_tokens))
     seconds = time.perf_counter() - t0
-    if n_docs == 0:
+    if n_docs == 0 and not writer.resume_documents:
         raise InputError(f"empty corpus: {source.describe()} gave no documents to encode")
-    np.save(out / OFFSETS_NPY, np.concatenate(offsets))
-    meta = {
-        "format": "torch_gpubpe.encoded",
-        "version": 1,
-        "ids_file": ids_path.name,
-        "ids_dtype": dtype.newbyteorder("<").str,
-        "offsets_file": OFFSETS_NPY,
-        "num_tokens": n_tokens,
-        "num_documents": n_docs,
+    meta = writer.close({
+        "num_documents": writer.resume_documents + n_docs,
         "text_bytes": n_bytes,
-        "eos_id": eos,
         "vocab_file": str(_vocab_path(args.vocab).resolve()),
         "vocab_size": len(vocab),
         "pre_tokenizer": tok.pre_tokenizer,
@@ -574,14 +633,17 @@ def cmd_encode(args: argparse.Namespace) -> int:
         # Rows whose text is None (missing) are not documents: document k is not row k then.
         "skipped_none_rows": read_stats.get("skipped_none", 0),
         "skipped_none_row_indices": read_stats.get("skipped_none_rows", []),
-    }
-    (out / META_JSON).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    })
     rate = n_bytes / seconds / 1e6 if seconds > 0 else float("inf")
     bpt = f"{n_bytes / n_tokens:.3f}" if n_tokens else "-"
+    files = meta.get("shards") or meta.get("prefixes") or [meta.get("ids_file"), "offsets.npy"]
+    shown = ", ".join(map(str, files[:3])) + (f" ... ({len(files)} in all)" if len(files) > 3
+                                              else "")
     print(
         f"{PROG} encode: {_docs(n_docs)}, {n_bytes:,} bytes → {n_tokens:,} tokens "
-        f"({bpt} bytes/token) in {seconds:.2f} s ({rate:.2f} MB/s) on {_adapter_name()}\n"
-        f"  wrote {ids_path} ({dtype.name}), {out / OFFSETS_NPY} (int64), {out / META_JSON}"
+        f"({bpt} bytes/token) in {seconds:.2f} s ({rate:.2f} MB/s, "
+        f"{n_tokens / max(seconds, 1e-9):,.0f} tokens/s) on {_adapter_name()}\n"
+        f"  wrote {args.output_format} output in {out}: {shown}, {META_JSON}"
     )
     if read_stats.get("skipped_none"):
         rows = read_stats["skipped_none_rows"]

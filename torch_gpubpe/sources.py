@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .errors import InputError
 from .readers import (  # noqa: F401 - re-exported names
+    _explain_load_error,
     FORMATS,
     SAMPLE_BY,
     TextSource,

@@ -54,7 +54,18 @@ DEFAULT_BATCH_BYTES = 4 << 20
 
 def _batches(documents: Iterable[str | bytes], batch_bytes: int,
              info: dict) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Yield packed ``(data uint8, offsets int64)`` batches of about ``batch_bytes`` bytes."""
+    """Yield packed ``(data uint8, offsets int64)`` batches of about ``batch_bytes`` bytes.
+
+    A source with a ``packed_batches(batch_bytes)`` method (a
+    :class:`torch_gpubpe.readers.Reader`, the CLI's corpus reader) gives its batches as they
+    are: no Python object per document."""
+    packed = getattr(documents, "packed_batches", None)
+    if packed is not None:
+        for data, offsets in packed(batch_bytes):
+            info["num_documents"] = info.get("num_documents", 0) + len(offsets) - 1
+            info["corpus_bytes"] = info.get("corpus_bytes", 0) + int(offsets[-1])
+            yield data, offsets
+        return
     parts: list[bytes] = []
     size = 0
     for k, doc in enumerate(documents):

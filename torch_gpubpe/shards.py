@@ -1,0 +1,395 @@
+"""Token files that training code reads as they are: llm.c shards, Megatron-LM indexed datasets,
+and this project's flat ids + offsets (``python -m torch_gpubpe encode --output-format``).
+
+Formats (all little-endian):
+
+``llmc``      llm.c / modded-nanogpt shards (karpathy/llm.c ``dev/data/data_common.py``
+              ``write_datafile``; read by ``train_gpt2.py`` ``_peek_data_shard`` /
+              ``_load_data_shard``): a header of 256 ``int32`` — magic 20240520, version 1, token
+              count — then ``uint16`` tokens; for vocabs over 65,536 tokens the uint32 variant
+              (magic 20240801, version 7, ``uint32`` tokens). The EOT token comes *before* each
+              document (as llm.c's ``fineweb.py``); a shard holds ``shard_tokens`` tokens (the
+              last one fewer), documents are split across shards, and the first shard is the
+              validation split: ``<name>_val_000000.bin``, ``<name>_train_000001.bin``, ...
+``megatron``  Megatron-LM ``IndexedDataset`` (``megatron/core/datasets/indexed_dataset.py``):
+              ``<name>_NNNNNN.bin`` (token ids, ``uint16`` when the vocab has at most 65,536
+              tokens, else ``int32``) + ``<name>_NNNNNN.idx``: ``b"MMIDIDX\\x00\\x00"``, version
+              1 (``<Q``), dtype code (``<B``: uint16 = 8, int32 = 4), sequence count (``<Q``),
+              document count (``<Q``), ``int32`` sequence lengths, ``int64`` byte pointers,
+              ``int64`` document indices (``0, 1, ..., n``: one sequence per document). A shard
+              ends at the first document boundary at or after ``shard_tokens`` tokens; pass the
+              prefixes to Megatron's ``--data-path``.
+``flat``      ``ids.bin`` (or ``ids.npy``) — every id back to back — plus ``offsets.npy``
+              (``int64``, documents + 1) and ``meta.json``.
+
+Every file is written under a temporary name and renamed when complete, so a killed run leaves
+only complete shards; :class:`ShardWriter` then resumes after the last one (its progress file
+records how many documents, and tokens of the next document, the complete shards hold). The
+bytes written depend only on the document stream, not on batch sizes, thread counts or the
+order in which files were read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+
+LLMC_MAGIC = {2: (20240520, 1), 4: (20240801, 7)}
+"""llm.c header (magic, version) by token size in bytes (gpt-2 uint16, llama-3 uint32)."""
+LLMC_HEADER_INTS = 256
+MEGATRON_HEADER = b"MMIDIDX\x00\x00"
+MEGATRON_DTYPE_CODES = {np.dtype(np.uint8): 1, np.dtype(np.int8): 2, np.dtype(np.int16): 3,
+                        np.dtype(np.int32): 4, np.dtype(np.int64): 5, np.dtype(np.float64): 6,
+                        np.dtype(np.float32): 7, np.dtype(np.uint16): 8}
+"""Megatron-LM ``DType`` enum codes."""
+OUTPUT_FORMATS = ("llmc", "megatron", "flat")
+DEFAULT_SHARD_TOKENS = 10**8
+PROGRESS = ".torch_gpubpe-progress.json"
+META_JSON = "meta.json"
+
+
+def llmc_shard_name(name: str, index: int) -> str:
+    """``<name>_val_000000.bin`` for shard 0, ``<name>_train_<index:06d>.bin`` after."""
+    return f"{name}_{'val' if index == 0 else 'train'}_{index:06d}.bin"
+
+
+def read_llmc_shard(path: str | os.PathLike) -> np.ndarray:
+    """Tokens of one llm.c shard, checked as llm.c's ``_load_data_shard`` does (magic,
+    version, token count equal to the data that follows)."""
+    with open(path, "rb") as f:
+        header = np.frombuffer(f.read(LLMC_HEADER_INTS * 4), dtype=np.int32)
+        for size, (magic, version) in LLMC_MAGIC.items():
+            if header[0] == magic:
+                break
+        else:
+            raise ValueError(f"{path}: magic number mismatch in the data .bin file")
+        if header[1] != version:
+            raise ValueError(f"{path}: unsupported version {header[1]}")
+        ntok = int(header[2])
+        tokens = np.frombuffer(f.read(), dtype=np.uint16 if size == 2 else np.uint32)
+    if len(tokens) != ntok:
+        raise ValueError(f"{path}: number of tokens read does not match header")
+    return tokens
+
+
+def read_megatron(prefix: str | os.PathLike) -> list[np.ndarray]:
+    """Documents of a Megatron-LM indexed dataset ``prefix.bin`` + ``prefix.idx``, read with the
+    layout of Megatron's ``_IndexReader`` (one array of token ids per document)."""
+    with open(f"{prefix}.idx", "rb") as f:
+        if f.read(9) != MEGATRON_HEADER:
+            raise ValueError(f"{prefix}.idx: bad header")
+        (version,) = struct.unpack("<Q", f.read(8))
+        if version != 1:
+            raise ValueError(f"{prefix}.idx: bad version {version}")
+        (code,) = struct.unpack("<B", f.read(1))
+        dtype = {v: k for k, v in MEGATRON_DTYPE_CODES.items()}[code]
+        (nseq,) = struct.unpack("<Q", f.read(8))
+        (ndoc,) = struct.unpack("<Q", f.read(8))
+        rest = f.read()
+    lengths = np.frombuffer(rest, np.int32, nseq, 0)
+    pointers = np.frombuffer(rest, np.int64, nseq, lengths.nbytes)
+    doc_idx = np.frombuffer(rest, np.int64, ndoc, lengths.nbytes + pointers.nbytes)
+    data = np.fromfile(f"{prefix}.bin", np.uint8)
+    seqs = [np.frombuffer(data, dtype, int(n), int(p)) for n, p in zip(lengths, pointers)]
+    return [np.concatenate(seqs[doc_idx[d] : doc_idx[d + 1]]) if doc_idx[d + 1] > doc_idx[d]
+            else np.zeros(0, dtype) for d in range(ndoc - 1)]
+
+
+def _insert_before(ids: np.ndarray, offsets: np.ndarray, tok: int, dtype) -> np.ndarray:
+    """The token stream ``[tok] doc0 [tok] doc1 ...`` of a batch (vectorised)."""
+    n = len(offsets) - 1
+    out = np.empty(len(ids) + n, dtype)
+    starts = offsets[:-1] + np.arange(n, dtype=np.int64)
+    mask = np.ones(len(out), bool)
+    mask[starts] = False
+    out[starts] = tok
+    out[mask] = ids
+    return out
+
+
+def _write_atomic(path: Path, *chunks) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        for c in chunks:
+            f.write(c if isinstance(c, (bytes, bytearray, memoryview)) else
+                    np.ascontiguousarray(c).tobytes())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class ShardWriter:
+    """Writes the token ids of a document stream in one of :data:`OUTPUT_FORMATS`.
+
+    Args:
+        out: output folder (created).
+        fmt: ``"llmc"``, ``"megatron"`` or ``"flat"``.
+        vocab_size: number of token ids (picks uint16/uint32 for llm.c, uint16/int32 for
+            Megatron, uint16/uint32 for flat).
+        name: file name prefix (llm.c, Megatron).
+        eot_id: llm.c: the token put before every document (required); others: appended after
+            every document when not None.
+        shard_tokens: tokens per shard (llm.c; Megatron: a shard ends at the first document end
+            at or after it).
+        fingerprint: JSON-able description of the run; a progress file with another one is not
+            resumed.
+        overwrite: remove this writer's existing output first; else an existing complete output
+            is an error and an incomplete one with the same fingerprint is resumed.
+        flat_npy: flat format: ``ids.npy`` instead of ``ids.bin``.
+    Raises:
+        InputError: the output exists (and ``overwrite`` is false), a bad option.
+
+    After construction, :attr:`resume_documents` / :attr:`resume_tokens` say where the document
+    stream must restart: skip that many documents, then that many tokens of the next one.
+    """
+
+    def __init__(self, out: str | os.PathLike, fmt: str, vocab_size: int, *, name: str = "data",
+                 eot_id: int | None = None, shard_tokens: int = DEFAULT_SHARD_TOKENS,
+                 fingerprint: dict | None = None, overwrite: bool = False,
+                 flat_npy: bool = False) -> None:
+        if fmt not in OUTPUT_FORMATS:
+            raise InputError(f"output format must be one of {OUTPUT_FORMATS}, got {fmt!r}")
+        if shard_tokens < 1:
+            raise InputError(f"--shard-tokens must be >= 1, got {shard_tokens}")
+        if fmt == "llmc" and eot_id is None:
+            raise InputError("the llm.c format puts an end-of-text token before every document; "
+                             "the vocab has no special tokens (train it with <|endoftext|>)")
+        if fmt == "llmc" and shard_tokens >= 2**31:
+            raise InputError("llm.c shards hold fewer than 2^31 tokens (its header is int32)")
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.fmt, self.name, self.eot = fmt, name, eot_id
+        self.shard_tokens = int(shard_tokens)
+        if fmt == "megatron":
+            self.dtype = np.dtype(np.uint16 if vocab_size <= 65536 else np.int32)
+        else:
+            self.dtype = np.dtype(np.uint16 if vocab_size <= 65536 else np.uint32)
+        self.dtype = self.dtype.newbyteorder("<")
+        self.flat_npy = flat_npy
+        self.fingerprint = fingerprint or {}
+        self.shards: list[str] = []
+        self.tokens = 0           # tokens written in complete shards (and the current one)
+        self.documents = 0        # documents whose tokens are all in complete shards
+        self.resume_documents = 0
+        self.resume_tokens = 0
+        self._buf: list[np.ndarray] = []
+        self._buf_tokens = 0
+        self._skip = 0
+        self._doc_lens: list[np.ndarray] = []  # megatron / flat: per-document lengths
+        self._begin(overwrite)
+        self._stream_docs = self.resume_documents  # documents of the stream added so far
+
+    # -- output files ---------------------------------------------------------------------------
+    def _ours(self) -> list[Path]:
+        pats = {"llmc": [f"{self.name}_val_*.bin", f"{self.name}_train_*.bin"],
+                "megatron": [f"{self.name}_*.bin", f"{self.name}_*.idx"],
+                "flat": ["ids.bin", "ids.npy", "offsets.npy"]}[self.fmt]
+        found = [p for pat in pats for p in self.out.glob(pat)]
+        found += [p for p in (self.out / META_JSON, self.out / PROGRESS) if p.exists()]
+        found += list(self.out.glob("*.tmp"))
+        return sorted(set(found))
+
+    def _begin(self, overwrite: bool) -> None:
+        existing = self._ours()
+        prog = self.out / PROGRESS
+        if existing and overwrite:
+            for p in existing:
+                p.unlink()
+            return
+        if not existing:
+            return
+        if prog.exists() and self.fmt != "flat":
+            state = json.loads(prog.read_text())
+            if state.get("fingerprint") != self.fingerprint:
+                raise InputError(
+                    f"{self.out}: holds an unfinished run with other settings or inputs; pass "
+                    "--overwrite to start again, or the same options to continue it")
+            self.shards = list(state["shards"])
+            self.tokens = int(state["tokens"])
+            self.documents = self.resume_documents = int(state["documents"])
+            self.resume_tokens = int(state["next_document_tokens"])
+            self._skip = self.resume_tokens
+            for p in self.out.glob("*.tmp"):
+                p.unlink()
+            keep = set(self.shards) | {PROGRESS}
+            for p in self._ours():
+                if p.name not in keep and not p.name.endswith(".idx") or (
+                        p.name.endswith(".idx") and p.name[:-4] + ".bin" not in keep):
+                    p.unlink()
+            return
+        shown = ", ".join(p.name for p in existing[:3])
+        raise InputError(f"{self.out}: output exists ({shown}{' ...' if len(existing) > 3 else ''});"
+                         " pass --overwrite to replace it")
+
+    def _save_progress(self, next_doc_tokens: int) -> None:
+        state = {"fingerprint": self.fingerprint, "shards": self.shards, "tokens": self.tokens,
+                 "documents": self.documents, "next_document_tokens": next_doc_tokens}
+        tmp = self.out / (PROGRESS + ".tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self.out / PROGRESS)
+
+    # -- adding batches -------------------------------------------------------------------------
+    def add(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+        """Add the token ids of consecutive documents: ``ids`` flat, ``offsets`` (int64,
+        ``n + 1``) as :class:`~torch_gpubpe.encoder.BatchEncoding` has them."""
+        ids = np.asarray(ids)
+        offsets = np.asarray(offsets, np.int64)
+        if self.fmt == "llmc":
+            self._add_llmc(ids, offsets)
+        else:
+            self._add_docs(ids, offsets)
+
+    def _add_llmc(self, ids, offsets) -> None:
+        n = len(offsets) - 1
+        stream = _insert_before(ids, offsets, self.eot, self.dtype)
+        bounds = offsets[:-1] + np.arange(n, dtype=np.int64)  # where each [EOT] sits
+        if self._skip:  # resuming inside a document: its first tokens are in a complete shard
+            stream, bounds = stream[self._skip:], bounds - self._skip
+            self._skip = 0
+        base = self._stream_docs
+        pos, m = 0, len(stream)
+        while pos < m:
+            take = min(self.shard_tokens - self._buf_tokens, m - pos)
+            self._buf.append(stream[pos : pos + take])
+            self._buf_tokens += take
+            pos += take
+            if self._buf_tokens == self.shard_tokens:
+                self._flush_llmc()
+                if pos == m:
+                    done, inside = base + n, 0
+                else:  # the document holding stream position pos - 1 .. pos
+                    i = int(np.searchsorted(bounds, pos, side="right")) - 1
+                    done, inside = base + i, pos - int(bounds[i])
+                self.documents = done
+                self._save_progress(inside)
+        self._stream_docs = base + n
+
+    def _flush_llmc(self) -> None:
+        toks = np.concatenate(self._buf) if len(self._buf) != 1 else self._buf[0]
+        idx = len(self.shards)
+        name = llmc_shard_name(self.name, idx)
+        header = np.zeros(LLMC_HEADER_INTS, np.int32)
+        header[0], header[1] = LLMC_MAGIC[self.dtype.itemsize]
+        header[2] = len(toks)
+        _write_atomic(self.out / name, header.astype("<i4"), toks.astype(self.dtype, copy=False))
+        self.shards.append(name)
+        self.tokens += len(toks)
+        self._buf, self._buf_tokens = [], 0
+
+    def _add_docs(self, ids, offsets) -> None:
+        if self.eot is not None:  # appended after each document
+            n = len(offsets) - 1
+            out = np.empty(len(ids) + n, self.dtype)
+            ends = offsets[1:] + np.arange(1, n + 1, dtype=np.int64) - 1
+            mask = np.ones(len(out), bool)
+            mask[ends] = False
+            out[ends] = self.eot
+            out[mask] = ids
+            ids, offsets = out, offsets + np.arange(n + 1, dtype=np.int64)
+        lens = np.diff(offsets)
+        if self.fmt == "flat":
+            self._buf.append(ids.astype(self.dtype, copy=False))
+            self._doc_lens.append(lens)
+            self._buf_tokens += len(ids)
+            self._flat_write()
+            return
+        a = 0
+        n = len(lens)
+        while a < n:
+            # documents up to the first end at or after the shard size
+            cum = np.cumsum(lens[a:]) + self._buf_tokens
+            c = int(np.searchsorted(cum, self.shard_tokens, side="left"))
+            b = min(n, a + c + 1)
+            self._buf.append(ids[offsets[a] : offsets[b]].astype(self.dtype, copy=False))
+            self._doc_lens.append(lens[a:b])
+            self._buf_tokens += int(offsets[b] - offsets[a])
+            self.documents += b - a
+            a = b
+            if self._buf_tokens >= self.shard_tokens:
+                self._flush_megatron()
+
+    def _flush_megatron(self) -> None:
+        toks = np.concatenate(self._buf) if self._buf else np.zeros(0, self.dtype)
+        lens = np.concatenate(self._doc_lens) if self._doc_lens else np.zeros(0, np.int64)
+        prefix = f"{self.name}_{len(self.shards):06d}"
+        ptrs = np.zeros(len(lens), np.int64)
+        np.cumsum(lens[:-1] * self.dtype.itemsize, out=ptrs[1:])
+        _write_atomic(self.out / f"{prefix}.bin", toks)
+        hdr = (MEGATRON_HEADER + struct.pack("<Q", 1)
+               + struct.pack("<B", MEGATRON_DTYPE_CODES[np.dtype(self.dtype.type)])
+               + struct.pack("<Q", len(lens)) + struct.pack("<Q", len(lens) + 1))
+        _write_atomic(self.out / f"{prefix}.idx", hdr, lens.astype("<i4"), ptrs.astype("<i8"),
+                      np.arange(len(lens) + 1, dtype="<i8"))
+        self.shards.append(f"{prefix}.bin")
+        self.tokens += len(toks)
+        self._buf, self._doc_lens, self._buf_tokens = [], [], 0
+        self._save_progress(0)
+
+    # -- flat -------------------------------------------------------------------------------------
+    def _flat_write(self) -> None:
+        if not hasattr(self, "_flat_f"):
+            ids_name = "ids.npy" if self.flat_npy else "ids.bin"
+            self._flat_path = self.out / ids_name
+            self._flat_f = open(self.out / (ids_name + ".tmp"), "wb")
+            if self.flat_npy:
+                self._flat_f.write(npy_header(self.dtype, 0))
+        for b in self._buf:
+            self._flat_f.write(np.ascontiguousarray(b).tobytes())
+        self.tokens += self._buf_tokens
+        self._buf, self._buf_tokens = [], 0
+
+    def close(self, meta: dict | None = None) -> dict:
+        """Write what is left (the last shard, the index, ``meta.json``); returns the metadata
+        written to ``meta.json``."""
+        info: dict = {"format": f"torch_gpubpe.{self.fmt}", "version": 1}
+        if self.fmt == "llmc":
+            if self._buf_tokens or not self.shards:
+                self._flush_llmc()
+            info.update(shards=self.shards, token_dtype=self.dtype.str, eot_id=self.eot,
+                        header_magic=LLMC_MAGIC[self.dtype.itemsize][0],
+                        validation_shard=self.shards[0])
+        elif self.fmt == "megatron":
+            if self._buf_tokens or self._doc_lens or not self.shards:
+                self._flush_megatron()
+            info.update(prefixes=[s[:-4] for s in self.shards], token_dtype=self.dtype.str,
+                        eod_id=self.eot)
+        else:
+            if not hasattr(self, "_flat_f"):
+                self._flat_write()
+            f = self._flat_f
+            if self.flat_npy:
+                f.seek(0)
+                f.write(npy_header(self.dtype, self.tokens))
+            f.flush()
+            os.fsync(f.fileno())
+            f.close()
+            os.replace(f.name, self._flat_path)
+            lens = np.concatenate(self._doc_lens) if self._doc_lens else np.zeros(0, np.int64)
+            offsets = np.zeros(len(lens) + 1, np.int64)
+            np.cumsum(lens, out=offsets[1:])
+            np.save(self.out / "offsets.npy", offsets)
+            info.update(ids_file=self._flat_path.name, ids_dtype=self.dtype.str,
+                        offsets_file="offsets.npy", eos_id=self.eot, num_documents=len(lens))
+        info["num_tokens"] = self.tokens
+        info.update(meta or {})
+        tmp = self.out / (META_JSON + ".tmp")
+        tmp.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, self.out / META_JSON)
+        prog = self.out / PROGRESS
+        if prog.exists():
+            prog.unlink()
+        return info
+
+
+def npy_header(dtype, n: int, size: int = 128) -> bytes:
+    """A .npy v1.0 header of exactly ``size`` bytes for a 1-D array of ``n`` items, so it can be
+    written first with a placeholder count and rewritten once the count is known."""
+    d = "{'descr': '%s', 'fortran_order': False, 'shape': (%d,), }" % (np.dtype(dtype).str, n)
+    body = d.ljust(size - 10 - 1) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body.encode("latin1")
