@@ -45,6 +45,17 @@ WG = 256
 DEFAULT_CHUNK = 32
 DEFAULT_BUDGET = 1 << 15  # walk steps per thread per dispatch (lavapipe stops loops at 65,535)
 MAX_CONTINUATIONS_PER_SUBMIT = 64
+DEFAULT_LONG_WORD = 2048  # a walk this many bytes past its chunk hands the word to the long path
+MAX_LONG_TILE = 16384  # bytes per long-word tile (>= the longest token; lavapipe's loop cap)
+MAX_SLICE_POSITIONS = 1 << 31  # byte positions of a slice stay far below 2^32 (u32 in WGSL)
+_NO_TOKEN = 0xFFFFFFFF
+# Layout of the metadata readback (rb_meta): info[0:8], pass timestamps, the first regions
+# (first byte, end byte) of info[8:], then each document's first-token index.
+_META_HEAD = 32
+_TS_OFF = 32
+_REG_OFF = 80
+_REG_INLINE = 64
+_DOC_OFF = _REG_OFF + 8 * _REG_INLINE
 
 
 _PARTS_MIN_AVG_BYTES = 4096
@@ -126,6 +137,10 @@ class _Slot:
         self.meta_promise = None
         self.tok_promise = None
         self.query_set = None
+        self.cap_long = 0  # long-word buffers: bytes (long indices) and regions per group
+        self.cap_lreg = 0
+        self.lbg = None
+        self.nreg = self.long_errors = 0
 
     # -- buffers -------------------------------------------------------------------------
     def ensure(self, n: int, ndocs: int) -> None:
@@ -149,8 +164,12 @@ class _Slot:
         self.scratch = g.buffer(cap_n * 4, U.STORAGE, f"{lab}.scratch")
         self.counts = g.buffer(nb * 4, U.STORAGE | U.COPY_DST, f"{lab}.counts")
         self.block_off = g.buffer(nb * 4, U.STORAGE, f"{lab}.block_off")
-        self.state = g.buffer(nchunks * 4, U.STORAGE, f"{lab}.state")
-        self.meta = g.buffer(16, U.STORAGE | U.COPY_SRC | U.COPY_DST, f"{lab}.meta")
+        self.state = g.buffer((2 * nchunks + nb) * 4, U.STORAGE, f"{lab}.state")
+        # info: 8 counters + (first byte, end byte) of each long-word region; a region is a word
+        # of more than long_from bytes, so there are fewer than cap_n / long_from of them.
+        self.reg_cap = max(_REG_INLINE, cap_n // s.long_from + 2) if s.long_from else _REG_INLINE
+        self.meta = g.buffer(_META_HEAD + 8 * self.reg_cap, U.STORAGE | U.COPY_SRC | U.COPY_DST,
+                             f"{lab}.meta")
         self.params = g.buffer(32, U.UNIFORM | U.COPY_DST, f"{lab}.params")
         self.out_bytes = cap_n * s.id_size + 8
         self.out = g.buffer(self.out_bytes, U.STORAGE | U.COPY_SRC | U.COPY_DST, f"{lab}.out")
@@ -163,7 +182,8 @@ class _Slot:
         self.upload = g.device.create_buffer(
             label=f"{lab}.upload", size=self.off_mask + (self.bits_bytes if s.pretok else 0),
             usage=U.MAP_WRITE | U.COPY_SRC, mapped_at_creation=True)
-        self.rb_meta = g.buffer(64 + self.docs_bytes, U.MAP_READ | U.COPY_DST, f"{lab}.rb_meta")
+        self.rb_meta = g.buffer(_DOC_OFF + self.docs_bytes, U.MAP_READ | U.COPY_DST,
+                                f"{lab}.rb_meta")
         self.rb_tok = g.buffer(self.out_bytes, U.MAP_READ | U.COPY_DST, f"{lab}.rb_tokens")
         bind = {0: self.text, 1: self.bits, 2: s.nodes, 3: s.edges, 4: self.scratch,
                 5: self.counts, 6: self.state, 7: self.meta, 8: self.params, 9: self.block_off,
@@ -174,11 +194,14 @@ class _Slot:
             bind[16] = self.pt.mask
             walk = tuple(b for b in walk if b != 1) + (16,)  # document starts are in the mask
         self.bg = {}
-        for name, uses in (("chunked", walk),
-                           ("prefix", (5, 7, 8, 9)),
-                           ("compact", (1, 4, 8, 9, 10, 11, 12))):
+        uses_of = {"chunked": walk, "prefix": (5, 7, 8, 9),
+                   "compact": (1, 4, 7, 8, 9, 10, 11, 12)}
+        if s.long_from:
+            uses_of["ends"] = (6, 7, 8)
+        for name, uses in uses_of.items():
             self.bg[name] = g.bind_group(s.pipes[name], {b: bind[b] for b in uses},
                                          label=f"{lab}.{name}")
+        self.lbg = None  # bind groups of the long-word passes (they bind scratch and counts)
         if s.profile and self.query_set is None:
             self.query_set = g.device.create_query_set(label=f"{lab}.timestamps",
                                                        type="timestamp", count=6)
@@ -279,11 +302,12 @@ class _Slot:
         self._record_passes(enc, first=True, continuations=0)
         dev.queue.submit([enc.finish()])
         self.up_promise = self.upload.map_async("WRITE")
-        self.meta_promise = self.rb_meta.map_async(_wi.map_read_mode(), 0, 64 + 4 * max(ndocs, 0))
+        self.meta_promise = self.rb_meta.map_async(_wi.map_read_mode(), 0, _DOC_OFF + 4 * ndocs)
 
     def _write_params(self, resume: int, block_base: int = 0) -> None:
-        p = np.array([self.n, resume, self.sess.budget, self.nb, self.ndocs, block_base, 0, 0],
-                     np.uint32)
+        long_from = self.sess.long_from or _NO_TOKEN
+        p = np.array([self.n, resume, self.sess.budget, self.nb, self.ndocs, block_base,
+                      long_from, self.reg_cap], np.uint32)
         self.sess.gpu.device.queue.write_buffer(self.params, 0, p)
 
     def _record_passes(self, enc, first: bool, continuations: int,
@@ -293,7 +317,8 @@ class _Slot:
         compaction (O(slice) each: left out of continuation submits, so that a long word costs
         linear time)."""
         s, g = self.sess, self.sess.gpu
-        enc.clear_buffer(self.meta, 0, 16)
+        # info[0:4] per submit; info[4:8] (long-word regions, errors) once per slice.
+        enc.clear_buffer(self.meta, 0, _META_HEAD if first else 16)
         if first:
             enc.clear_buffer(self.counts, 0, self.nb * 4)
         if scan and self.ndocs:
@@ -312,51 +337,168 @@ class _Slot:
             return enc.begin_compute_pass(label=label, **kw)
 
         cp = begin(0, "trie_tokenizer_chunked")
-        cp.set_pipeline(s.pipes["chunked"])
-        cp.set_bind_group(0, self.bg["chunked"])
         cont_grid = grid if first else g.grid(cont_blocks)
-        for _ in range(1 if first else continuations):
-            cp.dispatch_workgroups(*cont_grid)
+        walks = 1 if first else continuations
+        for _ in range(walks):
+            s.dispatch(cp, "chunked", self.bg["chunked"], cont_grid)
+        if walks and s.long_from:  # (re)find the ends of the long-word regions
+            s.dispatch(cp, "ends", self.bg["ends"], g.grid(-(-self.reg_cap // WG)))
         cp.end()
         if not scan:
-            enc.copy_buffer_to_buffer(self.meta, 0, self.rb_meta, 0, 16)
+            self._copy_meta(enc)
             return
         cp = begin(1, "trie_prefix_sum")
-        cp.set_pipeline(s.pipes["prefix"])
-        cp.set_bind_group(0, self.bg["prefix"])
-        cp.dispatch_workgroups(1)
+        s.dispatch(cp, "prefix", self.bg["prefix"], (1, 1))
         cp.end()
         cp = begin(2, "trie_tokenizer_compact")
-        cp.set_pipeline(s.pipes["compact"])
-        cp.set_bind_group(0, self.bg["compact"])
-        cp.dispatch_workgroups(*grid)
+        s.dispatch(cp, "compact", self.bg["compact"], grid)
         cp.end()
-        enc.copy_buffer_to_buffer(self.meta, 0, self.rb_meta, 0, 16)
+        self._copy_meta(enc)
         if ts:
             enc.resolve_query_set(self.query_set, 0, 6, self.ts_resolve, 0)
-            enc.copy_buffer_to_buffer(self.ts_resolve, 0, self.rb_meta, 16, 48)
+            enc.copy_buffer_to_buffer(self.ts_resolve, 0, self.rb_meta, _TS_OFF, 48)
         if self.ndocs:
-            enc.copy_buffer_to_buffer(self.doc_tok, 0, self.rb_meta, 64, 4 * self.ndocs)
+            enc.copy_buffer_to_buffer(self.doc_tok, 0, self.rb_meta, _DOC_OFF, 4 * self.ndocs)
+
+    def _copy_meta(self, enc) -> None:
+        enc.copy_buffer_to_buffer(self.meta, 0, self.rb_meta, 0, _META_HEAD)
+        if self.sess.long_from:
+            enc.copy_buffer_to_buffer(self.meta, _META_HEAD, self.rb_meta, _REG_OFF,
+                                      8 * _REG_INLINE)
 
     def _read_meta(self) -> tuple[int, int, np.ndarray]:
         g = self.sess.gpu
         g.wait_promise(self.meta_promise, "token-count readback")
         self.meta_promise = None
         try:
-            raw = self.rb_meta.read_mapped(0, 64 + 4 * self.ndocs)
+            raw = self.rb_meta.read_mapped(0, _DOC_OFF + 4 * self.ndocs)
         finally:
             self.rb_meta.unmap()
-        head = np.frombuffer(raw, np.uint32, 16)
+        head = np.frombuffer(raw, np.uint32, 8)
+        self.nreg, self.long_errors = int(head[4]), int(head[5])
+        self.reg_inline = np.frombuffer(raw, np.uint32, 2 * _REG_INLINE, offset=_REG_OFF)
         if self.query_set is not None:
-            t = np.frombuffer(raw, np.uint64, 6, offset=16).astype(np.int64)
+            t = np.frombuffer(raw, np.uint64, 6, offset=_TS_OFF).astype(np.int64)
             self.sess.last_pass_us = {
                 name: (t[2 * k + 1] - t[2 * k]) * self.sess.ns_per_tick / 1e3
                 for k, name in enumerate(("trie_tokenizer_chunked", "trie_prefix_sum",
                                           "trie_tokenizer_compact"))}
-        doc_tok = np.frombuffer(raw, np.uint32, self.ndocs, offset=64)
+        doc_tok = np.frombuffer(raw, np.uint32, self.ndocs, offset=_DOC_OFF)
         # Blocks [lo, hi) hold every chunk whose walk ran out of budget (info[2], info[3]).
         self.cont_blocks = (0xFFFFFFFF - int(head[2]), int(head[3]))
         return int(head[0]), int(head[1]), doc_tok
+
+    # -- long words (DESIGN.md §8) ----------------------------------------------------------
+    def _regions(self) -> np.ndarray:
+        """int64 ``(R, 2)``: first byte and end byte of each long-word region, ascending."""
+        g = self.sess.gpu
+        if self.long_errors or self.nreg > self.reg_cap:
+            raise GPUOperationError(
+                f"encoding a slice of {self.n} bytes: the long-word path reported "
+                f"{self.long_errors} errors ({self.nreg} regions, room for {self.reg_cap}) on "
+                f"{g.adapter_name}")
+        if self.nreg <= _REG_INLINE:
+            flat = self.reg_inline[: 2 * self.nreg]
+        else:
+            flat = g.read_u32(self.meta, _META_HEAD, 2 * self.nreg,
+                              what="long-word regions readback")
+        reg = flat.astype(np.int64).reshape(-1, 2)
+        if not ((reg[:, 0] < reg[:, 1]) & (reg[:, 1] <= self.n)).all():
+            raise GPUOperationError(
+                f"encoding a slice of {self.n} bytes: invalid long-word regions on "
+                f"{g.adapter_name}")
+        return reg[np.argsort(reg[:, 0], kind="stable")]
+
+    def _ensure_long(self, positions: int, nreg: int) -> None:
+        """Buffers of the long-word passes for ``positions`` long indices and ``nreg`` regions
+        (grown ×1.5, at most ``sess.long_cap`` positions), and their bind groups."""
+        s = self.sess
+        g, U = s.gpu, s.gpu.wgpu.BufferUsage
+        lab = f"encode[{self.idx}].long"
+        if positions > self.cap_long or nreg > self.cap_lreg:
+            self.cap_long = min(max(positions, int(self.cap_long * 1.5), 1 << 16), s.long_cap)
+            self.cap_lreg = max(nreg, int(self.cap_lreg * 1.5), 64)
+            nodes = self.cap_long // s.lc * s.ldw
+            self.llen = g.buffer(4 * self.cap_long, U.STORAGE, f"{lab}.len")
+            self.lexit = g.buffer(4 * self.cap_long, U.STORAGE, f"{lab}.exit")
+            self.lptr = [g.buffer(4 * nodes, U.STORAGE, f"{lab}.ptr{k}") for k in (0, 1)]
+            self.lmark = g.buffer(4 * nodes, U.STORAGE, f"{lab}.mark")
+            self.ltab = g.buffer(16 * self.cap_lreg, U.STORAGE | U.COPY_DST, f"{lab}.regions")
+            self.lparams = g.buffer(32, U.UNIFORM | U.COPY_DST, f"{lab}.params")
+            self.lbg = None
+        if self.lbg is not None:
+            return
+        b = {0: self.text, 2: s.nodes, 3: s.edges, 4: self.scratch, 5: self.counts, 7: self.meta,
+             24: self.ltab, 25: self.lparams, 26: self.llen, 27: self.lexit, 28: self.lptr[0],
+             29: self.lptr[1], 30: self.lmark, 31: s.runs}
+
+        def bg(name, uses, **swap):
+            return g.bind_group(s.pipes[name], {k: swap.get(f"b{k}", b[k]) for k in uses},
+                                label=f"{lab}.{name}")
+
+        self.lbg = {
+            "lmatch": bg("lmatch", (0, 2, 3, 4, 24, 25, 26, 31)),
+            "lexits": bg("lexits", (24, 25, 26, 27, 28, 30)),
+            "ljump": [bg("ljump", (25, 28, 29, 30)),
+                      bg("ljump", (25, 28, 29, 30), b28=self.lptr[1], b29=self.lptr[0])],
+            "lemit": bg("lemit", (4, 5, 7, 24, 25, 26, 30)),
+        }
+
+    def _encode_long_words(self) -> tuple[int, np.ndarray]:
+        """Encode the slice's long-word regions in parallel (wgsl/encode.wgsl, long_match →
+        long_exits → ceil(log2(tiles)) × long_jump → long_emit), then the prefix sum and the
+        compaction; one submit per group of regions that fits ``sess.long_cap`` (one group unless
+        the slice is near the binding limit). Returns ``(total, doc_tok)`` as ``_read_meta``."""
+        s, g = self.sess, self.sess.gpu
+        reg = self._regions()
+        tiles = -(-(reg[:, 1] - reg[:, 0]) // s.lc)
+        if int(tiles.max()) * s.lc > s.long_cap:  # a region is at most a slice (limit + lc)
+            raise RuntimeError(f"long-word region of {int(tiles.max()) * s.lc} B above the "
+                               f"group capacity {s.long_cap} B")
+        groups, a, acc = [], 0, 0
+        for i, t in enumerate(tiles.tolist()):
+            if acc and acc + t * s.lc > s.long_cap:
+                groups.append((a, i))
+                a, acc = i, 0
+            acc += t * s.lc
+        groups.append((a, len(tiles)))
+        s.long_regions += len(reg)
+        for gi, (a, b) in enumerate(groups):
+            tl = tiles[a:b]
+            ntiles = int(tl.sum())
+            tab = np.zeros((b - a, 4), np.uint32)
+            tab[:, 0], tab[:, 1] = reg[a:b, 0], reg[a:b, 1]
+            tab[:, 2] = np.cumsum(tl) - tl
+            rounds = int(tl.max() - 1).bit_length()  # 2^rounds >= tiles of the longest region
+            self._ensure_long(ntiles * s.lc, b - a)
+            q = g.device.queue
+            q.write_buffer(self.ltab, 0, tab)
+            q.write_buffer(self.lparams, 0, np.array(
+                [self.n, b - a, ntiles, ntiles * s.ldw, 0, 0, 0, 0], np.uint32))
+            if gi == len(groups) - 1:
+                self._write_params(resume=2)  # the compaction after the last group runs
+            enc = g.device.create_command_encoder(label=f"encode[{self.idx}].long_words")
+            cp = enc.begin_compute_pass(label="long_words")
+            s.dispatch(cp, "lmatch", self.lbg["lmatch"], g.grid(-(-ntiles * s.lc // WG)))
+            s.dispatch(cp, "lexits", self.lbg["lexits"], g.grid(-(-ntiles // WG)))
+            for r in range(rounds):
+                s.dispatch(cp, "ljump", self.lbg["ljump"][r % 2],
+                           g.grid(-(-ntiles * s.ldw // WG)))
+            s.dispatch(cp, "lemit", self.lbg["lemit"], g.grid(-(-ntiles // WG)))
+            cp.end()
+            if gi == len(groups) - 1:
+                self._record_passes(enc, first=False, continuations=0, scan=True)
+            q.submit([enc.finish()])
+            s.long_submits += 1
+            s.long_dispatches += 3 + rounds
+        self.meta_promise = self.rb_meta.map_async(_wi.map_read_mode(), 0,
+                                                   _DOC_OFF + 4 * self.ndocs)
+        total, _, doc_tok = self._read_meta()
+        if self.long_errors:
+            raise GPUOperationError(
+                f"encoding a slice of {self.n} bytes: {self.long_errors} long-word tiles found "
+                f"no token chain on {g.adapter_name}")
+        return total, doc_tok
 
     def finish(self) -> tuple[np.ndarray, np.ndarray]:
         """Wait for the slice; continue out-of-budget walks; read the ids.
@@ -388,16 +530,19 @@ class _Slot:
             self._record_passes(enc, first=False, continuations=k, cont_blocks=hi - lo,
                                 scan=False)
             g.device.queue.submit([enc.finish()])
-            self.meta_promise = self.rb_meta.map_async(_wi.map_read_mode(), 0, 64 + 4 * self.ndocs)
+            self.meta_promise = self.rb_meta.map_async(_wi.map_read_mode(), 0,
+                                                       _DOC_OFF + 4 * self.ndocs)
             _, unfinished, _ = self._read_meta()
             k = min(2 * k, MAX_CONTINUATIONS_PER_SUBMIT)
-            if not unfinished:  # every walk done: prefix sum + compaction, once
+            if not unfinished and not self.nreg:  # every walk done: prefix sum + compaction
                 enc = g.device.create_command_encoder(label=f"encode[{self.idx}].compact")
                 self._record_passes(enc, first=False, continuations=0, scan=True)
                 g.device.queue.submit([enc.finish()])
                 self.meta_promise = self.rb_meta.map_async(_wi.map_read_mode(), 0,
-                                                           64 + 4 * self.ndocs)
+                                                           _DOC_OFF + 4 * self.ndocs)
                 total, unfinished, doc_tok = self._read_meta()
+        if self.nreg:  # long words: the parallel path, then prefix sum + compaction
+            total, doc_tok = self._encode_long_words()
         nbytes = (total * self.sess.id_size + 3) // 4 * 4
         if nbytes == 0:
             return np.zeros(0, self.sess.id_dtype), doc_tok
@@ -414,11 +559,34 @@ class _Slot:
         return np.frombuffer(raw, self.sess.id_dtype, total), doc_tok
 
 
+def _runs_table(trie: Trie) -> np.ndarray:
+    """uint32 ``(256, 2)``: for each byte value b, the largest m <= ``max_depth`` such that b^m
+    is a token, and its id (the trie's: the smallest id spelling it)."""
+    out = np.zeros((256, 2), np.uint32)
+    nodes, edges = trie.nodes, trie.edges
+    for b in range(256):
+        node, m, best = 0, 0, (1, b)
+        while m < trie.max_depth:
+            fc, nc = int(nodes[3 * node]), int(nodes[3 * node + 1])
+            k = int(np.searchsorted(edges[2 * fc : 2 * (fc + nc) : 2], b))
+            if k >= nc or edges[2 * (fc + k)] != b:
+                break
+            node, m = int(edges[2 * (fc + k) + 1]), m + 1
+            if nodes[3 * node + 2] != _NO_TOKEN:
+                best = (m, int(nodes[3 * node + 2]))
+        out[b] = best
+    return out
+
+
+_shader_override = None  # test hook: flags -> encode.wgsl source (e.g. POISON_WORKGROUP builds)
+
+
 class _Session:
     """Device-side state of one :class:`Tokenizer`: trie buffers, pipelines, two slots."""
 
     def __init__(self, trie: Trie, id_size: int, chunk: int, max_slice_bytes: int | None,
-                 budget: int, profile: bool, pre_tokenizer: str = "bytes-classes") -> None:
+                 budget: int, profile: bool, pre_tokenizer: str = "bytes-classes",
+                 long_word_bytes: int | None = DEFAULT_LONG_WORD) -> None:
         from .gpu import get_gpu
 
         self.gpu = g = get_gpu()
@@ -439,39 +607,88 @@ class _Session:
         self.continuation_dispatches = 0  # statistics (tests, benchmarks)
         self.continuation_workgroups = 0
         self.slices = 0
+        self.long_regions = 0  # long-word regions encoded in parallel
+        self.long_submits = 0
+        self.long_dispatches = 0
+        self.poison = None  # test hook: (pipeline, bind group, grid) dispatched before each pass
+        # Long words: tiles of lc >= max_depth bytes (a power of two, ~4 tokens of the longest
+        # kind), windows of ldw = max_depth nodes per tile; for runs of one byte, the longest
+        # token b^m (m <= max_depth) of each byte value b.
+        md = trie.max_depth
+        self.ldw = md
+        self.lc = min(max(64, 1 << (8 * md - 1).bit_length()), max(MAX_LONG_TILE, md))
+        self.long_from = 0 if long_word_bytes is None else max(int(long_word_bytes), chunk)
+        if self.long_from and md > MAX_LONG_TILE:
+            from .gpu import _warn_once
+
+            _warn_once("long_words", f"torch_gpubpe: the vocab's longest token ({md} bytes) is "
+                       f"above {MAX_LONG_TILE} bytes: long words are walked by one GPU thread "
+                       "each (slow for MB-long words)")
+            self.long_from = 0
         self.ns_per_tick = 1.0
         if self.profile:
             self.ns_per_tick = _wi.timestamp_period_ns(g.device.queue)
-        # Scratch and out are 4 B per input byte: they bound the slice (DESIGN.md §6).
-        limit = (min(g.max_storage_binding, g.max_buffer_size) - 1024) // 4
+        # Scratch and out are 4 B per input byte: they bound the slice (DESIGN.md §6), with room
+        # for one long-word tile more (llen, lexit: 4 B per byte of the regions, padded to whole
+        # tiles). Byte positions stay below 2^31, so no u32 position or size in WGSL overflows;
+        # larger inputs are sliced.
+        binding = min(g.max_storage_binding, g.max_buffer_size)
+        limit = min((binding - 1024 - 4 * self.lc) // 4, MAX_SLICE_POSITIONS)
         if max_slice_bytes is not None:
             limit = min(limit, int(max_slice_bytes))
         limit = max(limit, 2 * trie.max_depth + 8, 64)
         self.limit = limit // 4 * 4
+        self.long_cap = self.limit + self.lc  # long indices per group of regions (one submit)
         # doc_starts / doc_tok hold 4 B per document of a slice: bound the documents too (a
         # batch of millions of empty documents has few bytes but would exceed the binding).
         self.max_docs = (min(g.max_storage_binding, g.max_buffer_size) - 1024) // 4
         self.nodes = g.buffer(trie.nodes.nbytes, U.STORAGE | U.COPY_DST, "encode.trie_nodes")
         self.edges = g.buffer(trie.edges.nbytes, U.STORAGE | U.COPY_DST, "encode.trie_edges")
+        self.runs = g.buffer(256 * 8, U.STORAGE | U.COPY_DST, "encode.runs")
         with g.operation("uploading the trie"):
             g.device.queue.write_buffer(self.nodes, 0, trie.nodes)
             g.device.queue.write_buffer(self.edges, 0, trie.edges)
-        consts = {"WG": WG, "CHUNK": chunk, "OUT16": int(id_size == 2)}
+            g.device.queue.write_buffer(self.runs, 0, _runs_table(trie))
+        consts = {"WG": WG, "CHUNK": chunk, "OUT16": int(id_size == 2), "LC": self.lc,
+                  "LDW": self.ldw}
+        from .shaders import shader_source
+
+        def source(flags):  # None: the default build (cached under the shader's name)
+            if _shader_override is not None:
+                return _shader_override(flags)
+            return None if flags == g.flags else shader_source("encode", flags)
+
         self.pretok = None
-        walk_src = None
+        walk_flags = g.flags
         if pre_tokenizer != "bytes-classes":  # a regex split (torch_gpubpe.unicode_pretok)
-            from .shaders import shader_source
             from .unicode_pretok import UnicodePreTokenizer
 
             self.pretok = UnicodePreTokenizer(pre_tokenizer, gpu=g)
-            walk_src = shader_source("encode", g.flags | {"WORD_MASK"})
+            walk_flags = g.flags | {"WORD_MASK"}
+        kw = {"constants": consts, "source": source(g.flags)}
         self.pipes = {
             "chunked": g.pipeline("encode", "trie_tokenizer_chunked", constants=consts,
-                                  source=walk_src),
-            "prefix": g.pipeline("encode", "trie_prefix_sum", constants=consts),
-            "compact": g.pipeline("encode", "trie_tokenizer_compact", constants=consts),
+                                  source=source(walk_flags)),
+            "prefix": g.pipeline("encode", "trie_prefix_sum", **kw),
+            "compact": g.pipeline("encode", "trie_tokenizer_compact", **kw),
         }
+        if self.long_from:
+            for name, entry in (("ends", "long_word_ends"), ("lmatch", "long_match"),
+                                ("lexits", "long_exits"), ("ljump", "long_jump"),
+                                ("lemit", "long_emit")):
+                self.pipes[name] = g.pipeline("encode", entry, **kw)
         self.slots = [_Slot(self, 0), _Slot(self, 1)]
+
+    def dispatch(self, cp, name: str, bind_group, grid: tuple[int, int]) -> None:
+        """Record one dispatch of pipeline ``name`` (after the test hook ``poison``'s, if set)."""
+        if self.poison is not None:
+            pipe, pbg, pgrid = self.poison
+            cp.set_pipeline(pipe)
+            cp.set_bind_group(0, pbg)
+            cp.dispatch_workgroups(*pgrid)
+        cp.set_pipeline(self.pipes[name])
+        cp.set_bind_group(0, bind_group)
+        cp.dispatch_workgroups(*grid)
 
 
 class PendingEncoding:
@@ -507,19 +724,25 @@ class Tokenizer:
         thread_budget: walk steps per GPU thread per dispatch (default 32,768; raised to the
             longest token + 2); a word that needs more continues in further dispatches with the
             same result. For tests.
+        long_word_bytes: a word whose walk gets this many bytes past the walking thread's
+            chunk (default 2,048; at least ``chunk_bytes``) is finished by the parallel
+            long-word path (every byte's longest match at once, the token chain marked by
+            pointer jumping: same ids). ``None`` walks every word with one thread (slow for
+            MB-long words; for tests and comparisons).
         profile: record per-pass GPU times (µs) in :attr:`last_pass_us` (timestamp queries).
         pre_tokenizer: how text is split into words: ``"bytes-classes"`` (DESIGN.md §2, the
             default) or a regex family of :mod:`torch_gpubpe.patterns` (``"gpt2"``,
             ``"cl100k"``, ``"qwen2"`` or their ``pat_str``), split exactly on the GPU
             (:mod:`torch_gpubpe.unicode_pretok`).
     Raises:
-        ValueError: bad ``chunk_bytes`` or ``thread_budget``.
+        ValueError: bad ``chunk_bytes``, ``thread_budget`` or ``long_word_bytes``.
         InputError: a ``pre_tokenizer`` the GPU cannot split exactly (named).
     """
 
     def __init__(self, vocab: Vocab, *, chunk_bytes: int = DEFAULT_CHUNK,
                  max_slice_bytes: int | None = None, thread_budget: int | None = None,
-                 profile: bool = False, pre_tokenizer: str = "bytes-classes") -> None:
+                 profile: bool = False, pre_tokenizer: str = "bytes-classes",
+                 long_word_bytes: int | None = DEFAULT_LONG_WORD) -> None:
         from .patterns import resolve
 
         if not isinstance(vocab, Vocab):
@@ -536,6 +759,11 @@ class Tokenizer:
         self._chunk, self._max_slice, self._budget = chunk_bytes, max_slice_bytes, budget
         self._profile = profile
         self.pre_tokenizer = resolve(pre_tokenizer)
+        if long_word_bytes is not None and (int(long_word_bytes) != long_word_bytes
+                                            or long_word_bytes < 1):
+            raise ValueError(f"long_word_bytes must be a positive int or None, got "
+                             f"{long_word_bytes!r}")
+        self._long_word = long_word_bytes
         self._trie: Trie | None = None
         self._sess: _Session | None = None
         self._sess_pid: int | None = None
@@ -553,6 +781,7 @@ class Tokenizer:
         return state
 
     def __setstate__(self, state: dict) -> None:
+        state.setdefault("_long_word", DEFAULT_LONG_WORD)
         self.__dict__.update(state)
         self._lock = threading.RLock()
 
@@ -580,7 +809,7 @@ class Tokenizer:
             args = (self.trie, np.dtype(self.id_dtype).itemsize, self._chunk, self._max_slice,
                     self._budget, self._profile, self.pre_tokenizer)
             try:
-                sess = _Session(*args)
+                sess = _Session(*args, long_word_bytes=self._long_word)
             except GPUOperationError:
                 from . import gpu as gpumod
 
@@ -588,7 +817,7 @@ class Tokenizer:
                     raise
                 # The device was lost before this call (nothing of ours in flight): open a
                 # fresh one once rather than fail this call too.
-                sess = _Session(*args)
+                sess = _Session(*args, long_word_bytes=self._long_word)
             self._sess = sess
             self._sess_pid = os.getpid()
         return self._sess

@@ -17,13 +17,21 @@
 //                                                          first byte, NO_TOKEN elsewhere; length n
 //   5 counts     : storage, read_write  array<atomic<u32>>  tokens starting in each block of
 //                                                          BLOCK = WG * CHUNK bytes; cleared by host
-//   6 state      : storage, read_write  array<u32>          per chunk: 0 = done, else 1 + byte
-//                                                          where an out-of-budget walk resumes
+//   6 state      : storage, read_write  array<u32>          [0, C) per chunk: 0 = done, else 1 +
+//                                                          byte where an out-of-budget walk
+//                                                          resumes; [C, 2C) per chunk: its first
+//                                                          word start, NO_TOKEN if none; [2C,
+//                                                          2C + B) the same per block (C chunks,
+//                                                          B blocks of the slice; C = B * WG)
 //   7 info       : storage, read_write  array<atomic<u32>>  [0] tokens in the slice (written by
 //                                                          trie_prefix_sum), [1] chunks that ran
 //                                                          out of budget, [2] 0xFFFFFFFF - the
 //                                                          lowest block of such a chunk, [3] 1 +
-//                                                          the highest; 4 u32, cleared by host
+//                                                          the highest; [4] long-word regions,
+//                                                          [5] errors of the long-word path
+//                                                          (must stay 0); [8 + 2r], [9 + 2r]:
+//                                                          region r's first and end byte. [0, 8)
+//                                                          cleared by the host
 //   8 params     : uniform              Params
 //   9 block_off  : storage, read_write  array<u32>          exclusive prefix sum of counts; length
 //                                                          number of blocks
@@ -35,6 +43,27 @@
 //                                                          length params.num_docs
 //  12 doc_tok    : storage, read_write  array<u32>          per document: 1 + index (in the slice's
 //                                                          output) of its first token; 0 = none
+//
+// Long words (DESIGN.md §8: one thread must not walk MBs). A walk that gets params.long_from bytes
+// past its chunk's end inside one word stops at a token start p and records the region [p, end)
+// of that word (end: the next word start, found by long_word_ends from the per-chunk and
+// per-block first word starts). The regions are then encoded in parallel (long_match →
+// long_exits → ceil(log2(tiles)) × long_jump → long_emit, one submit): every byte's longest
+// match is independent; the tokens are the chain p → p + len → …, which pointer jumping marks.
+//  24 ltab       : storage, read        array<u32>          4 per region of the group: first byte,
+//                                                          end byte, first tile, 0
+//  25 lparams    : uniform              LParams
+//  26 llen       : storage, read_write  array<u32>          per long index (tile * LC + offset):
+//                                                          bytes of the longest match there
+//  27 lexit      : storage, read_write  array<u32>          per long index: the first chain
+//                                                          position at or past its tile's end
+//  28 lptr0      : storage, read_write  array<u32>          per window node (tile * LDW + offset <
+//  29 lptr1      : storage, read_write  array<u32>          LDW): the node of its exit, TERM at the
+//                                                          region's end (ping-pong pair)
+//  30 lmark      : storage, read_write  array<atomic<u32>>  per node: 1 = on the token chain
+//  31 runs       : storage, read        array<u32>          per byte value b: [2b] = m, the most
+//                                                          bytes <= LDW of a token b^m; [2b+1]
+//                                                          its id
 
 struct Params {
     n: u32,            // bytes in the slice (halo excluded)
@@ -43,8 +72,20 @@ struct Params {
     num_blocks: u32,   // ceil(n / BLOCK)
     num_docs: u32,     // documents starting in the slice (length of doc_starts)
     block_base: u32,   // resume = 1: the dispatch covers blocks block_base.. only
+    long_from: u32,    // a walk this many bytes past its chunk's end hands the word over
+                       // (0xFFFFFFFF: never)
+    reg_cap: u32,      // region slots in info
+}
+
+struct LParams {
+    n: u32,            // bytes in the slice
+    nreg: u32,         // regions in this group (rows of ltab)
+    ntiles: u32,       // tiles of LC bytes over the group's regions
+    nnodes: u32,       // ntiles * LDW
+    _pad0: u32,
     _pad1: u32,
     _pad2: u32,
+    _pad3: u32,
 }
 
 @group(0) @binding(0) var<storage, read> text: array<u32>;
@@ -66,21 +107,63 @@ struct Params {
 //                                                          wgsl/pretokenize_unicode.wgsl); bit 0 set
 @group(0) @binding(16) var<storage, read> word_mask: array<u32>;
 //#endif
+@group(0) @binding(24) var<storage, read> ltab: array<u32>;
+@group(0) @binding(25) var<uniform> lparams: LParams;
+@group(0) @binding(26) var<storage, read_write> llen: array<u32>;
+@group(0) @binding(27) var<storage, read_write> lexit: array<u32>;
+@group(0) @binding(28) var<storage, read_write> lptr0: array<u32>;
+@group(0) @binding(29) var<storage, read_write> lptr1: array<u32>;
+@group(0) @binding(30) var<storage, read_write> lmark: array<atomic<u32>>;
+@group(0) @binding(31) var<storage, read> runs: array<u32>;
 
 override WG: u32 = 256u;        // threads per workgroup (a multiple of every subgroup size)
 override CHUNK: u32 = 32u;      // bytes per thread in trie_tokenizer_chunked; a multiple of 4
 override OUT16: bool = false;   // write ids as u16 (vocab of at most 65,536 ids)
+override LC: u32 = 64u;         // long words: bytes per tile (>= the longest token)
+override LDW: u32 = 16u;        // long words: window nodes per tile (= the longest token, <= LC)
 
 const NO_TOKEN: u32 = 0xFFFFFFFFu;
+const TERM: u32 = 0xFFFFFFFFu;  // long words: the chain has reached its region's end
 
-// Workgroup memory of trie_tokenizer_chunked (4,100 B): root LUT and depth-1 node metadata.
+// Workgroup memory of trie_tokenizer_chunked (4,104 B): root LUT and depth-1 node metadata,
+// the block's token count and first word start. Every entry is written before it is read
+// (workgroup memory is not zeroed: WGPU_NOTES.md §0.3; tests poison it between dispatches).
 var<workgroup> root_lut: array<u32, 256>;
 var<workgroup> d1_fc: array<u32, 256>;
 var<workgroup> d1_nc: array<u32, 256>;
 var<workgroup> d1_tid: array<u32, 256>;
 var<workgroup> wg_count: atomic<u32>;
+var<workgroup> wg_first: atomic<u32>;
 // Workgroup memory of the scans (1,024 B): subgroup totals, or the whole scan without subgroups.
 var<workgroup> scan_buf: array<u32, 256>;
+// trie_tokenizer_compact: whether to skip (long-word regions are still to be encoded).
+var<workgroup> wg_skip: u32;
+
+// Test builds (flag POISON_WORKGROUP): every entry point first fills its workgroup memory with
+// 0xDEADBEEF, so that a read before the kernel's own initialisation gives garbage on every
+// adapter (tests/test_long_words.py checks exact results, and that a removed initialisation
+// is caught).
+//#if POISON_WORKGROUP
+const POISON: u32 = 0xDEADBEEFu;
+fn poison_lut(lid: u32) {
+    for (var b = lid; b < 256u; b += WG) {
+        root_lut[b] = POISON;
+        d1_fc[b] = POISON;
+        d1_nc[b] = POISON;
+        d1_tid[b] = POISON;
+    }
+    if (lid == 0u) {
+        atomicStore(&wg_count, POISON);
+        atomicStore(&wg_first, POISON);
+    }
+    workgroupBarrier();
+}
+fn poison_scan(rank: u32) {
+    for (var b = rank; b < 256u; b += WG) { scan_buf[b] = POISON; }
+    if (rank == 0u) { wg_skip = POISON; }
+    workgroupBarrier();
+}
+//#endif
 
 fn text_byte(i: u32) -> u32 { return (text[i >> 2u] >> ((i & 3u) * 8u)) & 0xFFu; }
 fn doc_start(i: u32) -> bool { return ((doc_bits[i >> 5u] >> (i & 31u)) & 1u) != 0u; }
@@ -134,6 +217,9 @@ fn find_child(fc: u32, nc: u32, b: u32) -> u32 {
 fn trie_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                           @builtin(num_workgroups) nwg: vec3<u32>,
                           @builtin(local_invocation_index) lid: u32) {
+//#if POISON_WORKGROUP
+    poison_lut(lid);
+//#endif
     // Root LUT and depth-1 cache (seed §4); the root's children are edges 0..255, one per byte.
     let root_fc = nodes[0];
     for (var b = lid; b < 256u; b += WG) {
@@ -143,7 +229,10 @@ fn trie_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         d1_nc[b] = nodes[3u * d1 + 1u];
         d1_tid[b] = nodes[3u * d1 + 2u];
     }
-    if (lid == 0u) { atomicStore(&wg_count, 0u); }
+    if (lid == 0u) {
+        atomicStore(&wg_count, 0u);
+        atomicStore(&wg_first, NO_TOKEN);
+    }
     workgroupBarrier();
 
     let n = params.n;
@@ -160,6 +249,8 @@ fn trie_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             for (var i = cs; i < ce; i++) {
                 if (word_start_at(i)) { p = i; walking = true; break; }
             }
+            state[params.num_blocks * WG + c] = select(NO_TOKEN, p, walking);
+            if (walking) { atomicMin(&wg_first, p); }
         } else {
             let st = state[c];
             walking = st != 0u;
@@ -204,6 +295,17 @@ fn trie_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             if (p >= n || (p >= ce && word_start_at(p))) {
                 if (params.resume != 0u) { state[c] = 0u; }
                 walking = false;
+            } else if (p >= ce && p - ce >= params.long_from) {
+                // A long word: the rest of it, from the token start p, goes to the parallel
+                // path (long_word_ends finds its end).
+                let r = atomicAdd(&info[4], 1u);
+                if (r < params.reg_cap) {
+                    atomicStore(&info[8u + 2u * r], p);
+                } else {
+                    atomicAdd(&info[5], 1u);  // cannot happen: reg_cap > n / long_from
+                }
+                if (params.resume != 0u) { state[c] = 0u; }
+                walking = false;
             } else {
                 let b = text_byte(p);
                 fc = d1_fc[b];
@@ -218,7 +320,186 @@ fn trie_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     workgroupBarrier();
     if (lid == 0u && block * WG * CHUNK < n) {
         atomicAdd(&counts[block], atomicLoad(&wg_count));
+        if (params.resume == 0u) { state[2u * params.num_blocks * WG + block] = atomicLoad(&wg_first); }
     }
+}
+
+// Long words, step 1 (one thread per region, after every walk of the slice): the region's end
+// is the first word start after its first byte p: in p's block, the first chunk at or after p's
+// chunk with a word start (after p: no word starts between the word's start and p, which are at
+// least long_from >= CHUNK bytes apart); else the first later block with one; else the slice end.
+// At most WG + num_blocks loop iterations.
+@compute @workgroup_size(WG)
+fn long_word_ends(@builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    let r = linear_workgroup(wid, nwg) * WG + lid;
+    if (r >= min(atomicLoad(&info[4]), params.reg_cap)) { return; }
+    let p = atomicLoad(&info[8u + 2u * r]);
+    let nb = params.num_blocks;
+    let nchunks = nb * WG;
+    let c0 = p / CHUNK;
+    let blk = c0 / WG;
+    var end = NO_TOKEN;
+    for (var c = c0; c < min((blk + 1u) * WG, nchunks); c++) {
+        let f = state[nchunks + c];
+        if (f != NO_TOKEN && f > p) { end = f; break; }
+    }
+    for (var b = blk + 1u; end == NO_TOKEN && b < nb; b++) {
+        end = state[2u * nchunks + b];
+    }
+    atomicStore(&info[9u + 2u * r], min(end, params.n));
+}
+
+// The region (row of ltab) holding tile t: the last row whose first tile is <= t.
+fn region_of_tile(t: u32) -> u32 {
+    var lo = 0u;
+    var hi = lparams.nreg;
+    for (var k = 0u; k < 32u && hi - lo > 1u; k++) {
+        let mid = (lo + hi) >> 1u;
+        if (ltab[4u * mid + 2u] <= t) { lo = mid; } else { hi = mid; }
+    }
+    return lo;
+}
+
+fn global_id(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
+    return linear_workgroup(wid, nwg) * WG + lid;
+}
+
+// Long words, step 2 (one thread per byte of the regions): the longest token that is a prefix of
+// the region's rest at this byte (a trie walk of at most the longest token's length); its id
+// goes to scratch, its length to llen.
+@compute @workgroup_size(WG)
+fn long_match(@builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let li = global_id(wid, nwg, lid);
+    if (li >= lparams.ntiles * LC) { return; }
+    let r = region_of_tile(li / LC);
+    let end = ltab[4u * r + 1u];
+    let pos = ltab[4u * r] + (li - ltab[4u * r + 2u] * LC);
+    if (pos >= end) { return; }
+    let b0 = text_byte(pos);
+    // A run: LDW (the longest token) equal bytes ahead, so the match is the longest token b0^m.
+    var run = pos + LDW <= end;
+    for (var q = pos + 1u; run && q < pos + LDW; q++) { run = text_byte(q) == b0; }
+    if (run) {
+        scratch[pos] = runs[2u * b0 + 1u];
+        llen[li] = runs[2u * b0];
+        return;
+    }
+    let d1 = edges[2u * (nodes[0] + b0) + 1u];
+    var fc = nodes[3u * d1];
+    var nc = nodes[3u * d1 + 1u];
+    var best_tid = nodes[3u * d1 + 2u];
+    var best_len = 1u;
+    for (var q = pos + 1u; q < end; q++) {
+        let child = find_child(fc, nc, text_byte(q));
+        if (child == NO_TOKEN) { break; }
+        let t = nodes[3u * child + 2u];
+        if (t != NO_TOKEN) { best_len = q + 1u - pos; best_tid = t; }
+        fc = nodes[3u * child];
+        nc = nodes[3u * child + 1u];
+    }
+    scratch[pos] = best_tid;
+    llen[li] = best_len;
+}
+
+// Long words, step 3 (one thread per tile of LC bytes): for every byte of the tile, backwards,
+// the first chain position at or past the tile's end (its exit); then the window nodes (the
+// first LDW bytes: every exit of the previous tile lands there, as no token is longer than
+// LDW) point to the node of their exit, and the region's first byte is marked.
+@compute @workgroup_size(WG)
+fn long_exits(@builtin(workgroup_id) wid: vec3<u32>,
+              @builtin(num_workgroups) nwg: vec3<u32>,
+              @builtin(local_invocation_index) lid: u32) {
+    let t = global_id(wid, nwg, lid);
+    if (t >= lparams.ntiles) { return; }
+    let r = region_of_tile(t);
+    let end = ltab[4u * r + 1u];
+    let t0 = ltab[4u * r + 2u];
+    let cs = ltab[4u * r] + (t - t0) * LC;
+    let len = min(cs + LC, end) - cs;
+    let base = t * LC;
+    for (var k = len; k > 0u; k--) {
+        let nx = k - 1u + llen[base + k - 1u];  // offset of the next token
+        var ex = cs + nx;
+        if (nx < len) { ex = lexit[base + nx]; }
+        lexit[base + k - 1u] = ex;
+    }
+    for (var o = 0u; o < LDW; o++) {
+        var ptr = TERM;
+        if (o < len) {
+            let ex = lexit[base + o];
+            if (ex < end) { ptr = (t + 1u) * LDW + (ex - (cs + LC)); }
+        }
+        lptr0[t * LDW + o] = ptr;
+        atomicStore(&lmark[t * LDW + o], select(0u, 1u, t == t0 && o == 0u));
+    }
+}
+
+// Long words, step 4 (one thread per node, ceil(log2(tiles of the longest region))
+// dispatches, lptr0/lptr1 swapped each time): after round k, every node within 2^(k+1) - 1
+// exits of the region's first byte is marked (a node marked in the same round only marks
+// further nodes of the same chain, so the unordered stores are harmless).
+@compute @workgroup_size(WG)
+fn long_jump(@builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let j = global_id(wid, nwg, lid);
+    if (j >= lparams.nnodes) { return; }
+    let nx = lptr0[j];
+    if (nx == TERM) {
+        lptr1[j] = TERM;
+        return;
+    }
+    if (atomicLoad(&lmark[j]) != 0u) { atomicStore(&lmark[nx], 1u); }
+    lptr1[j] = lptr0[nx];
+}
+
+// Long words, step 5 (one thread per tile): from the tile's marked entry, follow the chain
+// through the tile: token ids stay in scratch at token starts, NO_TOKEN elsewhere; the tokens
+// are added to their blocks' counts. At most LDW + LC loop iterations.
+@compute @workgroup_size(WG)
+fn long_emit(@builtin(workgroup_id) wid: vec3<u32>,
+             @builtin(num_workgroups) nwg: vec3<u32>,
+             @builtin(local_invocation_index) lid: u32) {
+    let t = global_id(wid, nwg, lid);
+    if (t >= lparams.ntiles) { return; }
+    let r = region_of_tile(t);
+    let end = ltab[4u * r + 1u];
+    let t0 = ltab[4u * r + 2u];
+    let cs = ltab[4u * r] + (t - t0) * LC;
+    let ce = min(cs + LC, end);
+    let base = t * LC;
+    var e = NO_TOKEN;
+    for (var o = 0u; o < LDW && cs + o < ce; o++) {
+        if (atomicLoad(&lmark[t * LDW + o]) != 0u) {
+            e = cs + o;
+            break;
+        }
+    }
+    if (e == NO_TOKEN) {  // cannot happen: every tile of a region has one entry on the chain
+        atomicAdd(&info[5], 1u);
+        return;
+    }
+    var blk = cs / (WG * CHUNK);
+    var cnt = 0u;
+    for (var i = cs; i < ce; i++) {
+        if (i == e) {
+            e += llen[base + (i - cs)];
+            let b = i / (WG * CHUNK);
+            if (b != blk) {
+                atomicAdd(&counts[blk], cnt);
+                cnt = 0u;
+                blk = b;
+            }
+            cnt += 1u;
+        } else {
+            scratch[i] = NO_TOKEN;
+        }
+    }
+    atomicAdd(&counts[blk], cnt);
 }
 
 // Exclusive scan of one u32 per thread over the workgroup, in `rank` order (rank is the
@@ -268,6 +549,9 @@ fn trie_prefix_sum(@builtin(subgroup_id) sg_id: u32,
 //#else
 fn trie_prefix_sum(@builtin(local_invocation_index) lid: u32) {
     let rank = lid;
+//#endif
+//#if POISON_WORKGROUP
+    poison_scan(rank);
 //#endif
     let nb = params.num_blocks;
     let per = (nb + WG - 1u) / WG;
@@ -325,6 +609,18 @@ fn trie_tokenizer_compact(@builtin(workgroup_id) wid: vec3<u32>,
                           @builtin(local_invocation_index) lid: u32) {
     let rank = lid;
 //#endif
+//#if POISON_WORKGROUP
+    poison_scan(rank);
+//#endif
+    // With long-word regions pending, the compaction runs after them (resume = 2), not now.
+//#if SUBGROUPS
+    if (rank == 0u) {
+//#else
+    if (lid == 0u) {
+//#endif
+        wg_skip = select(0u, 1u, atomicLoad(&info[4]) != 0u && params.resume != 2u);
+    }
+    if (workgroupUniformLoad(&wg_skip) != 0u) { return; }
     let block = linear_workgroup(wid, nwg);
     if (block >= params.num_blocks) { return; }
     let n = params.n;
