@@ -273,6 +273,8 @@ def main() -> None:
     if profile:
         args.profile = True
         results["gpubpe_profiled"] = run_child("gpubpe", args)
+        if not args.skip_seed:
+            results["gpubpe_seed_profiled"] = run_child("gpubpe_seed", args)
 
     ref = results.get("rustbpe", {}).get("token_bytes")
     rows = []
@@ -321,12 +323,18 @@ def main() -> None:
               f"{g.get('wgpu_fallbacks') or 'none'}; "
               f"gpu init wait {_fmt(g.get('seconds_gpu_init_wait'))} s, upload "
               f"{_fmt(g.get('seconds_upload'))} s")
-    prof = results.get("gpubpe_profiled", {}).get("stats", {}).get("gpu_us_per_merge")
-    if prof:
-        print("\nGPU time per merge (µs, timestamp queries, sampled batches):")
-        for name, us in prof.items():
-            print(f"  {name:<20} {us:9.2f}")
-        print(f"  {'total':<20} {sum(prof.values()):9.2f}")
+    for pm in ("gpubpe_profiled", "gpubpe_seed_profiled"):
+        pst = results.get(pm, {}).get("stats", {})
+        prof = pst.get("gpu_us_per_merge")
+        if prof:
+            print(f"\n{pm}: GPU time per merge (µs, timestamp queries, sampled batches):")
+            for name, us in prof.items():
+                print(f"  {name:<20} {us:9.2f}")
+            print(f"  {'total':<20} {sum(prof.values()):9.2f}")
+        walk = {k: v for k, v in pst.items() if k.startswith("walk_") and k.endswith("_merge")}
+        if walk:
+            print("  per merge, mean over the run: " + ", ".join(
+                f"{k[5:-10]} {v:,.0f}" for k, v in walk.items()))
     for gm in ("gpubpe", "gpubpe_seed"):
         if "rustbpe" in results and "wall_s" in results[gm if gm in results else "rustbpe"] \
                 and gm in results and "wall_s" in results["rustbpe"]:

@@ -449,3 +449,26 @@ def test_pair_counts_just_below_and_above_two_to_the_31():
         vocab = train_from_word_counts(counts, 262, min_frequency=1, stats=st)
         assert st["wide_counts"] is (total >= 1 << 31)
         assert list(vocab.merges) == reference.train_from_word_counts(counts, 262, 1)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_profile_reports_each_kernel_and_the_walks(algorithm):
+    """profile=True: GPU µs per merge of each of the algorithm's kernels (timestamp queries),
+    and for the word list the mean words, steps and probes walked per merge; same merges."""
+    from torch_gpubpe.gpu import get_gpu
+
+    docs = corpus_docs("en_fortunes", 15_000) + ["ab" * 3000]
+    st: dict = {}
+    vocab = train(docs, 300, min_frequency=1, algorithm=algorithm, stats=st, profile=True)
+    assert list(vocab.merges) == ref_merges(docs, 300, 1)
+    steps = {"wordlist": ("find_max4", "wl_merge"),
+             "seed": ("find_max4", "find_max_final_det", "setup_merge", "merge_reduce",
+                      "scan_pass1", "scan_pass2", "scan_pass3", "finalize_compact")}[algorithm]
+    if get_gpu().has_timestamps:
+        assert tuple(st["gpu_us_per_merge"]) == steps
+        assert all(v > 0 for v in st["gpu_us_per_merge"].values())
+    if algorithm == "wordlist":
+        assert 0 < st["walk_words_per_merge"] <= st["walk_steps_per_merge"]
+        assert st["walk_probes_per_merge"] > 0
+    else:
+        assert "walk_steps_per_merge" not in st

@@ -156,7 +156,9 @@ def train(
             ``profile``).
         batch: merges per submit (default: 64 on a CPU adapter, 512 otherwise).
         profile: time each kernel with timestamp queries on sampled batches (slower);
-            ``stats["gpu_us_per_merge"]`` = mean GPU µs per merge of each kernel.
+            ``stats["gpu_us_per_merge"]`` = mean GPU µs per merge of each kernel; word list:
+            also ``walk_words_per_merge``, ``walk_steps_per_merge`` (symbols looked at) and
+            ``walk_probes_per_merge`` (pair-table probes of the deltas), means over the run.
         algorithm: "wordlist" (default: :mod:`~torch_gpubpe.train_wordlist`, per merge only
             the words holding the pair are walked) or "seed" (the seed's pipeline,
             :mod:`~torch_gpubpe.train_seed`: the stream compacted every merge). Same merges.
@@ -365,16 +367,18 @@ class GPUTrainer:
         # words; the other variants on first use.
         self.pipelines("wordlist", wide=False)
 
-    def pipelines(self, algorithm: str, wide: bool) -> dict:
+    def pipelines(self, algorithm: str, wide: bool, profile: bool = False) -> dict:
         """Entry point → compute pipeline of ``algorithm``, with 64-bit (``wide``) or 32-bit
-        pair counts (train_table.wgsl WIDE)."""
+        pair counts (train_table.wgsl WIDE); ``profile``: the word list's walk counters
+        (train_wordlist.wgsl PROFILE)."""
         from .train_table import compile_pipelines
 
-        key = (algorithm, bool(wide))
+        key = (algorithm, bool(wide), bool(profile))
         if key not in self._pipes:
-            self._pipes[key] = compile_pipelines(
-                self.gpu, _module(algorithm).SHADER,
-                {"LSLOTS": self.local_slots, "WIDE": int(wide)})
+            consts = {"LSLOTS": self.local_slots, "WIDE": int(wide)}
+            if profile and "PROFILE" in self.info[algorithm].overrides:
+                consts["PROFILE"] = 1
+            self._pipes[key] = compile_pipelines(self.gpu, _module(algorithm).SHADER, consts)
         return self._pipes[key]
 
     # -- one training run ---------------------------------------------------------------------
@@ -498,7 +502,10 @@ class _MergeLoop:
         self.n = n = len(sym)
         self.max_rows = max(c["COLS"], _pow2_at_least(g.max_storage_binding // (8 * c["COLS"]))
                             // 2)
-        pipes = trainer.pipelines(algorithm, wide)
+        pipes = trainer.pipelines(algorithm, wide, profile)
+        self.walk_counters = profile and "S_WALK_STEPS" in c
+        self.walk_totals = {"words": 0, "steps": 0, "probes": 0}   # u32 words, wrapping
+        self.walk_last = dict.fromkeys(self.walk_totals, 0)
         if algorithm == "seed":
             params = {"tile_cap": mod.SeedKernels.tile_cap(n, c["TILE"])}
         else:
@@ -587,6 +594,16 @@ class _MergeLoop:
         self.table.set_state_word("S_HOLD", 0)
         return stv
 
+    def _tally(self, stv: np.ndarray) -> None:
+        """Add the walk counters' growth since the last state read (each a wrapping u32;
+        a batch adds far less than 2^32)."""
+        if not self.walk_counters:
+            return
+        for key in self.walk_totals:
+            v = int(stv[self.c[f"S_WALK_{key.upper()}"]])
+            self.walk_totals[key] += (v - self.walk_last[key]) % (1 << 32)
+            self.walk_last[key] = v
+
     def _drain(self, inflight: list) -> None:
         for b2, p2, _, _ in inflight:
             self.g.wait_promise(p2, "training state readback")
@@ -637,8 +654,10 @@ class _MergeLoop:
                 # A walk ran out of budget: the queued batch did nothing (S_HOLD); continue
                 # the carried walks, then go on from the merges done.
                 self._drain(inflight)
+                self._tally(stv)
                 stv = self._continue_walks()
                 recorded = int(stv[c["S_K"]]) + int(stv[self.done_word])
+            self._tally(stv)
             done = int(stv[c["S_K"]]) + (int(stv[self.done_word]) if self.done_word else 0)
             stopped = stopped or bool(stv[c["S_STOP"]])
             got = min(cnt, max(0, done - k0))
@@ -664,6 +683,9 @@ class _MergeLoop:
         st["seconds_merge"] = time.perf_counter() - t_up
         if self.profiler is not None:
             st["gpu_us_per_merge"] = self.profiler.per_merge_us()
+        if self.walk_counters and done:
+            for key, total in self.walk_totals.items():
+                st[f"walk_{key}_per_merge"] = total / done
         m = merges.reshape(-1, 4)
         return [(int(a), int(b)) for a, b in zip(m[:, 0], m[:, 1])]
 

@@ -57,6 +57,12 @@ const S_HOLD: u32 = 10u;    // 1: a step saw S_PAUSE (wl_merge returns); the hos
 const S_DONE: u32 = 12u;    // 1 = wl_merge recorded a merge whose S_K increment is pending
                             // (done by the next find_max4); merges = S_K + S_DONE
 const S_TOP: u32 = 13u;     // pool entries in use before the running merge's list
+// PROFILE = 1 (the host's profile runs only): totals over the run of the words walked (11),
+// walk steps (14) and table probes (15) of wl_merge + wl_continue.
+override PROFILE: u32 = 0u;
+const S_WALK_WORDS: u32 = 11u;
+const S_WALK_STEPS: u32 = 14u;
+const S_WALK_PROBES: u32 = 15u;
 const CARRY_MERGED: u32 = 1u;
 const CARRY_LIVE: u32 = 2u;
 
@@ -142,6 +148,8 @@ fn walk_step(s0: Walk, m: Merge, lo: u32, hi: u32) -> Walk {
 fn walk(s0: Walk, m: Merge) -> Walk {
     var s = s0;
     var spent = 0u;
+    var words = 0u;
+    var steps = 0u;
     loop {
         if (s.j >= m.len || spent >= P.budget) { break; }
         let w = pool[m.off + s.j];
@@ -149,17 +157,24 @@ fn walk(s0: Walk, m: Merge) -> Walk {
         let hi = weights[2u * w + 1u];
         if (s.p == NONE) {
             s = Walk(s.j, wstart[w], NONE, 0u);
+            words += 1u;
         }
         loop {
             if (s.p == NONE || spent >= P.budget) { break; }
             probes = 0u;
             s = walk_step(s, m, lo, hi);
             spent += 1u + probes;
+            steps += 1u;
         }
         if (s.p == NONE) {       // the word is done
             if (s.merged != 0u) { pool[m.top + atomicAdd(&tlist[2u * m.c + 1u], 1u)] = w; }
             s = Walk(s.j + m.stride, NONE, NONE, 0u);
         }
+    }
+    if (PROFILE != 0u && spent != 0u) {
+        atomicAdd(&state[S_WALK_WORDS], words);
+        atomicAdd(&state[S_WALK_STEPS], steps);
+        atomicAdd(&state[S_WALK_PROBES], spent - steps);
     }
     return s;
 }
