@@ -149,3 +149,27 @@ def test_corpora_in_full(family):
     """Every corpus, several MB each, in one batch (the lent GPU: -m heavy)."""
     for name in CORPUS_NAMES:
         assert_same(corpus_docs(name, max_bytes=8_000_000, max_doc_bytes=2_000_000), family)
+
+
+def test_hugging_face_pre_tokenizers():
+    import json
+
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    from torch_gpubpe.patterns import QWEN2_PATTERN, from_hf_pre_tokenizer
+
+    def entry(pt):
+        t = Tokenizer(models.BPE())
+        t.pre_tokenizer = pt
+        return json.loads(t.to_str())["pre_tokenizer"]
+
+    assert from_hf_pre_tokenizer(entry(pre_tokenizers.ByteLevel(add_prefix_space=False))) == "gpt2"
+    qwen = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    assert from_hf_pre_tokenizer(entry(qwen)) == "qwen2"
+    for bad in (pre_tokenizers.ByteLevel(add_prefix_space=True), pre_tokenizers.Whitespace(),
+                pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\w+"), behavior="isolated"),
+                                         pre_tokenizers.ByteLevel(use_regex=False)])):
+        with pytest.raises(InputError):
+            from_hf_pre_tokenizer(entry(bad))

@@ -102,6 +102,36 @@ def resolve(pattern: str) -> str:
         "(torch_gpubpe.patterns.PATTERN_OF)")
 
 
+def from_hf_pre_tokenizer(pre_tokenizer: object) -> str:
+    """The family of a Hugging Face ``tokenizer.json`` ``"pre_tokenizer"`` entry.
+
+    Accepted: ``ByteLevel`` with ``use_regex`` (GPT-2's split) and no ``add_prefix_space``;
+    ``Sequence[Split(Regex(pat), "Isolated"), ByteLevel(use_regex=False)]`` with ``pat`` one of
+    :func:`resolve`'s ``pat_str`` (Llama 3, Qwen2).
+
+    Raises:
+        InputError: any other pre-tokenizer (named), or a pattern the GPU cannot split exactly.
+    """
+    def byte_level(d: dict, regex_split: bool) -> bool:
+        return (d.get("type") == "ByteLevel" and not d.get("add_prefix_space", False)
+                and bool(d.get("use_regex", True)) == regex_split)
+
+    d = pre_tokenizer if isinstance(pre_tokenizer, dict) else {}
+    if byte_level(d, True):
+        return "gpt2"
+    steps = d.get("pretokenizers") if d.get("type") == "Sequence" else None
+    if (isinstance(steps, list) and len(steps) == 2 and isinstance(steps[0], dict)
+            and steps[0].get("type") == "Split" and steps[0].get("behavior") == "Isolated"
+            and not steps[0].get("invert", False) and isinstance(steps[1], dict)
+            and byte_level(steps[1], False)):
+        pat = (steps[0].get("pattern") or {}).get("Regex")
+        if isinstance(pat, str):
+            return resolve(pat)
+    raise InputError(f"Hugging Face pre-tokenizer {json.dumps(pre_tokenizer)[:300]} is not one "
+                     "the GPU splits exactly (ByteLevel with its regex, or Split(Regex) of a "
+                     "supported pattern + ByteLevel without it)")
+
+
 @functools.cache
 def _compiled(family: str):
     import regex
