@@ -67,6 +67,11 @@ def test_tokenize_batches_options_and_errors(vocab, docs):
                           output_column="tokens")(t)
     assert out.column_names == ["id", "tokens"]
     assert out.column("tokens").to_pylist() == _expected(vocab, docs[:12], eos)
+    gpt2 = Tokenizer(vocab, pre_tokenizer="gpt2")                   # a Tokenizer with options
+    out = TokenizeBatches(gpt2)(t)
+    assert out.column("input_ids").to_pylist() == [list(x) for x in gpt2.encode_batch(docs[:12])]
+    assert out.column("input_ids").to_pylist() == \
+        TokenizeBatches(vocab, pre_tokenizer="gpt2")(t).column("input_ids").to_pylist()
     big = Vocab((), tuple(f"<s{k}>" for k in range(70_000)))              # > 65,536 ids
     out = TokenizeBatches(big)(t)
     assert out.schema.field("input_ids").type == pa.list_(pa.uint32())

@@ -125,7 +125,8 @@ class TokenizeBatches:
     """Ray Data callable class: Arrow batches of documents → the same rows plus token ids.
 
     Args:
-        vocab: a :class:`~torch_gpubpe.vocab.Vocab` or the path of a ``vocab.json``.
+        vocab: a :class:`~torch_gpubpe.vocab.Vocab`, the path of a ``vocab.json``, or a
+            :class:`~torch_gpubpe.encoder.Tokenizer` (with its options, e.g. its pre-tokenizer).
         text_column: the column with the documents (string or binary; no nulls).
         output_column: the token column added (``list<uint16>``, or ``list<uint32>`` for a
             vocab of more than 65,536 tokens).
@@ -134,6 +135,8 @@ class TokenizeBatches:
             token column).
         sub_batch_bytes: text per GPU submit; two are in flight, so the host packs one while the
             GPU encodes the other.
+        pre_tokenizer: the word split (``Tokenizer(vocab, pre_tokenizer=...)``; default the
+            vocab's, DESIGN.md §2).
 
     ``__call__(batch: pyarrow.Table) -> pyarrow.Table``; the tokens equal
     ``Tokenizer(vocab).encode_batch`` of the column's documents (DESIGN.md §4), whatever the
@@ -145,20 +148,30 @@ class TokenizeBatches:
 
     def __init__(self, vocab, *, text_column: str = "text", output_column: str = "input_ids",
                  append_eos: str | None = None, keep_columns: Sequence[str] | None = None,
-                 sub_batch_bytes: int = DEFAULT_SUB_BATCH_BYTES) -> None:
-        self.vocab = _vocab(vocab)
+                 sub_batch_bytes: int = DEFAULT_SUB_BATCH_BYTES,
+                 pre_tokenizer: str | None = None) -> None:
+        from .encoder import Tokenizer
+
+        self._tok = vocab if isinstance(vocab, Tokenizer) else None   # pickled without a session
+        if self._tok is not None and pre_tokenizer is not None:
+            raise ValueError("pass pre_tokenizer with a Vocab, not with a Tokenizer (it has one)")
+        self.vocab = self._tok.vocab if self._tok is not None else _vocab(vocab)
+        self.pre_tokenizer = pre_tokenizer
         self.text_column, self.output_column = text_column, output_column
         self.keep_columns = None if keep_columns is None else list(keep_columns)
         self.sub_batch_bytes = int(sub_batch_bytes)
         self.eos = None if append_eos is None else self.vocab.token_to_id(append_eos)
-        self._tok = None
+        self._pinned = False
 
     def _tokenizer(self):
+        if not self._pinned:
+            _pin_assigned_gpu()          # before the session opens the device
+            self._pinned = True
         if self._tok is None:
             from .encoder import Tokenizer
 
-            _pin_assigned_gpu()
-            self._tok = Tokenizer(self.vocab)
+            kw = {} if self.pre_tokenizer is None else {"pre_tokenizer": self.pre_tokenizer}
+            self._tok = Tokenizer(self.vocab, **kw)
         return self._tok
 
     def encode_packed(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
