@@ -132,3 +132,28 @@ def test_ray_count_dataset_equals_whole_corpus_counts(ray_local, tmp_path, docs,
     assert read_counts(out).to_dict() == dict(reference.count_words(docs))
     assert st["num_batches"] >= 3 and read_metadata(out)["num_documents"] == len(docs)
     assert [p.name for p in tmp_path.iterdir()] == ["all.parquet"]   # block files removed
+
+
+def test_actor_with_a_ray_gpu_pins_its_adapter_by_uuid(monkeypatch):
+    ray = pytest.importorskip("ray")
+    from torch_gpubpe import devices
+    from torch_gpubpe.ray import _pin_assigned_gpu
+
+    monkeypatch.delenv("TORCH_GPUBPE_ADAPTER", raising=False)
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [3])
+    u = "ab" * 16
+    monkeypatch.setattr(devices, "cuda_devices", lambda: [devices.CudaDevice(0, "H200", u)])
+    _pin_assigned_gpu()
+    assert devices.os.environ["TORCH_GPUBPE_ADAPTER"] == f"uuid:{u}"
+    monkeypatch.setenv("TORCH_GPUBPE_ADAPTER", "#1")          # the user's choice stands
+    _pin_assigned_gpu()
+    assert devices.os.environ["TORCH_GPUBPE_ADAPTER"] == "#1"
+    monkeypatch.delenv("TORCH_GPUBPE_ADAPTER")
+    monkeypatch.setattr(devices, "cuda_devices", lambda: [])
+    with pytest.warns(RuntimeWarning, match="cannot tell its UUID"):
+        _pin_assigned_gpu()
+    assert "TORCH_GPUBPE_ADAPTER" not in devices.os.environ
+    monkeypatch.setattr(ray, "get_gpu_ids", lambda: [])         # a CPU actor: nothing to pin
+    _pin_assigned_gpu()
+    assert "TORCH_GPUBPE_ADAPTER" not in devices.os.environ
