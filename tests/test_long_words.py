@@ -215,6 +215,17 @@ def test_long_words_u32_ids():
     assert tk._sess.long_regions >= 4 and int(got.ids.max()) >= 1 << 16
 
 
+def test_bad_long_word_setting_is_named(vocab):
+    for bad in (0, -5, 2.5, "big"):
+        with pytest.raises((ValueError, TypeError), match="long_word_bytes"):
+            Tokenizer(vocab, long_word_bytes=bad)
+    # None: every word walked by one thread (the path before issue 17), same ids.
+    tk = Tokenizer(vocab, long_word_bytes=None)
+    doc = [b"a" * 5000 + b" b", "ş" * 3000]
+    assert tk.encode_batch(doc).tolist() == Tokenizer(vocab).encode_batch(doc).tolist()
+    assert tk._sess.long_regions == 0 and tk._sess.continuation_dispatches == 0
+
+
 def test_one_megabyte_word_submits(tok, merges):
     sess = tok._session()
     s0, c0, l0 = sess.long_submits, sess.continuation_dispatches, sess.slices

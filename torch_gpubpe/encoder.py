@@ -8,10 +8,39 @@ each token id at its first byte) → ``trie_prefix_sum`` (block counts → offse
 first-token index are read back, then exactly ``total`` token ids (``uint16`` when the vocab has
 at most 65,536 ids, else ``uint32``).
 
-A word longer than a thread's walk budget (MBs of one character) is continued by further
-``trie_tokenizer_chunked`` dispatches over only the blocks that still walk (their range is read
-back with the count), and the prefix sum and compaction run once at the end: linear time, no
-dispatch that runs for seconds (DESIGN.md §8). Every wgpu error becomes a
+Long words (issue 17: MBs of one character, digits, whitespace, CJK text without spaces): a walk
+that gets ``long_word_bytes`` (2,048) past its chunk stops at a token start p and records the
+region [p, end of the word); ``long_word_ends`` finds each end in the same submit. The host then
+records one more submit for the slice: ``long_match`` (every byte's longest match, in parallel)
+→ ``long_exits`` (per tile of ``lc`` bytes, each byte's first chain position past the tile) →
+ceil(log2(tiles)) × ``long_jump`` (pointer jumping marks the token chain p → p + len → …) →
+``long_emit`` (token ids at the chain's positions), then the prefix sum and the compaction. Same
+ids as one walk (the chain IS the greedy walk), O(n log n) work over the regions only. A walk
+that runs out of its step budget before that (an adversarial trie) is continued by further
+``trie_tokenizer_chunked`` dispatches over only the blocks that still walk.
+
+Bounded work per dispatch (DESIGN.md §8: lavapipe stops a thread's loops after 65,535
+iterations; a real GPU resets a dispatch that runs for seconds). Loop iterations per thread:
+
+==========================  ====================================  ===============================
+kernel                      threads                               iterations per thread
+==========================  ====================================  ===============================
+trie_tokenizer_chunked      one per CHUNK bytes                   CHUNK + ``thread_budget``
+                                                                  (32,768) walk steps; ≤ 64
+                                                                  continuation dispatches/submit
+long_word_ends              one per region (< n / 2,048)          256 + blocks (n / 8 KiB) / 8
+long_match                  one per byte of the regions           ≤ 32 + 2 × longest token
+long_exits, long_emit       one per tile (``lc`` bytes)           ≤ 32 + ``lc`` + longest token
+                                                                  (``lc`` ≤ 16,384)
+long_jump                   one per window node; ≤ 31 dispatches  1
+trie_prefix_sum             one workgroup                         2 × blocks / 256 + subgroups
+trie_tokenizer_compact      one per CHUNK bytes                   CHUNK / 4 × (4 + 32)
+==========================  ====================================  ===============================
+
+A walk step is a binary search of at most 8 steps (unrolled). A slice is at most
+``max_slice_bytes`` (default: the storage-binding limit / 4, at most 2^31 bytes: every u32
+position, size and offset in the shaders stays below 2^32, host sizes are Python ints); larger
+batches are sliced at word starts. Every wgpu error becomes a
 :class:`~torch_gpubpe.errors.GPUOperationError` naming the step; after a lost device or a
 readback timeout (``TORCH_GPUBPE_TIMEOUT``) the next call opens a fresh session.
 
@@ -759,7 +788,8 @@ class Tokenizer:
         self._chunk, self._max_slice, self._budget = chunk_bytes, max_slice_bytes, budget
         self._profile = profile
         self.pre_tokenizer = resolve(pre_tokenizer)
-        if long_word_bytes is not None and (int(long_word_bytes) != long_word_bytes
+        if long_word_bytes is not None and (not isinstance(long_word_bytes, int)
+                                            or isinstance(long_word_bytes, bool)
                                             or long_word_bytes < 1):
             raise ValueError(f"long_word_bytes must be a positive int or None, got "
                              f"{long_word_bytes!r}")

@@ -328,7 +328,9 @@ fn trie_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
 // is the first word start after its first byte p: in p's block, the first chunk at or after p's
 // chunk with a word start (after p: no word starts between the word's start and p, which are at
 // least long_from >= CHUNK bytes apart); else the first later block with one; else the slice end.
-// At most WG + num_blocks loop iterations.
+// First word starts increase with the chunk / block index, so the first one of a group is
+// the group's minimum: the later blocks are read 8 at a time (independent loads). At most WG +
+// num_blocks / 8 loop iterations.
 @compute @workgroup_size(WG)
 fn long_word_ends(@builtin(workgroup_id) wid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>,
@@ -345,8 +347,13 @@ fn long_word_ends(@builtin(workgroup_id) wid: vec3<u32>,
         let f = state[nchunks + c];
         if (f != NO_TOKEN && f > p) { end = f; break; }
     }
-    for (var b = blk + 1u; end == NO_TOKEN && b < nb; b++) {
-        end = state[2u * nchunks + b];
+    let bf = 2u * nchunks;  // per-block first word starts
+    for (var b = blk + 1u; end == NO_TOKEN && b < nb; b += 8u) {
+        var m = NO_TOKEN;
+        for (var k = 0u; k < 8u; k++) {
+            if (b + k < nb) { m = min(m, state[bf + b + k]); }
+        }
+        end = m;
     }
     atomicStore(&info[9u + 2u * r], min(end, params.n));
 }

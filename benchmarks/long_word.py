@@ -1,0 +1,167 @@
+"""Benchmark: one long word (MBs of one kind of character) vs the same bytes split into words.
+
+    python3 benchmarks/long_word.py --help
+    python3 benchmarks/long_word.py                      # 5 MB per case, vocab 4,096, best of 3
+    python3 benchmarks/long_word.py --mb 1 --repeat 2    # lavapipe
+    python3 benchmarks/long_word.py --serial             # also the one-thread walk (before issue 17)
+
+Each case encodes one document that is ONE word of ``--mb`` MB (``b"a" * 5_000_000``, a space run,
+digits, ``=``, ``ş``, emoji, ``ab`` alternating) and the same character(s) split into words
+(``b"a " * 2_500_000`` for ``a``; a separator every 8 bytes for the others), with
+``Tokenizer.encode_to_numpy`` (public API, warm session), and prints the times and their ratio
+(issue 17's target: long ≤ 3× split). With ``--serial`` the long word is also encoded with
+``long_word_bytes=None`` (each word walked by one GPU thread, the pre-issue-17 path) and the ids
+are compared. Every long-word result is checked against a run oracle (one-byte runs) or the
+serial path on its first MB. Ends with the SM clock, the machine, the date and the command.
+
+Data: none (the inputs are generated); the vocab is trained with ``reference.train`` on the
+corpora in ``TORCH_GPUBPE_CORPORA`` (or ``../shared/corpora``, else ``tests/data/corpora``) plus a
+few runs, or read from ``--vocab``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from _report import GPUMonitor, print_footer, sm_clock_now  # noqa: E402
+
+from torch_gpubpe import Tokenizer, Vocab, reference  # noqa: E402
+
+CASES = {  # name: (the repeated unit of the long word, the unit of the split document)
+    "a": (b"a", b"a "),
+    "space": (b" ", b"       a"),
+    "digits": (b"7", b"7777777 "),
+    "=": (b"=", b"======= "),
+    "ab": (b"ab", b"abababa "),
+    "ş (2 B)": ("ş".encode(), "şşş".encode() + b"  "),
+    "emoji (4 B)": ("😀".encode(), "😀".encode() + b"    "),
+}
+
+
+def corpora_dir() -> Path:
+    env = os.environ.get("TORCH_GPUBPE_CORPORA")
+    for cand in (env, REPO.parent / "shared" / "corpora", REPO / "tests" / "data" / "corpora"):
+        if cand and any(Path(cand).glob("*.jsonl.gz")):
+            return Path(cand)
+    raise SystemExit("no corpora found: set TORCH_GPUBPE_CORPORA or pass --vocab")
+
+
+def get_vocab(args) -> Vocab:
+    if args.vocab:
+        return Vocab.load(args.vocab)
+    docs, size = [], 0
+    for path in sorted(corpora_dir().glob("*.jsonl.gz")):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            for k, line in enumerate(f):
+                if k >= 40:
+                    break
+                docs.append(json.loads(line)["text"][:3000])
+                size += len(docs[-1])
+    docs += [u.decode() * 40 for u, _ in CASES.values()] * 3  # runs make long-run tokens
+    t0 = time.perf_counter()
+    merges = reference.train(docs, vocab_size=args.vocab_size, min_frequency=2)
+    print(f"vocab: {256 + len(merges)} ids, reference.train on {size / 1e6:.1f} MB "
+          f"in {time.perf_counter() - t0:.1f} s", flush=True)
+    return Vocab.from_merges(merges)
+
+
+def best(tok: Tokenizer, doc: bytes, repeat: int) -> tuple[float, np.ndarray]:
+    ts, ids = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        ids = tok.encode_to_numpy(doc)
+        ts.append(time.perf_counter() - t0)
+    return min(ts), ids
+
+
+def expected_prefix(vocab: Vocab, unit: bytes, doc: bytes, serial: Tokenizer) -> list[int]:
+    """Ids of the first MB of ``doc``, from a run oracle (one-byte unit) or the serial path.
+    A prefix of a one-word document that ends at a whole unit ends inside the same word, so
+    only the last few tokens may differ: the comparison leaves out the last 64."""
+    n = min(1 << 20, len(doc)) // len(unit) * len(unit)
+    if len(unit) == 1:
+        lookup: dict[bytes, int] = {}
+        for i, tb in enumerate(vocab.token_bytes[: vocab.num_tokens]):
+            lookup.setdefault(tb, i)
+        k = max(m for m in range(1, 257) if unit * m in lookup)
+        return [lookup[unit * k]] * (n // k) + [lookup[b] for b in
+                                                 _greedy(unit * (n % k), lookup)]
+    return serial.encode_to_numpy(doc[:n]).tolist()
+
+
+def _greedy(word: bytes, lookup: dict[bytes, int]) -> list[bytes]:
+    out, j = [], 0
+    while j < len(word):
+        for m in range(len(word) - j, 0, -1):
+            if word[j : j + m] in lookup:
+                out.append(word[j : j + m])
+                j += m
+                break
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", type=float, default=5.0, help="MB per document (default 5)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per case, best kept")
+    ap.add_argument("--vocab", help="a vocab file (default: train one, --vocab-size)")
+    ap.add_argument("--vocab-size", type=int, default=4096)
+    ap.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--serial", action="store_true",
+                    help="also time long_word_bytes=None (one thread per word) and compare ids")
+    args = ap.parse_args()
+    nbytes = int(args.mb * 1_000_000)
+    vocab = get_vocab(args)
+    tok = Tokenizer(vocab)
+    serial = Tokenizer(vocab, long_word_bytes=None)
+    tok.encode(b"warm up " * 1000 + b"a" * 100_000)
+    serial.encode(b"warm up")
+    sess = tok._session()
+    print(f"adapter: {sess.gpu.adapter_name}; SM clock at start {sm_clock_now()}")
+    print(f"long-word path: from {sess.long_from} B past a chunk, tiles of {sess.lc} B, "
+          f"windows of {sess.ldw} nodes (longest token)\n")
+    head = f"{'case':<12} {'long word':>11} {'split':>9} {'ratio':>6} {'MB/s long':>10}"
+    print(head + ("  " + f"{'serial':>9} {'speedup':>8}" if args.serial else ""))
+    rows = []
+    with GPUMonitor() as mon:
+        for name in args.cases:
+            unit, split_unit = CASES[name]
+            long_doc = unit * (nbytes // len(unit))
+            split_doc = split_unit * (nbytes // len(split_unit))
+            r0 = sess.long_regions
+            t_long, ids = best(tok, long_doc, args.repeat)
+            assert sess.long_regions > r0, "the long-word path did not run"
+            want = expected_prefix(vocab, unit, long_doc, serial)
+            got = ids[: len(want)].tolist()
+            assert got[: len(want) - 64] == want[: len(want) - 64], f"{name}: ids differ"
+            t_split, _ = best(tok, split_doc, args.repeat)
+            line = (f"{name:<12} {t_long * 1e3:>9.1f}ms {t_split * 1e3:>7.1f}ms "
+                    f"{t_long / t_split:>6.2f} {len(long_doc) / t_long / 1e6:>10.1f}")
+            row = {"case": name, "bytes": len(long_doc), "long_s": t_long, "split_s": t_split}
+            if args.serial:
+                t_ser, ids_ser = best(serial, long_doc, 1)
+                assert np.array_equal(ids_ser, ids), f"{name}: serial and parallel ids differ"
+                line += f"  {t_ser * 1e3:>7.1f}ms {t_ser / t_long:>7.1f}x"
+                row["serial_s"] = t_ser
+            print(line, flush=True)
+            rows.append(row)
+    print(f"\n{mon.summary()}")
+    print(f"worst ratio long/split: {max(r['long_s'] / r['split_s'] for r in rows):.2f} "
+          "(issue 17 target: <= 3)")
+    print_footer()
+
+
+if __name__ == "__main__":
+    main()
