@@ -284,7 +284,7 @@ def test_poisoned_workgroup_memory(vocab, ref, monkeypatch):
     for name in ("common", "pretokenize"):  # the other shaders of the encoder path have none
         assert "var<workgroup>" not in read_wgsl(name), name
     docs = (corpus_docs("en_fortunes", 8_000, max_doc_bytes=2_000) + patterns(700)
-            + [b"", b"x", b"a" * 3000, b"7" * 20_000 + b" words after a block without a start"])
+            + [b"", b"x", b"a" * 3000, b"7" * 100_000 + b" words after 12 blocks without a start"])
     for kw in ({}, {"long_word_bytes": 32, "chunk_bytes": 4, "max_slice_bytes": 4096,
                     "thread_budget": 50}):
         tk = _poisoned_tokenizer(vocab, monkeypatch, **kw)
