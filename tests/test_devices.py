@@ -160,3 +160,20 @@ def test_each_local_rank_gets_its_cuda_device_on_a_cuda_machine():
         u = norm_uuid(torch.cuda.get_device_properties(r).uuid)
         got = _open_in_child(LOCAL_RANK=str(r), TORCH_GPUBPE_ADAPTER="")
         assert f"by uuid {u}" in got["reason"], got
+
+
+@pytest.mark.gpu
+def test_two_process_ddp_job_shards_documents_and_opens_an_adapter_per_rank():
+    """benchmarks/ddp_ranks.py under torchrun: no document twice or missing across 2 ranks,
+    tokens equal to one process, each rank's adapter chosen by its LOCAL_RANK (in CI both share
+    lavapipe; on a 2-GPU machine each gets its own, checked by the script)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                        str(root / "benchmarks" / "ddp_ranks.py"), "--docs", "150",
+                        "--vocab-size", "300"], capture_output=True, text=True, timeout=600,
+                       env=subprocess_env(TORCH_GPUBPE_ADAPTER="", OMP_NUM_THREADS="1"))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "duplicates 0, missing 0, tokens equal to one process: True" in r.stdout
+    assert "LOCAL_RANK=1" in r.stdout
