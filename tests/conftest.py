@@ -51,3 +51,24 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     repo = str(Path(__file__).resolve().parents[1])
     path = os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p)
     return dict(os.environ, PYTHONPATH=path, **extra)
+
+
+# Real BPE vocabularies: GPT-2 ships in tests/data/vocabs; the larger ones (Qwen2) are read from
+# $TORCH_GPUBPE_VOCABS or ../shared/vocabs beside the checkout. A missing file is an error, not a
+# skip (CI must not pass by skipping).
+TEST_VOCABS = Path(__file__).resolve().parent / "data" / "vocabs"
+SHARED_VOCABS = Path(
+    os.environ.get("TORCH_GPUBPE_VOCABS")
+    or Path(__file__).resolve().parents[2] / "shared" / "vocabs"
+)
+
+
+def shared_vocab(name: str) -> Path:
+    """Path of ``name`` (e.g. ``"qwen2.tiktoken"``) in tests/data/vocabs or the shared folder;
+    raises ``FileNotFoundError`` naming both places when absent."""
+    for d in (TEST_VOCABS, SHARED_VOCABS):
+        if (d / name).is_file():
+            return d / name
+    raise FileNotFoundError(
+        f"{name} is neither in {TEST_VOCABS} nor in {SHARED_VOCABS}: set TORCH_GPUBPE_VOCABS to "
+        "a folder holding it (see tests/data/vocabs/README.md)")

@@ -194,6 +194,9 @@ class _Slot:
         self.counts = g.buffer(nb * 4, U.STORAGE | U.COPY_DST, f"{lab}.counts")
         self.block_off = g.buffer(nb * 4, U.STORAGE, f"{lab}.block_off")
         self.state = g.buffer((2 * nchunks + nb) * 4, U.STORAGE, f"{lab}.state")
+        if s.bpe is not None:  # merge-order mode: dead-position bits (wgsl/encode_bpe.wgsl)
+            self.dead_bytes = ((cap_n + 1 + 31) // 32 + 1) * 4
+            self.dead = g.buffer(self.dead_bytes, U.STORAGE | U.COPY_DST, f"{lab}.dead")
         # info: 8 counters + (first byte, end byte) of each long-word region; a region is a word
         # of more than long_from bytes, so there are fewer than cap_n / long_from of them.
         self.reg_cap = max(_REG_INLINE, cap_n // s.long_from + 2) if s.long_from else _REG_INLINE
@@ -217,7 +220,9 @@ class _Slot:
         bind = {0: self.text, 1: self.bits, 2: s.nodes, 3: s.edges, 4: self.scratch,
                 5: self.counts, 6: self.state, 7: self.meta, 8: self.params, 9: self.block_off,
                 10: self.out, 11: self.doc_starts, 12: self.doc_tok}
-        walk = (0, 1, 2, 3, 4, 5, 6, 7, 8)
+        if s.bpe is not None:
+            bind.update({13: s.tokinfo, 14: s.pairs, 15: self.dead})
+        walk = s.chunked_bindings
         if s.pretok:  # the walk reads word starts from the regex pre-tokenizer's mask
             self.pt = s.pretok.scratch(cap_n, self.text, self.bits, f"{lab}.pretok")
             bind[16] = self.pt.mask
@@ -350,6 +355,8 @@ class _Slot:
         enc.clear_buffer(self.meta, 0, _META_HEAD if first else 16)
         if first:
             enc.clear_buffer(self.counts, 0, self.nb * 4)
+            if s.bpe is not None:
+                enc.clear_buffer(self.dead, 0, ((self.n + 1 + 31) // 32 + 1) * 4)
         if scan and self.ndocs:
             enc.clear_buffer(self.doc_tok, 0, 4 * self.ndocs)
         if scan and s.id_size == 2:
@@ -540,7 +547,9 @@ class _Slot:
         total, unfinished, doc_tok = self._read_meta()
         k, dispatches = 1, 0
         while unfinished:  # a word longer than the per-thread budget: continue (rare)
-            if dispatches > self.n + 8:  # each dispatch emits >= 1 token per unfinished walk
+            # Each dispatch emits >= 1 token per unfinished walk (merge order: takes >= 1 step
+            # of at most max_depth per walk, so allow that many times more).
+            if dispatches > (self.n + 8) * self.sess.progress_factor:
                 raise GPUOperationError(
                     f"encoding a slice of {self.n} bytes made no progress after {dispatches} "
                     f"continuation dispatches on {g.adapter_name}")
@@ -585,7 +594,13 @@ class _Slot:
             raw = self.rb_tok.read_mapped(0, nbytes)
         finally:
             self.rb_tok.unmap()
-        return np.frombuffer(raw, self.sess.id_dtype, total), doc_tok
+        ids = np.frombuffer(raw, self.sess.id_dtype, total)
+        if self.sess.bpe is not None and total and int(ids.max()) >= self.sess.num_tokens:
+            raise GPUOperationError(
+                f"merge-order encoding of a slice of {self.n} bytes found no valid token "
+                f"sequence for a word (id {int(ids.max())}): the vocab breaks the assumptions "
+                "of torch_gpubpe.bpe (please report it)")
+        return ids, doc_tok
 
 
 def _runs_table(trie: Trie) -> np.ndarray:
@@ -615,7 +630,8 @@ class _Session:
 
     def __init__(self, trie: Trie, id_size: int, chunk: int, max_slice_bytes: int | None,
                  budget: int, profile: bool, pre_tokenizer: str = "bytes-classes",
-                 long_word_bytes: int | None = DEFAULT_LONG_WORD) -> None:
+                 long_word_bytes: int | None = DEFAULT_LONG_WORD, bpe=None,
+                 num_tokens: int = 0) -> None:
         from .gpu import get_gpu
 
         self.gpu = g = get_gpu()
@@ -627,6 +643,9 @@ class _Session:
         self.block = WG * chunk
         # A walk needs max_depth extension steps + 1 emit to make progress in one dispatch.
         self.budget = max(budget, trie.max_depth + 2)
+        self.bpe, self.num_tokens = bpe, num_tokens
+        self.progress_factor = 1
+        self.chunked_bindings = (0, 1, 2, 3, 4, 5, 6, 7, 8)
         if self.budget > 65535 - chunk - 64:
             raise ValueError(
                 f"the vocab's longest token ({trie.max_depth} bytes) needs more walk steps per "
@@ -694,10 +713,16 @@ class _Session:
 
             self.pretok = UnicodePreTokenizer(pre_tokenizer, gpu=g)
             walk_flags = g.flags | {"WORD_MASK"}
+        if bpe is not None:  # merge-order mode: its own walk (torch_gpubpe.encoder_bpe)
+            from .encoder_bpe import bpe_session_setup
+
+            self.long_from = 0  # the parallel long-word path is greedy longest match
+            bpe_session_setup(self, g, trie, chunk, budget)
         kw = {"constants": consts, "source": source(g.flags)}
         self.pipes = {
-            "chunked": g.pipeline("encode", "trie_tokenizer_chunked", constants=consts,
-                                  source=source(walk_flags)),
+            "chunked": (g.pipeline("encode", "trie_tokenizer_chunked", constants=consts,
+                                   source=source(walk_flags)) if bpe is None
+                        else self.bpe_pipeline),
             "prefix": g.pipeline("encode", "trie_prefix_sum", **kw),
             "compact": g.pipeline("encode", "trie_tokenizer_compact", **kw),
         }
@@ -763,15 +788,22 @@ class Tokenizer:
             default) or a regex family of :mod:`torch_gpubpe.patterns` (``"gpt2"``,
             ``"cl100k"``, ``"qwen2"`` or their ``pat_str``), split exactly on the GPU
             (:mod:`torch_gpubpe.unicode_pretok`).
+        mode: ``"greedy"`` (longest match, DESIGN.md §4) or ``"bpe"`` (exact merge-order BPE,
+            ids identical to tiktoken's ``encode_ordinary`` over the same words; the
+            backtracking walk of ``wgsl/encode_bpe.wgsl``, tables in :mod:`torch_gpubpe.bpe`);
+            default: the vocab's ``mode`` (``"bpe"`` for tiktoken / Hugging Face vocabularies).
     Raises:
-        ValueError: bad ``chunk_bytes``, ``thread_budget`` or ``long_word_bytes``.
+        ValueError: bad ``chunk_bytes``, ``thread_budget``, ``long_word_bytes`` or ``mode``,
+            or a vocab that merge-order mode does not support
+            (:func:`torch_gpubpe.bpe.bpe_tables`).
         InputError: a ``pre_tokenizer`` the GPU cannot split exactly (named).
     """
 
     def __init__(self, vocab: Vocab, *, chunk_bytes: int = DEFAULT_CHUNK,
                  max_slice_bytes: int | None = None, thread_budget: int | None = None,
                  profile: bool = False, pre_tokenizer: str = "bytes-classes",
-                 long_word_bytes: int | None = DEFAULT_LONG_WORD) -> None:
+                 long_word_bytes: int | None = DEFAULT_LONG_WORD,
+                 mode: str | None = None) -> None:
         from .patterns import resolve
 
         if not isinstance(vocab, Vocab):
@@ -782,6 +814,14 @@ class Tokenizer:
         if not 1 <= budget <= 65535 - chunk_bytes - 64:
             raise ValueError(f"thread_budget must be in 1..{65535 - chunk_bytes - 64} "
                              f"(lavapipe stops loops at 65,535 iterations), got {budget}")
+        self.mode = vocab.mode if mode is None else mode
+        if self.mode not in ("greedy", "bpe"):
+            raise ValueError(f"mode must be 'greedy' or 'bpe', got {mode!r}")
+        self._bpe = None
+        if self.mode == "bpe":
+            from .bpe import bpe_tables
+
+            self._bpe = bpe_tables(vocab)
         self.vocab = vocab
         self.n_vocab = len(vocab)
         self.id_dtype = np.uint16 if len(vocab) <= 1 << 16 else np.uint32
@@ -838,8 +878,10 @@ class Tokenizer:
             self._sess = None
             args = (self.trie, np.dtype(self.id_dtype).itemsize, self._chunk, self._max_slice,
                     self._budget, self._profile, self.pre_tokenizer)
+            kw = {"long_word_bytes": self._long_word, "bpe": self._bpe,
+                  "num_tokens": self.vocab.num_tokens}
             try:
-                sess = _Session(*args, long_word_bytes=self._long_word)
+                sess = _Session(*args, **kw)
             except GPUOperationError:
                 from . import gpu as gpumod
 
@@ -847,7 +889,7 @@ class Tokenizer:
                     raise
                 # The device was lost before this call (nothing of ours in flight): open a
                 # fresh one once rather than fail this call too.
-                sess = _Session(*args, long_word_bytes=self._long_word)
+                sess = _Session(*args, **kw)
             self._sess = sess
             self._sess_pid = os.getpid()
         return self._sess
@@ -1014,6 +1056,7 @@ class Tokenizer:
         # A regex pre-tokenizer splits the whole batch first (on the GPU, in its own slices):
         # the cuts and each slice's walk need the split of the documents around them.
         words = sess.pretok.mask(data, offsets) if sess.pretok is not None else None
+        mid_word = False  # this slice starts inside a word (the previous one was cut in it)
         while s < total:
             e, truncated = self._cut(data, offsets, s, sess.limit, words)
             k0, k1 = np.searchsorted(starts, [s, e], side="left")
@@ -1021,6 +1064,14 @@ class Tokenizer:
             slot.start(data, s, e, (starts[k0:k1] - s).astype(np.uint32), end_bit,
                        None if words is None else words[s:e])
             ids, doc_tok = slot.finish()
+            if mid_word and self._bpe is not None and len(ids):
+                from .encoder_bpe import junction_ok
+
+                if not junction_ok(self, pieces, ids):  # pop the token before the cut, redo
+                    s, base = self._pop_last_token(pieces, s, base)
+                    mid_word = not (bool(words[s]) if words is not None
+                                    else self._at_word_start(data, offsets, s))
+                    continue
             if truncated:  # keep the tokens that the cut cannot have changed (see _cut)
                 lens = self._tok_len[ids]
                 tstart = np.cumsum(lens) - lens
@@ -1032,8 +1083,24 @@ class Tokenizer:
             pieces.append(ids.copy())
             base += len(ids)
             s = e
+            mid_word = truncated
         ids = np.concatenate(pieces) if pieces else np.zeros(0, self.id_dtype)
         return BatchEncoding(ids, self._doc_offsets(first, len(ids)))
+
+    def _pop_last_token(self, pieces: list[np.ndarray], s: int, base: int) -> tuple[int, int]:
+        """Drop the last token kept so far (merge-order slicing); returns the new (s, base)."""
+        k = max(i for i, p in enumerate(pieces) if len(p))
+        s -= int(self._tok_len[int(pieces[k][-1])])
+        pieces[k] = pieces[k][:-1]
+        return s, base - 1
+
+    @staticmethod
+    def _at_word_start(data: np.ndarray, offsets: np.ndarray, pos: int) -> bool:
+        """Whether byte ``pos`` of the packed batch starts a word (DESIGN.md §2)."""
+        lo, hi = max(pos - 1, 0), min(pos + 2, len(data))
+        st = offsets[:-1]
+        rel = st[(st >= lo) & (st < hi)] - lo
+        return bool(word_start_mask(data[lo:hi], np.append(rel, hi - lo))[pos - lo])
 
     def _cut(self, data: np.ndarray, offsets: np.ndarray, s: int, limit: int,
              words: np.ndarray | None = None) -> tuple[int, bool]:

@@ -28,11 +28,20 @@ Hugging Face (``tokenizers`` / ``transformers``) — exact
     project encodes them as U+FFFD (DESIGN.md §1); ``reference.to_bytes(text).decode()`` gives
     ``tokenizers`` the same text.
 
-tiktoken — not exact
+    Merge-order vocabs (``vocab.mode == "bpe"``, issue 15) get a real ``BPE`` model instead:
+    ``vocab`` (byte-level string → id) and ``merges`` — for every token that BPE can produce,
+    in rank order, the pair that merge-order BPE of its bytes merges last
+    (:func:`torch_gpubpe.bpe.bpe_tables`' ``split``); ``ignore_merges=True`` (a whole word that
+    is a token is taken at once, as tiktoken does); no unknown token, no dropout. Then
+    ``tokenizers`` gives exactly the GPU's ``mode="bpe"`` ids (tested on corpora and random
+    text), with the same special-token caveat as above.
+
+tiktoken
     :func:`save_tiktoken` writes the ``.tiktoken`` format (``base64(token bytes) rank`` per
     line) and :func:`tiktoken_encoding` builds a ``tiktoken.Encoding`` with the §2 pattern.
-    tiktoken applies merge-order BPE (lowest rank first), not greedy longest match, so its ids
-    can differ from this project's on some words; ``decode`` gives the same text back either way.
+    tiktoken applies merge-order BPE (lowest rank first): exact for ``mode="bpe"`` vocabs
+    (ids identical to the GPU's), not for greedy longest match, whose ids can differ on some
+    words; ``decode`` gives the same text back either way.
 
 Example::
 
@@ -116,6 +125,16 @@ def hf_tokenizer_dict(vocab: Vocab) -> dict:
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
                   "use_regex": False}
     model_vocab = hf_vocab(vocab)
+    if vocab.mode == "bpe":
+        model = hf_bpe_model(vocab, model_vocab)
+    else:
+        model = {
+            "type": "WordPiece",
+            "unk_token": UNK_TOKEN,
+            "continuing_subword_prefix": "",
+            "max_input_chars_per_word": MAX_INPUT_CHARS_PER_WORD,
+            "vocab": model_vocab,
+        }
     for s, tid in vocab.special_token_ids.items():
         if byte_level_string(s.encode()) in model_vocab or s in model_vocab:
             raise ValueError(
@@ -143,14 +162,26 @@ def hf_tokenizer_dict(vocab: Vocab) -> dict:
         },
         "post_processor": None,
         "decoder": dict(byte_level),
-        "model": {
-            "type": "WordPiece",
-            "unk_token": UNK_TOKEN,
-            "continuing_subword_prefix": "",
-            "max_input_chars_per_word": MAX_INPUT_CHARS_PER_WORD,
-            "vocab": model_vocab,
-        },
+        "model": model,
     }
+
+
+def hf_bpe_model(vocab: Vocab, model_vocab: dict[str, int] | None = None) -> dict:
+    """The ``BPE`` model of a merge-order vocab: vocab + merges in rank order (module
+    docstring). Raises ``ValueError`` if merge-order mode does not support the vocab."""
+    from .bpe import bpe_tables
+
+    t = bpe_tables(vocab)
+    if model_vocab is None:
+        model_vocab = hf_vocab(vocab)
+    names = {i: s for s, i in model_vocab.items()}
+    toks = vocab.token_bytes
+    order = sorted(range(len(toks)), key=lambda i: int(t.rank[i]))
+    merges = [[names[int(t.split[i, 0])], names[int(t.split[i, 1])]] for i in order
+              if len(toks[i]) > 1 and i not in set(t.unreachable)]
+    return {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+            "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+            "ignore_merges": True, "vocab": model_vocab, "merges": merges}
 
 
 def hf_tokenizer_json(vocab: Vocab) -> str:
@@ -193,7 +224,15 @@ def hf_tokenizer_config(vocab: Vocab) -> dict:
 
 
 def tiktoken_ranks(vocab: Vocab) -> dict[bytes, int]:
-    """token bytes → id (tiktoken's "mergeable ranks"); for shared spellings the smallest id."""
+    """token bytes → id (tiktoken's "mergeable ranks"); for shared spellings the smallest id.
+
+    Raises:
+        ValueError: the vocab's merge ranks are not in id order (e.g. a Hugging Face vocab
+            whose ids do not follow its merges): tiktoken's ranks are its ids.
+    """
+    if vocab.ranks is not None and list(vocab.ranks) != sorted(vocab.ranks):
+        raise ValueError("this vocab's merge ranks are not in id order; a tiktoken file (rank = "
+                         "id) would encode differently")
     ranks: dict[bytes, int] = {}
     for i, tb in enumerate(vocab.token_bytes):
         ranks.setdefault(tb, i)

@@ -289,3 +289,76 @@ def decode_bytes(ids: Iterable[int], merges: Sequence[tuple[int, int]]) -> bytes
             raise ValueError(f"token id {i} at position {pos} is outside the vocab ({len(table)})")
         out.append(table[i])
     return b"".join(out)
+
+
+# -- merge-order BPE (issue 15) ---------------------------------------------------------------
+
+def bpe_encode(word: bytes, ranks: Mapping[bytes, int]) -> list[int]:
+    """Merge-order BPE of one word, as tiktoken's ``byte_pair_encode`` does it (the oracle of
+    ``Tokenizer(mode="bpe")``).
+
+    Start from the word's single bytes; repeatedly merge the adjacent pair of parts whose
+    concatenated bytes have the LOWEST rank in ``ranks`` (ties: the leftmost pair); stop when no
+    adjacent concatenation is a token. A word that is itself a token is that token at once (as
+    tiktoken looks a whole piece up first; it matters only for a token that BPE of its own bytes
+    does not produce). Returns the ranks of the final parts (tiktoken files: rank = token id;
+    see :func:`bpe_encode_batch` for vocabularies where ids differ).
+
+    Args:
+        word: the word's bytes (one pre-token).
+        ranks: token bytes → rank (lower merges first); every byte of ``word`` must be in it.
+    Raises:
+        KeyError: a byte of ``word`` has no rank.
+    """
+    return [ranks[p] for p in bpe_parts(word, ranks)]
+
+
+def bpe_parts(word: bytes, ranks: Mapping[bytes, int]) -> list[bytes]:
+    """:func:`bpe_encode` returning the final parts' bytes instead of their ranks."""
+    if word in ranks:
+        return [word]
+    parts = [word[j : j + 1] for j in range(len(word))]
+    while len(parts) > 1:
+        best, at = None, -1
+        for j in range(len(parts) - 1):  # the lowest rank; the leftmost among equals
+            r = ranks.get(parts[j] + parts[j + 1])
+            if r is not None and (best is None or r < best):
+                best, at = r, j
+        if best is None:
+            break
+        parts[at : at + 2] = [parts[at] + parts[at + 1]]
+    return parts
+
+
+def bpe_encode_batch(texts: Iterable[str | bytes], ranks: Mapping[bytes, int],
+                     ids: Mapping[bytes, int] | None = None) -> list[list[int]]:
+    """Merge-order BPE of each document over the DESIGN.md §2 words (:func:`bpe_encode` per
+    word). ``ids`` maps token bytes → output id when ids are not the ranks (default: ranks).
+
+    Raises:
+        TypeError: ``texts`` is a single ``str``/``bytes``, or an item is not text.
+        KeyError: a byte has no rank.
+    """
+    _check_documents(texts)
+    idmap = ranks if ids is None else ids
+    out = []
+    for text in texts:
+        doc: list[int] = []
+        for word in split_words(to_bytes(text)):
+            doc += [idmap[p] for p in bpe_parts(word, ranks)]
+        out.append(doc)
+    return out
+
+
+def bpe_encode_text(text: str | bytes, ranks: Mapping[bytes, int]) -> list[int]:
+    """:func:`bpe_encode_batch` of one document."""
+    return bpe_encode_batch([text], ranks)[0]
+
+
+def merge_ranks(merges: Sequence[tuple[int, int]]) -> dict[bytes, int]:
+    """This project's vocab as merge-order ranks: token bytes → id (256 bytes, then merge k →
+    256 + k; the smallest id of a spelling shared by several ids)."""
+    ranks: dict[bytes, int] = {}
+    for i, tb in enumerate(token_bytes(merges)):
+        ranks.setdefault(tb, i)
+    return ranks

@@ -123,16 +123,17 @@ def compile_trie(token_bytes: Sequence[bytes]) -> Trie:
     """Compile the ordinary tokens of a vocab (special tokens excluded) into a :class:`Trie`.
 
     Args:
-        token_bytes: ``token_bytes[i]`` is the byte string of id ``i``; ids 0..255 must be the
-            256 single bytes (a byte-level vocab, DESIGN.md §1).
+        token_bytes: ``token_bytes[i]`` is the byte string of id ``i``; the 256 single bytes
+            must be among them (a byte-level vocab, DESIGN.md §1; ids 0..255 in this project's
+            own vocabs, any ids in e.g. GPT-2's).
     Returns:
         the :class:`Trie`.
     Raises:
-        ValueError: an empty token, or ids 0..255 are not the single bytes.
+        ValueError: an empty token, or a single byte that is no token.
     """
     toks = list(token_bytes)
-    if len(toks) < 256 or b"".join(toks[:256]) != bytes(range(256)):
-        raise ValueError("ids 0..255 must be the 256 single bytes (byte-level vocab, DESIGN.md §1)")
+    if {t[0] for t in toks if len(t) == 1} != set(range(256)):
+        raise ValueError("the 256 single bytes must all be tokens (byte-level vocab, DESIGN.md §1)")
     lens = np.fromiter(map(len, toks), np.int64, len(toks))
     if (lens == 0).any():
         raise ValueError(f"token id {int(np.argmin(lens))} is empty")

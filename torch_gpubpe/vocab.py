@@ -3,14 +3,24 @@
 Ids (DESIGN.md §1): 0..255 are the byte values, merge k creates id ``256 + k``, special tokens
 take the ids after the last merge, in the order given.
 
-File format (JSON, UTF-8), self-describing::
+A vocabulary from outside (tiktoken file, Hugging Face ``tokenizer.json``; see
+:mod:`torch_gpubpe.vocab_io`) is instead an explicit id → bytes table (``tokens``) with a merge
+rank per id (``ranks``, default: the id), since e.g. GPT-2's byte tokens are not ids 0..255.
+``mode`` says how text is encoded: ``"greedy"`` longest match (DESIGN.md §4, this project's
+default) or ``"bpe"`` merge order (lowest rank first, as tiktoken; issue 15).
+
+File format (JSON, UTF-8), self-describing; version 1 (greedy mode, merges only)::
 
     {"format": "torch_gpubpe.vocab", "version": 1, "pre_tokenizer": "gpubpe-bytes-v1",
      "merges": [[left_id, right_id], ...], "special_tokens": ["<|endoftext|>", ...]}
+
+version 2 adds ``"mode"`` and, for explicit tables, ``"tokens"`` (base64 of each token's bytes,
+by id) and ``"ranks"``; a vocab that version 1 can hold is still written as version 1.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -23,6 +33,8 @@ from .reference import token_bytes
 
 FORMAT_NAME = "torch_gpubpe.vocab"
 FORMAT_VERSION = 1
+FORMAT_VERSIONS = (1, 2)
+MODES = ("greedy", "bpe")
 PRE_TOKENIZER = "gpubpe-bytes-v1"
 """Name of the DESIGN.md §2 word rule; stored in every vocab file."""
 
@@ -45,14 +57,32 @@ class Vocab:
 
     Attributes:
         merges: ``(left_id, right_id)`` pairs; merge k creates id ``256 + k``.
-        special_tokens: spellings of the special tokens, ids ``256 + len(merges) + i``.
+        special_tokens: spellings of the special tokens, ids ``num_tokens + i``.
+        mode: ``"greedy"`` (longest match, DESIGN.md §4) or ``"bpe"`` (merge order).
+        tokens: ``None`` (ids from ``merges``) or the explicit bytes of every ordinary id
+            (vocabularies from outside; then ``merges`` is empty). Spellings must be distinct
+            and include all 256 single bytes.
+        ranks: ``None`` (rank = id) or the merge rank of every id of ``tokens`` (distinct ints;
+            lower merges first).
+    Raises:
+        ValueError: inconsistent merges, tokens, ranks, mode or special tokens.
     """
 
-    merges: tuple[tuple[int, int], ...]
+    merges: tuple[tuple[int, int], ...] = ()
     special_tokens: tuple[str, ...] = ()
+    mode: str = "greedy"
+    tokens: tuple[bytes, ...] | None = field(default=None, repr=False)
+    ranks: tuple[int, ...] | None = field(default=None, repr=False)
     _bytes: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.tokens is not None:
+            self._init_table()
+            return
+        if self.ranks is not None:
+            raise ValueError("ranks need an explicit tokens table")
         merges = tuple((int(a), int(b)) for a, b in self.merges)
         for k, (a, b) in enumerate(merges):
             if not (0 <= a < 256 + k and 0 <= b < 256 + k):
@@ -69,19 +99,79 @@ class Vocab:
         if len(self) > MAX_VOCAB_SIZE:
             raise ValueError(f"vocab size {len(self)} is above the maximum {MAX_VOCAB_SIZE}")
 
+    def _init_table(self) -> None:
+        """Validate an explicit id → bytes table (vocabularies from outside)."""
+        if self.merges:
+            raise ValueError("give either merges or an explicit tokens table, not both")
+        toks = tuple(bytes(t) for t in self.tokens)
+        if any(not t for t in toks):
+            raise ValueError(f"token id {next(i for i, t in enumerate(toks) if not t)} is empty")
+        if len(set(toks)) != len(toks):
+            seen: dict[bytes, int] = {}
+            for i, t in enumerate(toks):
+                if t in seen:
+                    raise ValueError(f"token ids {seen[t]} and {i} both spell {t!r}")
+                seen[t] = i
+        missing = set(range(256)) - {t[0] for t in toks if len(t) == 1}
+        if missing:
+            raise ValueError(f"the single bytes {sorted(missing)[:8]}... are not tokens "
+                             f"({len(missing)} missing): not a byte-level vocab")
+        if self.ranks is not None:
+            ranks = tuple(int(r) for r in self.ranks)
+            if len(ranks) != len(toks) or len(set(ranks)) != len(ranks):
+                raise ValueError("ranks must hold one distinct rank per token")
+            object.__setattr__(self, "ranks", ranks)
+        specials = tuple(self.special_tokens)
+        if len(set(specials)) != len(specials) or not all(isinstance(s, str) and s
+                                                          for s in specials):
+            raise ValueError(f"special tokens must be distinct non-empty str: {specials!r}")
+        object.__setattr__(self, "tokens", toks)
+        object.__setattr__(self, "merges", ())
+        object.__setattr__(self, "special_tokens", specials)
+        object.__setattr__(self, "_bytes", toks)
+        if len(self) > MAX_VOCAB_SIZE:
+            raise ValueError(f"vocab size {len(self)} is above the maximum {MAX_VOCAB_SIZE}")
+
+    def with_mode(self, mode: str) -> Vocab:
+        """The same vocab with another encoding ``mode`` (``"greedy"`` or ``"bpe"``)."""
+        import dataclasses
+
+        return dataclasses.replace(self, mode=mode)
+
+    @property
+    def bpe_ranks(self) -> dict[bytes, int]:
+        """Token bytes → merge rank of the ordinary tokens (tiktoken's "mergeable ranks"); for a
+        spelling shared by several ids (odd merge lists) the smallest id's."""
+        if self.tokens is not None and self.ranks is not None:
+            return dict(zip(self._bytes, self.ranks))
+        out: dict[bytes, int] = {}
+        for i, tb in enumerate(self._bytes):
+            out.setdefault(tb, i)
+        return out
+
+    @property
+    def bytes_to_id(self) -> dict[bytes, int]:
+        """Token bytes → id of the ordinary tokens (the smallest id of a shared spelling)."""
+        out: dict[bytes, int] = {}
+        for i, tb in enumerate(self._bytes):
+            out.setdefault(tb, i)
+        return out
+
     def __repr__(self) -> str:
+        table = "" if self.tokens is None else ", table=True"
+        mode = "" if self.mode == "greedy" else f", mode={self.mode!r}"
         return (f"Vocab(size={len(self)}, merges={len(self.merges)}, "
-                f"special_tokens={list(self.special_tokens)})")
+                f"special_tokens={list(self.special_tokens)}{mode}{table})")
 
     # -- sizes and lookups -------------------------------------------------------------------
     def __len__(self) -> int:
-        """Vocab size: 256 + merges + special tokens."""
-        return 256 + len(self.merges) + len(self.special_tokens)
+        """Vocab size: ordinary tokens (256 + merges) + special tokens."""
+        return self.num_tokens + len(self.special_tokens)
 
     @property
     def num_tokens(self) -> int:
-        """Number of ordinary (non-special) tokens: 256 + len(merges)."""
-        return 256 + len(self.merges)
+        """Number of ordinary (non-special) tokens: 256 + len(merges), or len(tokens)."""
+        return 256 + len(self.merges) if self.tokens is None else len(self.tokens)
 
     @property
     def special_token_ids(self) -> dict[str, int]:
@@ -141,7 +231,7 @@ class Vocab:
 
     # -- file format -------------------------------------------------------------------------
     def to_dict(self) -> dict:
-        return {
+        out = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
             "pre_tokenizer": PRE_TOKENIZER,
@@ -149,6 +239,14 @@ class Vocab:
             "merges": [list(m) for m in self.merges],
             "special_tokens": list(self.special_tokens),
         }
+        if self.mode != "greedy" or self.tokens is not None:
+            out["version"] = 2
+            out["mode"] = self.mode
+        if self.tokens is not None:
+            out["tokens"] = [base64.b64encode(t).decode("ascii") for t in self.tokens]
+            if self.ranks is not None:
+                out["ranks"] = list(self.ranks)
+        return out
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the vocab file (JSON; see the module docstring)."""
@@ -159,7 +257,9 @@ class Vocab:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Vocab:
         """Read a vocab file written by :meth:`save` (or ``path/vocab.json`` when ``path`` is a
-        folder, as written by ``python -m torch_gpubpe train --out``).
+        folder, as written by ``python -m torch_gpubpe train --out``). A tiktoken file
+        (``*.tiktoken``) or a Hugging Face ``tokenizer.json`` is read by
+        :func:`torch_gpubpe.vocab_io.load_vocab` (mode ``"bpe"``).
 
         Raises:
             VocabFormatError: the file is not valid JSON, not a torch_gpubpe vocab, of another
@@ -169,11 +269,19 @@ class Vocab:
         """
         if os.path.isdir(path):
             path = os.path.join(path, "vocab.json")
+        if str(path).endswith(".tiktoken"):
+            from .vocab_io import load_tiktoken
+
+            return load_tiktoken(path)
         try:
             with open(path, encoding="utf-8") as f:
                 obj = json.load(f)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise VocabFormatError(f"{path}: not a torch_gpubpe vocab file (not JSON: {e})") from e
+        if isinstance(obj, dict) and "model" in obj and "format" not in obj:
+            from .vocab_io import vocab_from_hf_dict
+
+            return vocab_from_hf_dict(obj, source=str(path))
         return cls.from_dict(obj, source=str(path))
 
     @classmethod
@@ -183,10 +291,10 @@ class Vocab:
             raise VocabFormatError(
                 f"{source}: not a torch_gpubpe vocab file (missing \"format\": \"{FORMAT_NAME}\")"
             )
-        if obj.get("version") != FORMAT_VERSION:
+        if obj.get("version") not in FORMAT_VERSIONS:
             raise VocabFormatError(
                 f"{source}: unsupported vocab format version {obj.get('version')!r} "
-                f"(this torch_gpubpe reads version {FORMAT_VERSION})"
+                f"(this torch_gpubpe reads versions {FORMAT_VERSIONS})"
             )
         if obj.get("pre_tokenizer") != PRE_TOKENIZER:
             raise VocabFormatError(
@@ -200,9 +308,19 @@ class Vocab:
             raise VocabFormatError(f"{source}: \"merges\" must be a list of [left_id, right_id]")
         if not isinstance(specials, list):
             raise VocabFormatError(f"{source}: \"special_tokens\" must be a list of strings")
+        mode = obj.get("mode", "greedy") if obj["version"] >= 2 else "greedy"
+        tokens, ranks = obj.get("tokens"), obj.get("ranks")
         try:
-            vocab = cls(tuple(tuple(m) for m in merges), tuple(specials))
-        except ValueError as e:
+            if tokens is not None:
+                if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+                    raise ValueError("\"tokens\" must be a list of base64 strings")
+                tokens = tuple(base64.b64decode(t, validate=True) for t in tokens)
+                if ranks is not None and not (isinstance(ranks, list)
+                                              and all(type(r) is int for r in ranks)):
+                    raise ValueError("\"ranks\" must be a list of ints")
+            vocab = cls(tuple(tuple(m) for m in merges), tuple(specials), mode=mode,
+                        tokens=tokens, ranks=None if ranks is None else tuple(ranks))
+        except (ValueError, TypeError) as e:
             raise VocabFormatError(f"{source}: {e}") from e
         if "vocab_size" in obj and obj["vocab_size"] != len(vocab):
             raise VocabFormatError(
@@ -213,6 +331,7 @@ class Vocab:
 
     @classmethod
     def from_merges(
-        cls, merges: Sequence[tuple[int, int]], special_tokens: Sequence[str] = ()
+        cls, merges: Sequence[tuple[int, int]], special_tokens: Sequence[str] = (),
+        mode: str = "greedy",
     ) -> Vocab:
-        return cls(tuple(tuple(m) for m in merges), tuple(special_tokens))
+        return cls(tuple(tuple(m) for m in merges), tuple(special_tokens), mode=mode)

@@ -1,0 +1,401 @@
+"""Exact merge-order BPE (issue 15): reference.bpe_encode, vocab loading, the GPU's
+``mode="bpe"`` and the exports, each compared token for token with tiktoken's
+``encode_ordinary`` (GPT-2's and Qwen2's ranks, and vocabs trained here, all under this
+project's DESIGN.md §2 split pattern) and Hugging Face ``tokenizers``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tiktoken
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import CORPUS_NAMES, TEST_VOCABS, corpus_docs, shared_vocab, subprocess_env
+from torch_gpubpe import Vocab, reference
+from torch_gpubpe.bpe import backtrack_encode, bpe_tables, valid_pair
+from torch_gpubpe.errors import VocabFormatError
+from torch_gpubpe.vocab import SPLIT_PATTERN_PY
+from torch_gpubpe.vocab_io import load_hf_tokenizer, load_tiktoken, vocab_from_hf_dict
+
+GPT2 = TEST_VOCABS / "gpt2.tiktoken"
+HSET = settings(max_examples=30, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def tiktoken_of(vocab: Vocab) -> tiktoken.Encoding:
+    """tiktoken over the vocab's ranks with the §2 pattern (the oracle)."""
+    return tiktoken.Encoding("t", pat_str=SPLIT_PATTERN_PY, mergeable_ranks=vocab.bpe_ranks,
+                             special_tokens={})
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return load_tiktoken(GPT2)
+
+
+@pytest.fixture(scope="module")
+def gpt2_tt(gpt2):
+    return tiktoken_of(gpt2)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    docs = []
+    for name in CORPUS_NAMES:
+        docs += corpus_docs(name, 5_000)
+    return Vocab.from_merges(reference.train(docs, vocab_size=1500, min_frequency=2),
+                             ["<|endoftext|>"], mode="bpe")
+
+
+def first_diff(a, b) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def assert_same(got, want, what=""):
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"{what} document {k}: first difference at token {first_diff(g, w)}"
+    assert len(got) == len(want)
+
+
+# -- CPU: the oracle, the tables, loading ------------------------------------------------------
+
+def test_reference_equals_tiktoken(gpt2, gpt2_tt, trained):
+    docs = [d for n in CORPUS_NAMES for d in corpus_docs(n, 4_000, max_doc_bytes=2_000)]
+    assert_same(reference.bpe_encode_batch(docs, gpt2.bpe_ranks),
+                [gpt2_tt.encode_ordinary(d) for d in docs], "gpt2")
+    tt = tiktoken_of(trained)
+    assert_same(reference.bpe_encode_batch(docs, trained.bpe_ranks),
+                [tt.encode_ordinary(d) for d in docs], "trained")
+
+
+def test_reference_small_cases():
+    ranks = reference.merge_ranks(reference.train([b"aaaaa"], 257, 1))
+    assert reference.bpe_encode(b"aaaaa", ranks) == [256, 256, 97]
+    assert reference.bpe_encode(b"", ranks) == []
+    # Merge order differs from longest match: bc merges first, then nothing fits (longest
+    # match would give [ab, cd]); with abc a token, (a, bc) merges next.
+    r = {bytes([b]): b for b in range(256)}
+    r.update({b"bc": 256, b"ab": 257, b"cd": 258})
+    assert reference.bpe_encode(b"abcd", r) == [97, 256, 100]
+    r[b"abc"] = 259
+    assert reference.bpe_encode(b"abcd", r) == [259, 100]
+
+
+def test_valid_pair_is_bpe_of_the_pair(gpt2):
+    """valid_pair(t1, t2) ⟺ merge-order BPE of bytes(t1)+bytes(t2) gives [t1, t2]."""
+    t = bpe_tables(gpt2)
+    ranks, tb = gpt2.bpe_ranks, gpt2.token_bytes
+    rng = np.random.default_rng(5)
+    short = [i for i, b in enumerate(tb) if len(b) <= 4]
+    pairs = rng.choice(short, (3000, 2)).tolist() + rng.integers(0, len(tb), (1000, 2)).tolist()
+    n_valid = 0
+    for a, b in pairs:
+        want = reference.bpe_encode(tb[a] + tb[b], ranks) == [a, b]
+        assert valid_pair(t, a, b) == want, (a, b, tb[a], tb[b])
+        n_valid += want
+    assert 0 < n_valid < len(pairs)
+
+
+def test_tables_and_python_backtracking(gpt2, trained):
+    for v in (gpt2, trained):
+        t = bpe_tables(v)
+        assert t.unreachable == ()  # GPT-2 and merge-trained vocabs: every token reachable
+        assert t.max_probe >= 1 and t.max_height >= 1
+        words = [w for d in corpus_docs("multi_udhr", 3_000) for w in
+                 reference.split_words(d.encode())][:400]
+        words += [b"a" * 300, b"1" * 50, b"\xf0\x9f\x98\x80" * 40]
+        for w in words:
+            assert backtrack_encode(w, v, t) == reference.bpe_encode_batch([w], v.bpe_ranks)[0]
+
+
+def test_unreachable_token_only_as_whole_word():
+    r = {bytes([b]): b for b in range(256)}
+    r.update({b"ab": 256, b"abcd": 257, b"xy": 258})  # BPE of b"abcd" is stuck at [ab, c, d]
+    toks = [None] * len(r)
+    for b, i in r.items():
+        toks[i] = b
+    v = Vocab(tokens=tuple(toks), mode="bpe")
+    t = bpe_tables(v)
+    assert t.unreachable == (257,)
+    tt = tiktoken_of(v)
+    for w in (b"abcd", b"abcdabcd", b"xabcd", b"abcde", b"abc"):
+        assert reference.bpe_encode(w, r) == tt.encode_ordinary(w.decode()) == \
+            backtrack_encode(w, v, t)
+
+
+def test_vocab_file_modes_round_trip(tmp_path, gpt2, trained):
+    greedy = trained.with_mode("greedy")
+    p = tmp_path / "v.json"
+    greedy.save(p)
+    assert json.loads(p.read_text())["version"] == 1  # old format kept for greedy merges
+    assert Vocab.load(p) == greedy
+    for v in (trained, gpt2):
+        v.save(p)
+        obj = json.loads(p.read_text())
+        assert obj["version"] == 2 and obj["mode"] == "bpe"
+        back = Vocab.load(p)
+        assert back == v and back.mode == "bpe" and back.token_bytes == v.token_bytes
+    assert Vocab.load(GPT2) == gpt2  # by extension
+    assert len(gpt2) == 50257 and gpt2.num_tokens == 50256
+    assert gpt2.special_token_ids == {"<|endoftext|>": 50256}
+    assert gpt2.token_bytes[0] == b"!" and gpt2.token_bytes[256] == b" t"
+
+
+def test_tiktoken_loader_errors(tmp_path):
+    lines = GPT2.read_text().splitlines()
+    bad = tmp_path / "bad.tiktoken"
+    bad.write_text("\n".join(lines[:300] + ["@@@ 300"]) + "\n")
+    with pytest.raises(VocabFormatError, match="bad.tiktoken:301"):
+        load_tiktoken(bad)
+    bad.write_text("\n".join(lines[:300] + lines[301:400]) + "\n")
+    with pytest.raises(VocabFormatError, match="without gaps"):
+        load_tiktoken(bad)
+    bad.write_text("\n".join(x for x in lines[:400] if base64.b64decode(x.split()[0]) != b"a"))
+    with pytest.raises(VocabFormatError):
+        load_tiktoken(bad)  # a byte missing (and a gap)
+    with pytest.raises(VocabFormatError, match="follow"):
+        load_tiktoken(GPT2, special_tokens={"<|x|>": 7})
+
+
+def test_hf_json_round_trip_and_rejects(gpt2, trained):
+    from torch_gpubpe.export import hf_tokenizer_dict
+
+    for v in (gpt2, trained):
+        obj = hf_tokenizer_dict(v)
+        assert obj["model"]["type"] == "BPE"
+        back = vocab_from_hf_dict(obj)
+        assert back.token_bytes == v.token_bytes and back.mode == "bpe"
+        assert back.special_tokens == v.special_tokens and back.ranks is None
+    wp = hf_tokenizer_dict(trained.with_mode("greedy"))  # the WordPiece export
+    with pytest.raises(VocabFormatError, match="WordPiece"):
+        vocab_from_hf_dict(wp)
+    obj = hf_tokenizer_dict(trained)
+    with pytest.raises(VocabFormatError, match="normalizer"):
+        vocab_from_hf_dict(dict(obj, normalizer={"type": "NFC"}))
+    with pytest.raises(VocabFormatError, match="Unigram"):
+        vocab_from_hf_dict(dict(obj, model={"type": "Unigram", "vocab": []}))
+    with pytest.raises(VocabFormatError, match="ByteLevel"):
+        vocab_from_hf_dict(dict(obj, pre_tokenizer={"type": "Whitespace"}))
+    m = dict(obj["model"], continuing_subword_prefix="##")
+    with pytest.raises(VocabFormatError, match="continuing_subword_prefix"):
+        vocab_from_hf_dict(dict(obj, model=m))
+    m = dict(obj["model"], merges=obj["model"]["merges"][::-1])  # merge order broken
+    with pytest.raises(VocabFormatError):
+        vocab_from_hf_dict(dict(obj, model=m))
+
+
+# -- GPU ---------------------------------------------------------------------------------------
+
+gpu = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def gpt2_tok(gpt2):
+    from torch_gpubpe.encoder import Tokenizer
+
+    return Tokenizer(gpt2)
+
+
+@gpu
+@pytest.mark.parametrize("name", CORPUS_NAMES)
+def test_gpu_gpt2_equals_tiktoken(gpt2_tok, gpt2_tt, name):
+    assert gpt2_tok.mode == "bpe"
+    docs = corpus_docs(name, 25_000, max_doc_bytes=8_000)
+    be = gpt2_tok.encode_batch(docs)
+    assert_same(be.tolist(), [gpt2_tt.encode_ordinary(d) for d in docs], name)
+    assert gpt2_tok.decode(be[0]) == docs[0]
+
+
+@gpu
+def test_gpu_qwen2_equals_tiktoken():
+    from torch_gpubpe.encoder import Tokenizer
+
+    v = load_tiktoken(shared_vocab("qwen2.tiktoken"))
+    assert len(v) == 151643 + 293 and v.mode == "bpe"
+    tok = Tokenizer(v)
+    assert tok.id_dtype == np.uint32
+    tt = tiktoken_of(v)
+    docs = [d for n in CORPUS_NAMES for d in corpus_docs(n, 12_000, max_doc_bytes=4_000)]
+    docs += ["1234567890" * 30, "🙂" * 200, "  \n\n\t  x " * 20]
+    assert_same(tok.encode_batch(docs).tolist(), [tt.encode_ordinary(d) for d in docs], "qwen2")
+
+
+@gpu
+def test_gpu_trained_vocab_equals_tiktoken_and_reference(trained):
+    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.export import tiktoken_encoding
+
+    tok = Tokenizer(trained)
+    assert tok.mode == "bpe" and Tokenizer(trained, mode="greedy").mode == "greedy"
+    tt = tiktoken_encoding(trained)
+    docs = [d for n in CORPUS_NAMES for d in corpus_docs(n, 10_000, max_doc_bytes=3_000)]
+    got = tok.encode_batch(docs).tolist()
+    assert_same(got, [tt.encode_ordinary(d) for d in docs], "tiktoken")
+    assert_same(got, reference.bpe_encode_batch(docs, trained.bpe_ranks), "reference")
+    greedy = Tokenizer(trained, mode="greedy").encode_batch(docs).tolist()
+    assert greedy != got  # the two modes do differ on real text
+
+
+@gpu
+@HSET
+@given(st.lists(st.text(max_size=200), min_size=1, max_size=6))
+def test_gpu_random_text(gpt2_tok, gpt2_tt, docs):
+    assert_same(gpt2_tok.encode_batch(docs).tolist(),
+                [gpt2_tt.encode_ordinary(reference.to_bytes(d).decode()) for d in docs])
+
+
+@gpu
+@HSET
+@given(st.lists(st.binary(max_size=300), min_size=1, max_size=6))
+def test_gpu_random_bytes(gpt2_tok, gpt2, docs):
+    be = gpt2_tok.encode_batch(docs)
+    assert_same(be.tolist(), reference.bpe_encode_batch(docs, gpt2.bpe_ranks))
+    for k, d in enumerate(docs):
+        assert gpt2_tok.decode_bytes(be[k]) == d
+
+
+PIECES = st.sampled_from(["a", "e", " ", "  ", "\n", "1", "=", "ı", "th", "\t", "🙂", "ab", "0"])
+
+
+@pytest.fixture(scope="module")
+def tiny(gpt2):
+    """Slices of ~300 bytes, the smallest walk budget, 4-byte chunks: every continuation."""
+    from torch_gpubpe.encoder import Tokenizer
+
+    return Tokenizer(gpt2, max_slice_bytes=300, thread_budget=1, chunk_bytes=4)
+
+
+@gpu
+@HSET
+@given(st.lists(st.lists(PIECES, max_size=300).map("".join), min_size=1, max_size=4))
+def test_gpu_sliced_and_continued(tiny, gpt2_tt, docs):
+    assert_same(tiny.encode_batch(docs).tolist(), [gpt2_tt.encode_ordinary(d) for d in docs])
+
+
+PATHOLOGICAL = [
+    "a" * 20_000, " " * 9_000 + "x", "1" * 7_000, "🙂" * 3_000, "=" * 5_000 + "ab" * 900,
+    base64.b64encode(bytes(range(256)) * 40).decode(), "ğ" * 4_000, "\n" * 3_000,
+    " ".join(["Donaudampfschifffahrtsgesellschaftskapitän"] * 200), "ab" * 6_000,
+]
+
+
+@gpu
+def test_gpu_pathological_words(gpt2, gpt2_tok, gpt2_tt, tiny):
+    want = [gpt2_tt.encode_ordinary(d) for d in PATHOLOGICAL]
+    assert_same(gpt2_tok.encode_batch(PATHOLOGICAL).tolist(), want, "default")
+    assert_same(tiny.encode_batch(PATHOLOGICAL).tolist(), want, "tiny slices/budget")
+    sess = tiny._session()
+    assert sess.continuation_dispatches > 0 and sess.slices > 100
+    assert getattr(tiny, "_bpe_junction_checks", 0) > 10  # words cut across slices
+
+
+@gpu
+def test_gpu_large_slice_continuation(gpt2, gpt2_tt):
+    """Single-character words of 50-100 KB on a budget that needs many continuation
+    dispatches (tiktoken is quadratic on one long piece: larger sizes are in the heavy test)."""
+    from torch_gpubpe.encoder import Tokenizer
+
+    tok = Tokenizer(gpt2, thread_budget=8_000)
+    docs = ["a" * 100_000, "x" + "7" * 50_000, "🙂" * 15_000]
+    assert_same(tok.encode_batch(docs).tolist(), [gpt2_tt.encode_ordinary(d) for d in docs])
+    assert tok._session().continuation_dispatches > 10
+
+
+@gpu
+def test_gpu_exported_hf_and_tiktoken_equal(tmp_path, trained, gpt2, gpt2_tok):
+    import tiktoken.load
+    import tokenizers
+
+    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.export import export_all
+
+    docs = [d for n in CORPUS_NAMES for d in corpus_docs(n, 6_000, max_doc_bytes=2_000)]
+    docs += PATHOLOGICAL[:4]
+    for v, tok in ((trained, Tokenizer(trained)), (gpt2, gpt2_tok)):
+        paths = export_all(v, tmp_path / f"out{len(v)}")
+        hf = tokenizers.Tokenizer.from_file(str(paths["hf"]))
+        got = tok.encode_batch(docs).tolist()
+        assert_same(got, [hf.encode(d).ids for d in docs], "tokenizers")
+        tt = tiktoken.Encoding("x", pat_str=SPLIT_PATTERN_PY,
+                               mergeable_ranks=tiktoken.load.load_tiktoken_bpe(
+                                   str(paths["tiktoken"])), special_tokens={})
+        assert_same(got, [tt.encode_ordinary(d) for d in docs], "tokenizer.tiktoken")
+        assert Vocab.load(paths["vocab"]) == v
+        assert load_hf_tokenizer(paths["hf"]).token_bytes == v.token_bytes
+
+
+@gpu
+def test_gpu_transformers_loads_export(tmp_path, trained):
+    import transformers
+
+    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.export import export_all
+
+    export_all(trained, tmp_path)
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))
+    docs = corpus_docs("en_python_docs", 5_000, max_doc_bytes=1_500)
+    got = Tokenizer(trained).encode_batch(docs).tolist()
+    assert_same(got, [hf(d, add_special_tokens=False)["input_ids"] for d in docs])
+
+
+NO_SUBGROUP_SCRIPT = r"""
+import sys, tiktoken
+from torch_gpubpe import gpu, reference
+from torch_gpubpe.encoder import Tokenizer
+from torch_gpubpe.vocab import SPLIT_PATTERN_PY
+from torch_gpubpe.vocab_io import load_tiktoken
+v = load_tiktoken(sys.argv[1])
+tok = Tokenizer(v, max_slice_bytes=2048, thread_budget=1, chunk_bytes=8)
+assert not tok._session().gpu.has_subgroups
+tt = tiktoken.Encoding("t", pat_str=SPLIT_PATTERN_PY, mergeable_ranks=v.bpe_ranks,
+                       special_tokens={})
+docs = [open(p, encoding="utf-8").read() for p in sys.argv[2:]] + ["a" * 5000, "🙂" * 900]
+assert tok.encode_batch(docs).tolist() == [tt.encode_ordinary(d) for d in docs]
+print("ok", len(docs))
+"""
+
+
+@gpu
+def test_gpu_no_subgroup_path(tmp_path):
+    files = []
+    for k, name in enumerate(("multi_udhr", "code_cpython_stdlib", "web_html")):
+        p = tmp_path / f"{k}.txt"
+        p.write_text("".join(corpus_docs(name, 6_000, max_doc_bytes=3_000)), encoding="utf-8")
+        files.append(str(p))
+    res = subprocess.run([sys.executable, "-c", NO_SUBGROUP_SCRIPT, str(GPT2), *files],
+                         env=subprocess_env(TORCH_GPUBPE_NO_SUBGROUPS="1"),
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0 and res.stdout.startswith("ok 5"), res.stdout + res.stderr
+
+
+@gpu
+@pytest.mark.heavy
+def test_heavy_megabyte_words_and_corpora(gpt2, gpt2_tt):
+    """For a real GPU (``pytest -m heavy``): 2 MB per corpus, MB single-character words, with
+    GPT-2 and Qwen2. tiktoken is quadratic on one long piece, so MB words are checked against
+    the Python walk (bpe.backtrack_encode, itself checked against tiktoken above) and across
+    slicings."""
+    from torch_gpubpe.encoder import Tokenizer
+
+    big = ["a" * (1 << 21), " " * (1 << 20) + "x", "9" * (1 << 20), "🙂" * (1 << 18),
+           base64.b64encode(np.random.default_rng(0).bytes(3 << 19)).decode()]
+    qwen = load_tiktoken(shared_vocab("qwen2.tiktoken"))
+    for v, tt in ((gpt2, gpt2_tt), (qwen, tiktoken_of(qwen))):
+        tok = Tokenizer(v)
+        for name in CORPUS_NAMES:
+            docs = corpus_docs(name, 2_000_000, max_doc_bytes=400_000)
+            assert_same(tok.encode_batch(docs).tolist(), [tt.encode_ordinary(d) for d in docs],
+                        name)
+        t = bpe_tables(v)
+        want = [[i for w in reference.split_words(d.encode()) for i in backtrack_encode(w, v, t)]
+                for d in big]
+        assert_same(tok.encode_batch(big).tolist(), want, "big")
+        sliced = Tokenizer(v, max_slice_bytes=1 << 19)
+        assert_same(sliced.encode_batch(big).tolist(), want, "big, sliced")

@@ -1,0 +1,91 @@
+"""Host side of the GPU merge-order (``mode="bpe"``) encoder: tables, pipeline, walk budget and
+the check at a cut inside a word (issue 15). ``encoder.py`` calls these; the kernel is
+``wgsl/encode_bpe.wgsl`` (``bpe_tokenizer_chunked``), followed by ``encode.wgsl``'s prefix sum
+and compaction, unchanged.
+
+Bounded work (DESIGN.md §8): every loop iteration of the kernel counts against the per-dispatch
+``budget`` (a quarter of ``thread_budget``: lavapipe counts more iterations than the kernel
+does); one step of the walk (a trie walk, or one candidate tried: pair check, writes, pop)
+costs at most ``STEP_MAX`` iterations, computed here from the vocab (longest token, deepest split,
+longest hash probe), and a thread stops before a step that could pass the budget, saving
+``(position, candidate)``; dead positions live in a per-slice bit array. So the result does not
+depend on budget, chunking or slicing.
+
+A word longer than a slice (MBs of one character) is cut at a token boundary as in greedy mode;
+the next slice restarts there. The join is exact when the last token kept and the next slice's
+first token form a valid pair (a sequence whose pairs are all valid is the BPE encoding, see
+:mod:`torch_gpubpe.bpe`); otherwise :func:`junction_ok` says so and the encoder drops that last
+token and encodes again from its start.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .bpe import BpeTables, valid_pair
+
+_LUT_BYTES = 3 * 256 * 4 + 4  # depth-1 cache + counter (bpe_tokenizer_chunked)
+
+
+def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
+    """(UNWIND, STEP_MAX): iterations of ``valid_pair``'s loop, and the most loop iterations one
+    step of the walk can take (see the module docstring)."""
+    unwind = 2 * t.max_height + 4
+    walk = max_depth + 2
+    tried = unwind * (t.max_probe + 1) + 2 * max_depth + 4
+    return unwind, max(walk, tried) + 1
+
+
+def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
+    """Upload the tables of ``sess.bpe`` and create the walk pipeline; set the session's budget,
+    state size and bindings for merge-order mode.
+
+    Raises:
+        ValueError: the vocab needs more loop iterations per step than lavapipe's cap allows.
+    """
+    t: BpeTables = sess.bpe
+    U = g.wgpu.BufferUsage
+    unwind, smax = step_max(t, trie.max_depth)
+    # lavapipe counts up to ~2.7x the iterations the kernel counts (loop exits, inlined calls;
+    # measured: GPT-2, 9,000 spaces, cut short at a counted budget of 32,768 but not 24,000):
+    # count a quarter of thread_budget, and at least one step per dispatch after the start-up
+    # loops (chunk scan, prev_token).
+    sess.budget = max(budget // 4, smax + chunk + trie.max_depth + 8)
+    cap = (65535 - chunk - trie.max_depth - 64) // 4
+    if sess.budget > cap:
+        if smax + chunk + trie.max_depth + 8 > cap:
+            raise ValueError(
+                f"merge-order mode: one step of this vocab's walk may take {smax} loop "
+                "iterations, more than lavapipe's 65,535-iteration cap leaves")
+        sess.budget = cap
+    sess.progress_factor = 4 * (trie.max_depth + 2)
+    sess.chunked_bindings = (0, 1, 2, 3, 4, 5, 6, 7, 8, 13, 14, 15)
+    info = np.ascontiguousarray(t.gpu_info)
+    sess.tokinfo = g.buffer(info.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.tokinfo")
+    sess.pairs = g.buffer(t.pairs.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.pairs")
+    with g.operation("uploading the merge-order tables"):
+        g.device.queue.write_buffer(sess.tokinfo, 0, info)
+        g.device.queue.write_buffer(sess.pairs, 0, np.ascontiguousarray(t.pairs))
+    consts = {"WG": 256, "CHUNK": chunk, "PAIR_MASK": t.pair_mask, "PAIR_PROBES": t.max_probe,
+              "UNWIND": unwind, "STEP_MAX": smax}
+    src = None
+    if sess.pretok is not None:  # word starts from a regex pre-tokenizer's mask (binding 16)
+        from .shaders import shader_source
+
+        src = shader_source("encode_bpe", g.flags | {"WORD_MASK"})
+    sess.bpe_pipeline = g.pipeline("encode_bpe", "bpe_tokenizer_chunked",
+                                   workgroup_bytes=_LUT_BYTES, constants=consts, source=src)
+    sess.bpe_steps = {"unwind": unwind, "step_max": smax, "budget": sess.budget}
+
+
+def junction_ok(tok, pieces: list[np.ndarray], ids: np.ndarray) -> bool:
+    """Whether the last token kept so far and the first token of a slice that starts inside the
+    same word form a valid pair (then the join is the merge-order result)."""
+    last = next((int(p[-1]) for p in reversed(pieces) if len(p)), None)
+    if last is None:
+        return True
+    tok._bpe_junction_checks = getattr(tok, "_bpe_junction_checks", 0) + 1
+    ok = valid_pair(tok._bpe, last, int(ids[0]))
+    if not ok:
+        tok._bpe_junction_retries = getattr(tok, "_bpe_junction_retries", 0) + 1
+    return ok

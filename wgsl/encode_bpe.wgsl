@@ -1,0 +1,295 @@
+// encode_bpe.wgsl — exact merge-order BPE over the flat BFS trie (issue 15): the backtracking
+// encoder of github/rust-gems crates/bpe (MIT; own code), one thread per word as in
+// encode.wgsl's trie_tokenizer_chunked, whose output format it shares (a token id at each token's
+// first byte in `scratch`), so encode.wgsl's trie_prefix_sum and trie_tokenizer_compact finish
+// the slice unchanged. Tables: torch_gpubpe/bpe.py (module docstring explains the walk).
+//
+// Per word: at position pos, walk the trie for the longest REACHABLE token (cand); accept it if
+// the position after it is not dead and (prev, cand) is a valid pair (valid_pair); else
+// cand = next_prefix[cand]; when no shorter token is left, mark pos dead, pop prev and retry it
+// (its end is now dead, so its next prefix comes next). A whole word that is a token is taken
+// at once (tiktoken looks a whole piece up before merging).
+//
+// Bindings (group 0, layout "auto"): 0..5, 7, 8 as in encode.wgsl, and
+//   6 state    : storage, read_write  array<u32>          2 per chunk: 1 + pos of a walk that ran
+//                                                         out of budget (0 = done), its cand
+//  13 tokinfo  : storage, read        array<vec4<u32>>    per token id: (next_prefix, split left,
+//                                                         split right, rank | len << 18); split
+//                                                         left = NO_TOKEN: unreachable token
+//  14 pairs    : storage, read        array<u32>          hash table (left, right, token) * slots
+//  15 dead     : storage, read_write  array<atomic<u32>>  bit i: byte i of the slice is dead (no
+//                                                         token may end there); cleared by host
+
+struct Params {
+    n: u32,
+    resume: u32,
+    budget: u32,       // loop iterations per thread per dispatch, all loops summed (lavapipe)
+    num_blocks: u32,
+    num_docs: u32,
+    block_base: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+@group(0) @binding(0) var<storage, read> text: array<u32>;
+@group(0) @binding(1) var<storage, read> doc_bits: array<u32>;
+@group(0) @binding(2) var<storage, read> nodes: array<u32>;
+@group(0) @binding(3) var<storage, read> edges: array<u32>;
+@group(0) @binding(4) var<storage, read_write> scratch: array<u32>;
+@group(0) @binding(5) var<storage, read_write> counts: array<atomic<u32>>;
+@group(0) @binding(6) var<storage, read_write> state: array<u32>;
+@group(0) @binding(7) var<storage, read_write> info: array<atomic<u32>>;
+@group(0) @binding(8) var<uniform> params: Params;
+@group(0) @binding(13) var<storage, read> tokinfo: array<vec4<u32>>;
+@group(0) @binding(14) var<storage, read> pairs: array<u32>;
+@group(0) @binding(15) var<storage, read_write> dead: array<atomic<u32>>;
+//#if WORD_MASK
+// 16 word_mask : as in encode.wgsl (a regex pre-tokenizer's word starts; bit 0 set)
+@group(0) @binding(16) var<storage, read> word_mask: array<u32>;
+//#endif
+
+override WG: u32 = 256u;
+override CHUNK: u32 = 32u;
+override PAIR_MASK: u32 = 15u;     // hash slots - 1
+override PAIR_PROBES: u32 = 1u;    // most probes of any lookup
+override UNWIND: u32 = 4u;         // most iterations of valid_pair (2 * max split height + 2)
+override STEP_MAX: u32 = 64u;      // most loop iterations of one step of the walk (host bound)
+
+const NO_TOKEN: u32 = 0xFFFFFFFFu;
+const BAD_TOKEN: u32 = 0xFFFFFFFEu;  // no valid encoding found (vocab outside the supported set)
+const RANK_BITS: u32 = 18u;
+const RANK_MASK: u32 = 0x3FFFFu;
+
+var<workgroup> d1_fc: array<u32, 256>;
+var<workgroup> d1_nc: array<u32, 256>;
+var<workgroup> d1_tid: array<u32, 256>;
+var<workgroup> wg_count: atomic<u32>;
+
+fn text_byte(i: u32) -> u32 { return (text[i >> 2u] >> ((i & 3u) * 8u)) & 0xFFu; }
+fn doc_start(i: u32) -> bool { return ((doc_bits[i >> 5u] >> (i & 31u)) & 1u) != 0u; }
+
+fn word_start_at(i: u32) -> bool {
+//#if WORD_MASK
+    return ((word_mask[i >> 5u] >> (i & 31u)) & 1u) != 0u;
+//#else
+    let has_prev = i > 0u && !doc_start(i);
+    let has_next = !doc_start(i + 1u);
+    var prev = 0u;
+    if (has_prev) { prev = text_byte(i - 1u); }
+    var next = 0u;
+    if (has_next) { next = text_byte(i + 1u); }
+    return is_word_start(prev, text_byte(i), next, has_prev, has_next);
+//#endif
+}
+
+fn bs_step(base: ptr<function, u32>, len: ptr<function, u32>, b: u32) {
+    let half = *len >> 1u;
+    let eb = edges[2u * (*base + half)];
+    *base = select(*base, *base + half, eb <= b);
+    *len = *len - half;
+}
+
+fn find_child(fc: u32, nc: u32, b: u32) -> u32 {
+    if (nc <= 1u) {
+        return select(NO_TOKEN, edges[2u * fc + 1u], nc == 1u && edges[2u * fc] == b);
+    }
+    var base = fc;
+    var len = nc;
+    bs_step(&base, &len, b); bs_step(&base, &len, b); bs_step(&base, &len, b);
+    bs_step(&base, &len, b); bs_step(&base, &len, b); bs_step(&base, &len, b);
+    bs_step(&base, &len, b); bs_step(&base, &len, b);
+    return select(NO_TOKEN, edges[2u * base + 1u], edges[2u * base] == b);
+}
+
+fn tok_len(t: u32) -> u32 { return tokinfo[t].w >> RANK_BITS; }
+fn tok_rank(t: u32) -> u32 { return tokinfo[t].w & RANK_MASK; }
+fn reachable(t: u32) -> bool { return tokinfo[t].y != NO_TOKEN; }
+
+fn is_dead(i: u32) -> bool { return ((atomicLoad(&dead[i >> 5u]) >> (i & 31u)) & 1u) != 0u; }
+
+// The token merged from (a, b), or NO_TOKEN; slot hash as bpe.pair_hash.
+fn pair_lookup(a: u32, b: u32, steps: ptr<function, u32>) -> u32 {
+    let h = fmix(a * 0x9E3779B1u ^ b);
+    for (var k = 0u; k < PAIR_PROBES; k++) {
+        *steps += 1u;
+        let s = 3u * ((h + k) & PAIR_MASK);
+        let l = pairs[s];
+        if (l == NO_TOKEN) { return NO_TOKEN; }
+        if (l == a && pairs[s + 1u] == b) { return pairs[s + 2u]; }
+    }
+    return NO_TOKEN;
+}
+
+// Whether BPE of bytes(t1) + bytes(t2) gives [t1, t2] (bpe.valid_pair; rust-gems
+// is_valid_token_pair with ranks): unwind the later-ranked token's last merge, and fail when a
+// merge across the seam would have come before what is still allowed (limit).
+fn valid_pair(t1_in: u32, t2_in: u32, steps: ptr<function, u32>) -> bool {
+    var t1 = t1_in;
+    var t2 = t2_in;
+    var limit = 0xFFFFFFFFu;
+    for (var g = 0u; g < UNWIND; g++) {
+        *steps += 1u;
+        let c = pair_lookup(t1, t2, steps);
+        if (c != NO_TOKEN && tok_rank(c) < limit) { return false; }
+        let r1 = tok_rank(t1);
+        let r2 = tok_rank(t2);
+        if (r1 > r2) {
+            limit = r1;
+            let n1 = tokinfo[t1].z;
+            if (n1 == t1) {
+                limit = r2 + 1u;
+                let n2 = tokinfo[t2].y;
+                if (n2 == t2) { return true; }
+                t2 = n2;
+            } else {
+                t1 = n1;
+            }
+        } else {
+            limit = r2 + 1u;
+            let n2 = tokinfo[t2].y;
+            if (n2 == t2) {
+                limit = r1;
+                let n1 = tokinfo[t1].z;
+                if (n1 == t1) { return true; }
+                t1 = n1;
+            } else {
+                t2 = n2;
+            }
+        }
+    }
+    return true;  // not reached: UNWIND bounds the unwinding (host)
+}
+
+// The token ending at pos (pos inside a word: the nearest token start before it), or NO_TOKEN
+// at a word start. Token interiors hold NO_TOKEN in scratch.
+fn prev_token(pos: u32, steps: ptr<function, u32>) -> u32 {
+    if (word_start_at(pos)) { return NO_TOKEN; }
+    var j = pos - 1u;
+    var v = NO_TOKEN;
+    loop {
+        *steps += 1u;
+        v = scratch[j];
+        if (v != NO_TOKEN || j == 0u) { break; }
+        j -= 1u;
+    }
+    return v;
+}
+
+@compute @workgroup_size(WG)
+fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
+                         @builtin(num_workgroups) nwg: vec3<u32>,
+                         @builtin(local_invocation_index) lid: u32) {
+    let root_fc = nodes[0];
+    for (var b = lid; b < 256u; b += WG) {
+        let d1 = edges[2u * (root_fc + b) + 1u];
+        d1_fc[b] = nodes[3u * d1];
+        d1_nc[b] = nodes[3u * d1 + 1u];
+        d1_tid[b] = nodes[3u * d1 + 2u];
+    }
+    if (lid == 0u) { atomicStore(&wg_count, 0u); }
+    workgroupBarrier();
+
+    let n = params.n;
+    let block = params.block_base + linear_workgroup(wid, nwg);
+    let c = block * WG + lid;
+    let cs = c * CHUNK;
+    let ce = min(cs + CHUNK, n);
+    let block_end = (block + 1u) * WG * CHUNK;
+    var steps = 0u;
+    var walking = false;
+    var pos = 0u;
+    var cand = NO_TOKEN;
+    if (cs < n) {
+        if (params.resume == 0u) {
+            state[2u * c] = 0u;
+            for (var i = cs; i < ce; i++) {
+                steps += 1u;
+                if (word_start_at(i)) { pos = i; walking = true; break; }
+            }
+        } else {
+            let st = state[2u * c];
+            walking = st != 0u;
+            pos = st - 1u;
+            cand = state[2u * c + 1u];
+        }
+    }
+    var prev = NO_TOKEN;
+    if (walking) { prev = prev_token(pos, &steps); }
+    var own_count = 0u;  // wraps below 0 when a pop removes a token of an earlier dispatch
+    let budget = params.budget;
+    loop {
+        if (!walking) { break; }
+        steps += 1u;
+        if (steps + STEP_MAX > budget) {
+            state[2u * c] = pos + 1u;
+            state[2u * c + 1u] = cand;
+            atomicAdd(&info[1], 1u);
+            atomicMax(&info[2], 0xFFFFFFFFu - block);
+            atomicMax(&info[3], block + 1u);
+            break;
+        }
+        if (cand == NO_TOKEN) {
+            // Longest reachable token at pos (at most max_depth steps); the whole word if it
+            // is a token and pos starts the word.
+            let b0 = text_byte(pos);
+            var fc = d1_fc[b0];
+            var nc = d1_nc[b0];
+            cand = d1_tid[b0];  // single bytes are always reachable
+            var q = pos + 1u;
+            var last_tid = cand;
+            loop {
+                steps += 1u;
+                var child = NO_TOKEN;
+                if (q < n && !word_start_at(q)) { child = find_child(fc, nc, text_byte(q)); }
+                if (child == NO_TOKEN) { break; }
+                q += 1u;
+                last_tid = nodes[3u * child + 2u];
+                if (last_tid != NO_TOKEN && reachable(last_tid)) { cand = last_tid; }
+                fc = nodes[3u * child];
+                nc = nodes[3u * child + 1u];
+            }
+            // q is where the walk stopped; the word ends there if no child could follow
+            // because of a word start (or the slice end) and the node spells a token.
+            if (prev == NO_TOKEN && last_tid != NO_TOKEN && (q >= n || word_start_at(q))
+                && q - pos == tok_len(last_tid)) {
+                cand = last_tid;
+            }
+            continue;
+        }
+        let end = pos + tok_len(cand);
+        var ok = !is_dead(end);
+        if (ok && prev != NO_TOKEN) { ok = valid_pair(prev, cand, &steps); }
+        if (ok || (prev == NO_TOKEN && tokinfo[cand].x == NO_TOKEN)) {
+            var emit = cand;
+            if (!ok) { emit = BAD_TOKEN; }  // nothing fits at a word start: report, go on
+            scratch[pos] = emit;
+            for (var j = pos + 1u; j < end; j++) { steps += 1u; scratch[j] = NO_TOKEN; }
+            if (pos < block_end) { own_count += 1u; } else { atomicAdd(&counts[pos / (WG * CHUNK)], 1u); }
+            prev = select(NO_TOKEN, emit, ok);
+            pos = end;
+            cand = NO_TOKEN;
+            if (pos >= n || (pos >= ce && word_start_at(pos))) {
+                if (params.resume != 0u) { state[2u * c] = 0u; }
+                walking = false;
+            } else if (word_start_at(pos)) {
+                prev = NO_TOKEN;
+            }
+        } else if (tokinfo[cand].x != NO_TOKEN) {
+            cand = tokinfo[cand].x;
+        } else {
+            // No token fits at pos after prev: pos is dead; pop prev and retry from its start.
+            atomicOr(&dead[pos >> 5u], 1u << (pos & 31u));
+            let ps = pos - tok_len(prev);
+            scratch[ps] = NO_TOKEN;
+            if (ps < block_end) { own_count -= 1u; } else { atomicSub(&counts[ps / (WG * CHUNK)], 1u); }
+            cand = prev;
+            pos = ps;
+            prev = prev_token(pos, &steps);
+        }
+    }
+    atomicAdd(&wg_count, own_count);
+    workgroupBarrier();
+    if (lid == 0u && block * WG * CHUNK < n) {
+        atomicAdd(&counts[block], atomicLoad(&wg_count));
+    }
+}
