@@ -96,6 +96,12 @@ class PairTable:
             dirty=g.buffer(4 * self.nblocks, S, f"{self.label}.dirty"),
             best=g.buffer(16 * self.nblocks, S, f"{self.label}.block_best"),
         )
+        if "SUPER" in self.c:      # word list: a level of super-block bests (SUPER blocks)
+            self.nsupers = -(-self.nblocks // self.c["SUPER"])
+            self.buffers.update(
+                sbest=g.buffer(16 * self.nsupers, S, f"{self.label}.super_best"),
+                sdirty=g.buffer(4 * self.nsupers, S, f"{self.label}.super_dirty"))
+            self.params["nsupers"] = self.nsupers
         self.params.update(rows=rows, nblocks=self.nblocks)
         fields = self.info.structs["Params"]
         unknown = set(self.params) - set(fields)

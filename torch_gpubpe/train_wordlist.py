@@ -3,9 +3,10 @@
 The stream of unique words stays in place, each word's live symbols linked by next indices,
 with an index of the words each token occurs in (per token a list: the words that held it when
 it was made). Per merge the words of the rarer side of the best pair are walked, one thread per
-word, left to right (runs of A == B too), and only they are rewritten: 2 dispatches per merge,
-``find_max4 → wl_merge`` (find_max4 and the pair counting are the seed's kernels, shared in
-``train_table.wgsl``). (Sennrich et al. 2016's incremental update with its token → words index,
+word, left to right (runs of A == B too), and only they are rewritten: 3 dispatches per merge,
+``find_max4 → find_max_super → wl_merge`` (find_max4 and the pair counting are the seed's
+kernels, shared in ``train_table.wgsl``; find_max_super keeps a level of super-block bests so
+that the reduction every wl_merge workgroup repeats is one load per thread). (Sennrich et al. 2016's incremental update with its token → words index,
 made parallel.)
 
 Long words: a thread's walk is bounded by ``budget`` steps + table probes per dispatch
@@ -25,7 +26,7 @@ from ._wgpu_internals import raw_recorder
 from .train_table import PairTable, bind_groups
 
 SHADER = "train_wordlist"
-STEP = ("find_max4", "wl_merge")
+STEP = ("find_max4", "find_max_super", "wl_merge")
 # Walk steps + table probes per thread per dispatch on a GPU: short enough for a watchdog.
 DEFAULT_BUDGET = 32_768
 # On a CPU adapter (lavapipe): its 65,535-iteration loop cap (WGPU_NOTES.md §5) counts the loop
@@ -126,6 +127,7 @@ class WordListKernels:
     def steps(self, k: int) -> list:
         """One merge's dispatches: ``(entry, pipeline, bind group, grid)``."""
         grids = {"find_max4": self.g.grid(self.table.nblocks),
+                 "find_max_super": self.g.grid(self.table.nsupers),
                  "wl_merge": self.g.grid(self.workgroups)}
         return [(e, self.pipes[e], self.bg[e], grids[e]) for e in STEP]
 

@@ -7,8 +7,8 @@ table (:mod:`~torch_gpubpe.train_table`, ``wgsl/train_table.wgsl``: two-level pa
 per-block maxima, the deterministic best):
 
 * ``algorithm="wordlist"`` (default, :mod:`~torch_gpubpe.train_wordlist`): the stream stays in
-  place, linked; per merge only the words of the rarer side's word list are walked (2
-  dispatches: ``find_max4 → wl_merge``); a walk longer than the per-thread budget is carried
+  place, linked; per merge only the words of the rarer side's word list are walked (3
+  dispatches: ``find_max4 → find_max_super → wl_merge``); a walk longer than the per-thread budget is carried
   to continuation dispatches, so every corpus and adapter takes this algorithm;
 * ``algorithm="seed"`` (:mod:`~torch_gpubpe.train_seed`): the seed's pipeline, the stream
   compacted every merge (8 dispatches: ``find_max4 → find_max_final_det → setup_merge →

@@ -61,6 +61,8 @@ fn stream_pair(i: u32, n: u32) -> vec4<u32> {
 
 fn step_blocked(first: bool) -> u32 { return atomicLoad(&state[S_STOP]); }
 
+fn block_changed(blk: u32) {}
+
 // Inclusive prefix max of `v` over the workgroup (Hillis–Steele in workgroup memory).
 fn wg_incl_max(lid: u32, v: u32) -> u32 {
     var x = v;

@@ -6,6 +6,7 @@
 //   fn step_blocked(first: bool) -> u32           nonzero: this merge step does nothing
 //                                                  (stopped, paused); `first`: one thread of
 //                                                  workgroup 0, which may commit pending work
+//   fn block_changed(blk: u32)                    find_max4 wrote block blk's new best
 //
 // Symbols: token id (18 bits, ids < 2^18) | TWS on the first symbol of every word. Deviation
 // from the seed: the word-start flag is bit 31, not WORD_START_BIT = 0x10000 (bit 16 is an id bit
@@ -41,7 +42,7 @@ struct Params {     // 48 bytes
     nblocks: u32,       // slots / BLOCK
     tile_cap: u32,      // seed: capacity of each half of `tiles` (≥ stream tiles + 1)
     budget: u32,        // word list: walk steps + table probes per thread per dispatch
-    _pad0: u32,
+    nsupers: u32,       // word list: groups of SUPER blocks (find_max_super)
     _pad1: u32,
     _pad2: u32,
     _pad3: u32,
@@ -400,10 +401,12 @@ fn block_best(blk: u32, lid: u32, sg: vec3<u32>) {
         best[4u * blk + 2u] = r.z;
         best[4u * blk + 3u] = r.w;
         dirty[blk] = 0u;
+        block_changed(blk);
     }
 }
 
-// The best of the block bests (count desc, a asc, b asc), in every thread.
+// The best of the block bests (count desc, a asc, b asc), in every thread (the seed's
+// find_max_final_det; the word list reduces a level of super-block bests instead).
 fn final_best(lid: u32, sg: vec3<u32>) -> vec4<u32> {
     var b = NO_BEST;
     // Four independent loads per iteration (memory-level parallelism for one workgroup).

@@ -8,11 +8,14 @@
 // when it was made (bytes: every word holding the byte; merge k's token C = 256 + k: every word
 // where merge k applied), in `pool`. A list may hold stale words (whose t was merged away
 // since): they are walked and found to hold nothing. A word is in a list at most once.
-// Per merge, 2 dispatches, no pass over the stream:
-//   find_max4   (train_table.wgsl) the dirty blocks' bests; its step_blocked hook (below)
-//               first commits the last merge (S_K += 1, the pool top past C's list)
-//   wl_merge    every workgroup reduces the block bests (final_best of train_table.wgsl: no
-//               separate final-max dispatch); workgroup 0 records the merge; then, grid-stride
+// Per merge, 3 dispatches, no pass over the stream:
+//   find_max4       (train_table.wgsl) the dirty blocks' bests; its step_blocked hook (below)
+//                   first commits the last merge (S_K += 1, the pool top past C's list)
+//   find_max_super  per group of SUPER = 256 blocks with a changed block: the group's best
+//   wl_merge    every workgroup reduces the super-block bests (one load per thread up to
+//               2^28 table slots, instead of nblocks / 256 dependent ones: the reduction every
+//               workgroup repeats no longer grows with the table); workgroup 0 records the
+//               merge; then, grid-stride
 //               over the shorter of A's and B's lists, one thread per word walks the word left
 //               to right merging (A, B) without overlap (runs of A == B too: the walk is
 //               sequential), applies the exact pair-count deltas and appends the word to C's
@@ -40,6 +43,8 @@
 //   8 pool   : storage, read_write  array<u32>  word indices of the lists
 //   9 carry  : storage, read_write  array<u32>  per wl_merge thread: (list entry, symbol, left
 //                                               id, bit0 merged | bit1 live); 4 × grid threads
+//  15 sbest  : storage, read_write  array<u32>  per super-block: (count lo, hi, a, b); nsupers
+//  16 sdirty : storage, read_write  array<u32>  per super-block: one of its blocks changed
 //#include train_table
 
 @group(0) @binding(2) var<storage, read> wid_in: array<u32>;
@@ -49,6 +54,9 @@
 @group(0) @binding(6) var<storage, read_write> tlist: array<atomic<u32>>;
 @group(0) @binding(8) var<storage, read_write> pool: array<u32>;
 @group(0) @binding(9) var<storage, read_write> carry: array<u32>;
+@group(0) @binding(15) var<storage, read_write> sbest: array<u32>;
+@group(0) @binding(16) var<storage, read_write> sdirty: array<u32>;
+const SUPER: u32 = 256u;    // blocks per super-block (= WG: one per find_max_super thread)
 
 const DEAD: u32 = 0x40000000u;   // lsym of a symbol merged away (the right half of a pair)
 const NONE: u32 = 0xFFFFFFFFu;   // no next symbol (nxt), no previous id
@@ -88,6 +96,56 @@ fn step_blocked(first: bool) -> u32 {
         atomicAdd(&state[S_TOP], atomicLoad(&tlist[2u * c + 1u]));
     }
     return atomicLoad(&state[S_STOP]);
+}
+
+fn block_changed(blk: u32) { sdirty[blk / SUPER] = 1u; }
+
+// ---- find_max_super: the best of each changed group of SUPER block bests -------------------
+@compute @workgroup_size(WG)
+fn find_max_super(@builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32,
+//#if SUBGROUPS
+                  @builtin(subgroup_invocation_id) lane: u32,
+                  @builtin(subgroup_size) sg_size: u32,
+                  @builtin(subgroup_id) sg_id: u32,
+//#endif
+                  ) {
+//#if SUBGROUPS
+    let sg = vec3<u32>(lane, sg_size, sg_id);
+//#else
+    let sg = vec3<u32>(0u);
+//#endif
+    let s = linear_id(wid, nwg);
+    if (lid == 0u) {
+        sh_v = 0u;
+        if (s < P.nsupers) { sh_v = sdirty[s]; }
+    }
+    if (workgroupUniformLoad(&sh_v) == 0u) { return; }
+    let j = s * SUPER + lid;
+    var b = NO_BEST;
+    if (j < P.nblocks) {
+        b = vec4<u32>(best[4u * j], best[4u * j + 1u], best[4u * j + 2u], best[4u * j + 3u]);
+    }
+    let r = wg_best_sg(lid, b, sg);
+    if (lid == 0u) {
+        sbest[4u * s] = r.x;
+        sbest[4u * s + 1u] = r.y;
+        sbest[4u * s + 2u] = r.z;
+        sbest[4u * s + 3u] = r.w;
+        sdirty[s] = 0u;
+    }
+}
+
+// The best of the super-block bests, in every thread.
+fn final_best_super(lid: u32, sg: vec3<u32>) -> vec4<u32> {
+    var b = NO_BEST;
+    for (var j = lid; j < P.nsupers; j += WG) {
+        let c = vec4<u32>(sbest[4u * j], sbest[4u * j + 1u], sbest[4u * j + 2u],
+                          sbest[4u * j + 3u]);
+        if (better(c, b)) { b = c; }
+    }
+    return wg_best_sg(lid, b, sg);
 }
 
 // ---- the walk ----------------------------------------------------------------------------------
@@ -221,7 +279,7 @@ fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
     if (workgroupUniformLoad(&sh_u) != 0u) { return; }
     let k = workgroupUniformLoad(&sh_v);
     let top = workgroupUniformLoad(&sh_w);
-    let r = final_best(lid, sg);
+    let r = final_best_super(lid, sg);
     let stop = training_done(r, k);
     let wg = linear_id(wid, nwg);
     let a = r.z;
