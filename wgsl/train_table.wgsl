@@ -289,7 +289,7 @@ fn clear_table(@builtin(workgroup_id) wid: vec3<u32>,
 // ---- pair_count: two-level counting of every pair of the stream (seed §2) ----------------------
 // Each workgroup aggregates 1024 symbols' pairs in a workgroup-memory table (same key packing,
 // LSLOTS / COLS rows per column), then adds its totals to the global table.
-// Workgroup table helpers of pair_count / pair_count_linked.
+// Workgroup table helpers of pair_count.
 fn local_table_clear(lid: u32) {
     for (var j = lid; j < LSLOTS; j += WG) {
         atomicStore(&lkeys[j], EMPTY);
