@@ -49,7 +49,7 @@ DEFAULT_VOCAB_SIZE = 2048
 DEFAULT_SPECIAL_TOKENS = ("<|endoftext|>",)
 DEFAULT_HOLDOUT_EVERY = 20
 DEFAULT_HOLDOUT_MAX_BYTES = 4_000_000
-DEFAULT_BATCH_BYTES = 4_000_000
+DEFAULT_BATCH_BYTES = 16_000_000
 DEFAULT_SHARD_TOKENS = 10**8
 IDS_BIN, IDS_NPY, OFFSETS_NPY, META_JSON = "ids.bin", "ids.npy", "offsets.npy", "meta.json"
 
@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bin/npy/megatron: append <|endoftext|> (else the vocab's first special "
                         "token) after every document (llmc always puts it before each document)")
     e.add_argument("--batch-bytes", type=parse_size, default=DEFAULT_BATCH_BYTES, metavar="SIZE",
-                   help="text per GPU batch (default: 4M)")
+                   help="text per GPU batch (default: 16M)")
     e.add_argument("--pre-tokenizer", default="bytes-classes", metavar="NAME",
                    help="word split: bytes-classes (DESIGN.md §2, default), or a model's regex "
                         "split done exactly on the GPU: gpt2 (r50k/p50k), cl100k, qwen2")

@@ -62,24 +62,31 @@ def _has_source(args) -> bool:
 def cmd_count(args: argparse.Namespace) -> int:
     from . import cli
     from .counts import count_to_file
-    from .reference import to_bytes
-    from .sources import iter_texts
+    from .readers import documents, prefetch
 
     out = Path(args.out)
     cli.prepare_out_dir(out.parent if str(out.parent) else ".", "--out")
     source = cli.source_from_args(args)
-    texts = iter_texts(source, text_column=source.text_column, max_docs=args.max_docs,
-                       max_bytes=args.max_bytes)
     stats: dict = {}
     t0 = time.perf_counter()
     with cli._progress(args, desc="read + count", unit="B", unit_scale=True,
                        unit_divisor=1000, total=args.max_bytes) as bar:
-        def read():
-            for t in texts:
-                bar.update(len(to_bytes(t)))
-                yield t
+        class _Read:
+            """The documents as packed Arrow batches (no Python object per document)."""
 
-        count_to_file(read(), out, count_on=args.count_on, stats=stats)
+            def __iter__(self):  # the counters take packed_batches; this is the slow path
+                for data, offsets in self.packed_batches(16 << 20):
+                    raw, o = data.tobytes(), offsets.tolist()
+                    yield from (raw[o[j] : o[j + 1]] for j in range(len(o) - 1))
+
+            def packed_batches(self, batch_bytes: int):
+                stream = documents(source.reader(), max_docs=args.max_docs,
+                                   max_bytes=args.max_bytes, batch_bytes=batch_bytes)
+                for p in prefetch(stream, 2, "torch_gpubpe count read"):
+                    bar.update(p.nbytes)
+                    yield p.data, p.offsets
+
+        count_to_file(_Read(), out, count_on=args.count_on, stats=stats)
     if stats["num_documents"] == 0:
         out.unlink()
         raise InputError(f"empty corpus: {source.describe()} gave no documents to count")

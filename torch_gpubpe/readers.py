@@ -313,8 +313,8 @@ class Reader:
         ``batch_bytes`` (what :func:`torch_gpubpe.trainer.train` and the word counters take).
         Null documents are skipped (``skip_none``) and counted in ``self.stats``; a value that
         is not text raises :class:`InputError` naming where it is."""
-        for b in documents(self, skip_none=skip_none, stats=self.stats,
-                           batch_bytes=batch_bytes):
+        stream = documents(self, skip_none=skip_none, stats=self.stats, batch_bytes=batch_bytes)
+        for b in prefetch(stream, 2, "torch_gpubpe read"):  # read while the caller counts
             yield b.data, b.offsets
 
     def __iter__(self) -> Iterator[bytes]:

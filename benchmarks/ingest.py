@@ -1,0 +1,466 @@
+"""Benchmark: files and datasets → the GPU → token files / tensors, beside the CPU methods people
+use today, in one run (issue 13). Public API and the CLI only.
+
+Jobs (``--jobs``, default all):
+
+``encode``   (a) files on disk → llm.c shards on disk, the whole command's wall clock:
+             ``python -m torch_gpubpe encode --output-format llmc`` vs llm.c's method (its
+             ``dev/data/fineweb.py``: tiktoken ``encode_ordinary`` in a ``multiprocessing.Pool``
+             of ``--pool`` processes, ``imap(chunksize=16)``, EOT before each document, uint16
+             shards of ``--shard-tokens`` with the 256 x int32 header), tiktoken built from OUR
+             vocab and split pattern (as benchmarks/encode.py). Parquet and jsonl.gz inputs.
+             tiktoken applies merge-order BPE and we apply greedy longest match (DESIGN.md §4),
+             so the ids differ; the token counts are printed side by side.
+``train``    (b) ``python -m torch_gpubpe train`` from the parquet files (whole command) vs the
+             in-memory API ``torch_gpubpe.train(docs)`` and rustbpe on the same documents
+             (loaded first, not timed).
+``dataset``  (c) ``TokenizedDataset`` (packed, seq_len 1024) from a Hugging Face ``Dataset``
+             (parquet, memory-mapped) and a streaming ``IterableDataset``: tokens/s, MB/s.
+``memory``   reading from files vs the in-memory path for the same bytes: ``Tokenizer.submit``
+             of ``str`` batches held in memory vs ``readers.documents(FileReader(...))`` →
+             ``Tokenizer.submit_packed`` (parquet, jsonl.gz), reading on another thread.
+
+Each figure comes with the GPU's duty cycle and SM clock, sampled every 0.1 s with
+``nvidia-smi`` while it runs (n/a without one, e.g. lavapipe).
+
+Data: ``--make-data`` turns jsonl.gz corpora (or ``../shared/device/gather_text.py`` output,
+.jsonl or .parquet) into ``--files`` parquet files and as many jsonl.gz files under ``--data``,
+repeating the text (said in ``ingest.json`` and in the output) until ``--target-bytes``::
+
+    python3 benchmarks/ingest.py --make-data --corpora /tmp/big.jsonl --target-bytes 3.2e9 \\
+        --files 16 --data /tmp/ingest
+    python3 benchmarks/ingest.py --data /tmp/ingest --vocab-size 65536 --pool 16
+
+Small, on lavapipe::
+
+    python3 benchmarks/ingest.py --make-data --corpora ../shared/corpora --target-bytes 8e6 \\
+        --files 4 --data /tmp/ingest-small
+    python3 benchmarks/ingest.py --data /tmp/ingest-small --vocab-size 2048 --pool 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _report import GPUMonitor, print_footer, sm_clock_now  # noqa: E402
+
+EOT = "<|endoftext|>"
+
+
+# ================================================================================================
+# --make-data
+# ================================================================================================
+def make_data(args) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from torch_gpubpe.readers import FileReader, arrow_to_packed
+
+    paths: list[str] = []
+    for c in args.corpora:
+        p = Path(c)
+        if p.is_dir():
+            paths += sorted(str(x) for x in p.glob("*.jsonl.gz"))
+            paths += sorted(str(x) for x in p.glob("*.parquet"))
+        else:
+            paths.append(str(p))
+    if not paths:
+        sys.exit("--make-data: no input files (--corpora: jsonl.gz / jsonl / parquet files or "
+                 "folders of them)")
+    t0 = time.perf_counter()
+    chunks = [b.values.cast(pa.large_string()) for b in FileReader(paths).batches()]
+    docs = pa.concat_arrays(chunks) if chunks else pa.array([], pa.large_string())
+    docs = docs.filter(docs.is_valid())
+    _, offsets = arrow_to_packed(docs)
+    src_bytes = int(offsets[-1])
+    if src_bytes == 0:
+        sys.exit("--make-data: the corpora hold no text")
+    target = int(float(args.target_bytes))
+    repeat = max(1.0, target / src_bytes)
+    # documents in order, cycling through the source until the target size
+    n_src = len(docs)
+    total_docs = int(np.searchsorted(np.cumsum(np.diff(offsets)), target % src_bytes)) + \
+        (target // src_bytes) * n_src if target > src_bytes else int(
+            np.searchsorted(offsets[1:], target, side="left")) + 1
+    idx = np.arange(total_docs, dtype=np.int64) % n_src
+    out = Path(args.data)
+    (out / "parquet").mkdir(parents=True, exist_ok=True)
+    (out / "jsonl").mkdir(parents=True, exist_ok=True)
+    parts = np.array_split(idx, args.files)
+
+    def write(i: int) -> int:
+        part = docs.take(pa.array(parts[i]))
+        t = pa.table({"id": pa.array(parts[i]), "text": part})
+        pq.write_table(t, out / "parquet" / f"part-{i:05d}.parquet", row_group_size=8192,
+                       compression="snappy")
+        with pa.CompressedOutputStream(str(out / "jsonl" / f"part-{i:05d}.jsonl.gz"),
+                                       "gzip") as f:
+            for a in range(0, len(part), 4096):
+                rows = part.slice(a, 4096).to_pylist()
+                ids = parts[i][a : a + 4096].tolist()
+                f.write("".join(json.dumps({"id": k, "text": r}, ensure_ascii=False) + "\n"
+                                for k, r in zip(ids, rows)).encode("utf-8", "surrogatepass"))
+        return int(np.diff(arrow_to_packed(part)[1]).sum())
+
+    with ThreadPoolExecutor(min(args.files, os.cpu_count() or 1)) as pool:
+        sizes = list(pool.map(write, range(args.files)))
+    info = {"sources": paths, "source_bytes": src_bytes, "source_documents": n_src,
+            "bytes": int(sum(sizes)), "documents": int(total_docs), "files": args.files,
+            "repeat_factor": round(repeat, 3),
+            "note": ("the source text is repeated to reach the target size" if repeat > 1
+                     else "no repetition")}
+    (out / "ingest.json").write_text(json.dumps(info, indent=2) + "\n")
+    print(f"wrote {args.files} parquet + {args.files} jsonl.gz files, {info['bytes'] / 1e6:,.1f} "
+          f"MB of text in {total_docs:,} documents ({info['note']}, x{repeat:.2f} of "
+          f"{src_bytes / 1e6:,.1f} MB) to {out} in {time.perf_counter() - t0:.1f} s")
+
+
+# ================================================================================================
+# helpers
+# ================================================================================================
+def files(data: Path, kind: str) -> list[str]:
+    sub = {"parquet": "parquet/*.parquet", "jsonl.gz": "jsonl/*.jsonl.gz"}[kind]
+    return sorted(str(p) for p in data.glob(sub))
+
+
+def timed_cmd(cmd: list[str], env=None) -> tuple[float, str, str]:
+    """Wall clock of a whole command (process start to exit) and its output."""
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout}\n{r.stderr}")
+    return wall, r.stdout, r.stderr
+
+
+def row(name: str, seconds: float, nbytes: int, mon: GPUMonitor | None, extra: str = "") -> None:
+    rate = nbytes / seconds / 1e6 if seconds > 0 else float("inf")
+    gpu = mon.summary() if mon is not None else ""
+    print(f"  {name:<48} {seconds:9.2f} s {rate:10,.1f} MB/s  {extra}  [{gpu}]", flush=True)
+
+
+def load_docs(paths: list[str]) -> list[str]:
+    from torch_gpubpe.readers import FileReader
+
+    out: list[str] = []
+    for b in FileReader(paths).batches():
+        out += [x for x in b.values.to_pylist() if x is not None]
+    return out
+
+
+# ================================================================================================
+# llm.c's method (run as a separate process: --peer-llmc)
+# ================================================================================================
+_ENC = None
+_EOT = None
+
+
+def _init_tiktoken(vocab_path: str) -> None:
+    global _ENC, _EOT
+    import tiktoken
+
+    from torch_gpubpe import Vocab
+    from torch_gpubpe.vocab import SPLIT_PATTERN_PY
+
+    vocab = Vocab.load(vocab_path)
+    ranks: dict[bytes, int] = {}
+    for i, tb in enumerate(vocab.token_bytes[: vocab.num_tokens - len(vocab.special_tokens)]):
+        ranks.setdefault(tb, i)
+    _EOT = vocab.token_to_id(EOT)
+    _ENC = tiktoken.Encoding("gpubpe-bench", pat_str=SPLIT_PATTERN_PY, mergeable_ranks=ranks,
+                             special_tokens={EOT: _EOT})
+
+
+def _tokenize(doc: str) -> np.ndarray:
+    # llm.c dev/data/fineweb.py tokenize(): [eot] + enc.encode_ordinary(text), uint16
+    tokens = [_EOT]
+    tokens.extend(_ENC.encode_ordinary(doc))
+    return np.array(tokens, dtype=np.uint16 if _ENC.n_vocab <= 65536 else np.uint32)
+
+
+def _write_datafile(filename: str, toks: np.ndarray) -> None:
+    header = np.zeros(256, dtype=np.int32)
+    header[0], header[1] = (20240520, 1) if toks.dtype == np.uint16 else (20240801, 7)
+    header[2] = len(toks)
+    with open(filename, "wb") as f:
+        f.write(header.tobytes())
+        f.write(toks.tobytes())
+
+
+def peer_llmc(args) -> None:
+    """llm.c's fineweb.py loop: documents read in the main process, tokenized in a Pool."""
+    import multiprocessing as mp
+
+    from torch_gpubpe.readers import FileReader
+
+    def docs():
+        for b in FileReader(args.peer_files).batches():
+            yield from (x for x in b.values.to_pylist() if x is not None)
+
+    out = Path(args.peer_out)
+    out.mkdir(parents=True, exist_ok=True)
+    shard_size = args.shard_tokens
+    ntok_total = 0
+    with mp.Pool(args.pool, initializer=_init_tiktoken, initargs=(args.peer_vocab,)) as pool:
+        shard_index = 0
+        _init_tiktoken(args.peer_vocab)
+        buf = np.empty((shard_size,), dtype=np.uint16 if _ENC.n_vocab <= 65536 else np.uint32)
+        count = 0
+        for tokens in pool.imap(_tokenize, docs(), chunksize=16):
+            ntok_total += len(tokens)
+            if count + len(tokens) < shard_size:
+                buf[count : count + len(tokens)] = tokens
+                count += len(tokens)
+            else:
+                split = "val" if shard_index == 0 else "train"
+                rem = shard_size - count
+                buf[count : count + rem] = tokens[:rem]
+                _write_datafile(str(out / f"peer_{split}_{shard_index:06d}.bin"), buf)
+                shard_index += 1
+                buf[0 : len(tokens) - rem] = tokens[rem:]
+                count = len(tokens) - rem
+        if count:
+            split = "val" if shard_index == 0 else "train"
+            _write_datafile(str(out / f"peer_{split}_{shard_index:06d}.bin"), buf[:count])
+    print(json.dumps({"tokens": ntok_total}))
+
+
+# ================================================================================================
+# jobs
+# ================================================================================================
+def job_train(args, data: Path, nbytes: int, work: Path) -> Path:
+    pq_files = files(data, "parquet")
+    vocab_dir = work / "vocab"
+    cmd = [sys.executable, "-m", "torch_gpubpe", "train", "--data-files", *pq_files,
+           "--vocab-size", str(args.vocab_size), "--holdout-every", "0", "--out", str(vocab_dir),
+           "--no-progress", "--summary-json", str(work / "train.json")]
+    print("\n(b) training: the CLI from parquet vs the in-memory API and rustbpe on the same "
+          "documents", flush=True)
+    with GPUMonitor() as mon:
+        wall, _, _ = timed_cmd(cmd)
+    s = json.loads((work / "train.json").read_text())
+    rc = s["seconds"]["read_and_count"]
+    row("torch_gpubpe train CLI (whole command)", wall, nbytes, mon,
+        f"read+count {rc:.2f} s = {s['corpus_bytes'] / rc / 1e6:,.0f} MB/s, "
+        f"merge {s['seconds']['merge'] or 0:.2f} s")
+    print("  command: " + " ".join(cmd[:4]) + f" <{len(pq_files)} files> "
+          + " ".join(cmd[4 + len(pq_files):]))
+    docs = load_docs(pq_files)
+    from torch_gpubpe import train
+
+    train(["warm up the device"], 300)
+    with GPUMonitor() as mon:
+        t0 = time.perf_counter()
+        vocab = train(docs, args.vocab_size, special_tokens=[EOT])
+        api = time.perf_counter() - t0
+    row("torch_gpubpe.train(list of str) (in memory)", api, nbytes, mon,
+        f"CLI / API = {wall / api:.2f}x")
+    from torch_gpubpe import Vocab
+
+    same = list(Vocab.load(vocab_dir / "vocab.json").merges) == list(vocab.merges)
+    print(f"  CLI merges == API merges: {same}")
+    if not args.skip_rustbpe:
+        try:
+            import rustbpe
+
+            from torch_gpubpe.vocab import SPLIT_PATTERN
+
+            t0 = time.perf_counter()
+            rt = rustbpe.Tokenizer()
+            rt.train_from_iterator(iter(docs), args.vocab_size - 1, pattern=SPLIT_PATTERN)
+            rw = time.perf_counter() - t0
+            row("rustbpe train_from_iterator (in memory)", rw, nbytes, None,
+                f"rustbpe / CLI = {rw / wall:.2f}x")
+        except ImportError:
+            print("  rustbpe: not installed (pip install rustbpe)")
+    del docs
+    return vocab_dir
+
+
+def job_encode(args, data: Path, nbytes: int, work: Path, vocab_dir: Path) -> None:
+    print(f"\n(a) files on disk → llm.c shards on disk (whole command, --shard-tokens "
+          f"{args.shard_tokens:,}); peer: llm.c's method, tiktoken in a Pool of {args.pool}",
+          flush=True)
+    for kind in ("parquet", "jsonl.gz"):
+        fs = files(data, kind)
+        out = work / f"ours-{kind}"
+        cmd = [sys.executable, "-m", "torch_gpubpe", "encode", "--vocab", str(vocab_dir),
+               "--data-files", *fs, "--out", str(out), "--output-format", "llmc",
+               "--shard-tokens", str(args.shard_tokens), "--batch-bytes", str(args.batch_bytes),
+               "--overwrite", "--no-progress"]
+        with GPUMonitor() as mon:
+            wall, stdout, _ = timed_cmd(cmd)
+        own = stdout.split(" in ")[1].split(")")[0] + ")" if " in " in stdout else ""
+        ours_tok = json.loads((out / "meta.json").read_text())["num_tokens"]
+        row(f"torch_gpubpe encode ({kind})", wall, nbytes, mon,
+            f"{ours_tok:,} tokens; the CLI's own timing: {own}")
+        if args.skip_peer:
+            continue
+        pcmd = [sys.executable, __file__, "--peer-llmc", "--peer-vocab",
+                str(vocab_dir / "vocab.json"), "--peer-out", str(work / f"peer-{kind}"),
+                "--pool", str(args.pool), "--shard-tokens", str(args.shard_tokens),
+                "--peer-files", *fs]
+        pwall, pout, _ = timed_cmd(pcmd)
+        ptok = json.loads(pout.strip().splitlines()[-1])["tokens"]
+        row(f"llm.c's method: tiktoken Pool({args.pool}) ({kind})", pwall, nbytes, None,
+            f"{ptok:,} tokens (merge-order BPE); ours is {pwall / wall:.1f}x faster")
+
+
+def _pipelined(tok, batches) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    pending, ntok = None, 0
+    for b in batches:
+        fut = tok.submit_packed(*b) if isinstance(b, tuple) else tok.submit(b)
+        if pending is not None:
+            ntok += len(pending.result().ids)
+        pending = fut
+    if pending is not None:
+        ntok += len(pending.result().ids)
+    return time.perf_counter() - t0, ntok
+
+
+def job_memory(args, data: Path, nbytes: int, vocab_dir: Path) -> None:
+    from torch_gpubpe import Tokenizer, Vocab
+    from torch_gpubpe.readers import FileReader, documents, prefetch
+
+    print("\nreading from files vs the in-memory path, same bytes (Tokenizer, batches of "
+          f"{args.batch_bytes / 1e6:.0f} MB, 2 in flight)", flush=True)
+    tok = Tokenizer(Vocab.load(vocab_dir / "vocab.json"))
+    tok.encode("warm up")
+    docs = load_docs(files(data, "parquet"))
+    batches, cur, size = [], [], 0
+    for d in docs:
+        cur.append(d)
+        size += len(d)
+        if size >= args.batch_bytes:
+            batches.append(cur)
+            cur, size = [], 0
+    if cur:
+        batches.append(cur)
+    def run_memory():
+        return _pipelined(tok, batches)
+
+    def run_files(kind):
+        reader = FileReader(files(data, kind))
+        stream = ((p.data, p.offsets) for p in documents(reader, batch_bytes=args.batch_bytes))
+        return _pipelined(tok, prefetch(stream, 2))
+
+    # alternate the variants, best of --repeat each (a shared machine is noisy)
+    best: dict[str, tuple] = {}
+    for _ in range(args.repeat):
+        for kind in ("memory", "parquet", "jsonl.gz"):
+            with GPUMonitor() as mon:
+                s, n = run_memory() if kind == "memory" else run_files(kind)
+            if kind not in best or s < best[kind][0]:
+                best[kind] = (s, n, mon)
+    s, n, mon = best["memory"]
+    row("in memory: Tokenizer.submit(list of str)", s, nbytes, mon, f"{n:,} tokens")
+    for kind in ("parquet", "jsonl.gz"):
+        fs, fn, fmon = best[kind]
+        row(f"files: documents(FileReader) → submit_packed ({kind})", fs, nbytes, fmon,
+            f"{fn:,} tokens; files / memory time = {fs / s:.2f}")
+        t0 = time.perf_counter()
+        nb = sum(p.nbytes for p in documents(FileReader(files(data, kind)),
+                                             batch_bytes=args.batch_bytes))
+        row(f"  reading alone ({kind})", time.perf_counter() - t0, nb, None)
+    print(f"  (best of {args.repeat} alternating runs each)")
+
+
+def job_dataset(args, data: Path, nbytes: int, vocab_dir: Path) -> None:
+    print("\n(c) TokenizedDataset (packed, seq_len 1024, num_workers=0) from Hugging Face "
+          "datasets", flush=True)
+    try:
+        import datasets
+    except ImportError:
+        print("  datasets: not installed (pip install datasets); skipped")
+        return
+    from torch_gpubpe import TokenizedDataset, Vocab
+
+    vocab = Vocab.load(vocab_dir / "vocab.json")
+    pq_files = files(data, "parquet")
+    cache = tempfile.mkdtemp(prefix="hf-cache-")
+    hf = datasets.load_dataset("parquet", data_files=pq_files, split="train", cache_dir=cache)
+    sources = {"datasets.Dataset (memory-mapped Arrow)": hf,
+               "datasets.IterableDataset (streaming parquet)": datasets.load_dataset(
+                   "parquet", data_files=pq_files, split="train", streaming=True)}
+    for name, src in sources.items():
+        ds = TokenizedDataset(src, vocab, mode="packed", seq_len=1024,
+                              batch_bytes=args.batch_bytes)
+        with GPUMonitor() as mon:
+            t0 = time.perf_counter()
+            blocks = sum(1 for _ in ds)
+            s = time.perf_counter() - t0
+        row(name, s, nbytes, mon, f"{blocks * 1024 / s:,.0f} tokens/s")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--make-data", action="store_true", help="write the benchmark's input files")
+    ap.add_argument("--corpora", nargs="+", default=[str(ROOT.parent / "shared" / "corpora")],
+                    help="--make-data: jsonl.gz/jsonl/parquet files or folders of them")
+    ap.add_argument("--target-bytes", default="3.2e9", help="--make-data: text size to reach")
+    ap.add_argument("--files", type=int, default=16, help="--make-data: files per format")
+    ap.add_argument("--data", default="/tmp/gpubpe-ingest", help="folder of the input files")
+    ap.add_argument("--jobs", default="train,encode,memory,dataset")
+    ap.add_argument("--vocab-size", type=int, default=65536)
+    ap.add_argument("--vocab", help="a vocab.json to use instead of training one (job train)")
+    ap.add_argument("--pool", type=int, default=16, help="llm.c's method: Pool processes")
+    ap.add_argument("--shard-tokens", type=int, default=10**8)
+    ap.add_argument("--batch-bytes", type=int, default=64 << 20,
+                    help="text per GPU batch (encode CLI, memory job, TokenizedDataset)")
+    ap.add_argument("--repeat", type=int, default=3, help="job memory: runs of each variant")
+    ap.add_argument("--skip-peer", action="store_true")
+    ap.add_argument("--skip-rustbpe", action="store_true")
+    ap.add_argument("--work", help="scratch folder (default: a temporary one)")
+    ap.add_argument("--peer-llmc", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--peer-files", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--peer-vocab", help=argparse.SUPPRESS)
+    ap.add_argument("--peer-out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.peer_llmc:
+        peer_llmc(args)
+        return
+    if args.make_data:
+        make_data(args)
+        print_footer()
+        return
+    data = Path(args.data)
+    info = json.loads((data / "ingest.json").read_text())
+    nbytes = info["bytes"]
+    work = Path(args.work or tempfile.mkdtemp(prefix="gpubpe-ingest-"))
+    work.mkdir(parents=True, exist_ok=True)
+    jobs = set(args.jobs.split(","))
+    print(f"input: {info['bytes'] / 1e6:,.1f} MB of text, {info['documents']:,} documents, "
+          f"{info['files']} parquet + {info['files']} jsonl.gz files ({info['note']}, "
+          f"x{info['repeat_factor']} of {info['source_bytes'] / 1e6:,.1f} MB from "
+          f"{len(info['sources'])} source files); SM clock now {sm_clock_now()}")
+    print("columns: wall clock, MB/s of document text, notes, [GPU SM clock and busy % sampled "
+          "during the run]")
+    vocab_dir = Path(args.vocab).parent if args.vocab else None
+    if "train" in jobs or vocab_dir is None:
+        vocab_dir = job_train(args, data, nbytes, work)
+    if "encode" in jobs:
+        job_encode(args, data, nbytes, work, vocab_dir)
+    if "memory" in jobs:
+        job_memory(args, data, nbytes, vocab_dir)
+    if "dataset" in jobs:
+        job_dataset(args, data, nbytes, vocab_dir)
+    print_footer()
+
+
+if __name__ == "__main__":
+    main()
