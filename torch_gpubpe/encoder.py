@@ -860,6 +860,52 @@ class Tokenizer:
         """``Tokenizer(Vocab.load(path), **kwargs)``; raises ``VocabFormatError``/``OSError``."""
         return cls(Vocab.load(path), **kwargs)
 
+    @classmethod
+    def from_tiktoken(cls, path: str | os.PathLike, *, pattern: str | None = None,
+                      **kwargs) -> Tokenizer:
+        """A model's tokenizer from its tiktoken file: merge-order ranks
+        (:func:`torch_gpubpe.vocab_io.load_tiktoken`) and its split, ``pattern`` or else the
+        sidecar's (``path + ".json"``: ``"pattern"``), done exactly on the GPU.
+
+        Example: ``Tokenizer.from_tiktoken("gpt2.tiktoken", pattern="gpt2")`` gives
+        tiktoken's ``encode_ordinary`` ids for GPT-2.
+
+        Raises:
+            InputError: no pattern given nor in a sidecar, or one the GPU cannot split exactly.
+            VocabFormatError, OSError: see :func:`~torch_gpubpe.vocab_io.load_tiktoken`.
+        """
+        from .vocab_io import load_tiktoken, tiktoken_metadata
+
+        if pattern is None:
+            pattern = tiktoken_metadata(path).get("pattern")
+            if pattern is None:
+                raise InputError(f"{path}: no split pattern (no sidecar {path}.json with "
+                                 "\"pattern\"); pass pattern='gpt2', 'cl100k', 'qwen2' or a pat_str")
+        return cls(load_tiktoken(path), pre_tokenizer=pattern, **kwargs)
+
+    @classmethod
+    def from_hf(cls, path: str | os.PathLike, *, pattern: str | None = None,
+                **kwargs) -> Tokenizer:
+        """A model's tokenizer from its Hugging Face ``tokenizer.json`` (byte-level BPE,
+        :func:`torch_gpubpe.vocab_io.vocab_from_hf_dict`) with the split its pre-tokenizer
+        implies (:func:`torch_gpubpe.patterns.from_hf_pre_tokenizer`), or ``pattern``.
+
+        Raises:
+            InputError: a pre-tokenizer (or ``pattern``) the GPU cannot split exactly.
+            VocabFormatError, OSError: the file is not a supported ``tokenizer.json``.
+        """
+        import json
+
+        from .patterns import from_hf_pre_tokenizer
+
+        if os.path.isdir(path):
+            path = os.path.join(path, "tokenizer.json")
+        vocab = Vocab.load(path)
+        if pattern is None:
+            with open(path, encoding="utf-8") as f:
+                pattern = from_hf_pre_tokenizer(json.load(f).get("pre_tokenizer"))
+        return cls(vocab, pre_tokenizer=pattern, **kwargs)
+
     @property
     def trie(self) -> Trie:
         """The compiled trie (DESIGN.md §5), built on first use."""

@@ -1,0 +1,89 @@
+"""Real vocabularies end to end on the GPU: GPT-2's and Qwen2's tiktoken files with their own
+split patterns give tiktoken's ids, token for token, on every corpus sample (issue 16)."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+
+import pytest
+
+from conftest import CORPUS_NAMES, corpus_docs, shared_vocab
+from torch_gpubpe import InputError
+from torch_gpubpe.encoder import Tokenizer
+
+pytestmark = pytest.mark.gpu
+
+
+@functools.cache
+def tiktoken_encoding(name: str):
+    import tiktoken
+
+    path = shared_vocab(f"{name}.tiktoken")
+    ranks = {base64.b64decode(t): int(r) for t, r in (ln.split() for ln in open(path))}
+    meta = json.loads(open(str(path) + ".json").read())
+    return tiktoken.Encoding(name, pat_str=meta["pattern"], mergeable_ranks=ranks,
+                             special_tokens={})
+
+
+@functools.cache
+def gpu_tokenizer(name: str, **kw) -> Tokenizer:
+    return Tokenizer.from_tiktoken(shared_vocab(f"{name}.tiktoken"), **kw)
+
+
+EXTRA = ["I'm  ok 12345 don't 'LL\r\n\r\n  x", "", "١٢٣٤ 😀😀 क्षत्रिय\n\n\t z  ", " " * 300 + "y",
+         "7" * 1001, "\n\n\n", "İstanbul'da 'S 'll\t'Re"]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "qwen2"])
+@pytest.mark.parametrize("corpus", CORPUS_NAMES)
+def test_ids_equal_tiktoken(name, corpus):
+    docs = corpus_docs(corpus, max_bytes=30_000) + EXTRA
+    got = gpu_tokenizer(name).encode_batch(docs).tolist()
+    enc = tiktoken_encoding(name)
+    for k, d in enumerate(docs):
+        assert got[k] == enc.encode_ordinary(d), f"{corpus} document {k}"
+
+
+@pytest.mark.parametrize("name", ["gpt2", "qwen2"])
+def test_ids_equal_tiktoken_sliced(name):
+    """Batches above the slice limit: the split is computed first, the cuts follow it."""
+    docs = corpus_docs("code_cpython_stdlib", max_bytes=40_000) + EXTRA
+    tok = Tokenizer.from_tiktoken(shared_vocab(f"{name}.tiktoken"), max_slice_bytes=8192)
+    got = tok.encode_batch(docs).tolist()
+    enc = tiktoken_encoding(name)
+    assert tok._sess.slices > 3
+    for k, d in enumerate(docs):
+        assert got[k] == enc.encode_ordinary(d), f"document {k}"
+
+
+def test_pattern_is_named_or_refused(tmp_path):
+    src = shared_vocab("gpt2.tiktoken")
+    (tmp_path / "v.tiktoken").write_bytes(src.read_bytes())
+    with pytest.raises(InputError, match="no split pattern"):
+        Tokenizer.from_tiktoken(tmp_path / "v.tiktoken")
+    with pytest.raises(InputError, match="o200k"):
+        Tokenizer.from_tiktoken(tmp_path / "v.tiktoken", pattern="o200k_base")
+    tok = Tokenizer.from_tiktoken(tmp_path / "v.tiktoken", pattern="gpt2")
+    assert tok.pre_tokenizer == "gpt2" and tok.mode == "bpe"
+
+
+def test_hugging_face_tokenizer_json(tmp_path):
+    """GPT-2 as a tokenizer.json (ByteLevel with its regex): the GPU ids equal HF tokenizers'."""
+    from tokenizers import Tokenizer as HFTokenizer
+
+    from torch_gpubpe.export import hf_tokenizer_dict
+
+    d = hf_tokenizer_dict(gpu_tokenizer("gpt2").vocab)
+    d["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                          "use_regex": True}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(d, ensure_ascii=False), encoding="utf-8")
+    tok = Tokenizer.from_hf(tmp_path)
+    assert tok.pre_tokenizer == "gpt2"
+    hf = HFTokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    docs = corpus_docs("web_html", max_bytes=20_000) + EXTRA
+    got = tok.encode_batch(docs).tolist()
+    for k, doc in enumerate(docs):
+        assert got[k] == hf.encode(doc, add_special_tokens=False).ids == \
+            tiktoken_encoding("gpt2").encode_ordinary(doc), k
