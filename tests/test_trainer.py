@@ -472,3 +472,19 @@ def test_profile_reports_each_kernel_and_the_walks(algorithm):
         assert st["walk_probes_per_merge"] > 0
     else:
         assert "walk_steps_per_merge" not in st
+
+
+@pytest.mark.parametrize("workgroups", [1, 3, 16])
+def test_walk_grid_does_not_change_the_merges(monkeypatch, workgroups):
+    """wl_merge walks the lists grid-stride: any grid (the H200 widens it for large corpora)
+    gives the reference's merges, with walks carried past a small budget too."""
+    import torch_gpubpe.train_wordlist as tw
+
+    monkeypatch.setattr(tw, "grid_workgroups", lambda nwords, is_cpu: workgroups)
+    docs = corpus_docs("multi_xquad", 30_000) + ["ab" * 700 + "a" * 301]
+    counts = reference.count_words(docs)
+    words = [w for w in counts if len(w) > 1]
+    st: dict = {}
+    got = GPUTrainer().run(words, [counts[w] for w in words], 90, 1, stats=st, budget=64)
+    assert st["walk_workgroups"] == min(workgroups, -(-len(words) // 256))   # ≤ 1 per word
+    assert got == ref_merges(docs, 346, 1)

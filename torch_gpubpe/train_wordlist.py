@@ -43,10 +43,23 @@ def default_budget(gpu, is_cpu: bool) -> int:
         return DEFAULT_BUDGET
     lanes = gpu.subgroup_size or 16   # (no subgroups requested: assume a wide vector)
     return max(256, CPU_LOOP_ITERATIONS // lanes)
-# wl_merge's grid on a GPU (a sweep of 66–528 on the H200: 66–132 best, 528 22% slower; every
-# workgroup reduces the block maxima itself, so more cost more); on a CPU adapter fewer.
+# wl_merge's grid on a GPU: at least 132 workgroups (a sweep of 66–528 on the H200 at 95 MB,
+# when every workgroup still reduced all the block maxima: 66–132 best, 528 22% slower); with
+# the super-block level a workgroup's share of that reduction is one load per thread, so large
+# corpora (long word lists) get one workgroup per WORDS_PER_WORKGROUP unique words, up to
+# 1,056 (8 resident per H200 SM), to shorten each thread's chain of dependent loads. Not yet
+# measured on the H200. On a CPU adapter fewer.
 GPU_WORKGROUPS = 132
+GPU_MAX_WORKGROUPS = 1056
+WORDS_PER_WORKGROUP = 4096
 CPU_WORKGROUPS = 8
+
+
+def grid_workgroups(nwords: int, is_cpu: bool) -> int:
+    """wl_merge's (and wl_continue's) workgroups for a run of ``nwords`` unique words."""
+    if is_cpu:
+        return CPU_WORKGROUPS
+    return max(GPU_WORKGROUPS, min(GPU_MAX_WORKGROUPS, nwords // WORDS_PER_WORKGROUP))
 
 
 class WordListKernels:

@@ -518,10 +518,11 @@ class _MergeLoop:
             self.k = mod.SeedKernels(g, pipes, info, self.table, sym, wid)
             state = {"S_N": n}
         else:
-            wgs = mod.CPU_WORKGROUPS if trainer.is_cpu else mod.GPU_WORKGROUPS
+            wgs = mod.grid_workgroups(len(lens), trainer.is_cpu)
             self.k = mod.WordListKernels(g, pipes, info, self.table, sym, wid, starts, lens,
                                          num_merges, wgs)
             state = self.k.initial_state()
+            st["walk_workgroups"] = self.k.workgroups
         self.table.write_state(**state)
         st["table_slots"] = self.table.slots
         self.profiler = (_Profiler(g, mod.STEP) if profile and g.has_timestamps else None)
