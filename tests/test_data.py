@@ -360,7 +360,14 @@ def _hf_sources(docs, tmp_path):
             if k % 7 == 0:
                 f.write("\n")  # blank lines are not documents
     hf = datasets.Dataset.from_dict({"body": docs})
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from torch_gpubpe.readers import FileReader
+
+    pq.write_table(pa.table({"body": docs}), tmp_path / "docs.parquet", row_group_size=7)
     return {
+        "parquet": (FileReader(tmp_path / "docs.parquet", text_column="body"), "ignored"),
         "list": (docs, "text"),
         "jsonl.gz": (TextFiles(path, text_column="body"), "text"),
         "hf": (hf, "body"),

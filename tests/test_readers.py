@@ -281,3 +281,23 @@ def test_documents_limits_and_batching():
     cut = list(documents(open_source(docs), max_bytes=4))  # "ç" is not split
     assert b"".join(bytes(p.data) for p in cut) == b"aaa" and sum(map(len, cut)) == 2
     assert [len(p) for p in documents(open_source(docs), max_docs=2)] == [2]
+
+
+@HYP
+@given(st.lists(st.sampled_from([b"a", b"\n", b"\r\n", b"\n\n", b"\xff", b"\xc3\xa7", b" ",
+                                 b"\r", b"x" * 5000]), max_size=40),
+       st.sampled_from(["line", "paragraph", "document"]), st.integers(1, 9000))
+def test_text_files_split_as_bytes(tmp_path_factory, pieces, sample_by, chunk):
+    """Plain text is bytes (CRLF, invalid UTF-8 kept): lines as io.BytesIO.readlines(),
+    paragraphs as bytes.split(b"\\n\\n") without empty pieces, or the whole file; gzip alike."""
+    raw = b"".join(pieces)
+    d = tmp_path_factory.mktemp("txt")
+    (d / "a.txt").write_bytes(raw)
+    (d / "a.txt.gz").write_bytes(gzip.compress(raw))
+    want = {"line": io.BytesIO(raw).readlines(),
+            "paragraph": [x for x in raw.split(b"\n\n") if x],
+            "document": [raw]}[sample_by]
+    for name in ("a.txt", "a.txt.gz"):
+        got = read_all(FileReader(d / name, sample_by=sample_by, chunk_bytes=chunk))
+        assert [v for _, v in got] == want, name
+        assert [k for k, _ in got] == list(range(len(want)))

@@ -597,11 +597,18 @@ def cmd_encode(args: argparse.Namespace) -> int:
         stream = _skip_documents(stream, writer.resume_documents)
     with _progress(args, desc="encode", unit="B", unit_scale=True, unit_divisor=1000) as bar:
 
+        from concurrent.futures import ThreadPoolExecutor
+
+        write_pool = ThreadPoolExecutor(1, thread_name_prefix="torch_gpubpe write")
+        writing = None  # the batch being written while the GPU encodes the next one
+
         def drain(pending) -> None:
-            nonlocal n_tokens, n_docs, n_bytes
+            nonlocal n_tokens, n_docs, n_bytes, writing
             future, nb = pending
             enc = future.result()
-            writer.add(enc.ids, enc.offsets)
+            if writing is not None:
+                writing.result()  # in order, at most one batch waiting to be written
+            writing = write_pool.submit(writer.add, enc.ids, enc.offsets)
             n_tokens += len(enc.ids)
             n_docs += len(enc.offsets) - 1
             n_bytes += nb
@@ -610,16 +617,21 @@ def cmd_encode(args: argparse.Namespace) -> int:
             if dt > 0:
                 bar.set_postfix_str(f"{n_tokens / dt:,.0f} tokens/s", refresh=False)
 
-        pending = None
-        # Reading, decompressing and packing run on other threads (readers.prefetch); the GPU
-        # encodes batch i while batch i - 1 is written.
-        for p in prefetch(stream, 2, "torch_gpubpe encode read"):
-            fut = tok.submit_packed(p.data, p.offsets)
+        try:
+            pending = None
+            # Reading, decompressing and packing run on other threads (readers.prefetch); the GPU
+            # encodes batch i while batch i - 1 is written.
+            for p in prefetch(stream, 2, "torch_gpubpe encode read"):
+                fut = tok.submit_packed(p.data, p.offsets)
+                if pending is not None:
+                    drain(pending)
+                pending = (fut, p.nbytes)
             if pending is not None:
                 drain(pending)
-            pending = (fut, p.nbytes)
-        if pending is not None:
-            drain(pending)
+            if writing is not None:
+                writing.result()
+        finally:
+            write_pool.shutdown(wait=True)
     seconds = time.perf_counter() - t0
     if n_docs == 0 and not writer.resume_documents:
         raise InputError(f"empty corpus: {source.describe()} gave no documents to encode")

@@ -224,7 +224,7 @@ class DocBatch:
         """Bytes of document data (the offsets' span)."""
         if len(self.values) == 0:
             return 0
-        return int(pa.compute.sum(pa.compute.binary_length(self.values)).as_py() or 0)
+        return int(arrow_to_packed(self.values, nulls="empty")[1][-1])
 
     def where(self, j: int) -> str:
         """Where document ``j`` of this batch is (``path:line``, ``path:row N``, ``row N``,
