@@ -1,6 +1,6 @@
 // train_table.wgsl — the pair table both training algorithms share (DESIGN.md §3; seed
 // "Eğitim Pipeline" §2 two-level pair count, deterministic max). Included by train_seed.wgsl and
-// train_wordlist.wgsl (`//#include train_table`), which supply two hooks:
+// train_wordlist.wgsl (`//#include train_table`), which supply three hooks:
 //   fn stream_pair(i: u32, n: u32) -> vec4<u32>   the pair starting at stream position i:
 //                                                  (left id, right id, word, 1) or w = 0: none
 //   fn step_blocked(first: bool) -> u32           nonzero: this merge step does nothing
