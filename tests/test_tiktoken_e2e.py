@@ -87,3 +87,24 @@ def test_hugging_face_tokenizer_json(tmp_path):
     for k, doc in enumerate(docs):
         assert got[k] == hf.encode(doc, add_special_tokens=False).ids == \
             tiktoken_encoding("gpt2").encode_ordinary(doc), k
+
+
+PIECES = ["'s", "'S", "'ll", "'Ve", "'", " ", "  ", "\t", "\n", "\r\n", "\u3000", "\x85", "7",
+          "12345", "\u0663", "a", "the", " the", "Zz", "ı", "ſ", "\u0301", "\x00", ".", "..",
+          "😀", "ก", "中文", "K", "é", "İ"]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "qwen2"])
+def test_ids_equal_tiktoken_on_random_text(name):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    text = st.lists(st.sampled_from(PIECES) | st.text(max_size=3), max_size=50).map("".join)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(text, min_size=1, max_size=6))
+    def check(docs):
+        got = gpu_tokenizer(name).encode_batch(docs).tolist()
+        assert got == [tiktoken_encoding(name).encode_ordinary(d) for d in docs]
+
+    check()
