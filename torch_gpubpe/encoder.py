@@ -11,7 +11,8 @@ at most 65,536 ids, else ``uint32``).
 Long words (issue 17: MBs of one character, digits, whitespace, CJK text without spaces): a walk
 that gets ``long_word_bytes`` (2,048) past its chunk stops at a token start p and records the
 region [p, end of the word); ``long_word_ends`` finds each end in the same submit. The host then
-records one more submit for the slice: ``long_match`` (every byte's longest match, in parallel)
+records one more submit for the slice: ``long_periods`` (bytes whose next max_depth bytes repeat
+those 1–4 bytes back copy that match) → ``long_match`` (every other byte's longest match)
 → ``long_exits`` (per tile of ``lc`` bytes, each byte's first chain position past the tile) →
 ceil(log2(tiles)) × ``long_jump`` (pointer jumping marks the token chain p → p + len → …) →
 ``long_emit`` (token ids at the chain's positions), then the prefix sum and the compaction. Same
@@ -29,8 +30,9 @@ trie_tokenizer_chunked      one per CHUNK bytes                   CHUNK + ``thre
                                                                   (32,768) walk steps; ≤ 64
                                                                   continuation dispatches/submit
 long_word_ends              one per region (< n / 2,048)          256 + blocks (n / 8 KiB) / 8
-long_match                  one per byte of the regions           ≤ 32 + 2 × longest token
-long_exits, long_emit       one per tile (``lc`` bytes)           ≤ 32 + ``lc`` + longest token
+long_periods                one per tile (``lc`` bytes)           ≤ 32 + ``lc`` + longest token
+long_match                  one per byte of the regions           ≤ 32 + longest token
+long_exits, long_emit       one per tile (``lc`` bytes)           ≤ 32 + 2 ``lc`` + longest token
                                                                   (``lc`` ≤ 16,384)
 long_jump                   one per window node; ≤ 31 dispatches  1
 trie_prefix_sum             one workgroup                         2 × blocks / 256 + subgroups
@@ -466,22 +468,24 @@ class _Slot:
             return
         b = {0: self.text, 2: s.nodes, 3: s.edges, 4: self.scratch, 5: self.counts, 7: self.meta,
              24: self.ltab, 25: self.lparams, 26: self.llen, 27: self.lexit, 28: self.lptr[0],
-             29: self.lptr[1], 30: self.lmark, 31: s.runs}
+             29: self.lptr[1], 30: self.lmark}
 
         def bg(name, uses, **swap):
             return g.bind_group(s.pipes[name], {k: swap.get(f"b{k}", b[k]) for k in uses},
                                 label=f"{lab}.{name}")
 
         self.lbg = {
-            "lmatch": bg("lmatch", (0, 2, 3, 4, 24, 25, 26, 31)),
-            "lexits": bg("lexits", (24, 25, 26, 27, 28, 30)),
+            "lperiods": bg("lperiods", (0, 24, 25, 26)),
+            "lmatch": bg("lmatch", (0, 2, 3, 4, 24, 25, 26)),
+            "lexits": bg("lexits", (4, 24, 25, 26, 27, 28, 30)),
             "ljump": [bg("ljump", (25, 28, 29, 30)),
                       bg("ljump", (25, 28, 29, 30), b28=self.lptr[1], b29=self.lptr[0])],
             "lemit": bg("lemit", (4, 5, 7, 24, 25, 26, 30)),
         }
 
     def _encode_long_words(self) -> tuple[int, np.ndarray]:
-        """Encode the slice's long-word regions in parallel (wgsl/encode.wgsl, long_match →
+        """Encode the slice's long-word regions in parallel (wgsl/encode.wgsl, long_periods →
+        long_match →
         long_exits → ceil(log2(tiles)) × long_jump → long_emit), then the prefix sum and the
         compaction; one submit per group of regions that fits ``sess.long_cap`` (one group unless
         the slice is near the binding limit). Returns ``(total, doc_tok)`` as ``_read_meta``."""
@@ -515,6 +519,7 @@ class _Slot:
                 self._write_params(resume=2)  # the compaction after the last group runs
             enc = g.device.create_command_encoder(label=f"encode[{self.idx}].long_words")
             cp = enc.begin_compute_pass(label="long_words")
+            s.dispatch(cp, "lperiods", self.lbg["lperiods"], g.grid(-(-ntiles // WG)))
             s.dispatch(cp, "lmatch", self.lbg["lmatch"], g.grid(-(-ntiles * s.lc // WG)))
             s.dispatch(cp, "lexits", self.lbg["lexits"], g.grid(-(-ntiles // WG)))
             for r in range(rounds):
@@ -526,7 +531,7 @@ class _Slot:
                 self._record_passes(enc, first=False, continuations=0, scan=True)
             q.submit([enc.finish()])
             s.long_submits += 1
-            s.long_dispatches += 3 + rounds
+            s.long_dispatches += 4 + rounds
         self.meta_promise = self.rb_meta.map_async(_wi.map_read_mode(), 0,
                                                    _DOC_OFF + 4 * self.ndocs)
         total, _, doc_tok = self._read_meta()
@@ -603,25 +608,6 @@ class _Slot:
         return ids, doc_tok
 
 
-def _runs_table(trie: Trie) -> np.ndarray:
-    """uint32 ``(256, 2)``: for each byte value b, the largest m <= ``max_depth`` such that b^m
-    is a token, and its id (the trie's: the smallest id spelling it)."""
-    out = np.zeros((256, 2), np.uint32)
-    nodes, edges = trie.nodes, trie.edges
-    for b in range(256):
-        node, m, best = 0, 0, (1, b)
-        while m < trie.max_depth:
-            fc, nc = int(nodes[3 * node]), int(nodes[3 * node + 1])
-            k = int(np.searchsorted(edges[2 * fc : 2 * (fc + nc) : 2], b))
-            if k >= nc or edges[2 * (fc + k)] != b:
-                break
-            node, m = int(edges[2 * (fc + k) + 1]), m + 1
-            if nodes[3 * node + 2] != _NO_TOKEN:
-                best = (m, int(nodes[3 * node + 2]))
-        out[b] = best
-    return out
-
-
 _shader_override = None  # test hook: flags -> encode.wgsl source (e.g. POISON_WORKGROUP builds)
 
 
@@ -660,8 +646,7 @@ class _Session:
         self.long_dispatches = 0
         self.poison = None  # test hook: (pipeline, bind group, grid) dispatched before each pass
         # Long words: tiles of lc >= max_depth bytes (a power of two, ~4 tokens of the longest
-        # kind), windows of ldw = max_depth nodes per tile; for runs of one byte, the longest
-        # token b^m (m <= max_depth) of each byte value b.
+        # kind), windows of ldw = max_depth nodes per tile.
         md = trie.max_depth
         self.ldw = md
         self.lc = min(max(64, 1 << (8 * md - 1).bit_length()), max(MAX_LONG_TILE, md))
@@ -692,11 +677,9 @@ class _Session:
         self.max_docs = (min(g.max_storage_binding, g.max_buffer_size) - 1024) // 4
         self.nodes = g.buffer(trie.nodes.nbytes, U.STORAGE | U.COPY_DST, "encode.trie_nodes")
         self.edges = g.buffer(trie.edges.nbytes, U.STORAGE | U.COPY_DST, "encode.trie_edges")
-        self.runs = g.buffer(256 * 8, U.STORAGE | U.COPY_DST, "encode.runs")
         with g.operation("uploading the trie"):
             g.device.queue.write_buffer(self.nodes, 0, trie.nodes)
             g.device.queue.write_buffer(self.edges, 0, trie.edges)
-            g.device.queue.write_buffer(self.runs, 0, _runs_table(trie))
         consts = {"WG": WG, "CHUNK": chunk, "OUT16": int(id_size == 2), "LC": self.lc,
                   "LDW": self.ldw}
         from .shaders import shader_source
@@ -727,7 +710,8 @@ class _Session:
             "compact": g.pipeline("encode", "trie_tokenizer_compact", **kw),
         }
         if self.long_from:
-            for name, entry in (("ends", "long_word_ends"), ("lmatch", "long_match"),
+            for name, entry in (("ends", "long_word_ends"), ("lperiods", "long_periods"),
+                                ("lmatch", "long_match"),
                                 ("lexits", "long_exits"), ("ljump", "long_jump"),
                                 ("lemit", "long_emit")):
                 self.pipes[name] = g.pipeline("encode", entry, **kw)

@@ -47,8 +47,8 @@
 // Long words (DESIGN.md §8: one thread must not walk MBs). A walk that gets params.long_from bytes
 // past its chunk's end inside one word stops at a token start p and records the region [p, end)
 // of that word (end: the next word start, found by long_word_ends from the per-chunk and
-// per-block first word starts). The regions are then encoded in parallel (long_match →
-// long_exits → ceil(log2(tiles)) × long_jump → long_emit, one submit): every byte's longest
+// per-block first word starts). The regions are then encoded in parallel (long_periods →
+// long_match → long_exits → ceil(log2(tiles)) × long_jump → long_emit, one submit): every byte's longest
 // match is independent; the tokens are the chain p → p + len → …, which pointer jumping marks.
 //  24 ltab       : storage, read        array<u32>          4 per region of the group: first byte,
 //                                                          end byte, first tile, 0
@@ -61,9 +61,6 @@
 //  29 lptr1      : storage, read_write  array<u32>          LDW): the node of its exit, TERM at the
 //                                                          region's end (ping-pong pair)
 //  30 lmark      : storage, read_write  array<atomic<u32>>  per node: 1 = on the token chain
-//  31 runs       : storage, read        array<u32>          per byte value b: [2b] = m, the most
-//                                                          bytes <= LDW of a token b^m; [2b+1]
-//                                                          its id
 
 struct Params {
     n: u32,            // bytes in the slice (halo excluded)
@@ -114,7 +111,6 @@ struct LParams {
 @group(0) @binding(28) var<storage, read_write> lptr0: array<u32>;
 @group(0) @binding(29) var<storage, read_write> lptr1: array<u32>;
 @group(0) @binding(30) var<storage, read_write> lmark: array<atomic<u32>>;
-@group(0) @binding(31) var<storage, read> runs: array<u32>;
 
 override WG: u32 = 256u;        // threads per workgroup (a multiple of every subgroup size)
 override CHUNK: u32 = 32u;      // bytes per thread in trie_tokenizer_chunked; a multiple of 4
@@ -124,6 +120,7 @@ override LDW: u32 = 16u;        // long words: window nodes per tile (= the long
 
 const NO_TOKEN: u32 = 0xFFFFFFFFu;
 const TERM: u32 = 0xFFFFFFFFu;  // long words: the chain has reached its region's end
+const COPY: u32 = 0x80000000u;  // long words: llen = COPY | P: the match is the one P bytes back
 
 // Workgroup memory of trie_tokenizer_chunked (4,104 B): root LUT and depth-1 node metadata,
 // the block's token count and first word start. Every entry is written before it is read
@@ -373,9 +370,50 @@ fn global_id(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return linear_workgroup(wid, nwg) * WG + lid;
 }
 
-// Long words, step 2 (one thread per byte of the regions): the longest token that is a prefix of
-// the region's rest at this byte (a trie walk of at most the longest token's length); its id
-// goes to scratch, its length to llen.
+// Long words, step 2 (one thread per tile of LC bytes): periods. The longest match at byte i
+// depends only on the LDW bytes from i (no token is longer; i + LDW <= end), so when they equal
+// the LDW bytes from i - P (P = 1..4, i - P in the tile) the match is the one at i - P:
+// llen = COPY | P (long_exits copies it), else 0 (long_match walks the trie). Runs of one byte
+// and short periodic patterns (ab, 2- and 4-byte characters) then walk only a few bytes per
+// tile. A backward scan counts, per P, the equal pairs (text[q], text[q - P]) from each byte on.
+// At most LC + LDW loop iterations.
+@compute @workgroup_size(WG)
+fn long_periods(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let t = global_id(wid, nwg, lid);
+    if (t >= lparams.ntiles) { return; }
+    let r = region_of_tile(t);
+    let end = ltab[4u * r + 1u];
+    let cs = ltab[4u * r] + (t - ltab[4u * r + 2u]) * LC;
+    let ce = min(cs + LC, end);
+    let base = t * LC;
+    var run = vec4<u32>(0u);
+    for (var q = min(ce + LDW, end); q > cs; q--) {
+        let i = q - 1u;
+        let b = text_byte(i);
+        var eq = vec4<bool>(false);
+        if (i >= cs + 1u) { eq.x = b == text_byte(i - 1u); }
+        if (i >= cs + 2u) { eq.y = b == text_byte(i - 2u); }
+        if (i >= cs + 3u) { eq.z = b == text_byte(i - 3u); }
+        if (i >= cs + 4u) { eq.w = b == text_byte(i - 4u); }
+        run = select(vec4<u32>(0u), min(run + 1u, vec4<u32>(LDW)), eq);
+        if (i < ce) {
+            var flag = 0u;
+            if (i + LDW <= end) {
+                if (run.w >= LDW) { flag = COPY | 4u; }
+                if (run.z >= LDW) { flag = COPY | 3u; }
+                if (run.y >= LDW) { flag = COPY | 2u; }
+                if (run.x >= LDW) { flag = COPY | 1u; }
+            }
+            llen[base + (i - cs)] = flag;
+        }
+    }
+}
+
+// Long words, step 3 (one thread per byte of the regions, not copied by step 2): the longest
+// token that is a prefix of the region's rest at this byte (a trie walk of at most the longest
+// token's length); its id goes to scratch, its length to llen.
 @compute @workgroup_size(WG)
 fn long_match(@builtin(workgroup_id) wid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>,
@@ -385,16 +423,8 @@ fn long_match(@builtin(workgroup_id) wid: vec3<u32>,
     let r = region_of_tile(li / LC);
     let end = ltab[4u * r + 1u];
     let pos = ltab[4u * r] + (li - ltab[4u * r + 2u] * LC);
-    if (pos >= end) { return; }
+    if (pos >= end || llen[li] != 0u) { return; }
     let b0 = text_byte(pos);
-    // A run: LDW (the longest token) equal bytes ahead, so the match is the longest token b0^m.
-    var run = pos + LDW <= end;
-    for (var q = pos + 1u; run && q < pos + LDW; q++) { run = text_byte(q) == b0; }
-    if (run) {
-        scratch[pos] = runs[2u * b0 + 1u];
-        llen[li] = runs[2u * b0];
-        return;
-    }
     let d1 = edges[2u * (nodes[0] + b0) + 1u];
     var fc = nodes[3u * d1];
     var nc = nodes[3u * d1 + 1u];
@@ -412,10 +442,11 @@ fn long_match(@builtin(workgroup_id) wid: vec3<u32>,
     llen[li] = best_len;
 }
 
-// Long words, step 3 (one thread per tile of LC bytes): for every byte of the tile, backwards,
-// the first chain position at or past the tile's end (its exit); then the window nodes (the
-// first LDW bytes: every exit of the previous tile lands there, as no token is longer than
-// LDW) point to the node of their exit, and the region's first byte is marked.
+// Long words, step 4 (one thread per tile of LC bytes): the copied matches of step 2, forwards;
+// then for every byte of the tile, backwards, the first chain position at or past the tile's
+// end (its exit); then the window nodes (the first LDW bytes: every exit of the previous tile
+// lands there, as no token is longer than LDW) point to the node of their exit, and the
+// region's first byte is marked. At most 2 LC + LDW loop iterations.
 @compute @workgroup_size(WG)
 fn long_exits(@builtin(workgroup_id) wid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>,
@@ -428,6 +459,14 @@ fn long_exits(@builtin(workgroup_id) wid: vec3<u32>,
     let cs = ltab[4u * r] + (t - t0) * LC;
     let len = min(cs + LC, end) - cs;
     let base = t * LC;
+    for (var o = 0u; o < len; o++) {
+        let v = llen[base + o];
+        if (v >= COPY) {
+            let src = o - (v & 7u);
+            llen[base + o] = llen[base + src];
+            scratch[cs + o] = scratch[cs + src];
+        }
+    }
     for (var k = len; k > 0u; k--) {
         let nx = k - 1u + llen[base + k - 1u];  // offset of the next token
         var ex = cs + nx;
@@ -445,7 +484,7 @@ fn long_exits(@builtin(workgroup_id) wid: vec3<u32>,
     }
 }
 
-// Long words, step 4 (one thread per node, ceil(log2(tiles of the longest region))
+// Long words, step 5 (one thread per node, ceil(log2(tiles of the longest region))
 // dispatches, lptr0/lptr1 swapped each time): after round k, every node within 2^(k+1) - 1
 // exits of the region's first byte is marked (a node marked in the same round only marks
 // further nodes of the same chain, so the unordered stores are harmless).
@@ -464,7 +503,7 @@ fn long_jump(@builtin(workgroup_id) wid: vec3<u32>,
     lptr1[j] = lptr0[nx];
 }
 
-// Long words, step 5 (one thread per tile): from the tile's marked entry, follow the chain
+// Long words, step 6 (one thread per tile): from the tile's marked entry, follow the chain
 // through the tile: token ids stay in scratch at token starts, NO_TOKEN elsewhere; the tokens
 // are added to their blocks' counts. At most LDW + LC loop iterations.
 @compute @workgroup_size(WG)
