@@ -1,9 +1,11 @@
 """Vocabularies from outside: tiktoken files and Hugging Face ``tokenizer.json`` (issue 15).
 
 Both load as a :class:`~torch_gpubpe.vocab.Vocab` with an explicit id → bytes table, merge ranks
-and ``mode="bpe"`` (merge-order BPE, ids identical to tiktoken / Hugging Face). Words are still
-split by this project's DESIGN.md §2 rule; a file's own split pattern is returned by
-:func:`tiktoken_metadata` / kept in the Hugging Face file, not applied (a later issue).
+and ``mode="bpe"`` (merge-order BPE, ids identical to tiktoken / Hugging Face). A ``Vocab``
+holds no split: ``Tokenizer(vocab)`` splits by this project's DESIGN.md §2 rule;
+``Tokenizer.from_tiktoken(path)`` / ``Tokenizer.from_hf(path)`` apply the file's own pattern
+(:func:`tiktoken_metadata`, the ``tokenizer.json`` pre-tokenizer) on the GPU
+(:mod:`torch_gpubpe.unicode_pretok`).
 
 tiktoken (``name.tiktoken``)
     One line per token: ``base64(token bytes) rank``; rank = token id. Ids must be dense
