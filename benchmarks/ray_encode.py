@@ -8,9 +8,8 @@ the single-process encoder on the same parquet files.
 Both sides read the same files (``--repeat`` lists them K times) and produce the same tokens
 (total token count checked equal):
 
-* single process: ``pyarrow.parquet`` row batches (read one ahead on a thread) → the encoder's
-  packed entry (``Tokenizer.submit_arrow`` where present, else the zero-copy Arrow → packed
-  path of ``torch_gpubpe.ray``), two batches in flight;
+* single process: ``pyarrow.parquet`` row batches (read one ahead on a thread) →
+  ``Tokenizer.submit_arrow`` (zero copy Arrow → packed), two batches in flight;
 * Ray: ``ray.data.read_parquet`` → ``map_batches(TokenizeBatches, batch_format="pyarrow",
   num_gpus=1, concurrency=1)`` → the driver iterates the token batches (counts tokens).
 
@@ -83,14 +82,9 @@ def get_vocab(a, files: list[str]) -> Vocab:
 
 def single_process(vocab: Vocab, files: list[str], a) -> tuple[int, float, str]:
     """Tokens and seconds of the plain single-process encode (two batches in flight)."""
-    from torch_gpubpe.ray import _packed
-
     tok = Tokenizer(vocab)
     tok.encode_batch(["warm up the session"])
-    how = "Tokenizer.submit_arrow" if hasattr(tok, "submit_arrow") else \
-        "Tokenizer._submit_packed(torch_gpubpe.ray._packed(column))"
-    submit = (tok.submit_arrow if hasattr(tok, "submit_arrow")
-              else (lambda col: tok._submit_packed(*_packed(col))))
+    how, submit = "Tokenizer.submit_arrow", tok.submit_arrow
 
     def batches():
         for f in files:

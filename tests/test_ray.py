@@ -19,7 +19,9 @@ from torch_gpubpe import reference
 from torch_gpubpe.counts import read_counts, read_metadata
 from torch_gpubpe.encoder import Tokenizer
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.ray import CountBatches, TokenizeBatches, count_dataset
+from torch_gpubpe.ray import (CountBatches, TokenizeBatches, WriteShards, count_dataset,
+                              merge_shard_lists)
+from torch_gpubpe.shards import read_llmc_shard, read_megatron
 from torch_gpubpe.vocab import Vocab
 
 pytestmark = pytest.mark.gpu
@@ -76,12 +78,39 @@ def test_tokenize_batches_options_and_errors(vocab, docs):
     out = TokenizeBatches(big)(t)
     assert out.schema.field("input_ids").type == pa.list_(pa.uint32())
     assert out.column("input_ids").to_pylist() == [list(d.encode()) for d in docs[:12]]
-    with pytest.raises(InputError, match="row 1 of the batch has no text"):
+    with pytest.raises(InputError, match="document 1 is null"):
         TokenizeBatches(vocab)(pa.table({"text": ["a", None]}))
     with pytest.raises(InputError, match="no column 'body'"):
         TokenizeBatches(vocab, text_column="body")(t)
-    with pytest.raises(InputError, match="is int64"):
+    with pytest.raises(InputError, match="got int64"):
         TokenizeBatches(vocab, text_column="id")(t)
+
+
+@pytest.mark.parametrize("fmt", ["llmc", "megatron", "flat"])
+def test_write_shards_per_batch_then_one_shard_list(tmp_path, vocab, docs, fmt):
+    eot = vocab.token_to_id(EOT)
+    enc = Tokenizer(vocab).encode_batch(docs)
+    tables = [pa.table({"id": np.arange(a, b), "text": docs[a:b]})
+              for a, b in ((20, len(docs)), (0, 9), (9, 20))]          # out of order, as Ray may
+    fn = WriteShards(vocab, tmp_path / "parts", fmt=fmt, order_column="id")
+    rows = [fn(t).to_pylist()[0] for t in tables]
+    info = merge_shard_lists(rows, tmp_path / "out", fmt=fmt)
+    assert not (tmp_path / "parts").exists() or not list((tmp_path / "parts").iterdir())
+    assert info["num_documents"] == len(docs) and info["parts"] == 3
+    out = tmp_path / "out"
+    if fmt == "llmc":        # [EOT] doc [EOT] doc ..., the first shard the validation split
+        assert info["shards"][0] == "data_val_000000.bin"
+        got = np.concatenate([read_llmc_shard(out / s) for s in info["shards"]]).tolist()
+        assert got == [t for k in range(len(docs)) for t in [eot, *enc[k]]]
+    elif fmt == "megatron":  # one sequence per document, EOT after it
+        got = [d.tolist() for p in info["prefixes"] for d in read_megatron(out / p)]
+        assert got == [[*enc[k], eot] for k in range(len(docs))]
+        assert (out / "data_paths.txt").read_text().split()[0].endswith("data_000000")
+    else:
+        ids, offs = np.fromfile(out / "ids.bin", np.uint16), np.load(out / "offsets.npy")
+        assert [ids[offs[k]:offs[k + 1]].tolist() for k in range(len(docs))] == \
+            [[*enc[k], eot] for k in range(len(docs))]
+    assert info["num_tokens"] == len(enc.ids) + len(docs)
 
 
 def test_count_batches_writes_one_counts_file(tmp_path, docs):
@@ -157,3 +186,17 @@ def test_actor_with_a_ray_gpu_pins_its_adapter_by_uuid(monkeypatch):
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: [])         # a CPU actor: nothing to pin
     _pin_assigned_gpu()
     assert "TORCH_GPUBPE_ADAPTER" not in devices.os.environ
+
+
+def test_ray_write_shards_equals_single_process(ray_local, tmp_path, vocab, docs, parquet_files):
+    ctx = ray_local.data.DataContext.get_current()
+    keep, ctx.execution_options.preserve_order = ctx.execution_options.preserve_order, True
+    ds = ray_local.data.read_parquet(parquet_files)       # batches in order: contiguous ids
+    rows = ds.map_batches(WriteShards, fn_constructor_kwargs={
+        "vocab": vocab, "out_dir": str(tmp_path / "parts"), "fmt": "llmc", "order_column": "id"},
+        batch_format="pyarrow", batch_size=7, concurrency=1).take_all()
+    ctx.execution_options.preserve_order = keep
+    info = merge_shard_lists(rows, tmp_path / "out", fmt="llmc")
+    eot, enc = vocab.token_to_id(EOT), Tokenizer(vocab).encode_batch(docs)
+    got = np.concatenate([read_llmc_shard(tmp_path / "out" / s) for s in info["shards"]])
+    assert got.tolist() == [t for k in range(len(docs)) for t in [eot, *enc[k]]]

@@ -10,6 +10,10 @@ two stateful callables, for ``Dataset.map_batches`` with ``batch_format="pyarrow
   read zero copy (its UTF-8 buffer and offsets go to the encoder as they are), the batch is cut
   into sub-batches of ``sub_batch_bytes`` of which two are in flight on the GPU, and the token
   column is built over the id array without a copy;
+* :class:`WriteShards`: Arrow batches → token shards that training code reads (llm.c,
+  Megatron-LM or flat, :mod:`torch_gpubpe.shards`), one set per batch; then
+  :func:`merge_shard_lists` makes one shard list (the llm.c validation shard first, Megatron's
+  ``--data-path`` prefixes);
 * :class:`CountBatches`: Arrow batches → one counts file per batch
   (:mod:`torch_gpubpe.counts`, GPU or CPU counter); :func:`count_dataset` runs it and merges the
   files (streaming k-way merge): the vocabulary of a corpus spread over machines, trained
@@ -88,33 +92,15 @@ def _pin_assigned_gpu() -> None:
 
 
 def _packed(column) -> tuple[np.ndarray, np.ndarray]:
-    """An Arrow string/binary column → ``(uint8 data, int64 offsets from 0)``, zero copy for
-    ``large_string``/``large_binary`` (the 32-bit offsets of ``string``/``binary`` are widened).
+    """An Arrow string/binary column → ``(uint8 data, int64 offsets from 0)``, zero copy
+    (:func:`torch_gpubpe.readers.arrow_to_packed`).
 
     Raises:
         InputError: a null document (names its row in the batch) or a non-text column.
     """
-    import pyarrow as pa
+    from .readers import arrow_to_packed
 
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    t = column.type
-    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
-            or pa.types.is_large_binary(t)):
-        raise InputError(f"the text column is {t}, expected string or binary")
-    if column.null_count:
-        row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
-        raise InputError(f"row {row} of the batch has no text (null); filter nulls first "
-                         "(ds.filter(expr=\"text IS NOT NULL\"))")
-    n = len(column)
-    bufs = column.buffers()
-    odt = np.int64 if (pa.types.is_large_string(t) or pa.types.is_large_binary(t)) else np.int32
-    offsets = (np.frombuffer(bufs[1], odt, n + 1, column.offset * np.dtype(odt).itemsize)
-               .astype(np.int64) if bufs[1] is not None else np.zeros(n + 1, np.int64))
-    lo, hi = int(offsets[0]), int(offsets[-1])
-    data = (np.frombuffer(bufs[2], np.uint8, hi - lo, lo) if bufs[2] is not None and hi > lo
-            else np.zeros(0, np.uint8))
-    return data, offsets - lo
+    return arrow_to_packed(column, nulls="error")
 
 
 def _token_column(ids: np.ndarray, offsets: np.ndarray):
@@ -193,7 +179,7 @@ class TokenizeBatches:
         pending, ids, offs, base = [], [], [np.zeros(1, np.int64)], 0
         for a, b in zip(cuts[:-1], cuts[1:]):
             o = offsets[a:b + 1]
-            pending.append(tok._submit_packed(data[o[0]:o[-1]], o - o[0]))
+            pending.append(tok.submit_packed(data[o[0]:o[-1]], o - o[0]))
             if len(pending) == 2:
                 base = self._drain(pending.pop(0), ids, offs, base)
         for p in pending:
@@ -222,6 +208,144 @@ class TokenizeBatches:
         keep = batch.column_names if self.keep_columns is None else self.keep_columns
         out = batch.select([c for c in keep if c != self.output_column])
         return out.append_column(self.output_column, _token_column(ids, offsets))
+
+
+class WriteShards:
+    """Ray Data callable class: Arrow batches → token shards that training code reads
+    (:mod:`torch_gpubpe.shards`: llm.c, Megatron-LM or flat), one shard set per batch under
+    ``out_dir/part-<key>``; :func:`merge_shard_lists` then makes one shard list of them.
+
+    Args:
+        vocab, text_column, pre_tokenizer, sub_batch_bytes: as :class:`TokenizeBatches`.
+        out_dir: folder of the per-batch parts (shared by every node).
+        fmt: ``"llmc"`` (EOT before each document), ``"megatron"`` or ``"flat"`` (EOT after
+            each document when ``eot`` is given).
+        name: shard file prefix.
+        eot: the end-of-text special token (required for llm.c).
+        order_column: a column whose first value in a batch names its part (e.g. a document
+            id), so the merged list follows it; default: a content hash of the batch's text
+            (deterministic names, arbitrary order). For shards in source order, also set
+            ``DataContext.get_current().execution_options.preserve_order = True``: without it
+            a Ray batch may join the ends of blocks read out of order.
+
+    ``__call__(batch) -> pyarrow.Table`` with one row: ``part`` (str), ``key``,
+    ``num_documents``, ``num_tokens`` (int64).
+    """
+
+    def __init__(self, vocab, out_dir, *, fmt: str = "llmc", name: str = "data",
+                 eot: str | None = "<|endoftext|>", text_column: str = "text",
+                 order_column: str | None = None, pre_tokenizer: str | None = None,
+                 sub_batch_bytes: int = DEFAULT_SUB_BATCH_BYTES) -> None:
+        from .shards import OUTPUT_FORMATS
+
+        if fmt not in OUTPUT_FORMATS:
+            raise ValueError(f"fmt must be one of {OUTPUT_FORMATS}, got {fmt!r}")
+        self.enc = TokenizeBatches(vocab, text_column=text_column, pre_tokenizer=pre_tokenizer,
+                                   sub_batch_bytes=sub_batch_bytes)
+        self.out_dir, self.fmt, self.name = Path(out_dir), fmt, name
+        self.eot_id = None if eot is None else self.enc.vocab.token_to_id(eot)
+        self.text_column, self.order_column = text_column, order_column
+
+    def _key(self, batch, data: np.ndarray) -> str:
+        if self.order_column is None:
+            import hashlib
+
+            return hashlib.blake2b(data.tobytes(), digest_size=12).hexdigest()
+        v = batch.column(self.order_column)[0].as_py()
+        return f"{v:020d}" if isinstance(v, int) and v >= 0 else str(v)
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        from .shards import ShardWriter
+
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
+        for c in (self.text_column, self.order_column):
+            if c is not None and c not in batch.column_names:
+                raise InputError(f"the batch has no column {c!r} (columns: {batch.column_names})")
+        data, offsets = _packed(batch.column(self.text_column))
+        ids, tok_offsets = self.enc.encode_packed(data, offsets)
+        key = self._key(batch, data)
+        part = self.out_dir / f"part-{key}"
+        w = ShardWriter(part, self.fmt, len(self.enc.vocab), name=self.name, eot_id=self.eot_id,
+                        shard_tokens=2**31 - 1, overwrite=True)   # one shard per batch
+        w.add(ids, tok_offsets)
+        info = w.close({"num_documents": len(offsets) - 1})
+        return pa.table({"part": [str(part)], "key": [key], "num_documents": [len(offsets) - 1],
+                         "num_tokens": [int(info["num_tokens"])]})
+
+
+def merge_shard_lists(parts: Sequence, out, *, fmt: str = "llmc", name: str = "data") -> dict:
+    """Make one shard list of :class:`WriteShards`' parts, in the order of their keys.
+
+    * llm.c: the parts' shards become ``out/<name>_val_000000.bin`` (the first: llm.c's
+      validation split), ``<name>_train_000001.bin``, … (moved, not copied);
+    * Megatron-LM: ``out/<name>_NNNNNN.bin/.idx``, and ``out/data_paths.txt`` with the prefixes
+      for ``--data-path``;
+    * flat: one ``ids.bin`` + ``offsets.npy`` (the parts' documents back to back).
+
+    Writes ``out/meta.json`` (format, shards or prefixes, token and document counts) and removes
+    the parts. Args: ``parts`` the ``part`` paths (or the rows :class:`WriteShards` returned).
+    Returns: the metadata. Raises: InputError: a part is missing or of another format.
+    """
+    import json
+    import shutil
+
+    from .shards import META_JSON, llmc_shard_name
+
+    dirs = sorted(Path(p["part"] if isinstance(p, dict) else p) for p in parts)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    metas = []
+    for d in dirs:
+        try:
+            metas.append(json.loads((d / META_JSON).read_text()))
+        except OSError as e:
+            raise InputError(f"{d}: not a WriteShards part ({e})") from e
+        if metas[-1].get("format") != f"torch_gpubpe.{fmt}":
+            raise InputError(f"{d}: a {metas[-1].get('format')} part, not {fmt}")
+    info: dict = {"format": f"torch_gpubpe.{fmt}", "version": 1, "parts": len(dirs),
+                  "num_tokens": sum(int(m["num_tokens"]) for m in metas),
+                  "num_documents": sum(int(m.get("num_documents", 0)) for m in metas)}
+    if fmt == "llmc":
+        names = []
+        for i, (d, m) in enumerate(zip(dirs, metas)):
+            for s in m["shards"]:
+                names.append(llmc_shard_name(name, len(names)))
+                os.replace(d / s, out / names[-1])
+        info.update(shards=names, validation_shard=names[0] if names else None,
+                    token_dtype=metas[0]["token_dtype"] if metas else None)
+    elif fmt == "megatron":
+        prefixes = []
+        for d, m in zip(dirs, metas):
+            for p in m["prefixes"]:
+                new = f"{name}_{len(prefixes):06d}"
+                for ext in (".bin", ".idx"):
+                    os.replace(d / (p + ext), out / (new + ext))
+                prefixes.append(new)
+        (out / "data_paths.txt").write_text(" ".join(str(out / p) for p in prefixes) + "\n")
+        info.update(prefixes=prefixes, token_dtype=metas[0]["token_dtype"] if metas else None)
+    else:
+        offs, base = [np.zeros(1, np.int64)], 0
+        with open(out / "ids.bin.tmp", "wb") as f:
+            for d, m in zip(dirs, metas):
+                with open(d / m["ids_file"], "rb") as src:
+                    if m["ids_file"].endswith(".npy"):
+                        np.lib.format.read_magic(src)
+                        np.lib.format.read_array_header_1_0(src)
+                    shutil.copyfileobj(src, f)
+                o = np.load(d / m["offsets_file"])
+                offs.append(o[1:] + base)
+                base += int(o[-1])
+        os.replace(out / "ids.bin.tmp", out / "ids.bin")
+        np.save(out / "offsets.npy", np.concatenate(offs))
+        info.update(ids_file="ids.bin", offsets_file="offsets.npy",
+                    ids_dtype=metas[0]["ids_dtype"] if metas else None)
+    (out / META_JSON).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+    return info
 
 
 class CountBatches:
