@@ -154,10 +154,10 @@ def _tiny(vocab, long_word):
 def test_many_regions_and_groups(vocab, ref, monkeypatch):
     # > 64 regions in one slice: the region table is read back on its own.
     tk = Tokenizer(vocab, chunk_bytes=4, long_word_bytes=16)
-    docs = [(b"ab" * 60 + b" ") * 150, [b"x" * 100, b"7" * 90] * 40]
+    docs = [(b"ab" * 60 + b" ") * 300, [b"x" * 100, b"7" * 90] * 40]
     docs = [docs[0], b" ".join(docs[1])]
     check(tk, docs, ref)
-    assert tk._sess.long_regions > 2 * encmod._REG_INLINE
+    assert tk._sess.long_regions > encmod._REG_INLINE and tk._sess.slices == 1
     # Regions whose tiles exceed one group's buffers: several long-word submits per slice.
     tk = Tokenizer(vocab, chunk_bytes=4, long_word_bytes=16, max_slice_bytes=3000)
     sess = tk._session()
@@ -224,6 +224,27 @@ def test_bad_long_word_setting_is_named(vocab):
     doc = [b"a" * 5000 + b" b", "ş" * 3000]
     assert tk.encode_batch(doc).tolist() == Tokenizer(vocab).encode_batch(doc).tolist()
     assert tk._sess.long_regions == 0 and tk._sess.continuation_dispatches == 0
+
+
+def test_long_tokens_wide_tiles(monkeypatch):
+    """Tokens of 257 and 288 bytes: tiles of 4 KiB, windows of 288 nodes; a 2^15-byte token:
+    the long-word path is off (tiles would pass lavapipe's loop cap), warned, still exact."""
+    eq = [(61, 61)] + [(256 + k, 256 + k) for k in range(7)]  # "=" * 2 .. "=" * 256 (id 263)
+    merges = eq + [(263, 260), (97, 61), (265, 263)]  # "=" * 288; "a=" + "=" * 256
+    docs = [b"=" * 10_000, b"a" + b"=" * 5000, (b"=" * 287 + b"a") * 30, b"x " * 100 + b"=" * 3001]
+    tk = Tokenizer(Vocab.from_merges(merges), long_word_bytes=64)
+    sess = tk._session()
+    assert sess.ldw == 288 and sess.lc == 4096
+    assert tk.encode_batch(docs).tolist() == reference.encode_batch(docs, merges)
+    assert sess.long_regions >= 4
+    huge = [(61, 61)] + [(256 + k, 256 + k) for k in range(14)]  # "=" * 2^15
+    monkeypatch.setattr(gpumod, "_warned", set())
+    tk = Tokenizer(Vocab.from_merges(huge))
+    with pytest.warns(RuntimeWarning, match="longest token"):
+        sess = tk._session()
+    assert sess.long_from == 0
+    docs = [b"=" * 40_000, b"=" * 33_000 + b" b"]
+    assert tk.encode_batch(docs).tolist() == reference.encode_batch(docs, huge)
 
 
 def test_one_megabyte_word_submits(tok, merges):
