@@ -615,3 +615,18 @@ def test_rows_as_dicts_use_the_text_column(vocab, ref):
     assert got == [ref("merhaba dünya"), []]
     with pytest.raises(InputError, match="dict"):
         list(TokenizedDataset([{"body": "x"}], vocab, background=False))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sample_by", ["line", "paragraph", "document"])
+def test_text_files_same_documents_as_the_cli(tmp_path, tok, ref, sample_by):
+    """One rule, one name: TokenizedDataset(path, sample_by=...) reads the documents the CLI's
+    --sample-by reads (the reader behind `train`/`encode`)."""
+    from torch_gpubpe.sources import TextSource, iter_texts
+
+    p = tmp_path / "a.txt"
+    p.write_bytes("bir iki\r\n\nüç\n\n\ndört beş\nson".encode())
+    cli_docs = list(iter_texts(TextSource(data_files=(str(p),), sample_by=sample_by)))
+    got = [t.tolist() for t in TokenizedDataset(p, tok, sample_by=sample_by, background=False)]
+    assert got == [ref(d) for d in cli_docs] and len(got) == {"line": 7, "paragraph": 3,
+                                                             "document": 1}[sample_by]

@@ -63,7 +63,7 @@ IGNORE_INDEX = -100
 # ================================================================================================
 # Sources: which documents this shard reads
 # ================================================================================================
-def _normalize_source(source: object, text_column: str) -> object:
+def _normalize_source(source: object, text_column: str, sample_by: str = "line") -> object:
     """The :class:`~torch_gpubpe.readers.Reader` of ``source`` (clear errors for the usual
     mistakes)."""
     if isinstance(source, (Reader, TextSource)):
@@ -74,7 +74,9 @@ def _normalize_source(source: object, text_column: str) -> object:
                 f"source is a str that names no file ({source[:60]!r}); pass a list of documents "
                 "(e.g. [text]), a path, or TextFiles(...)"
             )
-        return TextFiles(source, text_column=text_column)
+        return TextFiles(source, text_column=text_column, sample_by=sample_by)
+    if isinstance(source, Sequence) and source and all(isinstance(p, os.PathLike) for p in source):
+        return TextFiles(source, text_column=text_column, sample_by=sample_by)
     if (isinstance(source, Sequence) and 0 < len(source) <= 10_000
             and all(isinstance(p, str) and len(p) < 4096 and "\n" not in p
                     and os.path.isfile(p) for p in source)):
@@ -178,19 +180,28 @@ class TokenizedDataset(IterableDataset):
     """Streams raw text, encodes it on the GPU, yields ``torch`` tensors (DESIGN.md §6).
 
     Args:
-        source: the documents. One of: a sequence or iterable of ``str`` (or ``bytes``); a
-            zero-argument callable returning such an iterable (re-called each epoch, and works in
-            workers when it pickles); a Hugging Face ``datasets.Dataset`` or
-            ``datasets.IterableDataset`` (streaming) with a ``text_column``; a
-            :class:`torch_gpubpe.sources.TextSource` (its own ``text_column``); a path (``str``
-            of an existing file or ``os.PathLike``), a list of ``os.PathLike``, or
-            :class:`TextFiles`.
-            One-shot iterators (generators) work with ``num_workers=0`` for one epoch only.
+        source: the documents, read as Arrow batches by :mod:`torch_gpubpe.readers` (one
+            data buffer + offsets per batch, no Python object per document). One of: a
+            Hugging Face ``datasets.Dataset`` (its Arrow table, zero copy; a shard reads only
+            its rows) or ``datasets.IterableDataset`` (Arrow-formatted streaming) with a
+            ``text_column``; files: a path (``str`` of an existing file or ``os.PathLike``), a
+            list of ``os.PathLike``, :class:`~torch_gpubpe.readers.FileReader` /
+            :class:`TextFiles` (parquet, Arrow IPC/feather, JSON Lines plain or compressed,
+            CSV, plain text split by ``sample_by="line"|"paragraph"|"document"``, the CLI's
+            ``--sample-by``) or a :class:`torch_gpubpe.sources.TextSource` (its own
+            ``text_column``); a ``pyarrow`` array or table; a sequence or iterable of ``str``
+            (or ``bytes``, or row dicts), packed once per batch; a zero-argument callable
+            returning such an iterable (re-called each epoch, and works in workers when it
+            pickles). One-shot iterators (generators) work with ``num_workers=0`` for one epoch
+            only.
         tokenizer_or_vocab: a :class:`torch_gpubpe.vocab.Vocab` (a ``Tokenizer`` is built lazily
             in the iterating process) or a ``torch_gpubpe.encoder.Tokenizer``. A ``Tokenizer`` is
             sent to workers as its vocab and re-created there; any other object with
             ``submit(texts).result()`` → BatchEncoding and a ``vocab`` is used as is.
         text_column: column / JSON field holding the text.
+        sample_by: plain-text files given as paths: ``"line"`` (default; each line with its
+            ``\n``), ``"paragraph"`` (pieces between blank lines) or ``"document"`` (a file) —
+            the CLI's ``--sample-by``.
         mode: ``"documents"`` yields one 1-D tensor per document (pad them with
             :class:`PadCollator`); ``"packed"`` yields ``{"input_ids", "labels"}`` blocks of
             ``seq_len`` tokens each.
@@ -244,6 +255,7 @@ class TokenizedDataset(IterableDataset):
         tokenizer_or_vocab: Any,
         *,
         text_column: str = "text",
+        sample_by: str = "line",
         mode: str = "documents",
         seq_len: int | None = None,
         add_bos: bool = False,
@@ -283,7 +295,7 @@ class TokenizedDataset(IterableDataset):
             raise ValueError("give both rank= and world_size=, or neither")
         if world_size is not None and not (0 <= rank < world_size):
             raise ValueError(f"rank={rank} is not in [0, world_size={world_size})")
-        self.source = _normalize_source(source, text_column)
+        self.source = _normalize_source(source, text_column, sample_by)
         self._tokenizer_arg = tokenizer_or_vocab
         if pre_tokenizer is not None:
             from .patterns import resolve
