@@ -63,6 +63,16 @@ IGNORE_INDEX = -100
 # ================================================================================================
 # Sources: which documents this shard reads
 # ================================================================================================
+def _load_vocab_path(path: str | os.PathLike) -> Vocab:
+    """A vocab.json file, or the folder holding one (the CLI's ``--vocab``)."""
+    p = os.fspath(path)
+    f = os.path.join(p, "vocab.json") if os.path.isdir(p) else p
+    if not os.path.isfile(f):
+        raise InputError(f"vocab path {p!r}: no such vocab file (expected a vocab.json or the "
+                         "folder holding one, as written by `python -m torch_gpubpe train --out`)")
+    return Vocab.load(f)
+
+
 def _normalize_source(source: object, text_column: str, sample_by: str = "line") -> object:
     """The :class:`~torch_gpubpe.readers.Reader` of ``source`` (clear errors for the usual
     mistakes)."""
@@ -195,7 +205,9 @@ class TokenizedDataset(IterableDataset):
             pickles). One-shot iterators (generators) work with ``num_workers=0`` for one epoch
             only.
         tokenizer_or_vocab: a :class:`torch_gpubpe.vocab.Vocab` (a ``Tokenizer`` is built lazily
-            in the iterating process) or a ``torch_gpubpe.encoder.Tokenizer``. A ``Tokenizer`` is
+            in the iterating process), the path (``str`` or ``os.PathLike``) of a ``vocab.json``
+            or of the folder ``python -m torch_gpubpe train --out`` wrote (as the CLI's
+            ``--vocab``), or a ``torch_gpubpe.encoder.Tokenizer``. A ``Tokenizer`` is
             sent to workers as its vocab and re-created there; any other object with
             ``submit(texts).result()`` → BatchEncoding and a ``vocab`` is used as is.
         text_column: column / JSON field holding the text.
@@ -242,6 +254,10 @@ class TokenizedDataset(IterableDataset):
         …``) cut into consecutive blocks; ``labels`` of a block are its ``input_ids`` shifted by
         one, so the last label of a block is the first input of the next. Every token is the
         input of exactly one block; none is lost or repeated at block edges.
+
+    Raises:
+        InputError: ``tokenizer_or_vocab`` is a path that holds no vocab file.
+        VocabFormatError: that file is not a valid vocab file.
 
     Raises (when iterated):
         InputError: a bad document (names its index, where it is, and the shard) or source.
@@ -296,6 +312,8 @@ class TokenizedDataset(IterableDataset):
         if world_size is not None and not (0 <= rank < world_size):
             raise ValueError(f"rank={rank} is not in [0, world_size={world_size})")
         self.source = _normalize_source(source, text_column, sample_by)
+        if isinstance(tokenizer_or_vocab, (str, os.PathLike)):  # as the CLI's --vocab
+            tokenizer_or_vocab = _load_vocab_path(tokenizer_or_vocab)
         self._tokenizer_arg = tokenizer_or_vocab
         if pre_tokenizer is not None:
             from .patterns import resolve

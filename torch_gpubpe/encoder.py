@@ -62,7 +62,9 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Literal, Union
 
 import numpy as np
 
@@ -73,6 +75,9 @@ from .trie import Trie, compile_trie
 from .vocab import Vocab
 
 WG = 256
+EOT = "<|endoftext|>"
+SpecialSet = Union[Literal["all"], AbstractSet[str], Collection[str]]
+"""``allowed_special`` / ``disallowed_special``: ``"all"`` or a collection of spellings."""
 DEFAULT_CHUNK = 32
 DEFAULT_BUDGET = 1 << 15  # walk steps per thread per dispatch (lavapipe stops loops at 65,535)
 MAX_CONTINUATIONS_PER_SUBMIT = 64
@@ -755,7 +760,9 @@ class Tokenizer:
     (DESIGN.md §4), with a persistent GPU session opened on the first encode.
 
     Args:
-        vocab: the :class:`~torch_gpubpe.vocab.Vocab` (special tokens are never emitted).
+        vocab: the :class:`~torch_gpubpe.vocab.Vocab`, or the path of a ``vocab.json`` (or of
+            the folder ``python -m torch_gpubpe train --out`` wrote). Special tokens are emitted
+            only where :meth:`encode`'s ``allowed_special`` asks.
         chunk_bytes: bytes each GPU thread starts words in (multiple of 4, 4..1024).
         max_slice_bytes: cap on bytes per GPU pass (default: what the storage-binding limit
             allows, 1/4 of it); a batch above it is sliced at word starts.
@@ -776,22 +783,28 @@ class Tokenizer:
             ids identical to tiktoken's ``encode_ordinary`` over the same words; the
             backtracking walk of ``wgsl/encode_bpe.wgsl``, tables in :mod:`torch_gpubpe.bpe`);
             default: the vocab's ``mode`` (``"bpe"`` for tiktoken / Hugging Face vocabularies).
+    Attributes:
+        n_vocab: number of ids, special tokens included (tiktoken's ``n_vocab``; = ``len(vocab)``).
     Raises:
         ValueError: bad ``chunk_bytes``, ``thread_budget``, ``long_word_bytes`` or ``mode``,
             or a vocab that merge-order mode does not support
             (:func:`torch_gpubpe.bpe.bpe_tables`).
         InputError: a ``pre_tokenizer`` the GPU cannot split exactly (named).
+        VocabFormatError, OSError: ``vocab`` is a path that does not hold a vocab file.
     """
 
-    def __init__(self, vocab: Vocab, *, chunk_bytes: int = DEFAULT_CHUNK,
+    def __init__(self, vocab: Vocab | str | os.PathLike, *, chunk_bytes: int = DEFAULT_CHUNK,
                  max_slice_bytes: int | None = None, thread_budget: int | None = None,
                  profile: bool = False, pre_tokenizer: str = "bytes-classes",
                  long_word_bytes: int | None = DEFAULT_LONG_WORD,
                  mode: str | None = None) -> None:
         from .patterns import resolve
 
+        if isinstance(vocab, (str, os.PathLike)):
+            vocab = Vocab.load(vocab)
         if not isinstance(vocab, Vocab):
-            raise TypeError(f"vocab must be a torch_gpubpe.Vocab, got {type(vocab).__name__}")
+            raise TypeError(f"vocab must be a torch_gpubpe.Vocab or the path of a vocab file, "
+                            f"got {type(vocab).__name__}")
         if chunk_bytes % 4 or not 4 <= chunk_bytes <= 1024:
             raise ValueError(f"chunk_bytes must be a multiple of 4 in 4..1024, got {chunk_bytes}")
         budget = DEFAULT_BUDGET if thread_budget is None else int(thread_budget)
@@ -925,33 +938,185 @@ class Tokenizer:
         return self._sess
 
     # -- encoding ------------------------------------------------------------------------
-    def encode(self, text: str | bytes) -> list[int]:
+    def encode(self, text: str | bytes, *, allowed_special: SpecialSet = (),
+               disallowed_special: SpecialSet = ()) -> list[int]:
         """Token ids of one document (DESIGN.md §4); ``str`` is UTF-8 encoded first (lone
-        surrogates replaced), ``bytes`` may be any bytes. Never emits special ids.
+        surrogates replaced), ``bytes`` may be any bytes.
 
+        Special tokens, with tiktoken's argument names (``tiktoken.Encoding.encode``):
+
+        * default (``allowed_special=()``, ``disallowed_special=()``): a special token's
+          spelling in ``text`` is ordinary text and never gives a special id (DESIGN.md §1).
+          **This default differs from tiktoken's**, whose ``disallowed_special="all"`` raises
+          when the text spells a special token; pass ``disallowed_special="all"`` to get that.
+        * ``allowed_special``: a set of special-token spellings, or ``"all"``: those spellings
+          in ``text`` become their special ids; the text between them is encoded as separate
+          pieces (as tiktoken does: a word never spans a special token).
+        * ``disallowed_special``: a set, or ``"all"`` (every special token not allowed): a
+          spelling of one of them in ``text`` raises :class:`InputError`.
+
+        Returns:
+            ``list[int]``.
         Raises:
-            InputError: ``text`` is neither ``str`` nor bytes-like.
+            InputError: ``text`` is neither ``str`` nor bytes-like; a name in the two sets is
+                not a special token of the vocab; ``text`` spells a disallowed special token
+                (names it and its position).
         """
+        return self.encode_to_numpy(text, allowed_special=allowed_special,
+                                    disallowed_special=disallowed_special).tolist()
+
+    def encode_ordinary(self, text: str | bytes) -> list[int]:
+        """Token ids of ``text`` with special spellings taken as text (tiktoken's
+        ``encode_ordinary``; here the same as :meth:`encode` with its defaults)."""
         return self.encode_to_numpy(text).tolist()
 
-    def encode_to_numpy(self, text: str | bytes) -> np.ndarray:
+    def encode_to_numpy(self, text: str | bytes, *, allowed_special: SpecialSet = (),
+                        disallowed_special: SpecialSet = ()) -> np.ndarray:
         """:meth:`encode` as a 1-D array of :attr:`id_dtype`."""
         if not isinstance(text, (str, bytes, bytearray, memoryview)):
             raise InputError(f"text must be str or bytes, got {type(text).__name__}")
-        return self.encode_batch([text]).ids
+        return self.encode_batch([text], allowed_special=allowed_special,
+                                 disallowed_special=disallowed_special).ids
 
-    def encode_batch(self, texts: Sequence[str | bytes]) -> BatchEncoding:
+    def encode_batch(self, texts: Sequence[str | bytes], *, allowed_special: SpecialSet = (),
+                     disallowed_special: SpecialSet = ()) -> BatchEncoding:
         """Encode many documents with one GPU round trip per slice (not per document).
 
         Args:
-            texts: ``str`` or bytes-like documents; empty documents are allowed.
+            texts: ``str`` or bytes-like documents; empty documents are allowed (an empty
+                batch or one of empty documents never opens the GPU).
+            allowed_special, disallowed_special: as in :meth:`encode`, for every document.
         Returns:
-            :class:`BatchEncoding` (flat ids + int64 token offsets).
+            :class:`BatchEncoding` (flat ids + int64 token offsets). Unlike tiktoken's
+            ``encode_batch`` (a list of lists) it is a sequence of 1-D arrays; ``.tolist()``
+            gives tiktoken's form.
         Raises:
-            InputError: an item is neither ``str`` nor bytes-like (names its index).
+            InputError: an item is neither ``str`` nor bytes-like (names its index), or as in
+                :meth:`encode`.
             GPUOperationError: the GPU did not answer in time.
         """
+        allowed, disallowed = self._special_sets(allowed_special, disallowed_special)
+        if not allowed and not disallowed:
+            return self.submit(texts).result()
+        return self._encode_with_specials(texts, allowed, disallowed)
+
+    def encode_ordinary_batch(self, texts: Sequence[str | bytes]) -> BatchEncoding:
+        """:meth:`encode_batch` with special spellings taken as text (tiktoken's name)."""
         return self.submit(texts).result()
+
+    # -- special tokens (tiktoken's names) ---------------------------------------------------
+    @property
+    def special_tokens_set(self) -> set[str]:
+        """The spellings of the vocab's special tokens (tiktoken's ``special_tokens_set``)."""
+        return set(self.vocab.special_tokens)
+
+    @property
+    def eot_token(self) -> int:
+        """Id of ``<|endoftext|>`` (tiktoken's ``eot_token``).
+
+        Raises:
+            KeyError: the vocab has no ``<|endoftext|>`` special token.
+        """
+        return self.vocab.token_to_id(EOT)
+
+    @property
+    def max_token_value(self) -> int:
+        """The largest id (``n_vocab - 1``; tiktoken's ``max_token_value``)."""
+        return self.n_vocab - 1
+
+    def _special_sets(self, allowed: SpecialSet, disallowed: SpecialSet
+                      ) -> tuple[frozenset[str], frozenset[str]]:
+        known = frozenset(self.vocab.special_tokens)
+
+        def named(arg, what: str) -> frozenset[str]:
+            if isinstance(arg, str):
+                if arg == "all":
+                    return known
+                raise InputError(f"{what} must be 'all' or a set of special tokens, got {arg!r} "
+                                 f"(a str; write {{{arg!r}}} for one token)")
+            out = frozenset(arg)
+            unknown = sorted(out - known)
+            if unknown:
+                raise InputError(f"{what}: {unknown} are not special tokens of this vocab "
+                                 f"(its special tokens: {sorted(known)})")
+            return out
+
+        a = named(allowed, "allowed_special")
+        d = known - a if isinstance(disallowed, str) and disallowed == "all" else (
+            named(disallowed, "disallowed_special") - a)
+        return a, d
+
+    def _encode_with_specials(self, texts, allowed: frozenset[str], disallowed: frozenset[str]
+                              ) -> BatchEncoding:
+        """Split each document at its allowed special spellings, encode the text pieces in one
+        batch, and put the special ids between them."""
+        import re
+
+        if isinstance(texts, (str, bytes, bytearray, memoryview)):
+            raise InputError("encode_batch expects a sequence of documents, not one str/bytes; "
+                             "use encode() for one document")
+        ids_of = self.vocab.special_token_ids
+        order = sorted(allowed, key=lambda t: (-len(t), t))  # longest spelling first
+        pat_s = re.compile("|".join(map(re.escape, order))) if order else None
+        pat_b = re.compile(b"|".join(re.escape(t.encode()) for t in order)) if order else None
+        bad_s = re.compile("|".join(map(re.escape, sorted(disallowed, key=len, reverse=True))))
+        bad_b = re.compile(b"|".join(re.escape(t.encode()) for t in sorted(disallowed, key=len,
+                                                                           reverse=True)))
+        pieces: list = []
+        plan: list[list[int]] = []  # per document: >= 0 a special id, -1 the next text piece
+        for k, text in enumerate(texts):
+            if isinstance(text, (bytearray, memoryview)):
+                text = bytes(text)
+            if not isinstance(text, (str, bytes)):
+                raise InputError(f"document {k}: text must be str or bytes, got "
+                                 f"{type(text).__name__}")
+            is_str = isinstance(text, str)
+            pat, bad = (pat_s, bad_s) if is_str else (pat_b, bad_b)
+            steps: list[int] = []
+            pos = 0
+            for m in (pat.finditer(text) if pat is not None else ()):
+                if disallowed:
+                    self._refuse(bad, text, pos, m.start(), k)
+                if m.start() > pos:
+                    pieces.append(text[pos : m.start()])
+                    steps.append(-1)
+                steps.append(ids_of[m.group() if is_str else m.group().decode()])
+                pos = m.end()
+            if disallowed:
+                self._refuse(bad, text, pos, len(text), k)
+            if pos < len(text):
+                pieces.append(text[pos:])
+                steps.append(-1)
+            plan.append(steps)
+        be = self.submit(pieces).result()
+        out: list[np.ndarray] = []
+        offsets = np.zeros(len(plan) + 1, np.int64)
+        j = 0
+        for k, steps in enumerate(plan):
+            n = 0
+            for st in steps:
+                if st < 0:
+                    a = be[j]
+                    j += 1
+                else:
+                    a = np.array([st], self.id_dtype)
+                out.append(a)
+                n += len(a)
+            offsets[k + 1] = offsets[k] + n
+        ids = np.concatenate(out) if out else np.zeros(0, self.id_dtype)
+        return BatchEncoding(ids.astype(self.id_dtype, copy=False), offsets)
+
+    @staticmethod
+    def _refuse(bad, text, lo: int, hi: int, k: int) -> None:
+        m = bad.search(text, lo, hi)
+        if m is not None:
+            is_str = isinstance(text, str)
+            tok = m.group() if is_str else m.group().decode()
+            raise InputError(
+                f"document {k} contains the special token {tok!r} at "
+                f"{'character' if is_str else 'byte'} {m.start()}, which disallowed_special "
+                f"refuses; pass allowed_special={{{tok!r}}} to encode it as its id, or "
+                "disallowed_special=() to encode it as text")
 
     def submit(self, texts: Sequence[str | bytes]) -> PendingEncoding:
         """Pack, upload and submit a batch; return at once (at most 2 batches in flight).
@@ -1005,14 +1170,14 @@ class Tokenizer:
     def _submit_packed(self, data: np.ndarray | list[bytes], offsets: np.ndarray
                        ) -> PendingEncoding:
         p = PendingEncoding(self)
-        sess = self._session()
         total = int(offsets[-1])
+        if total == 0:  # before the session: empty input never opens the GPU (issue 17 §3)
+            p._result = BatchEncoding(np.zeros(0, self.id_dtype), np.zeros(len(offsets), np.int64))
+            return p
+        sess = self._session()
         while len(self._inflight) >= 2:
             old = self._inflight[0]
             old.result()  # removes itself from _inflight
-        if total == 0:
-            p._result = BatchEncoding(np.zeros(0, self.id_dtype), np.zeros(len(offsets), np.int64))
-            return p
         if len(offsets) - 1 > sess.max_docs:  # more documents than one slice can index
             p._result = self._encode_by_documents(data, offsets, sess.max_docs)
             return p
@@ -1163,14 +1328,20 @@ class Tokenizer:
     def decode_bytes(self, ids: Iterable[int] | np.ndarray) -> bytes:
         """Bytes spelled by ``ids`` (special ids give their spelling).
 
+        Args:
+            ids: a list (or any iterable) of ints, a 1-D integer ``numpy`` array, or a 1-D
+                integer ``torch`` tensor (on any device; copied to the host).
         Raises:
             ValueError: an id outside ``[0, n_vocab)``, naming the id and its position.
+            TypeError: an id that is not an integer (float, bool, str), naming its position.
+            InputError: an array or tensor that is not 1-D (use :meth:`decode_batch`).
         """
-        if isinstance(ids, np.ndarray) and ids.ndim == 1 and ids.dtype.kind in "iu":
+        ids = _as_id_array(ids)
+        if isinstance(ids, np.ndarray) and ids.dtype.kind in "iu":
             if len(ids) == 0:
                 return b""
             a = ids.astype(np.int64)
-            if a.min() >= 0 and a.max() < self.vocab.num_tokens:
+            if a.min() >= 0 and a.max() < self.vocab.num_ordinary_tokens:
                 if self._flat_bytes is None:
                     self._flat_bytes = np.frombuffer(b"".join(self.vocab.token_bytes), np.uint8)
                     self._tok_start = np.cumsum(self._tok_len) - self._tok_len
@@ -1181,5 +1352,54 @@ class Tokenizer:
         return self.vocab.decode_bytes(ids)
 
     def decode(self, ids: Iterable[int] | np.ndarray, errors: str = "replace") -> str:
-        """:meth:`decode_bytes` as text (invalid UTF-8 → U+FFFD unless ``errors`` says else)."""
+        """:meth:`decode_bytes` as text (invalid UTF-8 → U+FFFD unless ``errors`` says else).
+        ``ids`` as in :meth:`decode_bytes` (list, numpy array or torch tensor)."""
         return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    def decode_batch(self, batch, errors: str = "replace") -> list[str]:
+        """:meth:`decode` of each sequence of ``batch`` (tiktoken's ``decode_batch``): a
+        :class:`BatchEncoding`, a list of id lists, or a 2-D array/tensor (one row per text;
+        padding ids are decoded too: slice them off first)."""
+        return [b.decode("utf-8", errors=errors) for b in self.decode_bytes_batch(batch)]
+
+    def decode_bytes_batch(self, batch) -> list[bytes]:
+        """:meth:`decode_bytes` of each sequence of ``batch`` (as in :meth:`decode_batch`)."""
+        if not isinstance(batch, BatchEncoding):
+            batch = _as_id_array(batch, ndim=2)
+        return [self.decode_bytes(row) for row in batch]
+
+    def decode_single_token_bytes(self, token: int) -> bytes:
+        """The bytes of one id (a special id gives its spelling; tiktoken's name).
+
+        Raises:
+            ValueError: ``token`` is outside ``[0, n_vocab)`` (tiktoken raises KeyError).
+            TypeError: ``token`` is not an integer.
+        """
+        if isinstance(token, bool) or not isinstance(token, (int, np.integer)):
+            raise TypeError(f"a token id must be an integer, got {type(token).__name__}")
+        return self.vocab.id_to_bytes(int(token))
+
+    def decode_tokens_bytes(self, tokens: Iterable[int]) -> list[bytes]:
+        """The bytes of each id (tiktoken's ``decode_tokens_bytes``)."""
+        return [self.decode_single_token_bytes(t) for t in _as_id_array(tokens)]
+
+
+def _as_id_array(ids, ndim: int = 1):
+    """``ids`` as a numpy array when it is an array or a tensor (duck-typed: torch is not
+    imported here), else unchanged (an iterable of ints, checked by the caller).
+
+    Raises:
+        InputError: an array or tensor with other than ``ndim`` dimensions.
+    """
+    if not isinstance(ids, np.ndarray):
+        if hasattr(ids, "detach") and hasattr(ids, "numpy"):  # a torch.Tensor, on any device
+            ids = ids.detach().cpu().numpy()
+        elif hasattr(ids, "__array__") and not isinstance(ids, (list, tuple)):
+            ids = np.asarray(ids)
+        else:
+            return ids
+    if ids.ndim != ndim:
+        hint = "; use decode_batch for a batch" if ids.ndim == 2 and ndim == 1 else ""
+        raise InputError(f"expected a {ndim}-D sequence of token ids, got an array of shape "
+                         f"{tuple(ids.shape)}{hint}")
+    return ids

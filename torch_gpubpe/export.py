@@ -16,10 +16,14 @@ Hugging Face (``tokenizers`` / ``transformers``) — exact
     * special tokens as ``added_tokens`` with the vocab's ids (``special=True``).
 
     ``tokenizers.Tokenizer.from_file(path).encode(text).ids`` then equals this project's ids for
-    every text that does not contain a special token's spelling. Difference: Hugging Face matches
-    special tokens inside text, this project never does (DESIGN.md §1). To get identical ids on
-    every text, set ``tok.encode_special_tokens = True`` (``tokenizers``) or pass
-    ``split_special_tokens=True`` (``transformers.PreTrainedTokenizerFast``). When two ids spell
+    every text that does not contain a special token's spelling. Special spellings in text:
+    this project encodes them as text (DESIGN.md §1), Hugging Face by default as the special
+    id. ``tokenizer_config.json`` therefore sets ``"split_special_tokens": true``, so that
+    ``transformers.AutoTokenizer.from_pretrained(folder)`` (and
+    ``PreTrainedTokenizerFast.from_pretrained(folder)``) give this project's ids on every text
+    out of the box. ``tokenizer.json`` has no such field: with ``tokenizers`` alone set
+    ``tok.encode_special_tokens = True``; with ``PreTrainedTokenizerFast(tokenizer_file=...)``
+    pass ``split_special_tokens=True``. When two ids spell
     the same bytes, the smallest id is the one encoded (as in ``reference.encode``); the others
     are kept in the file under a placeholder name that can never match text (``"\\u2400dup…"``),
     so the id space stays dense. ``tokenizers``' WordPiece rescans a word for every token it
@@ -210,12 +214,13 @@ def hf_tokenizer_config(vocab: Vocab) -> dict:
 
     ``<|endoftext|>``, when among the special tokens, is declared as ``eos_token``;
     ``clean_up_tokenization_spaces`` is off (it would change decoded text such as ``" ."``);
-    ``split_special_tokens`` is off, the Hugging Face default (see the module docstring).
+    ``split_special_tokens`` is on (not the Hugging Face default): text that spells a special
+    token is encoded as text, as this project does (DESIGN.md §1; module docstring).
     """
     cfg: dict = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "clean_up_tokenization_spaces": False,
-        "split_special_tokens": False,
+        "split_special_tokens": True,
         "model_input_names": ["input_ids", "attention_mask"],
     }
     if "<|endoftext|>" in vocab.special_tokens:

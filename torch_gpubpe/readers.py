@@ -1252,6 +1252,9 @@ class TextSource:
         kwargs: dict[str, Any] = dict(split=self.split, streaming=self.streaming)
         kwargs.update(self.load_kwargs)
         args = (self.dataset,) + ((self.config,) if self.config else ())
+        from .hub import prepare_hub_access
+
+        prepare_hub_access(self.dataset)  # no network: offline at once, not retries (issue 12)
         try:
             return datasets.load_dataset(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - datasets raises many kinds; all become one line
@@ -1293,6 +1296,11 @@ def _explain_load_error(src: TextSource, e: Exception) -> str:
         return f"empty corpus: {what} holds no rows (empty file?)"
     offline = isinstance(e, ConnectionError) or "Couldn't reach" in msg or "offline" in msg.lower()
     if offline:
+        from .hub import explain_hub_failure
+
+        line = explain_hub_failure(what, msg)  # unreachable, or HF_HUB_OFFLINE set by the user
+        if line is not None:
+            return line
         return (
             f"cannot load {what}: cannot reach the Hugging Face Hub ({msg}). Without network, "
             f"download the dataset elsewhere and pass its files with --data-files, or set "

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -124,7 +125,7 @@ def train(
     *,
     min_frequency: int = 2,
     special_tokens: Sequence[str] = (),
-    progress: ProgressFn | None = None,
+    progress: ProgressFn | bool | None = None,
     stats: dict | None = None,
     batch: int | None = None,
     profile: bool = False,
@@ -142,7 +143,10 @@ def train(
         min_frequency: stop when the best pair's count is below this (counts are sums of word
             counts, exact 64-bit integers).
         special_tokens: spellings given ids after the last merge (they use up merge budget).
-        progress: called with a :class:`TrainProgress` after each batch of merges.
+        progress: ``True`` shows tqdm progress bars on stderr (documents counted, then
+            merges), like Hugging Face's trainers (``show_progress``); a callable is called
+            with a :class:`TrainProgress` after each batch of merges; ``None``/``False``:
+            nothing.
         stats: if a dict, filled with ``corpus_bytes``, ``num_documents``, ``unique_words``,
             ``stream_symbols``, ``num_merges``, ``count_on``, ``seconds_count`` (word
             counting, without ``seconds_gpu_init_wait``: the time spent waiting for the device
@@ -171,9 +175,24 @@ def train(
         ValueError: ``vocab_size`` out of range (names it and the bound), ``min_frequency < 1``,
             ``count_on`` not "gpu"/"cpu", ``algorithm`` not "wordlist"/"seed".
         InputError: ``documents`` is one ``str``/``bytes``, or a document is neither ``str``
-            nor bytes (names its index).
+            nor bytes (names its index), or the corpus is empty (no document, or only empty
+            ones: nothing to train on; the CLI refuses it the same way).
         NoAdapterError, GPUOperationError: no usable GPU / a GPU operation failed.
+
+    Fewer merges than asked (no pair left that occurs ``min_frequency`` times: a tiny corpus)
+    is not an error: the vocab is smaller than ``vocab_size`` (never larger), a
+    ``RuntimeWarning`` says so and ``stats["stopped_early"]`` gives the reason.
     """
+    if progress is True:
+        bars = _ProgressBars()
+        try:
+            return train(bars.documents(documents), vocab_size, min_frequency=min_frequency,
+                         special_tokens=special_tokens, progress=bars.merges, stats=stats,
+                         batch=batch, profile=profile, algorithm=algorithm, count_on=count_on)
+        finally:
+            bars.close()
+    if progress is False:
+        progress = None
     from .wordcount import (DEFAULT_GPU_BATCH_BYTES, GPUWordCounter, WordCounts, _batches,
                             check_documents, count_words)
 
@@ -215,6 +234,10 @@ def train(
                 counts = counter.result()
     st = {} if stats is None else stats
     st.update(info)
+    if not info["corpus_bytes"]:
+        raise InputError(
+            f"empty corpus: {info['num_documents']} documents and 0 bytes of text; nothing to "
+            "train on (check the source, its text column and any max_docs/max_bytes limit)")
     st["seconds_gpu_init_wait"] = t2 - t1
     st["seconds_count"] = time.perf_counter() - t0 - (t2 - t1)
     st["count_on"] = count_on
@@ -255,7 +278,75 @@ def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Se
         st.update(stream_symbols=0, seconds_merge=0.0, algorithm=algorithm)
     st["num_merges"] = len(merges)
     st["wgpu_fallbacks"] = fallbacks()
+    if len(merges) < num_merges:
+        st["stopped_early"] = (
+            f"training stopped after {len(merges)} of {num_merges} merges: no pair of tokens "
+            f"occurs at least min_frequency={min_frequency} times any more (a small corpus); "
+            f"the vocab has {256 + len(merges) + len(special_tokens)} ids, not {vocab_size}")
+        warnings.warn(st["stopped_early"], RuntimeWarning, stacklevel=3)
     return Vocab(tuple(merges), tuple(special_tokens))
+
+
+class _ProgressBars:
+    """``train(progress=True)``: a tqdm bar of the documents read and counted, then one of
+    the merges (closed when training ends)."""
+
+    def __init__(self) -> None:
+        self.docs_bar = self.merge_bar = None
+
+    def documents(self, documents):
+        """``documents`` with the bar updated as they are read (per 1,024 documents, or per
+        packed batch for a source with ``packed_batches``, kept as fast as it was)."""
+        from tqdm.auto import tqdm
+
+        from .wordcount import check_documents
+
+        check_documents(documents)  # a named error for one str, before any bar
+        total = len(documents) if hasattr(documents, "__len__") else None
+        self.docs_bar = bar = tqdm(total=total, desc="count words", unit="doc",
+                                   dynamic_ncols=True)
+        return _Counted(documents, bar)
+
+    def merges(self, p: TrainProgress) -> None:
+        if self.merge_bar is None:
+            from tqdm.auto import tqdm
+
+            self.merge_bar = tqdm(total=p.total_merges, desc="merge", unit="merge",
+                                  dynamic_ncols=True)
+        self.merge_bar.update(p.merges_done - self.merge_bar.n)
+        self.merge_bar.set_postfix_str(f"last count {p.last_count:,}", refresh=False)
+
+    def close(self) -> None:
+        for bar in (self.docs_bar, self.merge_bar):
+            if bar is not None:
+                bar.close()
+
+
+class _Counted:
+    """An iterable of documents that advances a tqdm bar (see :class:`_ProgressBars`)."""
+
+    def __init__(self, documents, bar) -> None:
+        self._docs, self._bar = documents, bar
+        packed = getattr(documents, "packed_batches", None)
+        if packed is not None:  # wordcount._batches takes a reader's packed batches as they are
+            def packed_batches(batch_bytes: int):
+                for data, offsets in packed(batch_bytes):
+                    bar.update(len(offsets) - 1)
+                    yield data, offsets
+                bar.close()
+
+            self.packed_batches = packed_batches
+
+    def __iter__(self):
+        n = 0
+        for d in self._docs:
+            yield d
+            n += 1
+            if n == 1024:  # tqdm's update costs ~1 µs: not per document
+                self._bar.update(n)
+                n = 0
+        self._bar.update(n)
+        self._bar.close()
 
 
 def train_from_word_counts(

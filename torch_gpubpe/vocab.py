@@ -164,13 +164,40 @@ class Vocab:
                 f"special_tokens={list(self.special_tokens)}{mode}{table})")
 
     # -- sizes and lookups -------------------------------------------------------------------
+    # Sizes: ``len(vocab)`` == ``vocab.n_vocab`` == ``vocab.vocab_size`` is the number of ids,
+    # special tokens included (tiktoken's ``n_vocab``; ``train(vocab_size=...)`` and the file's
+    # ``"vocab_size"``). ``vocab.num_ordinary_tokens`` (alias ``num_tokens``) is 256 + merges
+    # (or the size of an outside vocab's table):
+    # the ids :meth:`Tokenizer.encode` can emit from text, which is what Hugging Face's
+    # ``PreTrainedTokenizer.vocab_size`` counts (it leaves out added tokens; its ``len(tok)``
+    # is our ``n_vocab``).
     def __len__(self) -> int:
-        """Vocab size: ordinary tokens (256 + merges) + special tokens."""
+        """Number of ids: ordinary tokens (256 + merges, or the table) + special tokens
+        (= :attr:`n_vocab`)."""
         return self.num_tokens + len(self.special_tokens)
 
     @property
+    def n_vocab(self) -> int:
+        """Number of ids, special tokens included (tiktoken's name; ``len(vocab)``)."""
+        return len(self)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, special tokens included (``len(vocab)``; as ``train(vocab_size=)``).
+        Not Hugging Face's ``vocab_size``, which leaves out added tokens: that is
+        :attr:`num_ordinary_tokens`."""
+        return len(self)
+
+    @property
+    def num_ordinary_tokens(self) -> int:
+        """Number of ordinary (non-special) ids: 256 + len(merges), or len(tokens) for a vocab
+        from outside; special ids start here."""
+        return self.num_tokens
+
+    @property
     def num_tokens(self) -> int:
-        """Number of ordinary (non-special) tokens: 256 + len(merges), or len(tokens)."""
+        """Same as :attr:`num_ordinary_tokens` (256 + len(merges), or len(tokens); special tokens
+        NOT counted); kept for existing callers: prefer the explicit name."""
         return 256 + len(self.merges) if self.tokens is None else len(self.tokens)
 
     @property
@@ -178,12 +205,53 @@ class Vocab:
         """Special token spelling → id."""
         return {s: self.num_tokens + i for i, s in enumerate(self.special_tokens)}
 
-    def token_to_id(self, special_token: str) -> int:
-        """Id of a special token; ``KeyError`` naming the known ones if absent."""
-        ids = self.special_token_ids
-        if special_token not in ids:
-            raise KeyError(f"{special_token!r} is not a special token of this vocab ({list(ids)})")
-        return ids[special_token]
+    def token_to_id(self, token: str | bytes) -> int:
+        """Id of any token: a special token's spelling, or an ordinary token's bytes (``bytes``)
+        or text (``str``, looked up as its UTF-8 bytes).
+
+        A ``str`` that spells a special token gives the special id; ``bytes`` give the ordinary
+        id when there is one (as tiktoken's ``encode_single_token``). When several ids spell the
+        same bytes, the smallest (the one :meth:`Tokenizer.encode` emits) is returned.
+
+        Raises:
+            KeyError: no token is spelled so (names it and the special tokens).
+            TypeError: ``token`` is neither ``str`` nor bytes-like.
+        """
+        if isinstance(token, str):
+            sid = self.special_token_ids.get(token)
+            if sid is not None:
+                return sid
+            key = token.encode("utf-8", "surrogatepass")
+        elif isinstance(token, (bytes, bytearray, memoryview)):
+            key = bytes(token)
+        else:
+            raise TypeError(f"a token is str or bytes, got {type(token).__name__}")
+        tid = self._lookup().get(key)
+        if tid is None and isinstance(token, (bytes, bytearray, memoryview)):
+            try:
+                tid = self.special_token_ids.get(key.decode("utf-8"))
+            except UnicodeDecodeError:
+                pass
+        if tid is None:
+            raise KeyError(f"{token!r} is no token of this vocab (neither the bytes of an "
+                           f"ordinary token nor a special token: {list(self.special_tokens)})")
+        return tid
+
+    def get_vocab(self) -> dict[bytes | str, int]:
+        """Every token → id: ordinary tokens as ``bytes`` (smallest id for shared spellings),
+        special tokens as ``str``."""
+        out: dict[bytes | str, int] = dict(self._lookup())
+        out.update(self.special_token_ids)
+        return out
+
+    def _lookup(self) -> dict[bytes, int]:
+        table = self.__dict__.get("_ids_by_bytes")
+        if table is None:
+            table = {}
+            for i, tb in enumerate(self._bytes):
+                table.setdefault(tb, i)
+            object.__setattr__(self, "_ids_by_bytes", table)
+        return table
 
     @property
     def token_bytes(self) -> tuple[bytes, ...]:
