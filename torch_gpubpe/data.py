@@ -746,11 +746,16 @@ class PadCollator:
         dtype: of ``input_ids`` (default: the input tensors' dtype); ``attention_mask`` is
             ``torch.long``.
         pin_memory: pin the outputs (needs an accelerator; else ignored with a warning).
+        labels: also return ``labels`` (``torch.long``, ``(B, T)``): ``input_ids`` on tokens,
+            ``-100`` (:data:`IGNORE_INDEX`) on padding — the causal-LM labels of Hugging Face's
+            ``DataCollatorForLanguageModeling(mlm=False)``, which the model shifts itself.
 
     Call with a list of 1-D integer tensors (or of dicts with ``"input_ids"``, whose other keys,
     e.g. ``doc_index``, are collected into a tensor). Returns ``{"input_ids": (B, T),
     "attention_mask": (B, T)}`` with ``T`` = the longest (truncated) length in the batch;
-    ``attention_mask`` is 1 on tokens and 0 on padding.
+    ``attention_mask`` is 1 on tokens and 0 on padding. Mask and labels come from each
+    document's length (positions), never from comparing ids with ``pad_id``: with ``pad_id``
+    equal to the EOS id (GPT-2 style), real EOS tokens keep mask 1 and their label.
 
     Raises:
         ValueError: an empty batch, a tensor that is not 1-D, or a bad option.
@@ -761,6 +766,7 @@ class PadCollator:
     max_length: int | None = None
     dtype: torch.dtype | None = None
     pin_memory: bool = False
+    labels: bool = False
 
     def __post_init__(self) -> None:
         if self.padding_side not in ("right", "left"):
@@ -795,6 +801,8 @@ class PadCollator:
             ids[j, cols] = s
             mask[j, cols] = 1
         out = {"input_ids": ids, "attention_mask": mask}
+        if self.labels:
+            out["labels"] = ids.long().masked_fill(mask == 0, IGNORE_INDEX)
         for key, vals in extra.items():
             out[key] = torch.as_tensor(vals)
         if self.pin_memory:
@@ -811,10 +819,11 @@ def pad_collate(
     padding_side: str = "right",
     max_length: int | None = None,
     dtype: torch.dtype | None = None,
+    labels: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Function form of :class:`PadCollator` (use ``functools.partial`` or PadCollator to set
     options for a DataLoader)."""
-    return PadCollator(pad_id, padding_side, max_length, dtype)(batch)
+    return PadCollator(pad_id, padding_side, max_length, dtype, labels=labels)(batch)
 
 
 def packed_collate(batch: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

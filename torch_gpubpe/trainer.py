@@ -271,9 +271,13 @@ def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Se
         else:
             sel = np.repeat(keep, lens)
             data, lk, ck = wc.data[sel], lens[keep], counts[keep]
-        merges = (trainer or get_trainer()).run_arrays(
-            data, lk, ck, num_merges, int(min_frequency), progress=progress, stats=st,
-            batch=batch, profile=profile, algorithm=algorithm)
+        tr = trainer or get_trainer()
+        # A wgpu error (a lost device) becomes a GPUOperationError naming the step; the next
+        # call opens a fresh device (issue 17 §4).
+        with tr.gpu.operation(f"training {num_merges} merges"):
+            merges = tr.run_arrays(
+                data, lk, ck, num_merges, int(min_frequency), progress=progress, stats=st,
+                batch=batch, profile=profile, algorithm=algorithm)
     else:
         st.update(stream_symbols=0, seconds_merge=0.0, algorithm=algorithm)
     st["num_merges"] = len(merges)
