@@ -213,7 +213,8 @@ def test_str_keys_and_zero_counts():
 
 
 def test_nothing_to_merge():
-    assert train([], 300).merges == ()
+    with pytest.raises(InputError, match="empty corpus"):  # issue 12: refused, as the CLI does
+        train([], 300)
     assert train(["a b c"], 300).merges == ()
     assert train(["abab"], 256).merges == ()
 

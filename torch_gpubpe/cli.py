@@ -35,6 +35,7 @@ import re
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -403,13 +404,21 @@ def cmd_train(args: argparse.Namespace) -> int:
         bar.set_postfix_str(f"last count {p.last_count:,}", refresh=False)
 
     try:
-        vocab = train(reader, args.vocab_size, min_frequency=args.min_frequency,
-                      special_tokens=specials, progress=on_progress, stats=stats,
-                      count_on=args.count_on)
+        with warnings.catch_warnings():  # said below as a note line, not as a Python warning
+            warnings.filterwarnings("ignore", message="training stopped after")
+            vocab = train(reader, args.vocab_size, min_frequency=args.min_frequency,
+                          special_tokens=specials, progress=on_progress, stats=stats,
+                          count_on=args.count_on)
+    except InputError as e:
+        if reader.train_bytes or not str(e).startswith("empty corpus"):
+            raise
+        vocab = None  # the empty corpus, said with the source's name below
     finally:
         if bar is not None:
             bar.close()
     t_train = time.perf_counter() - t0
+    if stats.get("stopped_early"):
+        print(f"{PROG}: note: {stats['stopped_early']}", file=sys.stderr)
     if reader.train_bytes == 0:
         raise InputError(
             f"empty corpus: {source.describe()} gave no text to train on ({reader.train_docs} "
