@@ -233,8 +233,9 @@ class Vocab:
             except UnicodeDecodeError:
                 pass
         if tid is None:
-            raise KeyError(f"{token!r} is no token of this vocab (neither the bytes of an "
-                           f"ordinary token nor a special token: {list(self.special_tokens)})")
+            raise KeyError(f"{token!r} is no token of this vocab: not the bytes of an ordinary "
+                           f"token, and not a special token (its special tokens: "
+                           f"{list(self.special_tokens)})")
         return tid
 
     def get_vocab(self) -> dict[bytes | str, int]:
