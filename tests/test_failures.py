@@ -362,10 +362,14 @@ def test_many_tokenizers_keep_memory_flat_and_one_device():
         devices = set()
 
         def round_(k):
-            for _ in range(k):
+            for i in range(k):
                 t = Tokenizer(Vocab.from_merges(merges, ["<|endoftext|>"]))
                 assert t.encode(text) == want
                 devices.add(id(t._sess.gpu.device))
+                if i % 2:  # half closed explicitly, half just dropped
+                    with t:
+                        assert t.encode_batch([text, ""]).tolist() == [want, []]
+                    assert t._sess is None and t.encode(text) == want
             assert list(train(docs, 270, min_frequency=1).merges) == merges[:14]
             ds = TokenizedDataset([text, text], Vocab.from_merges(merges))
             assert [x.tolist() for x in ds] == [want, want]

@@ -408,6 +408,10 @@ def test_trainer_counts_above_2_32():
 @given(st.lists(st.one_of(st.binary(max_size=60), st.text(max_size=40)), max_size=6),
        st.integers(256, 330), st.integers(1, 3))
 def test_trainer_random_documents(docs, vocab_size, min_frequency):
+    if not any(docs):  # an empty corpus is refused (issue 12 §3)
+        with pytest.raises(InputError, match="empty corpus"):
+            gpu_train(docs, vocab_size, min_frequency)
+        return
     want = reference.train(docs, vocab_size=vocab_size, min_frequency=min_frequency)
     assert gpu_train(docs, vocab_size, min_frequency) == want
 

@@ -852,6 +852,25 @@ class Tokenizer:
         self.__dict__.update(state)
         self._lock = threading.RLock()
 
+    def close(self) -> None:
+        """Finish the batches in flight and drop this Tokenizer's GPU buffers now (not when it
+        is garbage-collected). The process's device stays open, shared by every Tokenizer and
+        the trainer; a later encode opens a new session. Also ``with Tokenizer(v) as tok:``."""
+        with self._lock:
+            try:
+                while self._inflight:
+                    self._inflight[0].result()
+            finally:
+                self._inflight.clear()
+                self._sess = None
+                self._sess_pid = None
+
+    def __enter__(self) -> Tokenizer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     @classmethod
     def from_file(cls, path: str | os.PathLike, **kwargs) -> Tokenizer:
         """``Tokenizer(Vocab.load(path), **kwargs)``; raises ``VocabFormatError``/``OSError``."""
