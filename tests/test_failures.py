@@ -394,8 +394,9 @@ def test_many_tokenizers_keep_memory_flat_and_one_device():
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_device_lost_leaves_no_partial_output(tmp_path):
-    """Before: the encode CLI left a partial ids.bin (and kept an older run's meta.json beside
-    it); training raised a raw wgpu GPUValidationError instead of GPUOperationError."""
+    """Before (main at d0f746f): the encode CLI left a partial ids.bin; training raised a raw
+    wgpu GPUValidationError instead of GPUOperationError. (The CLI's encode output is now
+    written by torch_gpubpe.shards: temporary names, renamed when complete.)"""
     docs = [d for name in CORPUS_NAMES[:3] for d in corpus_docs(name, 20_000, 1_000)]
     src = tmp_path / "docs.jsonl"
     src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
@@ -422,30 +423,48 @@ def test_device_lost_leaves_no_partial_output(tmp_path):
                 return fn(*a, **k)
             return wrapped
 
-        # 1. a complete run, then one that loses the device at its 3rd batch
-        assert cli.main(enc_args) == 0
-        files = sorted(os.listdir({str(tmp_path / "ids")!r}))
-        assert files == ["ids.bin", "meta.json", "offsets.npy"], files
-        good = open({str(tmp_path / "ids" / "ids.bin")!r}, "rb").read()
-        orig = Tokenizer.submit
-        Tokenizer.submit = lose_device_at(3, orig)
+        COMPLETE = {{"ids.bin", "offsets.npy", "meta.json"}}
+        def complete_files(d):
+            return COMPLETE & set(os.listdir(d))
+
+        orig = Tokenizer.submit_packed
+        # 1. flat output: the device lost at the 3rd batch -> exit 2, nothing that looks done
+        Tokenizer.submit_packed = lose_device_at(3, orig)
         assert cli.main(enc_args) == 2
-        Tokenizer.submit = orig
-        left = sorted(os.listdir({str(tmp_path / "ids")!r}))
-        assert left == files, left  # no .partial file; the older complete set untouched
-        assert open({str(tmp_path / "ids" / "ids.bin")!r}, "rb").read() == good
-        # a first run that fails writes nothing at all
-        args2 = enc_args[:-4] + [{str(tmp_path / "ids2")!r}] + enc_args[-3:]
-        Tokenizer.submit = lose_device_at(2, orig)
-        assert cli.main(args2) == 2
-        Tokenizer.submit = orig
-        assert os.listdir({str(tmp_path / "ids2")!r}) == []
+        Tokenizer.submit_packed = orig
+        assert not complete_files({str(tmp_path / "ids")!r}), os.listdir({str(tmp_path / "ids")!r})
         # 2. the next run works on a fresh device, output == reference
-        assert cli.main(args2) == 0
-        ids = np.fromfile({str(tmp_path / "ids2" / "ids.bin")!r}, np.uint16)
-        offs = np.load({str(tmp_path / "ids2" / "offsets.npy")!r})
+        assert cli.main(enc_args) == 0
+        ids = np.fromfile({str(tmp_path / "ids" / "ids.bin")!r}, np.uint16)
+        offs = np.load({str(tmp_path / "ids" / "offsets.npy")!r})
         assert [ids[offs[k]:offs[k + 1]].tolist() for k in range(len(docs))] == (
             reference.encode_batch(docs, merges))
+        good = {{f: open(os.path.join({str(tmp_path / "ids")!r}, f), "rb").read()
+                 for f in COMPLETE}}
+        # --overwrite of a complete output, device lost: never a mix of old and new files
+        Tokenizer.submit_packed = lose_device_at(2, orig)
+        assert cli.main(enc_args + ["--overwrite"]) == 2
+        Tokenizer.submit_packed = orig
+        left = complete_files({str(tmp_path / "ids")!r})
+        assert not left or {{f: open(os.path.join({str(tmp_path / "ids")!r}, f), "rb").read()
+                             for f in COMPLETE}} == good, left
+        # llm.c shards: only complete shards stay; the resumed run equals an uninterrupted one
+        llmc = enc_args[:-4] + [{str(tmp_path / "l1")!r}] + enc_args[-3:] + [
+            "--output-format", "llmc", "--shard-tokens", "5000"]
+        assert cli.main(llmc) == 0
+        whole = {{f: open(os.path.join({str(tmp_path / "l1")!r}, f), "rb").read()
+                  for f in os.listdir({str(tmp_path / "l1")!r}) if f.endswith(".bin")}}
+        llmc2 = [x if x != {str(tmp_path / "l1")!r} else {str(tmp_path / "l2")!r} for x in llmc]
+        Tokenizer.submit_packed = lose_device_at(6, orig)
+        assert cli.main(llmc2) == 2
+        Tokenizer.submit_packed = orig
+        assert "meta.json" not in os.listdir({str(tmp_path / "l2")!r})
+        for f in os.listdir({str(tmp_path / "l2")!r}):
+            if f.endswith(".bin"):  # a shard that exists is complete
+                assert open(os.path.join({str(tmp_path / "l2")!r}, f), "rb").read() == whole[f], f
+        assert cli.main(llmc2) == 0
+        assert {{f: open(os.path.join({str(tmp_path / "l2")!r}, f), "rb").read()
+                 for f in os.listdir({str(tmp_path / "l2")!r}) if f.endswith(".bin")}} == whole
 
         # 3. training: the device lost after the first batch of merges
         orig_train = trainer.train

@@ -198,6 +198,10 @@ class ShardWriter:
     def _begin(self, overwrite: bool) -> None:
         existing = self._ours()
         prog = self.out / PROGRESS
+        if existing and all(p.name.endswith(".tmp") for p in existing):
+            for p in existing:  # only the temporary files of a run that failed: not an output
+                p.unlink()
+            return
         if existing and overwrite:
             for p in existing:
                 p.unlink()
