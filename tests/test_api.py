@@ -99,6 +99,20 @@ def test_special_tokens_follow_tiktoken(tok, vocab):
 
 
 @pytest.mark.gpu
+def test_special_tokens_in_merge_order_mode_equal_tiktoken(vocab):
+    """mode="bpe" gives tiktoken's ids, so the special-token options compare id for id."""
+    enc = tiktoken_encoding(vocab)
+    bpe = Tokenizer(vocab, mode="bpe")
+    for text in SPECIAL_TEXTS:
+        for allowed in ("all", {EOT}, set()):
+            assert bpe.encode(text, allowed_special=allowed) == enc.encode(
+                text, allowed_special=allowed, disallowed_special=()), (text, allowed)
+        assert bpe.encode_ordinary(text) == enc.encode_ordinary(text)
+    assert bpe.encode_batch(SPECIAL_TEXTS, allowed_special="all").tolist() == (
+        enc.encode_batch(SPECIAL_TEXTS, allowed_special="all"))
+
+
+@pytest.mark.gpu
 def test_special_token_errors_are_named(tok):
     with pytest.raises(InputError, match="<|nope|>.*not special tokens"):
         tok.encode("x", allowed_special={"<|nope|>"})
