@@ -399,3 +399,99 @@ def test_heavy_megabyte_words_and_corpora(gpt2, gpt2_tt):
         assert_same(tok.encode_batch(big).tolist(), want, "big")
         sliced = Tokenizer(v, max_slice_bytes=1 << 19)
         assert_same(sliced.encode_batch(big).tolist(), want, "big, sliced")
+
+
+@gpu
+def test_gpu_own_split_patterns_equal_tiktoken():
+    """With the file's own split pattern (GPU regex pre-tokenizer), GPT-2 and Qwen2 ids equal
+    tiktoken with that pattern: the vocabularies as their models use them."""
+    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.vocab_io import tiktoken_metadata
+
+    docs = [d for n in CORPUS_NAMES for d in corpus_docs(n, 5_000, max_doc_bytes=2_500)]
+    docs += ["1234567890" * 40, "🙂🙂 🙂" * 100, "  \n\n\t  x it's " * 20]
+    for name, family in (("gpt2.tiktoken", "gpt2"), ("qwen2.tiktoken", "qwen2")):
+        path = shared_vocab(name)
+        v = load_tiktoken(path)
+        meta = tiktoken_metadata(path)
+        tt = tiktoken.Encoding("t", pat_str=meta["pattern"], mergeable_ranks=v.bpe_ranks,
+                               special_tokens={})
+        got = Tokenizer(v, pre_tokenizer=family).encode_batch(docs).tolist()
+        assert_same(got, [tt.encode_ordinary(d) for d in docs], name)
+
+
+@gpu
+def test_cli_encode_tiktoken_vocab(tmp_path, capsys, gpt2_tt):
+    import gzip
+
+    from torch_gpubpe import cli
+
+    docs = corpus_docs("en_fortunes", 15_000) + [""] + corpus_docs("multi_udhr", 6_000)
+    data = tmp_path / "d.jsonl.gz"
+    with gzip.open(data, "wt", encoding="utf-8") as f:
+        for d in docs:
+            f.write(json.dumps({"text": d}) + "\n")
+    for mode, want_of in (("bpe", gpt2_tt.encode_ordinary), ("greedy", None)):
+        out = tmp_path / mode
+        argv = ["encode", "--vocab", str(GPT2), "--data-files", str(data), "--out", str(out),
+                "--batch-bytes", "5K", "--no-progress", "--append-eos"]
+        if mode == "greedy":
+            argv += ["--mode", "greedy"]
+        assert cli.main(argv) == 0, capsys.readouterr().err
+        meta = json.loads((out / "meta.json").read_text())
+        ids = np.fromfile(out / "ids.bin", dtype=np.dtype(meta["ids_dtype"]))
+        offsets = np.load(out / "offsets.npy")
+        if want_of is None:  # greedy longest match over GPT-2's tokens
+            gv = load_tiktoken(GPT2, mode="greedy")
+
+            def want_of(d, gv=gv):
+                return _greedy(gv, d)
+        for k, d in enumerate(docs):
+            assert ids[offsets[k] : offsets[k + 1]].tolist() == want_of(d) + [50256], (mode, k)
+
+
+def _greedy(vocab: Vocab, text: str) -> list[int]:
+    """Greedy longest match over an explicit token table (DESIGN.md §4), for the CLI test."""
+    ids = vocab.bytes_to_id
+    out = []
+    for w in reference.split_words(text.encode()):
+        j = 0
+        while j < len(w):
+            k = min(len(w) - j, 128)
+            while w[j : j + k] not in ids:
+                k -= 1
+            out.append(ids[w[j : j + k]])
+            j += k
+    return out
+
+
+@gpu
+def test_cli_train_bpe_mode_exports(tmp_path, capsys):
+    import tokenizers
+
+    from torch_gpubpe import cli
+    from torch_gpubpe.encoder import Tokenizer
+
+    out = tmp_path / "v"
+    assert cli.main(["train", "--vocab-size", "600", "--max-bytes", "300K", "--mode", "bpe",
+                     "--out", str(out), "--no-progress"]) == 0, capsys.readouterr().err
+    v = Vocab.load(out)
+    assert v.mode == "bpe"
+    hf = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+    docs = corpus_docs("tr_manpages", 6_000, max_doc_bytes=2_000)
+    assert_same(Tokenizer(v).encode_batch(docs).tolist(), [hf.encode(d).ids for d in docs])
+
+
+@gpu
+def test_tokenized_dataset_bpe_mode(gpt2, gpt2_tt):
+    import torch
+
+    from torch_gpubpe.data import TokenizedDataset
+
+    docs = corpus_docs("web_pypi_readmes", 12_000, max_doc_bytes=3_000)
+    got = [t.tolist() for t in TokenizedDataset(docs, gpt2, batch_bytes=4_000)]
+    assert got == [gpt2_tt.encode_ordinary(d) for d in docs]
+    blocks = list(TokenizedDataset(docs, gpt2, mode="packed", seq_len=64, drop_last=False))
+    stream = [i for d in docs for i in gpt2_tt.encode_ordinary(d) + [50256]]
+    flat = torch.cat([b["input_ids"] for b in blocks]).tolist()[: len(stream)]
+    assert flat == stream

@@ -160,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(Hugging Face; same ids as this project) and tokenizer.tiktoken "
                         "(tiktoken; it applies merge-order BPE, not greedy longest match, so "
                         "its ids can differ) here (default: nothing is written)")
+    o.add_argument("--mode", choices=("greedy", "bpe"), default="greedy",
+                   help="the encoding mode saved with the vocab: greedy longest match (default) "
+                        "or bpe merge order (then tokenizer.json is a real BPE model and "
+                        "tokenizer.tiktoken gives the same ids)")
     o.add_argument("--summary-json", metavar="FILE", help="also write the summary as JSON")
     o.add_argument("--no-progress", action="store_true", help="no progress bars")
     o.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
@@ -179,7 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "after its last complete shard when run again with the same options.",
     )
     e.add_argument("--vocab", required=True, metavar="PATH",
-                   help="vocab.json written by `train --out`, or its folder")
+                   help="vocab.json written by `train --out`, or its folder; or a tiktoken file "
+                        "(*.tiktoken, e.g. gpt2.tiktoken) or a Hugging Face byte-level BPE "
+                        "tokenizer.json (merge-order mode)")
+    e.add_argument("--mode", choices=("greedy", "bpe"), default=None,
+                   help="greedy longest match or bpe merge order (ids identical to tiktoken); "
+                        "default: the vocab's (bpe for tiktoken / tokenizer.json files)")
     _add_source_args(e, default_note="default: the corpus shipped in the package")
     e.add_argument("--out", required=True, metavar="DIR", help="output folder")
     e.add_argument("--output-format", choices=("bin", "npy", "llmc", "megatron"), default="bin",
@@ -305,7 +314,8 @@ def load_vocab_arg(path: str) -> Vocab:
     p = _vocab_path(path)
     if not p.is_file():
         raise InputError(
-            f"--vocab {path!r}: no such vocab file (expected vocab.json or its folder)")
+            f"--vocab {path!r}: no such vocab file (expected vocab.json or its folder, a "
+            "*.tiktoken file or a tokenizer.json)")
     return Vocab.load(p)
 
 
@@ -427,6 +437,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     if not isinstance(vocab, Vocab):  # tolerate a trainer that returns merges
         vocab = Vocab.from_merges(vocab, specials)
+    if getattr(args, "mode", "greedy") != vocab.mode:
+        vocab = vocab.with_mode(args.mode)
     held, held_bytes = reader.heldout, reader.heldout_bytes
 
     written: dict[str, Path] = {}
@@ -559,7 +571,8 @@ def _fingerprint(args: argparse.Namespace, source: TextSource, vocab: Vocab) -> 
             "max_docs": args.max_docs, "max_bytes": args.max_bytes,
             "output_format": args.output_format, "shard_tokens": args.shard_tokens,
             "name": args.name, "append_eos": bool(args.append_eos),
-            "pre_tokenizer": getattr(args, "pre_tokenizer", None)}
+            "pre_tokenizer": getattr(args, "pre_tokenizer", None),
+            "mode": getattr(args, "mode", None) or vocab.mode}
 
 
 def _skip_documents(stream, n: int):
@@ -593,7 +606,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
                          overwrite=args.overwrite, flat_npy=args.output_format == "npy")
     from .encoder import Tokenizer  # the GPU encoder (DESIGN.md §4)
 
-    tok = Tokenizer(vocab, pre_tokenizer=args.pre_tokenizer)
+    tok = Tokenizer(vocab, pre_tokenizer=args.pre_tokenizer, mode=args.mode)
     n_docs = n_bytes = n_tokens = 0
     t0 = time.perf_counter()
     read_stats: dict = {}
