@@ -20,6 +20,17 @@ Measures, on the same Python ``str`` documents:
 Ends with a table (machine, adapter, date, command). Exactness is the tests' job
 (tests/test_encoder.py); here a sample of documents is still checked against
 ``reference.encode``.
+
+Merge-order rows (issue 15), with ``--bpe-vocab tests/data/vocabs/gpt2.tiktoken``: the same
+documents encoded with GPT-2's vocabulary by ``Tokenizer(vocab, mode="bpe")`` (ids identical to
+tiktoken: checked on a sample, and the token totals must match), tiktoken with GPT-2's ranks and
+the same §2 pattern (each ``--threads`` count), Hugging Face ``tokenizers`` on the exported
+``tokenizer.json`` (its own thread pool), and the GPU kernel times of merge-order mode beside
+greedy mode on the SAME vocab and input, with the SM clock (``nvidia-smi``). ``--only-bpe``
+skips the greedy rows with the trained vocab::
+
+    python3 benchmarks/encode.py --bpe-vocab tests/data/vocabs/gpt2.tiktoken --only-bpe \
+        --threads 1 16
 """
 
 from __future__ import annotations
@@ -173,6 +184,11 @@ def main() -> None:
     ap.add_argument("--chunk-bytes", type=int, default=32)
     ap.add_argument("--skip-tiktoken", action="store_true")
     ap.add_argument("--json-out", type=Path)
+    ap.add_argument("--bpe-vocab", type=Path,
+                    help="add merge-order rows with this vocabulary (a *.tiktoken file, e.g. "
+                         "tests/data/vocabs/gpt2.tiktoken)")
+    ap.add_argument("--only-bpe", action="store_true", help="only the merge-order rows")
+    ap.add_argument("--skip-hf", action="store_true", help="no Hugging Face tokenizers row")
     args = ap.parse_args()
 
     paths = args.corpus or [CORPORA / f"{n}.jsonl.gz" for n in DEFAULT_CORPORA]
@@ -180,6 +196,12 @@ def main() -> None:
     nbytes = sum(len(d.encode()) for d in docs)
     print(f"{len(docs)} documents, {nbytes / 1e6:.1f} MB from {', '.join(p.name for p in paths)}",
           flush=True)
+    if args.bpe_vocab:
+        bpe_json = bpe_rows(args, docs, nbytes)
+        if args.only_bpe:
+            if args.json_out:
+                args.json_out.write_text(json.dumps(bpe_json, indent=1))
+            return
     vocab = get_vocab(args, docs)
     bs = batches(docs, args.batch_bytes)
 
@@ -261,6 +283,103 @@ def main() -> None:
             "rows": [{"method": n, "seconds": s, "tokens": t} for n, s, t in rows],
             "phases_s": ph, "gpu_pass_us": passes, "setup_s": setup,
         }, indent=1))
+
+
+def kernel_us(tok: Tokenizer, bs: list[list[str]]) -> tuple[dict[str, float], int]:
+    """GPU time per pass (µs, timestamp queries, summed over batches, best of 2 runs) and the
+    continuation dispatches taken (their walks are not in the pass times)."""
+    best: dict[str, float] = {}
+    for _ in range(2):
+        passes: dict[str, float] = {}
+        for b in bs:
+            tok.encode_batch(b)
+            for k, v in tok.last_pass_us.items():
+                passes[k] = passes.get(k, 0.0) + v
+        if not best or sum(passes.values()) < sum(best.values()):
+            best = passes
+    return best, tok._session().continuation_dispatches
+
+
+def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
+    """The merge-order rows (module docstring); prints their tables, returns them as a dict."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from _report import GPUMonitor, print_footer, sm_clock_now
+
+    from torch_gpubpe.export import hf_tokenizer_json
+
+    vocab = Vocab.load(args.bpe_vocab).with_mode("bpe")
+    bs = batches(docs, args.batch_bytes)
+    print(f"merge-order: {args.bpe_vocab.name}, {len(vocab)} ids; SM clock before: "
+          f"{sm_clock_now()}", flush=True)
+    t0 = time.perf_counter()
+    tok = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True)  # mode="bpe"
+    tok.encode_batch(bs[0][:50])
+    setup = time.perf_counter() - t0
+    import tiktoken
+
+    enc = tiktoken.Encoding("bench-bpe", pat_str=SPLIT_PATTERN_PY,
+                            mergeable_ranks=vocab.bpe_ranks, special_tokens={})
+    check = [d for b in bs for d in b[:5]]
+    got = tok.encode_batch(check).tolist()
+    same = got == [enc.encode_ordinary(d) for d in check]
+    print(f"exactness sample ({len(check)} documents): GPU == tiktoken: {same}", flush=True)
+    rows = []
+    with GPUMonitor() as mon:
+        best = min((run_gpu_pipelined(tok, bs) for _ in range(args.repeat)), key=lambda r: r[0])
+    rows.append(("torch_gpubpe bpe mode (2 in flight)", best[0], best[1]))
+    gpu_tokens = best[1]
+    for n in args.threads:
+        runs = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            ntok = sum(len(x) for b in bs for x in enc.encode_ordinary_batch(b, num_threads=n))
+            runs.append((time.perf_counter() - t0, ntok))
+        s, ntok = min(runs)
+        rows.append((f"tiktoken {n} thread{'s' if n > 1 else ''}", s, ntok))
+    if not args.skip_hf:
+        import tokenizers
+
+        hf = tokenizers.Tokenizer.from_str(hf_tokenizer_json(vocab))
+        t0 = time.perf_counter()
+        ntok = sum(len(e.ids) for b in bs for e in hf.encode_batch(b, add_special_tokens=False))
+        rows.append((f"HF tokenizers encode_batch ({os.cpu_count()} CPUs)",
+                     time.perf_counter() - t0, ntok))
+    with GPUMonitor() as kmon:
+        bpe_k, bpe_cont = kernel_us(tok, bs)
+        greedy = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True, mode="greedy")
+        greedy.encode_batch(bs[0][:50])
+        gr_k, gr_cont = kernel_us(greedy, bs)
+    print()
+    print("| method (GPT-2 vocabulary, merge order) | seconds | MB/s | Mtokens/s | tokens/byte | "
+          "same token count as GPU |")
+    print("|---|---:|---:|---:|---:|---|")
+    for name, s, ntok in rows:
+        print(f"| {name} | {s:.3f} | {nbytes / s / 1e6:,.1f} | {ntok / s / 1e6:,.2f} | "
+              f"{ntok / nbytes:.4f} | {'yes' if ntok == gpu_tokens else 'NO'} |")
+    tt16 = [r for r in rows if r[0].startswith("tiktoken") and not r[0].endswith(" 1 thread")]
+    if tt16:
+        print(f"\nGPU end to end vs {tt16[-1][0]}: {tt16[-1][1] / best[0]:.1f}x")
+    print(f"GPU during the end-to-end runs: {mon.summary()}")
+    print()
+    print("| GPU pass (timestamp queries) | bpe mode ms | greedy mode ms (same vocab) | ratio |")
+    print("|---|---:|---:|---:|")
+    walk = {"trie_tokenizer_chunked": "walk (bpe_tokenizer_chunked / trie_tokenizer_chunked)"}
+    for k in bpe_k:
+        g = gr_k.get(k, 0.0)
+        print(f"| {walk.get(k, k)} | {bpe_k[k] / 1e3:.3f} | {g / 1e3:.3f} | "
+              f"{bpe_k[k] / g if g else float('nan'):.2f} |")
+    tb, tg = sum(bpe_k.values()), sum(gr_k.values())
+    print(f"| all passes | {tb / 1e3:.3f} | {tg / 1e3:.3f} | {tb / tg if tg else float('nan'):.2f} |")
+    print(f"(kernel GB/s of input: bpe {nbytes / max(tb, 1e-9) / 1e3:.3g}, greedy "
+          f"{nbytes / max(tg, 1e-9) / 1e3:.3g}; continuation dispatches, not in the pass times: "
+          f"bpe {bpe_cont}, greedy {gr_cont}; GPU during the kernel runs: {kmon.summary()})")
+    print(f"set-up (tables, trie, pipelines, first batch): {setup:.2f} s; "
+          f"{len(bs)} batches of ~{args.batch_bytes / 1e6:g} MB")
+    print_footer()
+    return {"bpe_vocab": str(args.bpe_vocab), "bytes": nbytes, "exact_sample": same,
+            "rows": [{"method": n, "seconds": s, "tokens": t} for n, s, t in rows],
+            "bpe_pass_us": bpe_k, "greedy_pass_us": gr_k, "setup_s": setup,
+            "sm_clock": mon.summary(), "kernel_sm_clock": kmon.summary()}
 
 
 if __name__ == "__main__":
