@@ -21,7 +21,14 @@ What the tables hold, per ordinary token id ``t`` (:class:`BpeTables`):
 * ``next_prefix[t]``: the longest reachable token that is a proper prefix of ``t``.
 * ``rank[t]``: the token's position in rank order (0 = merged first), dense, ``< 2^18``.
 * ``pairs``: an open-addressing hash table ``(left, right) → t`` of every split (Murmur3 finaliser
-  ``fmix`` of ``left * 0x9E3779B1 ^ right``, linear probing, at most ``max_probe`` probes).
+  ``fmix`` of ``left * 0x9E3779B1 ^ right``, linear probing, at most ``max_probe`` probes; at
+  most a quarter full).
+* ``bounds[t] = (R, L)``: the lowest rank of any token whose split's left part lies on ``t``'s
+  right spine (``t``, ``right(t)``, ``right(right(t))``, …), and of any token whose split's right
+  part lies on ``t``'s left spine; ``NO_TOKEN`` when none. Every merge across the seam of
+  ``(t1, t2)`` still possible in :func:`valid_pair`'s unwinding ranks at least
+  ``max(R[t1], L[t2])``, and the limit it is compared with only falls, so the unwinding stops
+  (valid) as soon as that bound reaches the limit: most pairs need no hash lookup.
 
 Supported vocabularies: every byte is a token, and each reachable token's split parts have lower
 ranks than the token (true of every vocabulary trained by merges; checked, ``ValueError`` if not).
@@ -63,6 +70,7 @@ class BpeTables:
         max_probe: most probes any lookup (hit or miss) needs.
         max_height: most split levels below any token (single bytes: 0).
         unreachable: ids of the unreachable tokens (multi-byte), ascending.
+        bounds: ``(num_tokens, 2)`` uint32 ``(R, L)`` (module docstring).
         gpu_info: ``(num_tokens, 4)`` uint32 rows ``(next_prefix, left, right,
             rank | len << 18)``, as the GPU reads them.
     """
@@ -74,6 +82,7 @@ class BpeTables:
     max_probe: int
     max_height: int
     unreachable: tuple[int, ...]
+    bounds: np.ndarray
     gpu_info: np.ndarray
 
     @property
@@ -172,7 +181,7 @@ def bpe_tables(vocab: Vocab) -> BpeTables:
                 break
     # Pair table.
     multi = np.flatnonzero(reach & (split[:, 0] != np.arange(n, dtype=np.uint32)))
-    slots = 1 << max(4, int(2 * max(len(multi), 1) - 1).bit_length())
+    slots = 1 << max(4, int(4 * max(len(multi), 1) - 1).bit_length())
     mask = slots - 1
     table = np.full((slots, 3), NO_TOKEN, np.uint32)
     home = (pair_hash(split[multi, 0], split[multi, 1]) & np.uint32(mask)).astype(np.int64)
@@ -190,6 +199,17 @@ def bpe_tables(vocab: Vocab) -> BpeTables:
         run = run + 1 if o else 0
         longest = max(longest, run)
     max_probe = max(max_probe, min(longest, slots) + 1)
+    # Spine bounds (module docstring), in rank order: a token's parts come before it.
+    min_as_left = np.full(n, NO_TOKEN, np.uint32)
+    min_as_right = np.full(n, NO_TOKEN, np.uint32)
+    np.minimum.at(min_as_left, split[multi, 0].astype(np.int64), rank[multi])
+    np.minimum.at(min_as_right, split[multi, 1].astype(np.int64), rank[multi])
+    bounds = np.stack([min_as_left, min_as_right], axis=1)
+    for i in order:
+        if reach[i] and split[i, 0] != i:
+            a, b = int(split[i, 0]), int(split[i, 1])
+            bounds[i, 0] = min(bounds[i, 0], bounds[b, 0])  # right spine continues in b
+            bounds[i, 1] = min(bounds[i, 1], bounds[a, 1])  # left spine continues in a
     lens = np.fromiter(map(len, toks), np.int64, n)
     if lens.max() >= 1 << (32 - RANK_BITS):
         raise ValueError(f"a token of {int(lens.max())} bytes is too long for merge-order mode")
@@ -199,7 +219,7 @@ def bpe_tables(vocab: Vocab) -> BpeTables:
     info[:, 3] = rank | (lens.astype(np.uint32) << np.uint32(RANK_BITS))
     out = BpeTables(split=split, next_prefix=next_prefix, rank=rank, pairs=table.reshape(-1),
                     max_probe=int(max_probe), max_height=int(height.max()),
-                    unreachable=tuple(sorted(unreachable)), gpu_info=info)
+                    unreachable=tuple(sorted(unreachable)), bounds=bounds, gpu_info=info)
     object.__setattr__(vocab, "_bpe_tables", out)
     return out
 
@@ -209,10 +229,12 @@ def valid_pair(t: BpeTables, t1: int, t2: int) -> bool:
     ``is_valid_token_pair``, with ranks in place of ids): unwind the merges of the two tokens,
     the later one first, and fail if a merge across the seam ranks before what is still allowed.
     The GPU's ``valid_pair`` mirrors it."""
-    rank, split = t.rank, t.split
+    rank, split, bounds = t.rank, t.split, t.bounds
     lookup = _pair_dict(t)
-    limit = 1 << 40
+    limit = NO_TOKEN
     while True:
+        if max(int(bounds[t1, 0]), int(bounds[t2, 1])) >= limit:
+            return True  # no merge across the seam can come first any more
         c = lookup.get((t1, t2))
         if c is not None and rank[c] < limit:
             return False

@@ -228,7 +228,7 @@ class _Slot:
                 5: self.counts, 6: self.state, 7: self.meta, 8: self.params, 9: self.block_off,
                 10: self.out, 11: self.doc_starts, 12: self.doc_tok}
         if s.bpe is not None:
-            bind.update({13: s.tokinfo, 14: s.pairs, 15: self.dead})
+            bind.update({13: s.tokinfo, 14: s.pairs, 15: self.dead, 17: s.bounds})
         walk = s.chunked_bindings
         if s.pretok:  # the walk reads word starts from the regex pre-tokenizer's mask
             self.pt = s.pretok.scratch(cap_n, self.text, self.bits, f"{lab}.pretok")

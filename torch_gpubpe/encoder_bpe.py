@@ -33,7 +33,7 @@ def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
     unwind = 2 * t.max_height + 4
     walk = max_depth + 2
     tried = unwind * (t.max_probe + 1) + 2 * max_depth + 4
-    return unwind, max(walk, tried) + 1
+    return unwind, walk + tried + 1  # one iteration may walk and then try
 
 
 def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
@@ -59,15 +59,18 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
                 "iterations, more than lavapipe's 65,535-iteration cap leaves")
         sess.budget = cap
     sess.progress_factor = 4 * (trie.max_depth + 2)
-    sess.chunked_bindings = (0, 1, 2, 3, 4, 5, 6, 7, 8, 13, 14, 15)
+    sess.chunked_bindings = (0, 1, 2, 3, 4, 5, 6, 7, 8, 13, 14, 15, 17)
     info = np.ascontiguousarray(t.gpu_info)
     sess.tokinfo = g.buffer(info.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.tokinfo")
     sess.pairs = g.buffer(t.pairs.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.pairs")
+    bounds = np.ascontiguousarray(t.bounds)
+    sess.bounds = g.buffer(bounds.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.bounds")
     with g.operation("uploading the merge-order tables"):
         g.device.queue.write_buffer(sess.tokinfo, 0, info)
         g.device.queue.write_buffer(sess.pairs, 0, np.ascontiguousarray(t.pairs))
+        g.device.queue.write_buffer(sess.bounds, 0, bounds)
     consts = {"WG": 256, "CHUNK": chunk, "PAIR_MASK": t.pair_mask, "PAIR_PROBES": t.max_probe,
-              "UNWIND": unwind, "STEP_MAX": smax}
+              "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable)}
     src = None
     if sess.pretok is not None:  # word starts from a regex pre-tokenizer's mask (binding 16)
         from .shaders import shader_source

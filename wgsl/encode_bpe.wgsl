@@ -19,6 +19,8 @@
 //  14 pairs    : storage, read        array<u32>          hash table (left, right, token) * slots
 //  15 dead     : storage, read_write  array<atomic<u32>>  bit i: byte i of the slice is dead (no
 //                                                         token may end there); cleared by host
+//  17 bounds   : storage, read        array<vec2<u32>>    per token id: (R, L) spine bounds
+//                                                         (bpe.py): valid_pair's early exit
 
 struct Params {
     n: u32,
@@ -43,6 +45,7 @@ struct Params {
 @group(0) @binding(13) var<storage, read> tokinfo: array<vec4<u32>>;
 @group(0) @binding(14) var<storage, read> pairs: array<u32>;
 @group(0) @binding(15) var<storage, read_write> dead: array<atomic<u32>>;
+@group(0) @binding(17) var<storage, read> bounds: array<vec2<u32>>;
 //#if WORD_MASK
 // 16 word_mask : as in encode.wgsl (a regex pre-tokenizer's word starts; bit 0 set)
 @group(0) @binding(16) var<storage, read> word_mask: array<u32>;
@@ -54,6 +57,8 @@ override PAIR_MASK: u32 = 15u;     // hash slots - 1
 override PAIR_PROBES: u32 = 1u;    // most probes of any lookup
 override UNWIND: u32 = 4u;         // most iterations of valid_pair (2 * max split height + 2)
 override STEP_MAX: u32 = 64u;      // most loop iterations of one step of the walk (host bound)
+override ALL_REACHABLE: bool = false;  // no unreachable token (GPT-2, Qwen2, vocabs trained by
+                                       // merges): skip the per-node check and whole-word rule
 
 const NO_TOKEN: u32 = 0xFFFFFFFFu;
 const BAD_TOKEN: u32 = 0xFFFFFFFEu;  // no valid encoding found (vocab outside the supported set)
@@ -122,38 +127,46 @@ fn pair_lookup(a: u32, b: u32, steps: ptr<function, u32>) -> u32 {
 
 // Whether BPE of bytes(t1) + bytes(t2) gives [t1, t2] (bpe.valid_pair; rust-gems
 // is_valid_token_pair with ranks): unwind the later-ranked token's last merge, and fail when a
-// merge across the seam would have come before what is still allowed (limit).
+// merge across the seam would have come before what is still allowed (limit); stop (valid) when
+// no merge across the seam can rank below the limit any more (spine bounds).
 fn valid_pair(t1_in: u32, t2_in: u32, steps: ptr<function, u32>) -> bool {
     var t1 = t1_in;
     var t2 = t2_in;
     var limit = 0xFFFFFFFFu;
+    var i1 = tokinfo[t1];
+    var i2 = tokinfo[t2];
     for (var g = 0u; g < UNWIND; g++) {
         *steps += 1u;
+        if (max(bounds[t1].x, bounds[t2].y) >= limit) { return true; }
         let c = pair_lookup(t1, t2, steps);
         if (c != NO_TOKEN && tok_rank(c) < limit) { return false; }
-        let r1 = tok_rank(t1);
-        let r2 = tok_rank(t2);
+        let r1 = i1.w & RANK_MASK;
+        let r2 = i2.w & RANK_MASK;
         if (r1 > r2) {
             limit = r1;
-            let n1 = tokinfo[t1].z;
+            let n1 = i1.z;
             if (n1 == t1) {
                 limit = r2 + 1u;
-                let n2 = tokinfo[t2].y;
+                let n2 = i2.y;
                 if (n2 == t2) { return true; }
                 t2 = n2;
+                i2 = tokinfo[t2];
             } else {
                 t1 = n1;
+                i1 = tokinfo[t1];
             }
         } else {
             limit = r2 + 1u;
-            let n2 = tokinfo[t2].y;
+            let n2 = i2.y;
             if (n2 == t2) {
                 limit = r1;
-                let n1 = tokinfo[t1].z;
+                let n1 = i1.z;
                 if (n1 == t1) { return true; }
                 t1 = n1;
+                i1 = tokinfo[t1];
             } else {
                 t2 = n2;
+                i2 = tokinfo[t2];
             }
         }
     }
@@ -216,6 +229,9 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     var prev = NO_TOKEN;
     if (walking) { prev = prev_token(pos, &steps); }
     var own_count = 0u;  // wraps below 0 when a pop removes a token of an earlier dispatch
+    // Whether a dead bit may be set in this thread's words: only the walking thread marks its
+    // words' positions, so until it pops (or when it resumes an earlier dispatch's walk) none is.
+    var dead_any = params.resume != 0u;
     let budget = params.budget;
     loop {
         if (!walking) { break; }
@@ -244,22 +260,25 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                 if (child == NO_TOKEN) { break; }
                 q += 1u;
                 last_tid = nodes[3u * child + 2u];
-                if (last_tid != NO_TOKEN && reachable(last_tid)) { cand = last_tid; }
+                if (last_tid != NO_TOKEN && (ALL_REACHABLE || reachable(last_tid))) {
+                    cand = last_tid;
+                }
                 fc = nodes[3u * child];
                 nc = nodes[3u * child + 1u];
             }
             // q is where the walk stopped; the word ends there if no child could follow
             // because of a word start (or the slice end) and the node spells a token.
-            if (prev == NO_TOKEN && last_tid != NO_TOKEN && (q >= n || word_start_at(q))
-                && q - pos == tok_len(last_tid)) {
+            if (!ALL_REACHABLE && prev == NO_TOKEN && last_tid != NO_TOKEN
+                && (q >= n || word_start_at(q))) {
                 cand = last_tid;
             }
-            continue;
         }
-        let end = pos + tok_len(cand);
-        var ok = !is_dead(end);
+        // Try cand (same iteration as the walk that found it: lanes stay in step).
+        let ti = tokinfo[cand];
+        let end = pos + (ti.w >> RANK_BITS);
+        var ok = !(dead_any && is_dead(end));
         if (ok && prev != NO_TOKEN) { ok = valid_pair(prev, cand, &steps); }
-        if (ok || (prev == NO_TOKEN && tokinfo[cand].x == NO_TOKEN)) {
+        if (ok || (prev == NO_TOKEN && ti.x == NO_TOKEN)) {
             var emit = cand;
             if (!ok) { emit = BAD_TOKEN; }  // nothing fits at a word start: report, go on
             scratch[pos] = emit;
@@ -274,11 +293,12 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             } else if (word_start_at(pos)) {
                 prev = NO_TOKEN;
             }
-        } else if (tokinfo[cand].x != NO_TOKEN) {
-            cand = tokinfo[cand].x;
+        } else if (ti.x != NO_TOKEN) {
+            cand = ti.x;
         } else {
             // No token fits at pos after prev: pos is dead; pop prev and retry from its start.
             atomicOr(&dead[pos >> 5u], 1u << (pos & 31u));
+            dead_any = true;
             let ps = pos - tok_len(prev);
             scratch[ps] = NO_TOKEN;
             if (ps < block_end) { own_count -= 1u; } else { atomicSub(&counts[ps / (WG * CHUNK)], 1u); }
