@@ -8,13 +8,15 @@ pointer jumping). Every result here equals ``reference.encode`` token for token:
 |---|---|---|
 | runs of one byte / 2–3 alternating bytes / base64-like / digits / whitespace / ş / emoji, at the threshold ± 1, tile and chunk boundaries ± 1, mixed with corpus documents | == reference; long path taken | test_long_words_equal_reference |
 | tiny threshold (4–64 bytes): nearly every word long; random words (hypothesis) | == reference | test_tiny_threshold_*, test_random_words_tiny_threshold |
+| vocabs whose longest token is 1, 2, 4 bytes / 288 bytes (4 KiB tiles) / 2^15 bytes (path off, warned) | == reference | test_byte_only_and_tiny_vocabs, test_long_tokens_wide_tiles |
+| bad ``long_word_bytes``; ``None`` (one thread per word) | ValueError naming it; same ids | test_bad_long_word_setting_is_named |
 | > 64 regions in a slice (table read separately); regions split over several submits (small binding) | == reference | test_many_regions_and_groups |
 | a word longer than a slice; with out-of-budget walks (continuations) first | == reference | test_long_word_across_slices_and_continuations |
 | no subgroups; u32 ids (> 65,536) | == reference | test_long_words_without_subgroups, test_long_words_u32_ids |
 | a 1 MB word: a fixed number of submits, no continuation | 3 submits | test_one_megabyte_word_submits |
 | workgroup memory poisoned (0xDEADBEEF) in every entry point and between dispatches | == reference; a removed initialisation is caught | test_poisoned_workgroup_memory |
 | slice limits: byte positions < 2^31 whatever the adapter's limits; a forced small binding | sliced, == reference | test_slice_limit_keeps_positions_32_bit, test_forced_small_binding |
-| 5 MB words (heavy, H200) | == reference / run oracle; time vs the same bytes split | test_heavy_five_megabyte_words |
+| 7 kinds of 300 KB / 5 MB (heavy, H200) words | == run oracle / one-thread walk + reference prefix; 5 MB ``a``: ≤ 3× ``b"a " * 2.5M`` | test_megabyte_words_checked_like_the_heavy_test, test_heavy_five_megabyte_words |
 """
 
 from __future__ import annotations
@@ -245,6 +247,15 @@ def test_long_tokens_wide_tiles(monkeypatch):
     assert sess.long_from == 0
     docs = [b"=" * 40_000, b"=" * 33_000 + b" b"]
     assert tk.encode_batch(docs).tolist() == reference.encode_batch(docs, huge)
+
+
+def test_byte_only_and_tiny_vocabs():
+    """The longest token 1 or 2 bytes: windows of 1–2 nodes, every byte its own match."""
+    docs = [b"a" * 10_000, b"ab" * 3_000, bytes(range(65, 91)) * 300, b"x", "ş😀".encode() * 999]
+    for merges in ([], [(97, 97)], [(97, 98), (256, 256)]):
+        tk = Tokenizer(Vocab.from_merges(merges), long_word_bytes=8)
+        assert tk.encode_batch(docs).tolist() == reference.encode_batch(docs, merges)
+        assert tk._sess.long_regions >= 4
 
 
 def test_one_megabyte_word_submits(tok, merges):
