@@ -181,8 +181,9 @@ def hf_bpe_model(vocab: Vocab, model_vocab: dict[str, int] | None = None) -> dic
     names = {i: s for s, i in model_vocab.items()}
     toks = vocab.token_bytes
     order = sorted(range(len(toks)), key=lambda i: int(t.rank[i]))
+    skip = set(t.unreachable)
     merges = [[names[int(t.split[i, 0])], names[int(t.split[i, 1])]] for i in order
-              if len(toks[i]) > 1 and i not in set(t.unreachable)]
+              if len(toks[i]) > 1 and i not in skip]
     return {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
             "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
             "ignore_merges": True, "vocab": model_vocab, "merges": merges}
