@@ -495,3 +495,16 @@ def test_tokenized_dataset_bpe_mode(gpt2, gpt2_tt):
     stream = [i for d in docs for i in gpt2_tt.encode_ordinary(d) + [50256]]
     flat = torch.cat([b["input_ids"] for b in blocks]).tolist()[: len(stream)]
     assert flat == stream
+
+
+@gpu
+def test_gpu_arrow_reader_path_bpe_mode(gpt2_tok, gpt2_tt, tiny):
+    """The ingestion path (pyarrow arrays, packed bytes) in merge-order mode, sliced too."""
+    import pyarrow as pa
+
+    docs = corpus_docs("tr_libreoffice_help", 15_000, max_doc_bytes=3_000) + ["", "a" * 3_000]
+    want = [gpt2_tt.encode_ordinary(d) for d in docs]
+    arr = pa.chunked_array([pa.array(docs[:5]), pa.array(docs[5:])])
+    assert_same(gpt2_tok.encode_arrow(arr).tolist(), want, "arrow")
+    assert_same(tiny.encode_arrow(pa.array(docs, pa.large_string())).tolist(), want,
+                "arrow, tiny slices")
