@@ -217,3 +217,15 @@ def test_llmc_uint32_variant_and_writer_edges(tmp_path):
     w.add(np.array([70_000, 5], np.uint32), np.array([0, 1, 2]))
     w.close()
     assert megatron_load(tmp_path / "mg" / "data_000000") == [[70_000], [5]]
+
+
+@pytest.mark.parametrize("avg", [0, 3, 255, 300, 5000])
+def test_eot_insertion_both_ways(avg):
+    """The EOT-before-each-document stream (mask pass for short documents, slice copies for
+    long ones) equals numpy.insert."""
+    rng = np.random.default_rng(avg)
+    lens = rng.integers(0, 2 * avg + 1, 40)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    ids = rng.integers(0, 60_000, int(offsets[-1])).astype(np.uint16)
+    got = shardmod._insert_before(ids, offsets, 65_535, np.uint16)
+    assert got.tolist() == np.insert(ids, offsets[:-1], 65_535).tolist()

@@ -106,9 +106,14 @@ def _insert_before(ids: np.ndarray, offsets: np.ndarray, tok: int, dtype) -> np.
     n = len(offsets) - 1
     out = np.empty(len(ids) + n, dtype)
     starts = offsets[:-1] + np.arange(n, dtype=np.int64)
+    out[starts] = tok
+    if n and len(ids) >= 256 * n:  # long documents: one slice copy each (no mask pass)
+        o, st = offsets.tolist(), starts.tolist()
+        for j in range(n):
+            out[st[j] + 1 : st[j] + 1 + o[j + 1] - o[j]] = ids[o[j] : o[j + 1]]
+        return out
     mask = np.ones(len(out), bool)
     mask[starts] = False
-    out[starts] = tok
     out[mask] = ids
     return out
 
