@@ -168,7 +168,11 @@ def test_actor_with_a_ray_gpu_pins_its_adapter_by_uuid(monkeypatch):
     from torch_gpubpe import devices
     from torch_gpubpe.ray import _pin_assigned_gpu
 
-    monkeypatch.delenv("TORCH_GPUBPE_ADAPTER", raising=False)
+    # setenv first, so that monkeypatch restores the variable's absence after _pin_assigned_gpu
+    # sets it (delenv of an absent variable records nothing, and the value would leak into
+    # every later test)
+    monkeypatch.setenv("TORCH_GPUBPE_ADAPTER", "")
+    monkeypatch.delenv("TORCH_GPUBPE_ADAPTER")
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: [3])
     u = "ab" * 16

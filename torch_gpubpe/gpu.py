@@ -363,17 +363,21 @@ class GPU:
         """
         from .shaders import parse_wgsl
 
-        code = source if source is not None else shader_source(name, self.flags)
-        need = parse_wgsl(code).workgroup_bytes(entry_point, dict(constants or {}))
-        workgroup_bytes = max(need, workgroup_bytes or 0)
-        if workgroup_bytes > self.max_workgroup_storage:
-            raise ValueError(
-                f"{name}.{entry_point} needs {workgroup_bytes} B of workgroup memory; the adapter "
-                f"allows {self.max_workgroup_storage} B"
-            )
         consts = dict(sorted((constants or {}).items()))
         key = (name, source, entry_point, tuple(consts.items()))
         if key not in self._pipelines:
+            code = source if source is not None else shader_source(name, self.flags)
+            try:
+                need = parse_wgsl(code).workgroup_bytes(entry_point, dict(consts))
+            except KeyError as e:
+                raise GPUOperationError(f"creating pipeline {name}.{entry_point} failed: "
+                                        f"{e.args[0]}") from e
+            workgroup_bytes = max(need, workgroup_bytes or 0)
+            if workgroup_bytes > self.max_workgroup_storage:
+                raise ValueError(
+                    f"{name}.{entry_point} needs {workgroup_bytes} B of workgroup memory; the "
+                    f"adapter allows {self.max_workgroup_storage} B"
+                )
             compute: dict[str, Any] = {
                 "module": self.module(name, source),
                 "entry_point": entry_point,
