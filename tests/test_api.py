@@ -376,6 +376,7 @@ def test_cli_dataset_without_network_fails_fast(tmp_path, kind):
     assert r.returncode == 2 and line.startswith("torch_gpubpe: error:"), r.stderr[-2000:]
     assert "cannot be reached" in line and "127.0.0.1" in line and "--data-files" in line
     assert "HF_HUB_OFFLINE" not in line
+    assert "reading no-such-user/no-such-set from the local cache only" in r.stderr  # warned
     assert secs < 20, secs  # python start + imports + a 3 s check
 
 

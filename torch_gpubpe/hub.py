@@ -7,8 +7,8 @@ network" from "``HF_HUB_OFFLINE=1`` is set and the dataset is not cached". Here:
 * :func:`prepare_hub_access` is called once before a Hub dataset is opened. Unless offline mode
   is already on, it checks in at most :data:`CHECK_TIMEOUT_S` seconds whether the Hub endpoint
   (``HF_ENDPOINT``, default ``https://huggingface.co``) answers at all. If it does not, offline
-  mode is switched on for this process (``HF_HUB_OFFLINE=1``), so a dataset already in the local
-  cache still loads, and nothing waits on retries.
+  mode is switched on for this process (``HF_HUB_OFFLINE=1``, with a ``RuntimeWarning``), so a
+  dataset already in the local cache still loads, and nothing waits on retries.
 * :func:`explain_hub_failure` turns the failure of a Hub dataset into one line that fits the
   case: the Hub could not be reached (and the dataset is not cached), or ``HF_HUB_OFFLINE`` was
   set by the user (and the dataset is not cached).
@@ -30,6 +30,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import warnings
 from dataclasses import dataclass
 
 CHECK_TIMEOUT_S = 3.0
@@ -156,6 +157,10 @@ def prepare_hub_access(dataset: str | None = None, timeout: float = CHECK_TIMEOU
         state.seconds = time.perf_counter() - t0
         if state.unreachable is not None:
             _set_offline()
+            warnings.warn(  # not silent: a cached copy may be older than the Hub's
+                f"the Hugging Face Hub at {state.endpoint} cannot be reached "
+                f"({state.unreachable}): reading {dataset or 'datasets'} from the local cache "
+                "only (offline mode, HF_HUB_OFFLINE=1)", RuntimeWarning, stacklevel=2)
     _last = state
     return state
 
