@@ -256,17 +256,26 @@ def test_train_refuses_an_empty_corpus(count_on):
 
 
 @pytest.mark.gpu
-def test_train_progress_true_shows_tqdm_bars(capsys):
+def test_train_progress_true_shows_tqdm_bars(capsys, tmp_path):
+    from torch_gpubpe.readers import open_source
     from torch_gpubpe.trainer import train
 
     docs = corpus_docs("tr_ud_boun", 30_000)
+    want = reference.train(docs, 400)
     vocab = train(docs, 400, progress=True)
-    assert list(vocab.merges) == reference.train(docs, 400)
+    assert list(vocab.merges) == want
     err = capsys.readouterr().err
     assert "count words" in err and f"{len(docs)}/{len(docs)}" in err
     assert "merge" in err and f"{400 - 256}/{400 - 256}" in err
     vocab = train(docs, 300, progress=False)  # False/None: no bar
     assert capsys.readouterr().err == ""
+    # a reader's packed batches (the CLI's fast path) keep that path and count documents too
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    reader = open_source(str(path))
+    assert hasattr(reader, "packed_batches")
+    assert list(train(reader, 400, progress=True).merges) == want
+    assert f"count words: {len(docs)}doc" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------------
