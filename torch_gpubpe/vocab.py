@@ -245,6 +245,11 @@ class Vocab:
         out.update(self.special_token_ids)
         return out
 
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_ids_by_bytes", None)  # a cache: rebuilt on first lookup, not pickled
+        return state
+
     def _lookup(self) -> dict[bytes, int]:
         table = self.__dict__.get("_ids_by_bytes")
         if table is None:
