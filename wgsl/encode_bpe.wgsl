@@ -212,6 +212,7 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     var walking = false;
     var pos = 0u;
     var cand = NO_TOKEN;
+    var cand_len = 0u;  // bytes of cand (known from the walk; tokinfo otherwise)
     if (cs < n) {
         if (params.resume == 0u) {
             state[2u * c] = 0u;
@@ -224,6 +225,7 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             walking = st != 0u;
             pos = st - 1u;
             cand = state[2u * c + 1u];
+            if (walking && cand != NO_TOKEN) { cand_len = tok_len(cand); }
         }
     }
     var prev = NO_TOKEN;
@@ -251,6 +253,7 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             var fc = d1_fc[b0];
             var nc = d1_nc[b0];
             cand = d1_tid[b0];  // single bytes are always reachable
+            cand_len = 1u;
             var q = pos + 1u;
             var last_tid = cand;
             loop {
@@ -258,10 +261,15 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                 var child = NO_TOKEN;
                 if (q < n && !word_start_at(q)) { child = find_child(fc, nc, text_byte(q)); }
                 if (child == NO_TOKEN) { break; }
+                // Interiors of tokens hold NO_TOKEN: every byte inside an accepted token was
+                // passed by the walk from its start, and a token start written since then was
+                // cleared again when that token was popped.
+                scratch[q] = NO_TOKEN;
                 q += 1u;
                 last_tid = nodes[3u * child + 2u];
                 if (last_tid != NO_TOKEN && (ALL_REACHABLE || reachable(last_tid))) {
                     cand = last_tid;
+                    cand_len = q - pos;
                 }
                 fc = nodes[3u * child];
                 nc = nodes[3u * child + 1u];
@@ -271,18 +279,19 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             if (!ALL_REACHABLE && prev == NO_TOKEN && last_tid != NO_TOKEN
                 && (q >= n || word_start_at(q))) {
                 cand = last_tid;
+                cand_len = q - pos;
             }
         }
         // Try cand (same iteration as the walk that found it: lanes stay in step).
-        let ti = tokinfo[cand];
-        let end = pos + (ti.w >> RANK_BITS);
+        let end = pos + cand_len;
         var ok = !(dead_any && is_dead(end));
         if (ok && prev != NO_TOKEN) { ok = valid_pair(prev, cand, &steps); }
-        if (ok || (prev == NO_TOKEN && ti.x == NO_TOKEN)) {
+        var shorter = NO_TOKEN;
+        if (!ok) { shorter = tokinfo[cand].x; }
+        if (ok || (prev == NO_TOKEN && shorter == NO_TOKEN)) {
             var emit = cand;
             if (!ok) { emit = BAD_TOKEN; }  // nothing fits at a word start: report, go on
             scratch[pos] = emit;
-            for (var j = pos + 1u; j < end; j++) { steps += 1u; scratch[j] = NO_TOKEN; }
             if (pos < block_end) { own_count += 1u; } else { atomicAdd(&counts[pos / (WG * CHUNK)], 1u); }
             prev = select(NO_TOKEN, emit, ok);
             pos = end;
@@ -293,13 +302,15 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             } else if (word_start_at(pos)) {
                 prev = NO_TOKEN;
             }
-        } else if (ti.x != NO_TOKEN) {
-            cand = ti.x;
+        } else if (shorter != NO_TOKEN) {
+            cand = shorter;
+            cand_len = tok_len(shorter);
         } else {
             // No token fits at pos after prev: pos is dead; pop prev and retry from its start.
             atomicOr(&dead[pos >> 5u], 1u << (pos & 31u));
             dead_any = true;
-            let ps = pos - tok_len(prev);
+            cand_len = tok_len(prev);
+            let ps = pos - cand_len;
             scratch[ps] = NO_TOKEN;
             if (ps < block_end) { own_count -= 1u; } else { atomicSub(&counts[ps / (WG * CHUNK)], 1u); }
             cand = prev;
