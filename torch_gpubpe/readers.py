@@ -91,9 +91,10 @@ _EXTENSIONS = {
     ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow",
 }
 # Leading bytes of binary files that must not be read as text or JSON.
-_MAGICS = ((b"PAR1", "parquet"), (b"ARROW1", "arrow"), (b"\xff\xff\xff\xff", "arrow stream"),
-           (b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"BZh", "bz2"),
-           (b"\xfd7zXZ\x00", "xz"), (b"\x04\x22\x4d\x18", "lz4"), (b"PK\x03\x04", "zip"))
+# (Text may hold any bytes: only long or checked signatures; parquet also ends with PAR1.)
+_MAGICS = ((b"PAR1", "parquet"), (b"ARROW1\x00\x00", "arrow"), (b"\x1f\x8b\x08", "gzip"),
+           (b"\x28\xb5\x2f\xfd", "zstd"), (b"\xfd7zXZ\x00", "xz"), (b"\x04\x22\x4d\x18", "lz4"),
+           (b"PK\x03\x04", "zip"))
 
 _BINARY_TYPES = (pa.binary(), pa.large_binary(), pa.string(), pa.large_string())
 
@@ -408,13 +409,21 @@ def _sniff(path: str, fmt: str) -> None:
     """Refuse a binary file given as text or JSON Lines (after decompression)."""
     try:
         with _open_raw(path) as f:
-            head = f.read(8)
+            head = f.read(16)
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 4))
+            tail = f.read(4)
     except (OSError, pa.ArrowException) as e:
         raise InputError(f"{path}: cannot be read as {_split_ext(path)[1] or fmt} "
                          f"({type(e).__name__}: {e}); the formats are {', '.join(FORMATS)}, "
                          f"optionally {', '.join(sorted(set(_COMPRESSION)))} compressed") from e
-    for magic, kind in _MAGICS:
-        if head.startswith(magic):
+    import re as _re
+
+    for magic, kind in _MAGICS + ((_re.compile(rb"BZh[1-9]1AY&SY"), "bz2"),):
+        hit = magic.match(head) if hasattr(magic, "match") else head.startswith(magic)
+        if kind == "parquet":
+            hit = hit and tail == b"PAR1" and _split_ext(path)[1] is None  # uncompressed
+        if hit:
             raise InputError(
                 f"{path}: read as {fmt} but it is a {kind} file; name it by its format or pass "
                 f"--format (file_format=) one of {', '.join(FORMATS)} (compressed files need "
