@@ -508,3 +508,30 @@ def test_gpu_arrow_reader_path_bpe_mode(gpt2_tok, gpt2_tt, tiny):
     assert_same(gpt2_tok.encode_arrow(arr).tolist(), want, "arrow")
     assert_same(tiny.encode_arrow(pa.array(docs, pa.large_string())).tolist(), want,
                 "arrow, tiny slices")
+
+
+def _unreachable_vocab() -> Vocab:
+    """Bytes + ab, abcd (BPE of b"abcd" stops at [ab, c, d]: unreachable), xy, yab, bc."""
+    toks = [bytes([b]) for b in range(256)] + [b"ab", b"abcd", b"xy", b"yab", b"bc"]
+    return Vocab(tokens=tuple(toks), mode="bpe")
+
+
+@gpu
+@HSET
+@given(st.lists(st.lists(st.sampled_from(["a", "b", "c", "d", "x", "y", " ", "abcd", "yab"]),
+                         max_size=60).map("".join), min_size=1, max_size=5))
+def test_gpu_unreachable_tokens(docs):
+    """A vocab with unreachable tokens (BPE of their own bytes does not end in them): the GPU
+    walk leaves them out except for a whole word spelled by one (tiktoken's piece lookup)."""
+    from torch_gpubpe.encoder import Tokenizer
+
+    v = _unreachable_vocab()
+    t = bpe_tables(v)
+    assert t.unreachable  # the non-ALL_REACHABLE kernel is the one under test
+    tok = _UNREACHABLE_TOK.setdefault("tok", Tokenizer(v))
+    tt = tiktoken_of(v)
+    docs = docs + ["abcd", "abcd abcd", "xabcd", " abcd", "abcdabcd"]
+    assert_same(tok.encode_batch(docs).tolist(), [tt.encode_ordinary(d) for d in docs])
+
+
+_UNREACHABLE_TOK: dict = {}
