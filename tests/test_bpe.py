@@ -434,7 +434,8 @@ def test_cli_encode_tiktoken_vocab(tmp_path, capsys, gpt2_tt):
     for mode, want_of in (("bpe", gpt2_tt.encode_ordinary), ("greedy", None)):
         out = tmp_path / mode
         argv = ["encode", "--vocab", str(GPT2), "--data-files", str(data), "--out", str(out),
-                "--batch-bytes", "5K", "--no-progress", "--append-eos"]
+                "--batch-bytes", "5K", "--no-progress", "--append-eos",
+                "--pre-tokenizer", "bytes-classes"]   # DESIGN.md §2 words, as gpt2_tt splits
         if mode == "greedy":
             argv += ["--mode", "greedy"]
         assert cli.main(argv) == 0, capsys.readouterr().err
@@ -448,6 +449,21 @@ def test_cli_encode_tiktoken_vocab(tmp_path, capsys, gpt2_tt):
                 return _greedy(gv, d)
         for k, d in enumerate(docs):
             assert ids[offsets[k] : offsets[k + 1]].tolist() == want_of(d) + [50256], (mode, k)
+    # No --pre-tokenizer: the split the sidecar names (GPT-2's regex), i.e. tiktoken's GPT-2 ids
+    import tiktoken
+
+    meta_tt = json.loads(GPT2.with_name(GPT2.name + ".json").read_text())
+    real = tiktoken.Encoding("gpt2", pat_str=meta_tt["pattern"], mergeable_ranks=gpt2_tt._mergeable_ranks,
+                             special_tokens={})
+    out = tmp_path / "implied"
+    assert cli.main(["encode", "--vocab", str(GPT2), "--data-files", str(data), "--out", str(out),
+                     "--no-progress", "--append-eos"]) == 0, capsys.readouterr().err
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["pre_tokenizer"] == "gpt2"
+    ids = np.fromfile(out / "ids.bin", dtype=np.dtype(meta["ids_dtype"]))
+    offsets = np.load(out / "offsets.npy")
+    for k, d in enumerate(docs):
+        assert ids[offsets[k] : offsets[k + 1]].tolist() == real.encode_ordinary(d) + [50256], k
 
 
 def _greedy(vocab: Vocab, text: str) -> list[int]:

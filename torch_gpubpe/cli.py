@@ -208,9 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "token) after every document (llmc always puts it before each document)")
     e.add_argument("--batch-bytes", type=parse_size, default=DEFAULT_BATCH_BYTES, metavar="SIZE",
                    help="text per GPU batch (default: 16M)")
-    e.add_argument("--pre-tokenizer", default="bytes-classes", metavar="NAME",
-                   help="word split: bytes-classes (DESIGN.md §2, default), or a model's regex "
-                        "split done exactly on the GPU: gpt2 (r50k/p50k), cl100k, qwen2")
+    e.add_argument("--pre-tokenizer", default=None, metavar="NAME",
+                   help="word split: bytes-classes (DESIGN.md §2), or a model's regex split "
+                        "done exactly on the GPU: gpt2 (r50k/p50k), cl100k, qwen2 (default: the "
+                        "one the vocab file implies — a *.tiktoken file's JSON sidecar pattern, "
+                        "a tokenizer.json's pre-tokenizer — else bytes-classes)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
     e.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show tracebacks instead of one-line errors")
@@ -317,6 +319,27 @@ def load_vocab_arg(path: str) -> Vocab:
             f"--vocab {path!r}: no such vocab file (expected vocab.json or its folder, a "
             "*.tiktoken file or a tokenizer.json)")
     return Vocab.load(p)
+
+
+def implied_pre_tokenizer(path: str) -> str:
+    """The word split a ``--vocab`` file implies: a ``*.tiktoken`` file's sidecar pattern
+    (``path.json``), a ``tokenizer.json``'s pre-tokenizer, else DESIGN.md §2's bytes-classes.
+
+    Raises:
+        InputError: the file implies a split the GPU cannot do exactly (names it).
+    """
+    p = _vocab_path(path)
+    if p.suffix == ".tiktoken":
+        from .vocab_io import tiktoken_metadata
+
+        return tiktoken_metadata(p).get("pattern") or "bytes-classes"
+    if p.name.endswith(".json") and p.name != "vocab.json":
+        from .patterns import from_hf_pre_tokenizer
+
+        with open(p, encoding="utf-8") as f:
+            pre = json.load(f).get("pre_tokenizer")
+        return from_hf_pre_tokenizer(pre) if pre else "bytes-classes"
+    return "bytes-classes"
 
 
 # -- train ---------------------------------------------------------------------------------------
@@ -606,7 +629,8 @@ def cmd_encode(args: argparse.Namespace) -> int:
                          overwrite=args.overwrite, flat_npy=args.output_format == "npy")
     from .encoder import Tokenizer  # the GPU encoder (DESIGN.md §4)
 
-    tok = Tokenizer(vocab, pre_tokenizer=args.pre_tokenizer, mode=args.mode)
+    tok = Tokenizer(vocab, pre_tokenizer=args.pre_tokenizer or implied_pre_tokenizer(args.vocab),
+                    mode=args.mode)
     n_docs = n_bytes = n_tokens = 0
     t0 = time.perf_counter()
     read_stats: dict = {}

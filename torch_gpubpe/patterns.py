@@ -89,7 +89,9 @@ def resolve(pattern: str) -> str:
     """
     if not isinstance(pattern, str):
         raise InputError(f"pattern must be a str (a name or a pat_str), got {type(pattern).__name__}")
-    if pattern in (DEFAULT, "bytes"):
+    from .vocab import SPLIT_PATTERN, SPLIT_PATTERN_PY
+
+    if pattern in (DEFAULT, "bytes", SPLIT_PATTERN, SPLIT_PATTERN_PY):  # DESIGN.md §2's split
         return DEFAULT
     fam = _NAMES.get(pattern.lower()) or _BY_PATTERN.get(pattern)
     if fam:
