@@ -1,5 +1,5 @@
 """Build the code-point class table of the Unicode pre-tokenizers (run at build time, output
-checked in as ``torch_gpubpe/data/unicode_classes.npz``).
+checked in as ``torch_gpubpe/tables/unicode_classes.npz``).
 
 Every class is what the installed ``regex`` module — the engine tiktoken's ``pat_str`` patterns
 are written for — says of each code point: the table is made by running ``regex`` over a string
@@ -32,7 +32,7 @@ import numpy as np
 
 CONTRACTION_LETTERS = "sdmtlvre"  # the letters after ' in every family's contractions
 NUM_CP = 0x110000
-DATA_FILE = Path(__file__).resolve().parent / "data" / "unicode_classes.npz"
+DATA_FILE = Path(__file__).resolve().parent / "tables" / "unicode_classes.npz"
 
 
 def regex_unicode_version() -> str:
