@@ -252,6 +252,16 @@ def test_refuses_files_it_cannot_read(tmp_path):
         FileReader(tmp_path / "x.docx")
     with pytest.raises(InputError, match="does not exist"):
         FileReader(tmp_path / "nope.jsonl")
+    # an executable or an image named .txt (found trying the product as a new user)
+    import shutil
+    import sys
+
+    shutil.copy(sys.executable, tmp_path / "python.txt")
+    with pytest.raises(InputError, match="python.txt: read as text but it is a ELF"):
+        list(FileReader(tmp_path / "python.txt").batches())
+    (tmp_path / "img.txt").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    with pytest.raises(InputError, match="it is a PNG file"):
+        list(FileReader(tmp_path / "img.txt").batches())
 
 
 def test_python_sources_shard_and_pack(tmp_path):

@@ -892,12 +892,13 @@ class Tokenizer:
         """
         from .vocab_io import load_tiktoken, tiktoken_metadata
 
+        vocab = load_tiktoken(path)  # first: a missing file is named as such (OSError)
         if pattern is None:
             pattern = tiktoken_metadata(path).get("pattern")
             if pattern is None:
                 raise InputError(f"{path}: no split pattern (no sidecar {path}.json with "
                                  "\"pattern\"); pass pattern='gpt2', 'cl100k', 'qwen2' or a pat_str")
-        return cls(load_tiktoken(path), pre_tokenizer=pattern, **kwargs)
+        return cls(vocab, pre_tokenizer=pattern, **kwargs)
 
     @classmethod
     def from_hf(cls, path: str | os.PathLike, *, pattern: str | None = None,

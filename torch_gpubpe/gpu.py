@@ -157,23 +157,26 @@ def no_adapter_message(detail: str = "") -> str:
     exact command that fixes it (a few lines)."""
     import ctypes.util
 
-    missing = []
+    missing, hidden = [], []
     for var in ("VK_ICD_FILENAMES", "VK_DRIVER_FILES"):
         files = [f for f in os.environ.get(var, "").split(os.pathsep) if f]
         if files and not any(os.path.exists(f) for f in files):
-            missing.append(f"the driver files {var} names ({os.environ[var]}: unset it)")
+            hidden.append(f"{var}={os.environ[var]}")
     if ctypes.util.find_library("vulkan") is None:
         missing.append("the Vulkan loader (libvulkan.so.1)")
     icd_dirs = ("/usr/share/vulkan/icd.d", "/etc/vulkan/icd.d", "/usr/local/share/vulkan/icd.d")
     if not any(os.path.isdir(d) and os.listdir(d) for d in icd_dirs):
         missing.append("a Vulkan driver (no ICD file in /usr/share/vulkan/icd.d)")
-    lines = [
-        "no GPU adapter: wgpu found no Vulkan, Metal or D3D12 device"
-        + (f"; missing: {', '.join(missing)}" if missing else "") + ".",
-        "On a machine without a GPU, Mesa's lavapipe (Vulkan on the CPU: slow, but exact) works:",
-        f"    {install_hint()}",
-        "Then check with: python -m torch_gpubpe doctor",
-    ]
+    lines = ["no GPU adapter: wgpu found no Vulkan, Metal or D3D12 device"
+             + (f"; missing: {', '.join(missing)}" if missing else "") + "."]
+    if hidden:  # drivers are installed, but the environment points the loader elsewhere
+        lines.append(f"The environment sends the Vulkan loader to files that do not exist "
+                     f"({', '.join(hidden)}): unset it.")
+    if missing or not hidden:
+        lines += ["On a machine without a GPU, Mesa's lavapipe (Vulkan on the CPU: slow, but "
+                  "exact) works; `python -m torch_gpubpe doctor --install` installs it, or run:",
+                  f"    {install_hint()}"]
+    lines.append("Then check with: python -m torch_gpubpe doctor")
     if detail:
         lines.append(f"({' '.join(detail.split())[:400]})")
     return "\n".join(lines)

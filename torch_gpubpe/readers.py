@@ -94,7 +94,9 @@ _EXTENSIONS = {
 # (Text may hold any bytes: only long or checked signatures; parquet also ends with PAR1.)
 _MAGICS = ((b"PAR1", "parquet"), (b"ARROW1\x00\x00", "arrow"), (b"\x1f\x8b\x08", "gzip"),
            (b"\x28\xb5\x2f\xfd", "zstd"), (b"\xfd7zXZ\x00", "xz"), (b"\x04\x22\x4d\x18", "lz4"),
-           (b"PK\x03\x04", "zip"))
+           (b"PK\x03\x04", "zip"), (b"\x7fELF", "ELF executable"), (b"%PDF-", "PDF"),
+           (b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"), (b"GIF8", "GIF"),
+           (b"SQLite format 3\x00", "SQLite"), (b"\x93NUMPY", "numpy .npy"))
 
 _BINARY_TYPES = (pa.binary(), pa.large_binary(), pa.string(), pa.large_string())
 
