@@ -125,6 +125,14 @@ def test_vulkan_probe_sees_the_wgpu_vulkan_adapters():
     assert len(descs) == len(vk) and all(d.uuid for d in descs)   # every one matched
 
 
+def _vulkan_gpus() -> int:
+    """Vulkan adapters of this machine that are not CPU devices."""
+    import wgpu
+
+    return sum(1 for a in wgpu.gpu.enumerate_adapters_sync()
+               if a.info["backend_type"] == "Vulkan" and str(a.info["adapter_type"]).lower() != "cpu")
+
+
 def _open_in_child(**env: str) -> dict:
     code = ("import json; from torch_gpubpe import devices; from torch_gpubpe.gpu import get_gpu;"
             "g = get_gpu(); c = devices.last_choice;"
@@ -139,11 +147,15 @@ def _open_in_child(**env: str) -> dict:
 def test_a_process_with_local_rank_opens_the_chosen_adapter():
     import wgpu
 
-    cpu_only = not any(str(a.info["adapter_type"]).lower() != "cpu"
-                       for a in wgpu.gpu.enumerate_adapters_sync())
-    got = _open_in_child(LOCAL_RANK="1", TORCH_GPUBPE_ADAPTER="")
-    if cpu_only:      # CI: lavapipe only, so both ranks share it
+    gpus = _vulkan_gpus()
+    if not gpus:      # CI: lavapipe only, so both ranks share it
+        got = _open_in_child(LOCAL_RANK="1", TORCH_GPUBPE_ADAPTER="")
         assert "shares the CPU adapter" in got["reason"]
+    elif gpus == 1:   # one GPU (the lent H200): rank 1 has no GPU of its own, a named error
+        r = subprocess.run([sys.executable, "-c", "from torch_gpubpe.gpu import get_gpu; get_gpu()"],
+                           capture_output=True, text=True, timeout=300,
+                           env=subprocess_env(LOCAL_RANK="1", TORCH_GPUBPE_ADAPTER=""))
+        assert r.returncode != 0 and "LOCAL_RANK=1 but there are only 1 GPU" in r.stderr
     uuid = next(v["uuid"] for v in vulkan_identities())
     by_id = _open_in_child(TORCH_GPUBPE_ADAPTER=f"uuid:{uuid}")
     assert by_id["reason"] == f"TORCH_GPUBPE_ADAPTER=uuid:{uuid}"
@@ -173,7 +185,10 @@ def test_two_process_ddp_job_shards_documents_and_opens_an_adapter_per_rank():
     r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                         str(root / "benchmarks" / "ddp_ranks.py"), "--docs", "150",
                         "--vocab-size", "300"], capture_output=True, text=True, timeout=600,
-                       env=subprocess_env(TORCH_GPUBPE_ADAPTER="", OMP_NUM_THREADS="1"))
+                       # one GPU: both ranks share it by the override (each needs its own
+                       # otherwise); no GPU (CI): both share lavapipe
+                       env=subprocess_env(TORCH_GPUBPE_ADAPTER="#0" if _vulkan_gpus() == 1 else "",
+                                          OMP_NUM_THREADS="1"))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "duplicates 0, missing 0, tokens equal to one process: True" in r.stdout
     assert "LOCAL_RANK=1" in r.stdout
