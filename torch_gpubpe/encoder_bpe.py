@@ -24,7 +24,6 @@ import numpy as np
 
 from .bpe import BpeTables, valid_pair
 
-_LUT_BYTES = 3 * 256 * 4 + 4  # depth-1 cache + counter (bpe_tokenizer_chunked)
 
 
 def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
@@ -77,7 +76,7 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
 
         src = shader_source("encode_bpe", g.flags | {"WORD_MASK"})
     sess.bpe_pipeline = g.pipeline("encode_bpe", "bpe_tokenizer_chunked",
-                                   workgroup_bytes=_LUT_BYTES, constants=consts, source=src)
+                                   constants=consts, source=src)
     sess.bpe_steps = {"unwind": unwind, "step_max": smax, "budget": sess.budget}
 
 
