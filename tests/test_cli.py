@@ -234,6 +234,13 @@ def test_error_empty_corpus(tmp_path, capsys):
     assert "empty corpus" in _one_line_error(err) and "2 documents, 0 bytes" in err
 
 
+def test_error_max_memory_names_what_to_change(capsys):
+    code, _, err = _run(capsys, "train", "--max-memory", "1M", "--no-progress")
+    assert code == 2
+    line = _one_line_error(err)
+    assert "needs about" in line and "max_memory=0.00 GB" in line and "--prune-below 2" in line
+
+
 def test_error_vocab_size_too_small(capsys):
     code, _, err = _run(capsys, "train", "--vocab-size", "256", "--special-tokens", "<|a|>")
     assert code == 2

@@ -489,3 +489,37 @@ def test_walk_grid_does_not_change_the_merges(monkeypatch, workgroups):
     got = GPUTrainer().run(words, [counts[w] for w in words], 90, 1, stats=st, budget=64)
     assert st["walk_workgroups"] == min(workgroups, -(-len(words) // 256))   # ≤ 1 per word
     assert got == ref_merges(docs, 346, 1)
+
+
+# -- a memory budget (issue 17 §2) ----------------------------------------------------------------
+def test_max_memory_refuses_before_the_merges(monkeypatch):
+    from torch_gpubpe import trainer as tmod
+
+    docs = corpus_docs("tr_ud_boun", 20_000)
+    ran = []
+    monkeypatch.setattr(tmod, "_train_counts", lambda *a, **k: ran.append(1))
+    st: dict = {}
+    with pytest.raises(InputError, match=r"unique words .* needs about .* GB of host memory.*"
+                                         r"max_memory.*prune_below=2"):
+        tmod.train(docs, 400, max_memory=1 << 20, stats=st)
+    assert not ran  # refused before the merge stream was built
+    assert st["estimated_merge_memory_bytes"] > st["max_memory_bytes"] == 1 << 20
+    tmod.train(docs, 400, stats=st)  # the default (80% of RAM) fits this corpus
+    assert ran and st["max_memory_bytes"] == tmod.default_max_memory()
+    with pytest.raises(ValueError, match="max_memory"):
+        tmod.train(docs, 400, max_memory=-1)
+
+
+def test_prune_below_drops_rare_words_recorded_and_equal_to_the_reference_on_the_rest():
+    docs = corpus_docs("tr_ud_boun", 20_000)
+    counts = reference.count_words(docs)
+    kept = {w: c for w, c in counts.items() if c >= 2}
+    st: dict = {}
+    with pytest.warns(RuntimeWarning, match=r"prune_below=2 dropped [\d,]+ of"):
+        vocab = train(docs, 400, min_frequency=1, prune_below=2, stats=st)
+    assert st["pruned_words"] == len(counts) - len(kept) > 0
+    assert list(vocab.merges) == list(train_from_word_counts(kept, 400, min_frequency=1).merges)
+    st = {}
+    exact = train(docs, 400, min_frequency=1, stats=st)  # the default prunes nothing
+    assert "pruned_words" not in st
+    assert list(exact.merges) == reference.train(docs, vocab_size=400, min_frequency=1)

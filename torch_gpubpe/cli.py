@@ -145,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where the words are counted before the merges (default: gpu; cpu: "
                         "vectorised numpy on all cores, for corpora with more distinct words "
                         "than the GPU's word table holds); same counts")
+    g.add_argument("--max-memory", type=parse_size, metavar="SIZE",
+                   help="host memory the merge phase may use (default: 80%% of RAM); checked "
+                        "before the merges, with an error naming what to change when the "
+                        "corpus's unique words need more")
+    g.add_argument("--prune-below", type=int, default=0, metavar="N",
+                   help="drop words counted fewer than N times before merging (default 0: "
+                        "none, exact; the merges can differ when words are dropped)")
     g.add_argument("--counts", metavar="FILE",
                    help="train from a counts file (`count`, `merge-counts`) instead of "
                         "documents: the merges of training on the documents counted into it")
@@ -441,7 +448,8 @@ def cmd_train(args: argparse.Namespace) -> int:
             warnings.filterwarnings("ignore", message="training stopped after")
             vocab = train(reader, args.vocab_size, min_frequency=args.min_frequency,
                           special_tokens=specials, progress=on_progress, stats=stats,
-                          count_on=args.count_on)
+                          count_on=args.count_on, max_memory=args.max_memory,
+                          prune_below=args.prune_below)
     except InputError as e:
         if reader.train_bytes or not str(e).startswith("empty corpus"):
             raise

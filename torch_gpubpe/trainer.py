@@ -42,6 +42,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -131,6 +132,8 @@ def train(
     profile: bool = False,
     algorithm: str = "wordlist",
     count_on: str = "gpu",
+    max_memory: int | None = None,
+    prune_below: int = 0,
 ) -> Vocab:
     """Learn a byte-level BPE vocab from documents on the GPU (DESIGN.md §2–§3; seed training
     pipeline).
@@ -169,14 +172,25 @@ def train(
         count_on: where the words are counted: "gpu" (default; wgsl/wordcount.wgsl, see
             :func:`~torch_gpubpe.wordcount.count_words_gpu`) or "cpu" (vectorised numpy on a
             thread pool, :func:`~torch_gpubpe.wordcount.count_words`). Same counts.
+        max_memory: host bytes the merge phase may use (default: :func:`default_max_memory`,
+            80% of the machine's RAM). Checked after counting, before the merge stream is
+            built, against :func:`estimate_merge_memory` of the unique words: above it,
+            ``InputError`` names what to change instead of the process running out of memory.
+        prune_below: drop the words counted fewer than this many times before merging (0:
+            none; the default keeps training exact). Pruning is how trainers fit corpora with
+            very many rare words; the merges can then differ from exact training:
+            ``stats["pruned_words"]`` counts them and a ``RuntimeWarning`` says so once.
     Returns:
-        the :class:`~torch_gpubpe.vocab.Vocab` (merges equal to ``reference.train``).
+        the :class:`~torch_gpubpe.vocab.Vocab` (merges equal to ``reference.train`` unless
+        ``prune_below`` dropped words).
     Raises:
         ValueError: ``vocab_size`` out of range (names it and the bound), ``min_frequency < 1``,
-            ``count_on`` not "gpu"/"cpu", ``algorithm`` not "wordlist"/"seed".
+            ``count_on`` not "gpu"/"cpu", ``algorithm`` not "wordlist"/"seed",
+            ``max_memory``/``prune_below`` negative.
         InputError: ``documents`` is one ``str``/``bytes``, or a document is neither ``str``
             nor bytes (names its index), or the corpus is empty (no document, or only empty
-            ones: nothing to train on; the CLI refuses it the same way).
+            ones: nothing to train on; the CLI refuses it the same way), or the merge phase
+            would need more than ``max_memory`` (names the estimate and what to change).
         NoAdapterError, GPUOperationError: no usable GPU / a GPU operation failed.
 
     Fewer merges than asked (no pair left that occurs ``min_frequency`` times: a tiny corpus)
@@ -188,7 +202,8 @@ def train(
         try:
             return train(bars.documents(documents), vocab_size, min_frequency=min_frequency,
                          special_tokens=special_tokens, progress=bars.merges, stats=stats,
-                         batch=batch, profile=profile, algorithm=algorithm, count_on=count_on)
+                         batch=batch, profile=profile, algorithm=algorithm, count_on=count_on,
+                         max_memory=max_memory, prune_below=prune_below)
         finally:
             bars.close()
     if progress is False:
@@ -200,6 +215,9 @@ def train(
     _check_algorithm(algorithm)
     if count_on not in ("gpu", "cpu"):
         raise ValueError(f"count_on must be 'gpu' or 'cpu', got {count_on!r}")
+    if (max_memory is not None and max_memory < 0) or prune_below < 0:
+        raise ValueError(f"max_memory and prune_below must be ≥ 0, got {max_memory}, "
+                         f"{prune_below}")
     check_documents(documents)
     t0 = time.perf_counter()
     info: dict = {"num_documents": 0, "corpus_bytes": 0}
@@ -241,11 +259,74 @@ def train(
     st["seconds_gpu_init_wait"] = t2 - t1
     st["seconds_count"] = time.perf_counter() - t0 - (t2 - t1)
     st["count_on"] = count_on
+    if prune_below > 1:
+        counts = _prune(counts, prune_below, st)
+    _check_memory(counts, max_memory, st)
     vocab = _train_counts(counts, vocab_size, min_frequency=min_frequency,
                           special_tokens=special_tokens, progress=progress, stats=st,
                           batch=batch, profile=profile, algorithm=algorithm, trainer=trainer)
     st["seconds_total"] = time.perf_counter() - t0
     return vocab
+
+
+# Host bytes the merge phase adds per unique word and per symbol of the merge stream (word
+# index, links, per-token word lists, the counts' copies). Fitted to this project's peak RSS
+# measurements: 2,415 MB for 1.58 M unique words / 18.6 M symbols (H200, 868 MB of text), and
+# lavapipe's 924 MB at 250 K and 1,465 MB at 1 M unique words (issue 17); on the high side.
+MEMORY_PER_WORD = 760
+MEMORY_PER_SYMBOL = 40
+
+
+def default_max_memory() -> int:
+    """80% of the machine's physical memory (bytes), the default ``max_memory`` of train()."""
+    try:
+        return int(0.8 * os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # not POSIX: no default limit
+        return 1 << 62
+
+
+def estimate_merge_memory(unique_words: int, symbols: int) -> int:
+    """Estimated host bytes the merge phase adds for ``unique_words`` words of ``symbols``
+    bytes in all (see ``MEMORY_PER_WORD``/``MEMORY_PER_SYMBOL``: fitted, not a bound)."""
+    return MEMORY_PER_WORD * unique_words + MEMORY_PER_SYMBOL * symbols
+
+
+def _rss_bytes() -> int:
+    """This process's resident memory now (0 where /proc is absent)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _check_memory(wc, max_memory: int | None, st: dict) -> None:
+    limit = default_max_memory() if max_memory is None else int(max_memory)
+    need = _rss_bytes() + estimate_merge_memory(len(wc.lengths), int(wc.lengths.sum()))
+    st["estimated_merge_memory_bytes"] = need
+    st["max_memory_bytes"] = limit
+    if need > limit:
+        raise InputError(
+            f"training {len(wc.lengths):,} unique words ({int(wc.lengths.sum()):,} bytes) needs "
+            f"about {need / 1e9:.2f} GB of host memory (this process's and the merge phase's), "
+            f"above max_memory={limit / 1e9:.2f} GB; "
+            "raise max_memory (--max-memory), read fewer documents (max_bytes / --max-bytes), "
+            "or drop rare words with prune_below=2 (--prune-below 2; the merges can then differ "
+            "from exact training)")
+
+
+def _prune(wc, below: int, st: dict):
+    """``wc`` without the words counted fewer than ``below`` times (recorded and warned)."""
+    from .wordcount import WordCounts
+
+    keep = wc.counts >= below
+    st["pruned_words"] = int((~keep).sum())
+    if keep.all():
+        return wc
+    warnings.warn(f"torch_gpubpe.train: prune_below={below} dropped {st['pruned_words']:,} of "
+                  f"{len(keep):,} unique words before merging; the merges can differ from "
+                  "training on every word", RuntimeWarning, stacklevel=3)
+    return WordCounts(wc.data[np.repeat(keep, wc.lengths)], wc.lengths[keep], wc.counts[keep])
 
 
 def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Sequence[str],
