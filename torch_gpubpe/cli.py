@@ -108,6 +108,12 @@ def _add_source_args(p: argparse.ArgumentParser, *, default_note: str) -> None:
     g.add_argument("--max-docs", type=_positive_int, metavar="N", help="read at most N documents")
 
 
+def add_debug(p: argparse.ArgumentParser) -> None:
+    """``--debug`` on a subcommand too (``torch_gpubpe train --debug``), as on the main parser."""
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show tracebacks instead of one-line errors")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
@@ -173,8 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "tokenizer.tiktoken gives the same ids)")
     o.add_argument("--summary-json", metavar="FILE", help="also write the summary as JSON")
     o.add_argument("--no-progress", action="store_true", help="no progress bars")
-    o.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                   help="show tracebacks instead of one-line errors")
+    add_debug(o)
 
     e = sub.add_parser(
         "encode", help="tokenize documents to token files training code reads (DESIGN.md §4)",
@@ -221,8 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "one the vocab file implies — a *.tiktoken file's JSON sidecar pattern, "
                         "a tokenizer.json's pre-tokenizer — else bytes-classes)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
-    e.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                   help="show tracebacks instead of one-line errors")
+    add_debug(e)
     d = sub.add_parser(
         "doctor", help="show the GPU adapters, the one used, its limits, and what to install",
         description="Report what torch_gpubpe sees on this machine: wgpu's adapters, the one it "
@@ -233,11 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first install Mesa's lavapipe (Vulkan on the CPU) with the system's "
                         "package manager when there is no Vulkan/Metal/D3D12 adapter (root or "
                         "sudo -n)")
-    d.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                   help="show tracebacks instead of one-line errors")
+    add_debug(d)
     from .cli_counts import add_parsers
 
-    add_parsers(sub, _add_source_args)
+    add_parsers(sub, _add_source_args, add_debug)
     return p
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from .errors import InputError
 
 
-def add_parsers(sub, add_source_args) -> None:
+def add_parsers(sub, add_source_args, add_debug) -> None:
     """Add the ``count`` and ``merge-counts`` subcommands to ``sub`` (argparse subparsers)."""
     c = sub.add_parser(
         "count", help="count the words of a corpus shard into a counts file",
@@ -36,8 +36,7 @@ def add_parsers(sub, add_source_args) -> None:
     c.add_argument("--count-on", choices=("gpu", "cpu"), default="gpu",
                    help="count on the GPU (default) or the CPU (vectorised numpy); same counts")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
-    c.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                   help="show tracebacks instead of one-line errors")
+    add_debug(c)
 
     m = sub.add_parser(
         "merge-counts", help="merge counts files into one (exact sums)",
@@ -51,8 +50,7 @@ def add_parsers(sub, add_source_args) -> None:
                    help="rows read from each input per step (default: 65,536)")
     m.add_argument("--fan-in", type=int, default=None, metavar="K",
                    help="inputs merged at once; more go through intermediate files (default: 64)")
-    m.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
-                   help="show tracebacks instead of one-line errors")
+    add_debug(m)
 
 
 def _has_source(args) -> bool:
