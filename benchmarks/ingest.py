@@ -107,6 +107,8 @@ def make_data(args) -> None:
         t = pa.table({"id": pa.array(parts[i]), "text": part})
         pq.write_table(t, out / "parquet" / f"part-{i:05d}.parquet", row_group_size=8192,
                        compression="snappy")
+        if "jsonl.gz" not in args.formats:
+            return int(np.diff(arrow_to_packed(part)[1]).sum())
         with pa.CompressedOutputStream(str(out / "jsonl" / f"part-{i:05d}.jsonl.gz"),
                                        "gzip") as f:
             for a in range(0, len(part), 4096):
@@ -124,7 +126,7 @@ def make_data(args) -> None:
             "note": ("the source text is repeated to reach the target size" if repeat > 1
                      else "no repetition")}
     (out / "ingest.json").write_text(json.dumps(info, indent=2) + "\n")
-    print(f"wrote {args.files} parquet + {args.files} jsonl.gz files, {info['bytes'] / 1e6:,.1f} "
+    print(f"wrote {args.files} files of each of {args.formats}, {info['bytes'] / 1e6:,.1f} "
           f"MB of text in {total_docs:,} documents ({info['note']}, x{repeat:.2f} of "
           f"{src_bytes / 1e6:,.1f} MB) to {out} in {time.perf_counter() - t0:.1f} s")
 
@@ -434,6 +436,8 @@ def main() -> None:
                     help="--make-data: jsonl.gz/jsonl/parquet files or folders of them")
     ap.add_argument("--target-bytes", default="3.2e9", help="--make-data: text size to reach")
     ap.add_argument("--files", type=int, default=16, help="--make-data: files per format")
+    ap.add_argument("--formats", default="parquet,jsonl.gz",
+                    help="--make-data: which formats to write (parquet is always written)")
     ap.add_argument("--data", default="/tmp/gpubpe-ingest", help="folder of the input files")
     ap.add_argument("--jobs", default="train,encode,memory,dataset")
     ap.add_argument("--vocab-size", type=int, default=65536)

@@ -643,6 +643,11 @@ def cmd_encode(args: argparse.Namespace) -> int:
     tok = Tokenizer(vocab, pre_tokenizer=args.pre_tokenizer or implied_pre_tokenizer(args.vocab),
                     mode=args.mode)
     n_docs = n_bytes = n_tokens = 0
+    # Where the main thread's time goes (seconds; meta.json "seconds", printed with --debug):
+    # waiting for the reader threads, uploading + submitting, waiting for the GPU + reading the
+    # ids back, waiting for the writer thread; and the writer thread's own busy time.
+    stages = dict.fromkeys(("wait_reader", "upload_and_submit", "wait_gpu_and_readback",
+                            "wait_writer", "writer_busy"), 0.0)
     t0 = time.perf_counter()
     read_stats: dict = {}
     stream = documents(source.reader(), max_docs=args.max_docs, max_bytes=args.max_bytes,
@@ -657,15 +662,26 @@ def cmd_encode(args: argparse.Namespace) -> int:
         from concurrent.futures import ThreadPoolExecutor
 
         write_pool = ThreadPoolExecutor(1, thread_name_prefix="torch_gpubpe write")
+        # Open the GPU (adapter, device, pipelines, trie upload) while the first batch is read.
+        opening = write_pool.submit(tok.open)
         writing = None  # the batch being written while the GPU encodes the next one
+
+        def timed_add(ids, offsets) -> None:
+            t = time.perf_counter()
+            writer.add(ids, offsets)
+            stages["writer_busy"] += time.perf_counter() - t
 
         def drain(pending) -> None:
             nonlocal n_tokens, n_docs, n_bytes, writing
             future, nb = pending
+            t = time.perf_counter()
             enc = future.result()
+            t1 = time.perf_counter()
+            stages["wait_gpu_and_readback"] += t1 - t
             if writing is not None:
                 writing.result()  # in order, at most one batch waiting to be written
-            writing = write_pool.submit(writer.add, enc.ids, enc.offsets)
+            stages["wait_writer"] += time.perf_counter() - t1
+            writing = write_pool.submit(timed_add, enc.ids, enc.offsets)
             n_tokens += len(enc.ids)
             n_docs += len(enc.offsets) - 1
             n_bytes += nb
@@ -678,8 +694,22 @@ def cmd_encode(args: argparse.Namespace) -> int:
             pending = None
             # Reading, decompressing and packing run on other threads (readers.prefetch); the GPU
             # encodes batch i while batch i - 1 is written.
-            for p in prefetch(stream, 2, "torch_gpubpe encode read"):
+            batches = prefetch(stream, 2, "torch_gpubpe encode read")
+            while True:
+                t = time.perf_counter()
+                p = next(batches, None)
+                t1 = time.perf_counter()
+                stages["wait_reader"] += t1 - t
+                if p is None:
+                    break
+                if "first_batch_read" not in stages:
+                    stages["first_batch_read"] = t1 - t0
+                    t2 = time.perf_counter()
+                    opening.result()  # the GPU session, opened while the first batch was read
+                    stages["wait_gpu_open"] = time.perf_counter() - t2
+                    t1 = time.perf_counter()
                 fut = tok.submit_packed(p.data, p.offsets)
+                stages["upload_and_submit"] += time.perf_counter() - t1
                 if pending is not None:
                     drain(pending)
                 pending = (fut, p.nbytes)
@@ -702,6 +732,8 @@ def cmd_encode(args: argparse.Namespace) -> int:
         # Rows whose text is None (missing) are not documents: document k is not row k then.
         "skipped_none_rows": read_stats.get("skipped_none", 0),
         "skipped_none_row_indices": read_stats.get("skipped_none_rows", []),
+        "seconds": {"total": round(time.perf_counter() - t0, 4),
+                    **{k: round(v, 4) for k, v in stages.items()}},
     })
     rate = n_bytes / seconds / 1e6 if seconds > 0 else float("inf")
     bpt = f"{n_bytes / n_tokens:.3f}" if n_tokens else "-"
@@ -714,6 +746,8 @@ def cmd_encode(args: argparse.Namespace) -> int:
         f"{n_tokens / max(seconds, 1e-9):,.0f} tokens/s) on {_adapter_name()}\n"
         f"  wrote {args.output_format} output in {out}: {shown}, {META_JSON}"
     )
+    if getattr(args, "debug", False):
+        print("  seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in meta["seconds"].items()))
     if read_stats.get("skipped_none"):
         rows = read_stats["skipped_none_rows"]
         print(f"  skipped {read_stats['skipped_none']:,} rows whose text is None (missing), "

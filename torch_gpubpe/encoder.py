@@ -852,6 +852,18 @@ class Tokenizer:
         self.__dict__.update(state)
         self._lock = threading.RLock()
 
+    def open(self) -> Tokenizer:
+        """Open the GPU session now (adapter, device, pipelines, trie upload) instead of on the
+        first non-empty encode — e.g. on another thread while the first batch is being read.
+        Thread-safe; returns ``self``.
+
+        Raises:
+            NoAdapterError: no GPU adapter; GPUOperationError: the device failed.
+        """
+        with self._lock:
+            self._session()
+        return self
+
     def close(self) -> None:
         """Finish the batches in flight and drop this Tokenizer's GPU buffers now (not when it
         is garbage-collected). The process's device stays open, shared by every Tokenizer and
