@@ -179,11 +179,11 @@ def test_never_overwritten_and_killed_run_resumes(capsys, tmp_path, vocab_dir, i
             real_add = shardmod.ShardWriter.add
             calls = {"n": 0}
 
-            def add(self, ids, offsets):
+            def add(self, ids, offsets, **kw):
                 calls["n"] += 1
                 if calls["n"] > kill_after:
                     raise KeyboardInterrupt
-                real_add(self, ids, offsets)
+                real_add(self, ids, offsets, **kw)
 
             monkeypatch.setattr(shardmod.ShardWriter, "add", add)
             assert cli.main(["encode", "--vocab", str(vocab_dir), "--data-files", *files,

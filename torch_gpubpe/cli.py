@@ -642,6 +642,8 @@ def cmd_encode(args: argparse.Namespace) -> int:
 
     tok = Tokenizer(vocab, pre_tokenizer=args.pre_tokenizer or implied_pre_tokenizer(args.vocab),
                     mode=args.mode)
+    specials = {} if eos is None else (
+        {"bos_id": eos} if args.output_format == "llmc" else {"eos_id": eos})
     n_docs = n_bytes = n_tokens = 0
     # Where the main thread's time goes (seconds; meta.json "seconds", printed with --debug):
     # waiting for the reader threads, uploading + submitting, waiting for the GPU + reading the
@@ -668,7 +670,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
 
         def timed_add(ids, offsets) -> None:
             t = time.perf_counter()
-            writer.add(ids, offsets)
+            writer.add(ids, offsets, eot_included=eos is not None)
             stages["writer_busy"] += time.perf_counter() - t
 
         def drain(pending) -> None:
@@ -681,8 +683,8 @@ def cmd_encode(args: argparse.Namespace) -> int:
             if writing is not None:
                 writing.result()  # in order, at most one batch waiting to be written
             stages["wait_writer"] += time.perf_counter() - t1
-            writing = write_pool.submit(timed_add, enc.ids, enc.offsets)
-            n_tokens += len(enc.ids)
+            writing = write_pool.submit(timed_add, enc.ids, enc.offsets)  # EOT in: see below
+            n_tokens += len(enc.ids) - (len(enc.offsets) - 1 if eos is not None else 0)
             n_docs += len(enc.offsets) - 1
             n_bytes += nb
             bar.update(nb)
@@ -708,7 +710,9 @@ def cmd_encode(args: argparse.Namespace) -> int:
                     opening.result()  # the GPU session, opened while the first batch was read
                     stages["wait_gpu_open"] = time.perf_counter() - t2
                     t1 = time.perf_counter()
-                fut = tok.submit_packed(p.data, p.offsets)
+                # The GPU puts the end-of-text token in while reading the ids back: before
+                # every document for llm.c, after it for the others (--append-eos).
+                fut = tok.submit_packed(p.data, p.offsets, **specials)
                 stages["upload_and_submit"] += time.perf_counter() - t1
                 if pending is not None:
                     drain(pending)

@@ -223,7 +223,10 @@ class _Slot:
             usage=U.MAP_WRITE | U.COPY_SRC, mapped_at_creation=True)
         self.rb_meta = g.buffer(_DOC_OFF + self.docs_bytes, U.MAP_READ | U.COPY_DST,
                                 f"{lab}.rb_meta")
-        self.rb_tok = g.buffer(self.out_bytes, U.MAP_READ | U.COPY_DST, f"{lab}.rb_tokens")
+        # Room for two special tokens per document (wgsl/specials.wgsl) in the readback.
+        self.sp_bytes = (cap_n + 2 * cap_d) * s.id_size + 8
+        self.rb_tok = g.buffer(self.sp_bytes, U.MAP_READ | U.COPY_DST, f"{lab}.rb_tokens")
+        self.sp_bg = None  # specials.wgsl's buffers and bind group, made on first use
         bind = {0: self.text, 1: self.bits, 2: s.nodes, 3: s.edges, 4: self.scratch,
                 5: self.counts, 6: self.state, 7: self.meta, 8: self.params, 9: self.block_off,
                 10: self.out, 11: self.doc_starts, 12: self.doc_tok}
@@ -546,12 +549,30 @@ class _Slot:
                 f"no token chain on {g.adapter_name}")
         return total, doc_tok
 
-    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+    def _specials_bind_group(self):
+        if self.sp_bg is None:
+            s, g = self.sess, self.sess.gpu
+            U = g.wgpu.BufferUsage
+            lab = f"encode[{self.idx}].specials"
+            self.sp_dst = g.buffer(self.sp_bytes, U.STORAGE | U.COPY_SRC, f"{lab}.dst")
+            self.sp_seg = g.buffer(4 * (self.cap_docs + 1), U.STORAGE | U.COPY_DST, f"{lab}.seg")
+            self.sp_params = g.buffer(16, U.UNIFORM | U.COPY_DST, f"{lab}.params")
+            self.sp_bg = g.bind_group(s.specials_pipeline(), {
+                0: self.out, 1: self.sp_dst, 2: self.sp_seg, 3: self.sp_params}, label=lab)
+        return self.sp_bg
+
+    def finish(self, specials: tuple[int, int] | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Wait for the slice; continue out-of-budget walks; read the ids.
 
+        ``specials``: ``(bos, eos)`` ids (``_NO_TOKEN`` for none) that the GPU puts before /
+        after every document of the slice while reading back (wgsl/specials.wgsl).
+
         Returns:
-            ``(ids, doc_tok)``: ids (id dtype, shape ``(total,)``) and, per document of the
-            slice, 1 + the index of its first token (0 for an empty document).
+            ``(ids, doc_tok, seg)``: ids (id dtype, shape ``(total,)``, with the specials);
+            per document of the slice, 1 + the index of its first token (0 for an empty
+            document; without specials); with specials, ``seg`` (int64, ``ndocs + 1``): each
+            document's first position in ``ids`` (its offsets, specials included), else None.
         """
         g = self.sess.gpu
         total, unfinished, doc_tok = self._read_meta()
@@ -591,11 +612,29 @@ class _Slot:
                 total, unfinished, doc_tok = self._read_meta()
         if self.nreg:  # long words: the parallel path, then prefix sum + compaction
             total, doc_tok = self._encode_long_words()
-        nbytes = (total * self.sess.id_size + 3) // 4 * 4
-        if nbytes == 0:
-            return np.zeros(0, self.sess.id_dtype), doc_tok
+        seg, src, n_out = None, self.out, total
         enc = g.device.create_command_encoder(label=f"encode[{self.idx}].readback")
-        enc.copy_buffer_to_buffer(self.out, 0, self.rb_tok, 0, nbytes)
+        if specials is not None and self.ndocs:
+            k = int(specials[0] != _NO_TOKEN) + int(specials[1] != _NO_TOKEN)
+            seg = Tokenizer._doc_offsets(doc_tok.astype(np.int64) - 1, total)
+            seg += np.arange(self.ndocs + 1, dtype=np.int64) * k
+            n_out = int(seg[-1])
+            bg = self._specials_bind_group()
+            q = g.device.queue
+            q.write_buffer(self.sp_seg, 0, seg.astype(np.uint32))
+            q.write_buffer(self.sp_params, 0, np.array(
+                [n_out, self.ndocs, specials[0], specials[1]], np.uint32))
+            words = -(-n_out // 2) if self.sess.id_size == 2 else n_out
+            cp = enc.begin_compute_pass(label=f"encode[{self.idx}].specials")
+            cp.set_pipeline(self.sess.specials_pipeline())
+            cp.set_bind_group(0, bg)
+            cp.dispatch_workgroups(*g.grid(-(-words // WG)))
+            cp.end()
+            src = self.sp_dst
+        nbytes = (n_out * self.sess.id_size + 3) // 4 * 4
+        if nbytes == 0:
+            return np.zeros(0, self.sess.id_dtype), doc_tok, seg
+        enc.copy_buffer_to_buffer(src, 0, self.rb_tok, 0, nbytes)
         g.device.queue.submit([enc.finish()])
         self.tok_promise = self.rb_tok.map_async(_wi.map_read_mode(), 0, (nbytes + 7) // 8 * 8)
         g.wait_promise(self.tok_promise, "token readback")
@@ -604,13 +643,17 @@ class _Slot:
             raw = self.rb_tok.read_mapped(0, nbytes)
         finally:
             self.rb_tok.unmap()
-        ids = np.frombuffer(raw, self.sess.id_dtype, total)
+        ids = np.frombuffer(raw, self.sess.id_dtype, n_out)
         if self.sess.bpe is not None and total and int(ids.max()) >= self.sess.num_tokens:
-            raise GPUOperationError(
-                f"merge-order encoding of a slice of {self.n} bytes found no valid token "
-                f"sequence for a word (id {int(ids.max())}): the vocab breaks the assumptions "
-                "of torch_gpubpe.bpe (please report it)")
-        return ids, doc_tok
+            bad = ids >= self.sess.num_tokens
+            if seg is not None:  # the specials put in are not the encoder's ids
+                bad &= (ids != specials[0]) & (ids != specials[1])
+            if bad.any():
+                raise GPUOperationError(
+                    f"merge-order encoding of a slice of {self.n} bytes found no valid token "
+                    f"sequence for a word (id {int(ids[bad].max())}): the vocab breaks the "
+                    "assumptions of torch_gpubpe.bpe (please report it)")
+        return ids, doc_tok, seg
 
 
 _shader_override = None  # test hook: flags -> encode.wgsl source (e.g. POISON_WORKGROUP builds)
@@ -722,6 +765,11 @@ class _Session:
                 self.pipes[name] = g.pipeline("encode", entry, **kw)
         self.slots = [_Slot(self, 0), _Slot(self, 1)]
 
+    def specials_pipeline(self):
+        """wgsl/specials.wgsl's pipeline (compiled on first use, cached by the GPU object)."""
+        return self.gpu.pipeline("specials", "insert_specials",
+                                 constants={"WG": WG, "OUT16": int(self.id_size == 2)})
+
     def dispatch(self, cp, name: str, bind_group, grid: tuple[int, int]) -> None:
         """Record one dispatch of pipeline ``name`` (after the test hook ``poison``'s, if set)."""
         if self.poison is not None:
@@ -737,10 +785,11 @@ class _Session:
 class PendingEncoding:
     """A batch submitted with :meth:`Tokenizer.submit`; :meth:`result` waits and reads back."""
 
-    def __init__(self, tok: Tokenizer) -> None:
+    def __init__(self, tok: Tokenizer, specials: tuple[int, int] | None = None) -> None:
         self._tok = tok
         self._result: BatchEncoding | None = None
         self._slot: _Slot | None = None
+        self._specials = specials
 
     def done(self) -> bool:
         """Whether the result has been read back already."""
@@ -1150,26 +1199,49 @@ class Tokenizer:
                 f"refuses; pass allowed_special={{{tok!r}}} to encode it as its id, or "
                 "disallowed_special=() to encode it as text")
 
-    def submit(self, texts: Sequence[str | bytes]) -> PendingEncoding:
+    def submit(self, texts: Sequence[str | bytes], *, bos_id: int | None = None,
+               eos_id: int | None = None) -> PendingEncoding:
         """Pack, upload and submit a batch; return at once (at most 2 batches in flight).
 
         Calling it with two batches pending first completes the oldest (its ``result()`` still
         works). A batch larger than one slice is encoded at once (one submit per slice).
+
+        ``bos_id`` / ``eos_id``: a token id put before / after every document (e.g. llm.c's
+        ``<|endoftext|>`` before each document, Megatron's end-of-document after it), by the
+        GPU while the ids are read back; the result's offsets then include them.
+
+        Raises:
+            InputError: a bad document, or a ``bos_id``/``eos_id`` outside the id range.
         """
         if not isinstance(texts, (list, tuple)):
             texts = list(texts) if not isinstance(texts, (str, bytes, bytearray)) else texts
         data, offsets = _pack(texts, keep_parts=True)
+        specials = self._specials_arg(bos_id, eos_id)
         with self._lock:
-            return self._submit_packed(data, offsets)
+            return self._submit_packed(data, offsets, specials)
 
-    def submit_packed(self, data: np.ndarray, offsets: np.ndarray) -> PendingEncoding:
+    def _specials_arg(self, bos_id, eos_id) -> tuple[int, int] | None:
+        if bos_id is None and eos_id is None:
+            return None
+        top = np.iinfo(self.id_dtype).max
+        for name, v in (("bos_id", bos_id), ("eos_id", eos_id)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))
+                                  or not 0 <= int(v) <= top):
+                raise InputError(f"{name} must be a token id in 0..{top} (the output dtype "
+                                 f"{np.dtype(self.id_dtype).name}), got {v!r}")
+        return (_NO_TOKEN if bos_id is None else int(bos_id),
+                _NO_TOKEN if eos_id is None else int(eos_id))
+
+    def submit_packed(self, data: np.ndarray, offsets: np.ndarray, *, bos_id: int | None = None,
+                      eos_id: int | None = None) -> PendingEncoding:
         """:meth:`submit` for documents already packed: ``data`` (1-D ``np.uint8``, any bytes)
         and ``offsets`` (``np.int64``, shape ``(num_docs + 1,)``, from 0 to ``len(data)``,
         non-decreasing; document k is ``data[offsets[k]:offsets[k+1]]``). No per-document
         Python objects; the bytes are copied once, into the mapped upload buffer.
+        ``bos_id`` / ``eos_id`` as in :meth:`submit`.
 
         Raises:
-            InputError: bad dtypes, shapes or offsets.
+            InputError: bad dtypes, shapes or offsets, or a bad ``bos_id``/``eos_id``.
         """
         data = np.asarray(data)
         offsets = np.asarray(offsets)
@@ -1181,10 +1253,12 @@ class Tokenizer:
         if offsets[0] != 0 or offsets[-1] != len(data) or (np.diff(offsets) < 0).any():
             raise InputError(f"offsets must go from 0 to len(data)={len(data)} without "
                              f"decreasing (got {offsets[0]}..{offsets[-1]})")
+        specials = self._specials_arg(bos_id, eos_id)
         with self._lock:
-            return self._submit_packed(data, offsets)
+            return self._submit_packed(data, offsets, specials)
 
-    def submit_arrow(self, values) -> PendingEncoding:
+    def submit_arrow(self, values, *, bos_id: int | None = None,
+                     eos_id: int | None = None) -> PendingEncoding:
         """:meth:`submit` for a ``pyarrow`` string/binary array (or chunked array) of
         documents, read zero copy (:func:`torch_gpubpe.readers.arrow_to_packed`).
 
@@ -1193,25 +1267,28 @@ class Tokenizer:
         """
         from .readers import arrow_to_packed
 
-        return self.submit_packed(*arrow_to_packed(values))
+        return self.submit_packed(*arrow_to_packed(values), bos_id=bos_id, eos_id=eos_id)
 
-    def encode_arrow(self, values) -> BatchEncoding:
+    def encode_arrow(self, values, *, bos_id: int | None = None,
+                     eos_id: int | None = None) -> BatchEncoding:
         """:meth:`encode_batch` for a ``pyarrow`` string/binary array (:meth:`submit_arrow`)."""
-        return self.submit_arrow(values).result()
+        return self.submit_arrow(values, bos_id=bos_id, eos_id=eos_id).result()
 
-    def _submit_packed(self, data: np.ndarray | list[bytes], offsets: np.ndarray
-                       ) -> PendingEncoding:
-        p = PendingEncoding(self)
+    def _submit_packed(self, data: np.ndarray | list[bytes], offsets: np.ndarray,
+                       specials: tuple[int, int] | None = None) -> PendingEncoding:
+        p = PendingEncoding(self, specials)
         total = int(offsets[-1])
         if total == 0:  # before the session: empty input never opens the GPU (issue 17 §3)
-            p._result = BatchEncoding(np.zeros(0, self.id_dtype), np.zeros(len(offsets), np.int64))
+            p._result = _add_specials(BatchEncoding(np.zeros(0, self.id_dtype),
+                                                    np.zeros(len(offsets), np.int64)), specials)
             return p
         sess = self._session()
         while len(self._inflight) >= 2:
             old = self._inflight[0]
             old.result()  # removes itself from _inflight
         if len(offsets) - 1 > sess.max_docs:  # more documents than one slice can index
-            p._result = self._encode_by_documents(data, offsets, sess.max_docs)
+            p._result = _add_specials(self._encode_by_documents(data, offsets, sess.max_docs),
+                                      specials)
             return p
         # Any wgpu error (validation, lost device) becomes a GPUOperationError naming the step
         # and marks a lost device, so that the next call opens a fresh session (issue 7).
@@ -1228,7 +1305,7 @@ class Tokenizer:
                 data = np.frombuffer(b"".join(data), np.uint8)
             with sess.gpu.operation(f"encoding a batch of {len(offsets) - 1} documents "
                                     f"({total} bytes) in slices of {sess.limit} bytes"):
-                p._result = self._encode_sliced(data, offsets)
+                p._result = _add_specials(self._encode_sliced(data, offsets), specials)
         return p
 
     def _encode_by_documents(self, data: np.ndarray | list[bytes], offsets: np.ndarray,
@@ -1253,12 +1330,13 @@ class Tokenizer:
             try:
                 with p._slot.sess.gpu.operation(f"encoding a batch ({p._slot.n} bytes): "
                                                 "readback"):
-                    ids, doc_tok = p._slot.finish()
+                    ids, doc_tok, seg = p._slot.finish(p._specials)
             finally:
                 if p in self._inflight:
                     self._inflight.remove(p)
-            first = doc_tok.astype(np.int64) - 1
-            p._result = BatchEncoding(ids, self._doc_offsets(first, len(ids)))
+            if seg is None:
+                seg = self._doc_offsets(doc_tok.astype(np.int64) - 1, len(ids))
+            p._result = BatchEncoding(ids, seg)
             return p._result
 
     @staticmethod
@@ -1290,7 +1368,7 @@ class Tokenizer:
             end_bit = e == total or bool(np.isin(e, starts[k1:k1 + 1]).any())
             slot.start(data, s, e, (starts[k0:k1] - s).astype(np.uint32), end_bit,
                        None if words is None else words[s:e])
-            ids, doc_tok = slot.finish()
+            ids, doc_tok, _ = slot.finish()
             if mid_word and self._bpe is not None and len(ids):
                 from .encoder_bpe import junction_ok
 
@@ -1414,6 +1492,29 @@ class Tokenizer:
     def decode_tokens_bytes(self, tokens: Iterable[int]) -> list[bytes]:
         """The bytes of each id (tiktoken's ``decode_tokens_bytes``)."""
         return [self.decode_single_token_bytes(t) for t in _as_id_array(tokens)]
+
+
+def _add_specials(be: BatchEncoding, specials: tuple[int, int] | None) -> BatchEncoding:
+    """``be`` with ``specials = (bos, eos)`` (``_NO_TOKEN``: none) before / after every
+    document, on the host: the same result as wgsl/specials.wgsl (used where a batch was
+    encoded in several slices or sub-batches; the GPU path is tested against it)."""
+    if specials is None:
+        return be
+    bos, eos = specials
+    has_bos, has_eos = int(bos != _NO_TOKEN), int(eos != _NO_TOKEN)
+    k = has_bos + has_eos
+    n = len(be.offsets) - 1
+    seg = be.offsets + np.arange(n + 1, dtype=np.int64) * k
+    out = np.empty(int(seg[-1]), be.ids.dtype)
+    keep = np.ones(len(out), bool)
+    if has_bos:
+        out[seg[:-1]] = bos
+        keep[seg[:-1]] = False
+    if has_eos:
+        out[seg[1:] - 1] = eos
+        keep[seg[1:] - 1] = False
+    out[keep] = be.ids
+    return BatchEncoding(out, seg)
 
 
 def _as_id_array(ids, ndim: int = 1):

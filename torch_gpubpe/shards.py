@@ -118,12 +118,18 @@ def _insert_before(ids: np.ndarray, offsets: np.ndarray, tok: int, dtype) -> np.
     return out
 
 
+def _as_bytes(c):
+    """``c`` (bytes or a numpy array) as a buffer ``file.write`` takes without a copy."""
+    if isinstance(c, (bytes, bytearray, memoryview)):
+        return c
+    return memoryview(np.ascontiguousarray(c)).cast("B")
+
+
 def _write_atomic(path: Path, *chunks) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         for c in chunks:
-            f.write(c if isinstance(c, (bytes, bytearray, memoryview)) else
-                    np.ascontiguousarray(c).tobytes())
+            f.write(_as_bytes(c))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -187,6 +193,7 @@ class ShardWriter:
         self._buf_tokens = 0
         self._skip = 0
         self._doc_lens: list[np.ndarray] = []  # megatron / flat: per-document lengths
+        self._shard_f = None  # the temporary file of the shard being written
         self._begin(overwrite)
         self._stream_docs = self.resume_documents  # documents of the stream added so far
 
@@ -244,20 +251,28 @@ class ShardWriter:
         os.replace(tmp, self.out / PROGRESS)
 
     # -- adding batches -------------------------------------------------------------------------
-    def add(self, ids: np.ndarray, offsets: np.ndarray) -> None:
+    def add(self, ids: np.ndarray, offsets: np.ndarray, *, eot_included: bool = False) -> None:
         """Add the token ids of consecutive documents: ``ids`` flat, ``offsets`` (int64,
-        ``n + 1``) as :class:`~torch_gpubpe.encoder.BatchEncoding` has them."""
+        ``n + 1``) as :class:`~torch_gpubpe.encoder.BatchEncoding` has them.
+
+        ``eot_included``: ``ids`` already hold the end-of-text token where this format puts it
+        (llm.c: before every document; the others, when ``eot_id`` is set: after it) and
+        ``offsets`` count it — what ``Tokenizer.submit_packed(..., bos_id=/eos_id=)`` returns
+        (the GPU puts it in while reading back)."""
         ids = np.asarray(ids)
         offsets = np.asarray(offsets, np.int64)
         if self.fmt == "llmc":
-            self._add_llmc(ids, offsets)
+            self._add_llmc(ids, offsets, eot_included)
         else:
-            self._add_docs(ids, offsets)
+            self._add_docs(ids, offsets, eot_included)
 
-    def _add_llmc(self, ids, offsets) -> None:
+    def _add_llmc(self, ids, offsets, eot_included: bool = False) -> None:
         n = len(offsets) - 1
-        stream = _insert_before(ids, offsets, self.eot, self.dtype)
-        bounds = offsets[:-1] + np.arange(n, dtype=np.int64)  # where each [EOT] sits
+        if eot_included:
+            stream, bounds = ids, offsets[:-1]
+        else:
+            stream = _insert_before(ids, offsets, self.eot, self.dtype)
+            bounds = offsets[:-1] + np.arange(n, dtype=np.int64)  # where each [EOT] sits
         if self._skip:  # resuming inside a document: its first tokens are in a complete shard
             stream, bounds = stream[self._skip:], bounds - self._skip
             self._skip = 0
@@ -265,7 +280,7 @@ class ShardWriter:
         pos, m = 0, len(stream)
         while pos < m:
             take = min(self.shard_tokens - self._buf_tokens, m - pos)
-            self._buf.append(stream[pos : pos + take])
+            self._shard_write(stream[pos : pos + take])
             self._buf_tokens += take
             pos += take
             if self._buf_tokens == self.shard_tokens:
@@ -279,20 +294,48 @@ class ShardWriter:
                 self._save_progress(inside)
         self._stream_docs = base + n
 
+    def _shard_name(self) -> str:
+        if self.fmt == "llmc":
+            return llmc_shard_name(self.name, len(self.shards))
+        return f"{self.name}_{len(self.shards):06d}.bin"
+
+    def _shard_write(self, toks: np.ndarray) -> None:
+        """Append ``toks`` to the shard being written (its temporary file, opened on the first
+        tokens): streamed to disk batch by batch, no shard-sized buffer in memory."""
+        if self._shard_f is None:
+            self._shard_f = open(self.out / (self._shard_name() + ".tmp"), "wb")
+            if self.fmt == "llmc":  # the header, its token count written when the shard ends
+                self._shard_f.write(bytes(4 * LLMC_HEADER_INTS))
+        if len(toks):
+            self._shard_f.write(_as_bytes(toks.astype(self.dtype, copy=False)))
+
+    def _shard_close(self, header: bytes = b"") -> str:
+        """Finish the shard being written: ``header`` over its first bytes, flushed to disk,
+        renamed to its final name (a killed run leaves only complete shards)."""
+        if self._shard_f is None:
+            self._shard_write(np.zeros(0, self.dtype))
+        f, self._shard_f = self._shard_f, None
+        if header:
+            f.seek(0)
+            f.write(header)
+        f.flush()
+        os.fsync(f.fileno())
+        f.close()
+        name = self._shard_name()
+        os.replace(f.name, self.out / name)
+        return name
+
     def _flush_llmc(self) -> None:
-        toks = np.concatenate(self._buf) if len(self._buf) != 1 else self._buf[0]
-        idx = len(self.shards)
-        name = llmc_shard_name(self.name, idx)
         header = np.zeros(LLMC_HEADER_INTS, np.int32)
         header[0], header[1] = LLMC_MAGIC[self.dtype.itemsize]
-        header[2] = len(toks)
-        _write_atomic(self.out / name, header.astype("<i4"), toks.astype(self.dtype, copy=False))
+        header[2] = self._buf_tokens
+        name = self._shard_close(header.astype("<i4").tobytes())
         self.shards.append(name)
-        self.tokens += len(toks)
+        self.tokens += self._buf_tokens
         self._buf, self._buf_tokens = [], 0
 
-    def _add_docs(self, ids, offsets) -> None:
-        if self.eot is not None:  # appended after each document
+    def _add_docs(self, ids, offsets, eot_included: bool = False) -> None:
+        if self.eot is not None and not eot_included:  # appended after each document
             n = len(offsets) - 1
             out = np.empty(len(ids) + n, self.dtype)
             ends = offsets[1:] + np.arange(1, n + 1, dtype=np.int64) - 1
@@ -315,7 +358,7 @@ class ShardWriter:
             cum = np.cumsum(lens[a:]) + self._buf_tokens
             c = int(np.searchsorted(cum, self.shard_tokens, side="left"))
             b = min(n, a + c + 1)
-            self._buf.append(ids[offsets[a] : offsets[b]].astype(self.dtype, copy=False))
+            self._shard_write(ids[offsets[a] : offsets[b]])
             self._doc_lens.append(lens[a:b])
             self._buf_tokens += int(offsets[b] - offsets[a])
             self.documents += b - a
@@ -324,19 +367,18 @@ class ShardWriter:
                 self._flush_megatron()
 
     def _flush_megatron(self) -> None:
-        toks = np.concatenate(self._buf) if self._buf else np.zeros(0, self.dtype)
         lens = np.concatenate(self._doc_lens) if self._doc_lens else np.zeros(0, np.int64)
         prefix = f"{self.name}_{len(self.shards):06d}"
         ptrs = np.zeros(len(lens), np.int64)
         np.cumsum(lens[:-1] * self.dtype.itemsize, out=ptrs[1:])
-        _write_atomic(self.out / f"{prefix}.bin", toks)
+        # .idx, then .bin; the progress file, saved after both, says which shards are complete
         hdr = (MEGATRON_HEADER + struct.pack("<Q", 1)
                + struct.pack("<B", MEGATRON_DTYPE_CODES[np.dtype(self.dtype.type)])
                + struct.pack("<Q", len(lens)) + struct.pack("<Q", len(lens) + 1))
         _write_atomic(self.out / f"{prefix}.idx", hdr, lens.astype("<i4"), ptrs.astype("<i8"),
                       np.arange(len(lens) + 1, dtype="<i8"))
-        self.shards.append(f"{prefix}.bin")
-        self.tokens += len(toks)
+        self.shards.append(self._shard_close())
+        self.tokens += self._buf_tokens
         self._buf, self._doc_lens, self._buf_tokens = [], [], 0
         self._save_progress(0)
 
@@ -349,7 +391,7 @@ class ShardWriter:
             if self.flat_npy:
                 self._flat_f.write(npy_header(self.dtype, 0))
         for b in self._buf:
-            self._flat_f.write(np.ascontiguousarray(b).tobytes())
+            self._flat_f.write(_as_bytes(b))
         self.tokens += self._buf_tokens
         self._buf, self._buf_tokens = [], 0
 

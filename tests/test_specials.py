@@ -1,0 +1,95 @@
+"""Special tokens put in by the GPU while reading back (wgsl/specials.wgsl, issue 13): the ids of
+``submit_packed(..., bos_id=, eos_id=)`` equal the encoder's ids with the token added before /
+after every document by plain Python, for u16 and u32 ids, empty documents, greedy and
+merge-order mode, and batches that go through the multi-slice path (the host puts them in
+there)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import CORPUS_NAMES, corpus_docs, shared_vocab
+from torch_gpubpe import reference
+from torch_gpubpe.encoder import Tokenizer
+from torch_gpubpe.errors import InputError
+from torch_gpubpe.pretokenize import pack_documents
+from torch_gpubpe.vocab import Vocab
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def docs():
+    out = []
+    for name in CORPUS_NAMES:
+        out += corpus_docs(name, 4_000)
+    # empty documents first, last, in runs
+    return ["", ""] + out[:40] + ["", "", ""] + out[40:] + ["x", ""]
+
+
+@pytest.fixture(scope="module")
+def vocab(docs):
+    merges = reference.train(docs, vocab_size=600, min_frequency=2)
+    return Vocab.from_merges(merges, special_tokens=["<|endoftext|>"])
+
+
+def expected(tok, docs, bos, eos):
+    plain = tok.encode_batch(docs).tolist()
+    return [([bos] if bos is not None else []) + d + ([eos] if eos is not None else [])
+            for d in plain]
+
+
+def check(tok, docs, bos, eos):
+    data, offsets = pack_documents(docs)
+    be = tok.submit_packed(data, offsets, bos_id=bos, eos_id=eos).result()
+    assert be.ids.dtype == tok.id_dtype and be.offsets.dtype == np.int64
+    assert be.offsets[0] == 0 and be.offsets[-1] == len(be.ids)
+    want = expected(tok, docs, bos, eos)
+    got = be.tolist()
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g == w, f"document {k} differs"
+
+
+@pytest.mark.parametrize("bos,eos", [("eot", None), (None, "eot"), (3, "eot")])
+def test_specials_u16(vocab, docs, bos, eos):
+    eot = vocab.token_to_id("<|endoftext|>")
+    bos, eos = (eot if x == "eot" else x for x in (bos, eos))
+    check(Tokenizer(vocab), docs, bos, eos)
+
+
+def test_specials_u32_and_merge_order(vocab, docs):
+    """Qwen2 (151,646 ids: u32, merge order, its regex split) and our vocab in merge order."""
+    qwen = Tokenizer.from_tiktoken(shared_vocab("qwen2.tiktoken"))
+    assert qwen.id_dtype == np.uint32
+    eot = qwen.eot_token
+    check(qwen, docs[:60], eot, None)
+    check(qwen, docs[:60], 70_000, 5)  # an id above u16
+    check(Tokenizer(vocab, mode="bpe"), docs, 600, 600)
+
+
+def test_specials_multi_slice_path(vocab, docs):
+    """A batch above the slice limit is encoded in slices; the host puts the specials in."""
+    eot = vocab.token_to_id("<|endoftext|>")
+    check(Tokenizer(vocab, max_slice_bytes=700), docs, eot, None)
+    check(Tokenizer(vocab, max_slice_bytes=700), docs, None, eot)
+
+
+def test_specials_empty_and_errors(vocab):
+    tok = Tokenizer(vocab)
+    be = tok.submit(["", ""], bos_id=1).result()  # no bytes: the GPU is not needed
+    assert be.tolist() == [[1], [1]]
+    with pytest.raises(InputError, match="bos_id"):
+        tok.submit(["a"], bos_id=70_000)  # above u16 ids
+    with pytest.raises(InputError, match="eos_id"):
+        tok.submit(["a"], eos_id=-1)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.binary(max_size=60), min_size=1, max_size=40),
+       st.sampled_from([(7, None), (None, 9), (7, 9)]))
+def test_specials_random(vocab, docs_b, specials):
+    check(Tokenizer(vocab), docs_b, *specials)
