@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import time
 from pathlib import Path
 
 import numpy as np
@@ -194,6 +195,9 @@ class ShardWriter:
         self._skip = 0
         self._doc_lens: list[np.ndarray] = []  # megatron / flat: per-document lengths
         self._shard_f = None  # the temporary file of the shard being written
+        self.seconds = {"write": 0.0, "fsync": 0.0}  # time spent writing / flushing to disk
+        self._flush_pool = None  # one thread: fsync of complete shards, then the progress file
+        self._flushing: list = []
         self._begin(overwrite)
         self._stream_docs = self.resume_documents  # documents of the stream added so far
 
@@ -244,11 +248,41 @@ class ShardWriter:
                          " pass --overwrite to replace it")
 
     def _save_progress(self, next_doc_tokens: int) -> None:
-        state = {"fingerprint": self.fingerprint, "shards": self.shards, "tokens": self.tokens,
-                 "documents": self.documents, "next_document_tokens": next_doc_tokens}
-        tmp = self.out / (PROGRESS + ".tmp")
-        tmp.write_text(json.dumps(state))
-        os.replace(tmp, self.out / PROGRESS)
+        """Record the complete shards — on the flush thread, after the last one is on disk
+        (:meth:`_shard_close` queued its fsync there), so the writer never waits for the disk
+        and a progress file never names a shard that is not durable."""
+        state = {"fingerprint": self.fingerprint, "shards": list(self.shards),
+                 "tokens": self.tokens, "documents": self.documents,
+                 "next_document_tokens": next_doc_tokens}
+
+        def save() -> None:
+            tmp = self.out / (PROGRESS + ".tmp")
+            tmp.write_text(json.dumps(state))
+            os.replace(tmp, self.out / PROGRESS)
+
+        self._background(save)
+
+    def _background(self, fn) -> None:
+        """Run ``fn`` on the flush thread, in order; an earlier failure is raised here."""
+        if self._flush_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._flush_pool = ThreadPoolExecutor(1, thread_name_prefix="torch_gpubpe fsync")
+        self._check_background(wait=False)
+        self._flushing.append(self._flush_pool.submit(fn))
+
+    def wait_flushed(self) -> None:
+        """Wait until every complete shard is on disk and in the progress file (``close`` does;
+        call it when a run stops early, so that what is on disk can be resumed).
+
+        Raises:
+            OSError: flushing a shard or writing the progress file failed.
+        """
+        self._check_background(wait=True)
+
+    def _check_background(self, wait: bool) -> None:
+        while self._flushing and (wait or self._flushing[0].done()):
+            self._flushing.pop(0).result()  # re-raises an OSError of the flush thread
 
     # -- adding batches -------------------------------------------------------------------------
     def add(self, ids: np.ndarray, offsets: np.ndarray, *, eot_included: bool = False) -> None:
@@ -307,7 +341,9 @@ class ShardWriter:
             if self.fmt == "llmc":  # the header, its token count written when the shard ends
                 self._shard_f.write(bytes(4 * LLMC_HEADER_INTS))
         if len(toks):
+            t = time.perf_counter()
             self._shard_f.write(_as_bytes(toks.astype(self.dtype, copy=False)))
+            self.seconds["write"] += time.perf_counter() - t
 
     def _shard_close(self, header: bytes = b"") -> str:
         """Finish the shard being written: ``header`` over its first bytes, flushed to disk,
@@ -318,11 +354,21 @@ class ShardWriter:
         if header:
             f.seek(0)
             f.write(header)
-        f.flush()
-        os.fsync(f.fileno())
         f.close()
         name = self._shard_name()
-        os.replace(f.name, self.out / name)
+        final = self.out / name
+        os.replace(f.name, final)
+
+        def sync() -> None:
+            t = time.perf_counter()
+            fd = os.open(final, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self.seconds["fsync"] += time.perf_counter() - t
+
+        self._background(sync)
         return name
 
     def _flush_llmc(self) -> None:
@@ -428,6 +474,11 @@ class ShardWriter:
             info.update(ids_file=self._flat_path.name, ids_dtype=self.dtype.str,
                         offsets_file="offsets.npy", eos_id=self.eot, num_documents=len(lens))
         info["num_tokens"] = self.tokens
+        t = time.perf_counter()
+        self._check_background(wait=True)  # every shard on disk before meta.json says done
+        self.seconds["wait_fsync_at_close"] = time.perf_counter() - t
+        if self._flush_pool is not None:
+            self._flush_pool.shutdown()
         info.update(meta or {})
         tmp = self.out / (META_JSON + ".tmp")
         tmp.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
