@@ -78,6 +78,16 @@ SAMPLE_BY = ("line", "paragraph", "document")
 DEFAULT_SAMPLE_BY = "line"
 DEFAULT_CHUNK_BYTES = 8 << 20  # JSON Lines / text: decompressed bytes parsed per task
 DEFAULT_BATCH_ROWS = 1 << 16   # rows per batch from Python iterables and datasets
+
+
+def _ram_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+DEFAULT_READ_AHEAD_BYTES = min(4 << 30, _ram_bytes() // 8)
 DEFAULT_BATCH_BYTES = 16 << 20
 MAX_PACKED_BYTES = 1 << 31     # packed batches stay below 2 GiB (int32-addressable on the GPU)
 
@@ -531,14 +541,20 @@ class FileReader(Reader):
         sample_by: plain-text files: ``"line"`` (default), ``"paragraph"`` or ``"document"``.
         threads: reader threads (default: the CPU count, at most 16).
         chunk_bytes: decompressed JSON Lines / text bytes per parse task.
+        read_ahead_bytes: decompressed bytes that JSON Lines files after the one being read
+            may hold ahead (their threads decompress in parallel; default
+            :data:`DEFAULT_READ_AHEAD_BYTES`, 1/8 of the RAM, at most 4 GiB).
     Raises:
         InputError: a file does not exist, has an unknown extension, or a bad option.
     """
 
     def __init__(self, paths, text_column: str = "text", format: str | None = None,
                  sample_by: str = DEFAULT_SAMPLE_BY, threads: int | None = None,
-                 chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> None:
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 read_ahead_bytes: int | None = None) -> None:
         self.paths = expand_paths(paths)
+        self.read_ahead_bytes = int(DEFAULT_READ_AHEAD_BYTES if read_ahead_bytes is None
+                                    else read_ahead_bytes)
         if not text_column:
             raise InputError("text_column must be a non-empty column name")
         if sample_by not in SAMPLE_BY:
@@ -717,12 +733,18 @@ class FileReader(Reader):
         live: deque = deque()
         it = iter(paths)
 
+        live_max = min(self.threads, len(paths))
+        # Chunks each file may decompress ahead: the files are consumed in order, so without
+        # room to run ahead only the first file's thread would work (one core of gzip).
+        depth = max(3, self.read_ahead_bytes // max(1, self.chunk_bytes * live_max))
+        self.stats["read_ahead_chunks_per_file"] = depth
+
         def start_next() -> None:
             p = next(it, None)
             if p is not None:
-                live.append((p, _Pump(self._raw_chunks(p), 3, f"gpubpe-decompress {p}")))
+                live.append((p, _Pump(self._raw_chunks(p), depth, f"gpubpe-decompress {p}")))
 
-        for _ in range(min(self.threads, len(paths))):
+        for _ in range(live_max):
             start_next()
         try:
             while live:
