@@ -1,7 +1,7 @@
 """The regex pre-tokenizers of real vocabularies (tiktoken's ``pat_str``), by name, and their
 CPU oracle (no wgpu, no torch).
 
-A vocabulary made by GPT-2, cl100k_base or Qwen2 gives its model's ids only under that model's
+A vocabulary made by GPT-2, cl100k_base, Qwen2 or o200k_base gives its model's ids only under that model's
 split. The GPU computes those splits exactly (:mod:`torch_gpubpe.unicode_pretok`); this module
 names the patterns it can do, refuses the others by name, and holds the reference: ``regex``
 itself, the engine the patterns are written for.
@@ -12,11 +12,12 @@ Families (:data:`FAMILIES`):
   possessive spelling of the pattern, which split alike).
 * ``"cl100k"`` — cl100k_base (also Llama 3).
 * ``"qwen2"`` — Qwen2 (cl100k-like, one digit per ``\\p{N}``, no ``\\s++$``).
+* ``"o200k"`` — o200k_base and o200k_harmony (GPT-4o, gpt-oss): letter-case classes
+  (``[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+`` and the other
+  way round, with backtracking between the two classes), case-insensitive contractions attached
+  to the word, ``[\\r\\n/]*`` after punctuation.
 * ``"bytes-classes"`` — this project's own byte-class rule (DESIGN.md §2), the default of its
   vocabularies; not a regex of this module (see :mod:`torch_gpubpe.pretokenize`).
-
-o200k_base is refused: its letter rules (``[\\p{Lu}…]*[\\p{Ll}…]+`` with backtracking between
-the two classes and optional contraction suffixes) are not done on the GPU.
 
 Bytes that are not valid UTF-8 (DESIGN.md §1 lets ``bytes`` documents hold any bytes): each
 byte of an invalid sequence is one code point of class "other", exactly as
@@ -59,7 +60,7 @@ O200K_PATTERN = "|".join([
     r"""\s+""",
 ])
 
-FAMILIES = ("gpt2", "cl100k", "qwen2")
+FAMILIES = ("gpt2", "cl100k", "qwen2", "o200k")
 """Regex families the GPU pre-tokenizer does exactly."""
 DEFAULT = "bytes-classes"
 """DESIGN.md §2's byte-class rule (this project's vocabularies)."""
@@ -69,23 +70,24 @@ _NAMES = {
     "gpt2": "gpt2", "r50k_base": "gpt2", "p50k_base": "gpt2", "p50k_edit": "gpt2",
     "cl100k": "cl100k", "cl100k_base": "cl100k",
     "qwen2": "qwen2",
+    "o200k": "o200k", "o200k_base": "o200k", "o200k_harmony": "o200k",
 }
 _BY_PATTERN = {GPT2_PATTERN: "gpt2", R50K_PATTERN: "gpt2", CL100K_PATTERN: "cl100k",
-               QWEN2_PATTERN: "qwen2"}
-_REFUSED = {"o200k": O200K_PATTERN, "o200k_base": O200K_PATTERN, "o200k_harmony": O200K_PATTERN}
-PATTERN_OF = {"gpt2": R50K_PATTERN, "cl100k": CL100K_PATTERN, "qwen2": QWEN2_PATTERN}
+               QWEN2_PATTERN: "qwen2", O200K_PATTERN: "o200k"}
+PATTERN_OF = {"gpt2": R50K_PATTERN, "cl100k": CL100K_PATTERN, "qwen2": QWEN2_PATTERN,
+              "o200k": O200K_PATTERN}
 """The ``pat_str`` of each family (the reference splits with it)."""
 
 
 def resolve(pattern: str) -> str:
     """The family of ``pattern``: a name (``"gpt2"``, ``"r50k_base"``, ``"cl100k_base"``,
-    ``"qwen2"``, ``"bytes-classes"``…) or a tiktoken ``pat_str`` spelled exactly as one of them.
+    ``"qwen2"``, ``"o200k_base"``, ``"bytes-classes"``…) or a tiktoken ``pat_str`` spelled exactly as one of them.
 
     Returns:
         one of :data:`FAMILIES`, or :data:`DEFAULT`.
     Raises:
-        InputError: a pattern the GPU cannot split exactly (o200k_base, any other regex),
-            naming it and the ones it can.
+        InputError: a pattern the GPU cannot split exactly (any other regex), naming it and
+            the ones it can.
     """
     if not isinstance(pattern, str):
         raise InputError(f"pattern must be a str (a name or a pat_str), got {type(pattern).__name__}")
@@ -96,10 +98,8 @@ def resolve(pattern: str) -> str:
     fam = _NAMES.get(pattern.lower()) or _BY_PATTERN.get(pattern)
     if fam:
         return fam
-    what = (f"{pattern!r} (o200k's letter-case rules are not done on the GPU)"
-            if pattern.lower() in _REFUSED or pattern == O200K_PATTERN else repr(pattern)[:200])
     raise InputError(
-        f"pre-tokenizer pattern {what} cannot be split exactly on the GPU; supported: "
+        f"pre-tokenizer pattern {repr(pattern)[:200]} cannot be split exactly on the GPU; supported: "
         f"{', '.join(sorted(_NAMES))}, {DEFAULT!r}, or one of their pat_str spellings "
         "(torch_gpubpe.patterns.PATTERN_OF)")
 

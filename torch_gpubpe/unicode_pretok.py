@@ -1,5 +1,5 @@
-"""GPU word starts of the regex pre-tokenizers of GPT-2, cl100k_base and Qwen2, exactly as
-``regex.finditer(pat_str)`` splits (wgsl/pretokenize_unicode.wgsl; patterns and oracle in
+"""GPU word starts of the regex pre-tokenizers of GPT-2, cl100k_base, Qwen2 and o200k_base,
+exactly as ``regex.finditer(pat_str)`` splits (wgsl/pretokenize_unicode.wgsl; patterns and oracle in
 :mod:`torch_gpubpe.patterns`).
 
 UTF-8 is decoded on the GPU and each code point classified through a two-level table built from
@@ -11,6 +11,33 @@ it), and what ends a run of spaces (a non-space, CR/LF, or the document's end: `
 ``\\s*[\\r\\n]``, ``\\s++$``). Those are carried by two finite automata, scanned across threads,
 workgroups and blocks by composing their transition functions (associative), so no rule
 depends on where a chunk, workgroup or slice begins.
+
+o200k_base (derivation; checked against ``regex`` on every string of up to 5 code points over
+13 classes, tests/test_unicode_pretok.py). Classes: u = ``[\\p{Lu}\\p{Lt}]``, l = ``\\p{Ll}``,
+b = ``[\\p{Lm}\\p{Lo}\\p{M}]`` (both case classes; a mark is not ``\\p{L}``, so it is also
+"other" for ``[^\\r\\n\\p{L}\\p{N}]?`` and ``[^\\s\\p{L}\\p{N}]+``), W = u ∪ l ∪ b. No
+alternative matches the empty string and every code point is matched by one, so the matches
+tile the text and the word starts are the finditer process itself. At a match start p:
+
+* a code point of W: a letter match (a mark as prefix gives the same end as a mark as b).
+  ``[U]*`` takes the run of u/b; if an l follows, ``[L]+`` takes the run of l/b after it and
+  the match ends before the next u. If no l follows, the match backtracks to end after the
+  last b of the run (a new match, of ``[U]+`` alone, takes the u's left), or, with no b, the
+  second alternative takes the whole run. Either way the last match of a W run reaches its
+  end and takes a contraction there;
+* "other" or a space before a code point of W: the prefix of a letter match;
+* "other" otherwise, or U+0020 before "other": ``[^\\s\\p{L}\\p{N}]+`` takes the run of
+  other and marks, then ``[\\r\\n/]*`` the run of CR, LF and "/" after it;
+* a digit: ``\\p{N}{1,3}``;
+* a space otherwise: ``\\s*[\\r\\n]+`` to the run's last CR/LF if it has one, else
+  ``\\s+(?!\\S)`` leaves the last space of the run to the code point after it (unless the
+  run ends the document), and a space before a digit, CR/LF... alone is ``\\s+``.
+
+So the left automaton F is "which match the previous code point is in" (7 states: none that
+takes more, letter match before / after an l, the other-run, its CR/LF/"/" tail, a contraction
+with 1 or 2 code points to go), read with a lookahead of 2 code points (prefixes,
+contractions), times the digit count mod 3; the right automaton is the space-run state times
+"the u run from here is followed by a non-letter" (the backtracking).
 
 Slices: a batch above the storage-binding limit is cut at document boundaries or between two
 ASCII bytes whose classes fix both automata (not after a digit or CR/LF, not before a
@@ -64,6 +91,49 @@ def _b_state_at(kind: int) -> int:
     return _C["B_NL"] if kind == K_NL else _C["B_WORD"]
 
 
+def _o200k_cuts() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """o200k's safe cut points between ASCII bytes x, y (``safe[x, y]``), the F state after x
+    (``f_after[x, y]``) and the B state at y (``b_at[y]``), as wgsl/pretokenize_unicode.wgsl's
+    o200k automata define them. F after x does not depend on what came before when x is a
+    space (its match ends at x or takes y as its prefix's word), a digit (its match ends,
+    and y is no digit) or a letter that no contraction holds; B at y does not depend on what
+    follows when y is no space of a run and no upper-case letter."""
+    base = classes_of(np.arange(128)) & 3
+    letter, digit, other, space = base == 0, base == 1, base == 2, base == 3
+    upper = np.zeros(128, bool)
+    upper[ord("A") : ord("Z") + 1] = True
+    contr = np.zeros(128, bool)
+    contr[[ord(c) for c in "sdmtlvreSDMTLVRE"]] = True
+    nl = np.zeros(128, bool)
+    nl[[0x0A, 0x0D]] = True
+    run_space = space & ~nl          # U+0020 and the other ASCII \s but CR, LF
+    sp = np.zeros(128, bool)
+    sp[0x20] = True
+    x_ok = run_space | digit | (letter & ~contr)
+    y_ok = ~run_space & ~upper
+    safe = np.zeros((256, 256), bool)
+    safe[:128, :128] = x_ok[:, None] & y_ok[None, :] & ~(digit[:, None] & digit[None, :])
+    f = np.zeros((256, 256), np.int64)
+    O_END, O_LU, O_LL, O_Q = (_C[k] for k in ("O_END", "O_LU", "O_LL", "O_Q"))
+    for x in np.flatnonzero(x_ok):
+        for y in range(128):
+            if digit[x]:
+                st = O_END
+            elif letter[x]:
+                st = O_LU if upper[x] else O_LL
+            elif letter[y]:
+                st = O_LU                  # the space is the prefix of y's letter match
+            elif sp[x] and other[y]:
+                st = O_Q                   # ` ?[^\s\p{L}\p{N}]+`
+            else:
+                st = O_END
+            f[x, y] = st
+    b = np.zeros(256, np.int64)
+    for y in range(128):
+        b[y] = (_C["B_NL"] if nl[y] else _C["B_WORD"]) | (0 if letter[y] else 4)
+    return safe, f, b
+
+
 class UnicodePreTokenizer:
     """The three passes of wgsl/pretokenize_unicode.wgsl for one pattern family.
 
@@ -95,10 +165,18 @@ class UnicodePreTokenizer:
         self.max_slice_bytes = max(4 * HALO, min(limit, max_slice_bytes or limit))
         self._kind = _ascii_kinds()
         k = self._kind
-        self._safe_before = np.zeros(256, bool)   # byte c-1 of a cut point c
-        self._safe_before[:128] = (k != K_N) & (k != K_NL)
-        self._safe_at = np.zeros(256, bool)       # byte c of a cut point c
-        self._safe_at[:128] = (k != K_SP) & (k != K_WS)
+        if fam == "o200k":
+            self._safe, self._f_after, self._b_at = _o200k_cuts()
+        else:
+            before = np.zeros(256, bool)   # byte c-1 of a cut point c
+            before[:128] = (k != K_N) & (k != K_NL)
+            at = np.zeros(256, bool)       # byte c of a cut point c
+            at[:128] = (k != K_SP) & (k != K_WS)
+            self._safe = before[:, None] & at[None, :]
+            self._f_after = np.zeros((256, 256), np.int64)
+            self._f_after[:128, :] = [_f_state_after(int(x)) for x in k]
+            self._b_at = np.zeros(256, np.int64)
+            self._b_at[:128] = [_b_state_at(int(x)) for x in k]
         self._cap = 0
 
     def scratch(self, cap: int, text, bits, label: str) -> PreTokScratch:
@@ -145,7 +223,7 @@ class UnicodePreTokenizer:
         while hi > c0:
             a = max(c0 + 1, hi - width)
             c = np.arange(a, hi + 1)
-            ok = is_start[c] | (self._safe_before[data[c - 1]] & self._safe_at[data[c]])
+            ok = is_start[c] | self._safe[data[c - 1], data[c]]
             idx = np.flatnonzero(ok)
             if len(idx):
                 return int(c[idx[-1]])
@@ -178,8 +256,8 @@ class UnicodePreTokenizer:
             room = self.max_slice_bytes - 2 * HALO
             c1 = n if n - c0 <= room else self._cut(data, is_start, c0, c0 + room)
             lo, hi = max(0, c0 - HALO), min(n, c1 + HALO)
-            f_in = 0 if is_start[c0] else _f_state_after(int(self._kind[data[c0 - 1]]))
-            b_in = 0 if is_start[c1] else _b_state_at(int(self._kind[data[c1]]))
+            f_in = 0 if is_start[c0] else int(self._f_after[data[c0 - 1], data[c0]])
+            b_in = 0 if is_start[c1] else int(self._b_at[data[c1]])
             with self.gpu.operation(f"{self.family} pre-tokenization of bytes {c0}..{c1}"):
                 m = self._run(data[lo:hi], is_start[lo : hi + 1], c0 - lo, c1 - lo, f_in, b_in)
             out[c0:c1] = m[c0 - lo : c1 - lo]
@@ -250,7 +328,8 @@ def word_starts(documents: Sequence[str | bytes], pattern: str = "gpt2", *,
 
     Args:
         documents: ``str`` (UTF-8; lone surrogates → U+FFFD) or bytes-like items.
-        pattern: ``"gpt2"`` (r50k/p50k), ``"cl100k"``, ``"qwen2"`` or one of their ``pat_str``
+        pattern: ``"gpt2"`` (r50k/p50k), ``"cl100k"``, ``"qwen2"``, ``"o200k"`` or one of
+            their ``pat_str``
             (:func:`torch_gpubpe.patterns.resolve`).
     Returns:
         one bool array per document, shape ``(len(doc_bytes),)``; equal to

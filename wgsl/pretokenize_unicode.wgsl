@@ -1,5 +1,5 @@
 // pretokenize_unicode.wgsl — word starts of tiktoken-style regex pre-tokenizers (GPT-2 family,
-// cl100k_base, Qwen2), exactly as `regex.finditer(pat_str)` splits, on the GPU.
+// cl100k_base, Qwen2, o200k_base), exactly as `regex.finditer(pat_str)` splits, on the GPU.
 //
 // UTF-8 is decoded here: a byte starts a code point unless a valid sequence starting at one of
 // the 3 bytes before it covers it; a byte of no valid sequence is a code point of its own of
@@ -22,7 +22,12 @@
 //                 the right)
 //   pt_mark       one thread per 32 bytes: the states at its chunk, then each byte's word
 //                 start from the local rules, written as one u32 of the mask
-// Every loop is bounded by 32 bytes, 6 states or the number of blocks / WG (lavapipe's cap).
+// Every loop is bounded by 32 bytes, 7 states or the number of blocks / WG (lavapipe's cap).
+//
+// o200k_base has automata of its own (section "o200k" below; derivation in
+// torch_gpubpe/unicode_pretok.py): F is the finditer process itself (7 states: which match the
+// previous code point is in) × digits mod 3; B is the space-run state above × "the run of
+// [\p{Lu}\p{Lt}] from here ends in a non-letter" (the backtracking of [U]*[L]+).
 //
 // Bindings (group 0; each entry point uses a subset, layouts are "auto"):
 //   0 text     : storage, read        array<u32>  bytes packed 4 per u32 (LE); length >=
@@ -44,7 +49,7 @@
 struct Params {
     n: u32,           // bytes in the buffer
     num_blocks: u32,  // ceil(n / (WG * 32))
-    pattern: u32,     // PAT_GPT2, PAT_CL100K or PAT_QWEN2
+    pattern: u32,     // PAT_GPT2, PAT_CL100K, PAT_QWEN2 or PAT_O200K
     c0: u32,          // the automata read bytes [c0, c1) only (a slice's core; halo outside)
     c1: u32,
     f_in: u32,        // F state before byte c0 (unless c0 starts a document)
@@ -68,6 +73,7 @@ const STAGE1_LEN: u32 = 4352u;     // 0x110000 >> 8
 const PAT_GPT2: u32 = 0u;
 const PAT_CL100K: u32 = 1u;
 const PAT_QWEN2: u32 = 2u;
+const PAT_O200K: u32 = 3u;
 
 // Byte code: bits 0-2 class K_*, bits 3-6 fold (1 + index in "sdmtlvre" of the contraction
 // letter it matches under (?i); FOLD_APOS for U+0027), bit 7 the code point is that letter in
@@ -78,8 +84,14 @@ const K_O: u32 = 2u;
 const K_SP: u32 = 3u;   // U+0020
 const K_WS: u32 = 4u;   // other \s but CR, LF
 const K_NL: u32 = 5u;   // CR, LF
+const K_M: u32 = 6u;    // o200k only: \p{M} (other for the other families)
 const K_NONE: u32 = 7u; // no code point (before a document start, past its end)
 const FOLD_APOS: u32 = 9u;
+// o200k only: fold 10 is U+002F, fold 11 a letter of both case classes (\p{Lm}, \p{Lo}: none
+// folds to a contraction letter, torch_gpubpe/_unicode_gen.py checks), bit 7 a letter of the
+// upper class only (\p{Lu}, \p{Lt}); a letter of neither has bit 7 clear (\p{Ll}).
+const FOLD_SLASH: u32 = 10u;
+const FOLD_BOTH: u32 = 11u;
 const CONT: u32 = 0xFFu;
 
 const F_ID: u32 = 0x2C688u;  // 0 | 1<<3 | 2<<6 | 3<<9 | 4<<12 | 5<<15
@@ -148,6 +160,7 @@ fn cp_class(cp: u32) -> u32 {
 // Byte code of a code point (see the K_* constants).
 fn cp_code(cp: u32) -> u32 {
     let t = cp_class(cp);
+    if (params.pattern == PAT_O200K) { return o_code(cp, t); }
     var k = K_O;
     switch (t & 3u) {
         case 0u: { k = K_L; }
@@ -211,6 +224,192 @@ fn b_compose(a: u32, b: u32) -> u32 {
     return out;
 }
 
+// ---- o200k ------------------------------------------------------------------------------
+// F main state: which match of `regex.finditer` the previous code point is in.
+const O_END: u32 = 0u;  // none that takes more: the next code point starts a match or not
+                        // by the whitespace rules (after digits, spaces, a contraction's end)
+const O_LU: u32 = 1u;   // a letter match, no [\p{Ll}] since its start (also: after its prefix)
+const O_LL: u32 = 2u;   // a letter match past a [\p{Ll}]
+const O_Q: u32 = 3u;    // ` ?[^\s\p{L}\p{N}]+`: its run of other/marks
+const O_T: u32 = 4u;    // its `[\r\n/]*` tail
+const O_C1: u32 = 5u;   // an attached contraction, 1 code point to go
+const O_C2: u32 = 6u;   // 2 to go
+// A function on F states: 7 main entries of 3 bits, then at bit 24 3 digit entries of 2 bits.
+// A state s = main | digits mod 3 << 3.
+const OF_ID: u32 = 0x241AC688u;
+// B states s = b | y << 2 (b: B_NL, B_WORD, B_END as above; y: the run of upper-class letters
+// from here is followed by a non-letter or the end). A function: 3 b entries of 2 bits, then
+// at bit 8 the images of y = 0 and y = 1.
+const OR_ID: u32 = 0x224u;
+const OR_END: u32 = 6u;  // B_END | 1 << 2
+
+fn o_code(cp: u32, t: u32) -> u32 {
+    let cases = t & 12u;
+    var k = K_O;
+    var fold = t >> 4u;
+    var hi = 0u;
+    switch (t & 3u) {
+        case 0u: {
+            k = K_L;
+            if (cases == 12u) { fold = FOLD_BOTH; }
+            if (cases == 4u) { hi = 0x80u; }
+        }
+        case 1u: { k = K_N; }
+        case 3u: {
+            k = K_WS;
+            if (cp == 0x20u) { k = K_SP; }
+            if (cp == 0x0Au || cp == 0x0Du) { k = K_NL; }
+        }
+        default: { if (cases != 0u) { k = K_M; } }
+    }
+    if (cp == 0x27u) { fold = FOLD_APOS; }
+    if (cp == 0x2Fu) { fold = FOLD_SLASH; }
+    return k | (fold << 3u) | hi;
+}
+fn o_fold(c: u32) -> u32 { return (c >> 3u) & 15u; }
+// [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] ∪ [\p{Ll}\p{Lm}\p{Lo}\p{M}] (a CONT or K_NONE code is not)
+fn o_w(c: u32) -> bool { return c != CONT && ((c & 7u) == K_L || (c & 7u) == K_M); }
+fn o_upper(c: u32) -> bool { return (c & 7u) == K_L && (c & 0x80u) != 0u && c != CONT; }
+fn o_both(c: u32) -> bool {
+    return c != CONT && (((c & 7u) == K_L && o_fold(c) == FOLD_BOTH) || (c & 7u) == K_M);
+}
+fn o_q(c: u32) -> bool { return c != CONT && ((c & 7u) == K_O || (c & 7u) == K_M); }
+fn o_slash(c: u32) -> bool { return (c & 7u) == K_O && o_fold(c) == FOLD_SLASH && c != CONT; }
+
+// Length in code points (2, 3) of the contraction `(?i:'s|'t|'re|'ve|'m|'ll|'d)` at a code
+// point of code c followed by codes c1, c2 (K_NONE past the document), or 0.
+fn o_contr(c: u32, c1: u32, c2: u32) -> u32 {
+    if (o_fold(c) != FOLD_APOS || (c & 7u) != K_O) { return 0u; }
+    if ((c1 & 7u) != K_L) { return 0u; }
+    let f1 = o_fold(c1);
+    if (f1 >= 1u && f1 <= 4u) { return 2u; }
+    if ((c2 & 7u) != K_L) { return 0u; }
+    let f2 = o_fold(c2);
+    if ((f1 == 5u && f2 == 5u) || ((f1 == 6u || f1 == 7u) && f2 == 8u)) { return 3u; }
+    return 0u;
+}
+
+// The main state after a code point (code c, next code nx) that starts a match.
+fn o_start(c: u32, nx: u32) -> u32 {
+    let k = c & 7u;
+    if (k == K_L || k == K_M) {
+        if (o_upper(c) || o_both(c)) { return O_LU; }
+        return O_LL;
+    }
+    if (k == K_O) { return select(O_Q, O_LU, o_w(nx)); }       // prefix of a letter match
+    if (k == K_SP) {
+        if (o_w(nx)) { return O_LU; }
+        return select(O_END, O_Q, (nx & 7u) == K_O);           // ` ?[^\s\p{L}\p{N}]+`
+    }
+    if (k == K_WS) { return select(O_END, O_LU, o_w(nx)); }
+    return O_END;
+}
+// The main state after code c (next code nx, contraction length cl there) from main state s.
+fn o_step(s: u32, c: u32, nx: u32, cl: u32) -> u32 {
+    if (s == O_C2) { return O_C1; }
+    if (s == O_C1) { return O_END; }
+    if (s == O_LU || s == O_LL) {
+        if (o_upper(c)) { return O_LU; }
+        if (o_both(c)) { return s; }
+        if (o_w(c)) { return O_LL; }
+        if (cl == 2u) { return O_C1; }
+        if (cl == 3u) { return O_C2; }
+    }
+    if (s == O_Q) {
+        if (o_q(c)) { return O_Q; }
+        if ((c & 7u) == K_NL) { return O_T; }
+    }
+    if (s == O_T && ((c & 7u) == K_NL || o_slash(c))) { return O_T; }
+    return o_start(c, nx);
+}
+fn od_step(c: u32, d: u32) -> u32 { return select(0u, (d + 1u) % 3u, (c & 7u) == K_N); }
+fn of_get(f: u32, s: u32) -> u32 {
+    return ((f >> (3u * (s & 7u))) & 7u) | (((f >> (24u + 2u * (s >> 3u))) & 3u) << 3u);
+}
+fn of_const(s: u32) -> u32 { return (s & 7u) * 0x49249u | ((s >> 3u) * 0x15u) << 24u; }
+fn of_state_step(s: u32, c: u32, nx: u32, cl: u32) -> u32 {
+    return o_step(s & 7u, c, nx, cl) | (od_step(c, s >> 3u) << 3u);
+}
+// f, then the code point c
+fn of_then(f: u32, c: u32, nx: u32, cl: u32) -> u32 {
+    var out = 0u;
+    for (var s = 0u; s < 7u; s++) { out |= o_step((f >> (3u * s)) & 7u, c, nx, cl) << (3u * s); }
+    for (var d = 0u; d < 3u; d++) {
+        out |= od_step(c, (f >> (24u + 2u * d)) & 3u) << (24u + 2u * d);
+    }
+    return out;
+}
+fn of_compose(a: u32, b: u32) -> u32 {
+    var out = 0u;
+    for (var s = 0u; s < 7u; s++) { out |= ((b >> (3u * ((a >> (3u * s)) & 7u))) & 7u) << (3u * s); }
+    for (var d = 0u; d < 3u; d++) {
+        let m = (a >> (24u + 2u * d)) & 3u;
+        out |= ((b >> (24u + 2u * m)) & 3u) << (24u + 2u * d);
+    }
+    return out;
+}
+// B: the y part of one code point (CONT or K_NONE: unchanged)
+fn oy_step(c: u32, y: u32) -> u32 {
+    if (c == CONT || (c & 7u) == K_NONE) { return y; }
+    if (!o_w(c)) { return 1u; }
+    if (o_upper(c)) { return y; }
+    return 0u;
+}
+fn or_step(c: u32, s: u32) -> u32 {
+    var k = K_NONE;
+    if (c != CONT) { k = c & 7u; }
+    return b_step(k, s & 3u) | (oy_step(c, s >> 2u) << 2u);
+}
+fn or_get(f: u32, s: u32) -> u32 {
+    return ((f >> (2u * (s & 3u))) & 3u) | (((f >> (8u + (s >> 2u))) & 1u) << 2u);
+}
+fn or_const(s: u32) -> u32 { return (s & 3u) * 0x15u | (s >> 2u) * 0x300u; }
+// the code point c to the left of f
+fn or_before(c: u32, f: u32) -> u32 {
+    var out = 0u;
+    for (var s = 0u; s < 3u; s++) { out |= b_step(select(c & 7u, K_NONE, c == CONT), (f >> (2u * s)) & 3u) << (2u * s); }
+    for (var y = 0u; y < 2u; y++) { out |= oy_step(c, (f >> (8u + y)) & 1u) << (8u + y); }
+    return out;
+}
+// a to the left of b
+fn or_compose(a: u32, b: u32) -> u32 {
+    var out = 0u;
+    for (var s = 0u; s < 3u; s++) { out |= ((a >> (2u * ((b >> (2u * s)) & 3u))) & 3u) << (2u * s); }
+    for (var y = 0u; y < 2u; y++) {
+        out |= ((a >> (8u + ((b >> (8u + y)) & 1u))) & 1u) << (8u + y);
+    }
+    return out;
+}
+
+// The automata of the pattern: o200k's or the others'.
+fn fx_id() -> u32 { return select(F_ID, OF_ID, params.pattern == PAT_O200K); }
+fn bx_id() -> u32 { return select(B_ID, OR_ID, params.pattern == PAT_O200K); }
+fn fx_get(f: u32, s: u32) -> u32 {
+    if (params.pattern == PAT_O200K) { return of_get(f, s); }
+    return f_get(f, s);
+}
+fn bx_get(f: u32, s: u32) -> u32 {
+    if (params.pattern == PAT_O200K) { return or_get(f, s); }
+    return b_get(f, s);
+}
+fn fx_compose(a: u32, b: u32) -> u32 {
+    if (params.pattern == PAT_O200K) { return of_compose(a, b); }
+    return f_compose(a, b);
+}
+fn bx_compose(a: u32, b: u32) -> u32 {
+    if (params.pattern == PAT_O200K) { return or_compose(a, b); }
+    return b_compose(a, b);
+}
+
+// Code of the code point starting at byte j (a code point start), K_NONE past its document.
+fn text_code(j: u32) -> u32 {
+    if (j >= params.n || doc_start(j)) { return K_NONE; }
+    let len = seq_len(j);
+    if (len == 0u) { return K_O; }
+    return cp_code(decode(j, len));
+}
+fn text_next(j: u32) -> u32 { return j + max(seq_len(j), 1u); }
+
 // ---- pass 1 ------------------------------------------------------------------------------
 @compute @workgroup_size(WG)
 fn pt_classify(@builtin(workgroup_id) wid: vec3<u32>,
@@ -221,8 +420,9 @@ fn pt_classify(@builtin(workgroup_id) wid: vec3<u32>,
     let n = params.n;
     let lo = t * CHUNK;
     let hi = min(lo + CHUNK, n);
-    var fa = F_ID;
-    var ba = B_ID;
+    let o200k = params.pattern == PAT_O200K;
+    var fa = fx_id();
+    var ba = bx_id();
     if (lo < n) {
         // valid-sequence lengths of the 3 bytes before the current one (same document)
         var l1 = 0u;
@@ -249,15 +449,30 @@ fn pt_classify(@builtin(workgroup_id) wid: vec3<u32>,
             l3 = l2; l2 = l1; l1 = len;
             if (code != CONT && i >= params.c0 && i < params.c1) {
                 let k = code & 7u;
-                if (ds) { fa = f_const(f_step(k, 0u)); } else { fa = f_then(fa, k); }
+                if (o200k) {  // the symbol reads up to 2 code points ahead (from the text)
+                    let j1 = i + max(len, 1u);
+                    let c1 = text_code(j1);
+                    var cl = 0u;
+                    if (o_fold(code) == FOLD_APOS && (c1 & 7u) == K_L) {
+                        cl = o_contr(code, c1, text_code(text_next(j1)));
+                    }
+                    if (ds) { fa = of_const(of_state_step(0u, code, c1, cl)); }
+                    else { fa = of_then(fa, code, c1, cl); }
+                } else if (ds) { fa = f_const(f_step(k, 0u)); } else { fa = f_then(fa, k); }
             }
             // B: this byte to the left of what follows; a document end is B_END
             if (i >= params.c0 && i < params.c1) {
-                var k = K_NONE;
-                if (code != CONT) { k = code & 7u; }
-                var e = b_before(k, B_ID);
-                if (doc_start(i + 1u)) { e = b_const(b_step(k, B_END)); }
-                ba = b_compose(ba, e);
+                if (o200k) {
+                    var e = or_before(code, OR_ID);
+                    if (doc_start(i + 1u)) { e = or_const(or_step(code, OR_END)); }
+                    ba = or_compose(ba, e);
+                } else {
+                    var k = K_NONE;
+                    if (code != CONT) { k = code & 7u; }
+                    var e = b_before(k, B_ID);
+                    if (doc_start(i + 1u)) { e = b_const(b_step(k, B_END)); }
+                    ba = b_compose(ba, e);
+                }
             }
         }
     }
@@ -268,16 +483,16 @@ fn pt_classify(@builtin(workgroup_id) wid: vec3<u32>,
     for (var off = 1u; off < WG; off <<= 1u) {
         var xf = wf[lid];
         var xb = wb[lid];
-        if (lid >= off) { xf = f_compose(wf[lid - off], xf); }
-        if (lid + off < WG) { xb = b_compose(xb, wb[lid + off]); }
+        if (lid >= off) { xf = fx_compose(wf[lid - off], xf); }
+        if (lid + off < WG) { xb = bx_compose(xb, wb[lid + off]); }
         workgroupBarrier();
         wf[lid] = xf;
         wb[lid] = xb;
         workgroupBarrier();
     }
-    var pf = F_ID;
+    var pf = fx_id();
     if (lid > 0u) { pf = wf[lid - 1u]; }
-    var sb = B_ID;
+    var sb = bx_id();
     if (lid + 1u < WG) { sb = wb[lid + 1u]; }
     thr[2u * t] = pf;
     thr[2u * t + 1u] = sb;
@@ -294,11 +509,11 @@ fn pt_scan_blocks(@builtin(local_invocation_index) lid: u32) {
     let per = (nb + WG - 1u) / WG;
     let lo = min(lid * per, nb);
     let hi = min(lo + per, nb);
-    var fa = F_ID;
-    var ba = B_ID;
+    var fa = fx_id();
+    var ba = bx_id();
     for (var w = lo; w < hi; w++) {
-        fa = f_compose(fa, blk[4u * w]);
-        ba = b_compose(ba, blk[4u * w + 1u]);
+        fa = fx_compose(fa, blk[4u * w]);
+        ba = bx_compose(ba, blk[4u * w + 1u]);
     }
     wf[lid] = fa;
     wb[lid] = ba;
@@ -306,25 +521,25 @@ fn pt_scan_blocks(@builtin(local_invocation_index) lid: u32) {
     for (var off = 1u; off < WG; off <<= 1u) {
         var xf = wf[lid];
         var xb = wb[lid];
-        if (lid >= off) { xf = f_compose(wf[lid - off], xf); }
-        if (lid + off < WG) { xb = b_compose(xb, wb[lid + off]); }
+        if (lid >= off) { xf = fx_compose(wf[lid - off], xf); }
+        if (lid + off < WG) { xb = bx_compose(xb, wb[lid + off]); }
         workgroupBarrier();
         wf[lid] = xf;
         wb[lid] = xb;
         workgroupBarrier();
     }
     var fs = params.f_in;
-    if (lid > 0u) { fs = f_get(wf[lid - 1u], fs); }
+    if (lid > 0u) { fs = fx_get(wf[lid - 1u], fs); }
     for (var w = lo; w < hi; w++) {
         blk[4u * w + 2u] = fs;
-        fs = f_get(blk[4u * w], fs);
+        fs = fx_get(blk[4u * w], fs);
     }
     var bs = params.b_in;
-    if (lid + 1u < WG) { bs = b_get(wb[lid + 1u], bs); }
+    if (lid + 1u < WG) { bs = bx_get(wb[lid + 1u], bs); }
     for (var k = lo; k < hi; k++) {
         let w = hi - 1u - (k - lo);
         blk[4u * w + 3u] = bs;
-        bs = b_get(blk[4u * w + 1u], bs);
+        bs = bx_get(blk[4u * w + 1u], bs);
     }
 }
 
@@ -463,6 +678,67 @@ fn starts_word(i: u32, fs: u32, hi: u32, b_hi: u32) -> bool {
     return !other_starts(p1);  // a starting "other" takes the letters after it
 }
 
+// o200k: whether the code point at i (code c, next code nx, contraction length cl) starts a
+// match; s = F state before it, y / nl = the B state after it (its y, its b == B_NL).
+fn o_starts(i: u32, s: u32, c: u32, nx: u32, cl: u32, y: bool, nl: bool) -> bool {
+    let p1 = prev_cp(i);
+    if (p1 == i) { return true; }
+    let k = c & 7u;
+    let pc = code_at(p1);
+    let m = s & 7u;
+    if (k == K_N) { return (s >> 3u) == 0u; }           // \p{N}{1,3} from the left of the run
+    if (m == O_C1 || m == O_C2) { return false; }
+    if (m == O_LU || m == O_LL) {
+        // [U]*[L]+ ends at an upper after a lower; in a run of U's that no lower follows it
+        // ends after the last code point of both classes (backtracking), before the U's left
+        if (o_upper(c)) { return m == O_LL || (o_both(pc) && y); }
+        if (o_w(c)) { return false; }
+        return cl == 0u;                                 // an attached contraction, or the end
+    }
+    if (m == O_Q) { return !(o_q(c) || k == K_NL); }
+    if (m == O_T) { return !(k == K_NL || o_slash(c)); }
+    let pk = pc & 7u;
+    if (!is_space(k) || !is_space(pk)) { return true; }
+    if (k == K_NL) { return false; }                     // inside `\s*[\r\n]+`
+    if (pk == K_NL) { return !nl; }                      // after the last CR/LF of the run
+    return is_space(nx & 7u) == false && (nx & 7u) != K_NONE;  // \s+(?!\S) leaves one
+}
+
+fn o_mark(lo: u32, chunk_end: u32, hi: u32, fs_in: u32, r_hi: u32) -> u32 {
+    let n = params.n;
+    // B states after each code point of [lo, hi), right to left
+    var ybits = 0u;
+    var nlbits = 0u;
+    var r = r_hi;
+    for (var q = lo; q < hi; q++) {
+        let j = hi - 1u - (q - lo);
+        if (doc_start(j + 1u)) { r = OR_END; }
+        let c = code_at(j);
+        if (c == CONT) { continue; }
+        ybits |= ((r >> 2u) & 1u) << (j - lo);
+        if ((r & 3u) == B_NL) { nlbits |= 1u << (j - lo); }
+        r = or_step(c, r);
+    }
+    var fs = fs_in;
+    var bits = 0u;
+    for (var i = lo; i < chunk_end; i++) {
+        let c = code_at(i);
+        if (c == CONT) { continue; }
+        let in_core = i >= params.c0 && i < params.c1;
+        if (in_core && doc_start(i)) { fs = 0u; }
+        let j1 = next_cp(i);
+        let c1 = code_or_none(j1, n);
+        var cl = 0u;
+        if (o_fold(c) == FOLD_APOS && j1 != n) { cl = o_contr(c, c1, code_or_none(next_cp(j1), n)); }
+        let b = i - lo;
+        if (o_starts(i, fs, c, c1, cl, ((ybits >> b) & 1u) != 0u, ((nlbits >> b) & 1u) != 0u)) {
+            bits |= 1u << b;
+        }
+        if (in_core) { fs = of_state_step(fs, c, c1, cl); }
+    }
+    return bits;
+}
+
 @compute @workgroup_size(WG)
 fn pt_mark(@builtin(workgroup_id) wid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>,
@@ -473,9 +749,13 @@ fn pt_mark(@builtin(workgroup_id) wid: vec3<u32>,
     let lo = t * CHUNK;
     if (lo >= n || block >= params.num_blocks) { return; }
     let chunk_end = min(lo + CHUNK, n);
-    var fs = f_get(thr[2u * t], blk[4u * block + 2u]);
-    let b_end = b_get(thr[2u * t + 1u], blk[4u * block + 3u]);
+    var fs = fx_get(thr[2u * t], blk[4u * block + 2u]);
+    let b_end = bx_get(thr[2u * t + 1u], blk[4u * block + 3u]);
     let hi = min(chunk_end, max(params.c1, lo));
+    if (params.pattern == PAT_O200K) {
+        mask[t] = o_mark(lo, chunk_end, hi, fs, b_end);
+        return;
+    }
     var bits = 0u;
     for (var i = lo; i < chunk_end; i++) {
         let c = code_at(i);
