@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from conftest import CORPORA, CORPUS_NAMES, corpus_docs
 from torch_gpubpe import InputError
-from torch_gpubpe.patterns import FAMILIES, reference_word_starts, resolve, split, table
+from torch_gpubpe.patterns import (FAMILIES, O200K_PATTERN, reference_word_starts, resolve,
+                                   split, table)
 from torch_gpubpe.unicode_pretok import BLOCK, CHUNK, HALO, word_starts
 
 pytestmark = pytest.mark.gpu
@@ -60,6 +61,11 @@ EDGE_CASES = [
     "x.\r\n\r\n  y", "x.\n \n", "١٢٣٤٥ ١٢", "12\u0661\u0662345", "a\u0301b", "e\u0301\u0302",
     "\x00\x00a\x00", "\u3000\u3000x", "\x85x", "\xa0\xa0", "\x1c\x1dx", "😀😀 😀a", "क्षत्रिय",
     "ภาษาไทย ๑๒๓", "İstanbul'da ıışğ", "<a href='x'>\r\n</a>", "a\u2028\u2029b",
+    # o200k's letter-case classes, attached contractions, `[\r\n/]*`
+    "HelloWORLDFoo", "ǅungla ǅ Ǉ ǈx", "DON'T don'T 'S X'S x'sa", "A中B A中B'S 中A'B", "ABʰC d",
+    "\u0301AB cd\u0301E f \u0301'll", ".,\u0301's", " \u0301x", "x \u0903", "HTTPServer",
+    "a/b .//\n//x ./\r\n/\n.", "\n/a", " 's ' 'S", "x' s", "ſ'ſ 'ſt", "it's's'll'LL",
+    "camelCaseXMLHttp", "ΣΑΣ σας", "İIıi", "x\t\t.", "a .\n\nb", "ǅǅǅa", "ʰʰʰA ",
 ]
 BYTE_CASES = [b"a\xff\xe2\x82b \xed\xa0\x80z", b"\x80\x80\x80", b"\xf0\x9f\x98", b"\xc0\xaf'S",
               b" \xe2\x80\x80\xe2\x80\x80x", b"1\xef\xbc\x912", b"\xf4\x90\x80\x80", b"'\xc5\xbf"]
@@ -99,7 +105,8 @@ def test_uncuttable_run_is_refused():
         word_starts(["1" * 2000], "cl100k", max_slice_bytes=4 * HALO)
 
 
-@pytest.mark.parametrize("pattern", ["o200k_base", "o200k", r"\w+|\s+", "bytes-classes"])
+@pytest.mark.parametrize("pattern", [r"\w+|\s+", "bytes-classes", "o200k_x",
+                                     O200K_PATTERN.replace("/", "")])
 def test_unsupported_patterns_are_refused(pattern):
     with pytest.raises(InputError):
         word_starts(["abc"], pattern)
@@ -112,6 +119,7 @@ def test_names_and_pat_strs():
 
     assert resolve(op.r50k_pat_str) == resolve("p50k_base") == "gpt2"
     assert resolve("cl100k_base") == "cl100k"
+    assert resolve("o200k_base") == resolve("o200k_harmony") == resolve(O200K_PATTERN) == "o200k"
     qwen = json.load(open(CORPORA.parent / "vocabs" / "qwen2.tiktoken.json"))["pattern"]
     gpt2 = json.load(open(CORPORA.parent / "vocabs" / "gpt2.tiktoken.json"))["pattern"]
     assert resolve(qwen) == "qwen2" and resolve(gpt2) == "gpt2"
@@ -119,7 +127,8 @@ def test_names_and_pat_strs():
 
 PIECES = ["'s", "'S", "'ll", "'Ve", "'", " ", "  ", "\t", "\n", "\r\n", "\r", "\u3000", "\x85",
           "\xa0", "7", "12345", "\u0663\u0664", "a", "Zz", "ı", "ſ", "\u0301", "\x00", ".", "..",
-          "😀", "ก", "\u200d", "\ufeff", "K"]
+          "😀", "ก", "\u200d", "\ufeff", "K",
+          "HelloWORLDFoo", "ǅ", "DON'T", "A", "中", "ʰ", "/", "\u0903", "ΣΑΣ", "re", "LL"]
 surrogates = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)  # str: → U+FFFD
 texts = st.lists(st.sampled_from(PIECES) | st.text(max_size=3) | surrogates,
                  max_size=60).map("".join)
@@ -175,3 +184,55 @@ def test_hugging_face_pre_tokenizers():
                                          pre_tokenizers.ByteLevel(use_regex=False)])):
         with pytest.raises(InputError):
             from_hf_pre_tokenizer(entry(bad))
+
+
+def test_o200k_pattern_is_tiktokens():
+    """O200K_PATTERN is the installed tiktoken's o200k_base pat_str (read from its source,
+    which would download the ranks if called)."""
+    import ast
+    import inspect
+
+    import tiktoken_ext.openai_public as op
+
+    fn = ast.parse(inspect.getsource(op.o200k_base)).body[0]
+    pat = next(n.value for n in ast.walk(fn) if isinstance(n, ast.Assign)
+               and getattr(n.targets[0], "id", None) == "pat_str")
+    assert eval(compile(ast.Expression(pat), "pat_str", "eval")) == O200K_PATTERN
+
+
+# One code point of each class the o200k rule tells apart (u, l as a contraction letter and
+# not, b as a letter and a mark, digit, other, apostrophe, slash, U+0020, another space, LF).
+O200K_ALPHABET = "Aas中\u0301 1.'/\t\n"
+
+
+def _all_strings(alphabet: str, max_len: int) -> list[str]:
+    import itertools
+
+    return ["".join(t) for n in range(1, max_len + 1) for t in itertools.product(alphabet, repeat=n)]
+
+
+def test_o200k_every_short_string():
+    """Every string of up to 4 code points over O200K_ALPHABET (and "S" for the case-folded
+    contraction), each its own document, in one batch."""
+    assert_same(_all_strings(O200K_ALPHABET, 4) + _all_strings("Ss'\u0301 ", 5), "o200k")
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_string_of_five(family):
+    assert_same(_all_strings(O200K_ALPHABET + "S\r", 5), family)
+
+
+ascii_words = st.lists(st.sampled_from(["ab", "Ab", "AB", "x'S", "it's", " ", "  ", "\t", "\n",
+                                        "12", "7", ".", "/", " .", "a1", "1a", "z", "Q", "s",
+                                        "\u0301", "中", "é"]), max_size=400).map("".join)
+
+
+@settings(max_examples=int(os.environ.get("PRETOK_EXAMPLES", 60)) // 3, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ascii_words, min_size=1, max_size=4))
+def test_slices_at_every_kind_of_cut(docs):
+    """Small slices over text full of cut points of every kind (each family's own table of
+    safe ASCII pairs and the automaton states carried across them)."""
+    for family in FAMILIES:
+        assert_same(docs, family, max_slice_bytes=4 * HALO)

@@ -174,7 +174,7 @@ class UnicodePreTokenizer:
             at[:128] = (k != K_SP) & (k != K_WS)
             self._safe = before[:, None] & at[None, :]
             self._f_after = np.zeros((256, 256), np.int64)
-            self._f_after[:128, :] = [_f_state_after(int(x)) for x in k]
+            self._f_after[:128, :] = np.array([_f_state_after(int(x)) for x in k])[:, None]
             self._b_at = np.zeros(256, np.int64)
             self._b_at[:128] = [_b_state_at(int(x)) for x in k]
         self._cap = 0
