@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text per GPU batch (default: 16M)")
     e.add_argument("--pre-tokenizer", default=None, metavar="NAME",
                    help="word split: bytes-classes (DESIGN.md §2), or a model's regex split "
-                        "done exactly on the GPU: gpt2 (r50k/p50k), cl100k, qwen2 (default: the "
+                        "done exactly on the GPU: gpt2 (r50k/p50k), cl100k, qwen2, o200k (default: the "
                         "one the vocab file implies — a *.tiktoken file's JSON sidecar pattern, "
                         "a tokenizer.json's pre-tokenizer — else bytes-classes)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -244,7 +244,7 @@ class TokenizedDataset(IterableDataset):
         pipeline_depth: GPU batches in flight (2 = double-buffered readback; 1 = none).
         background: run reading + submitting + readback in a background thread.
         pre_tokenizer: the word split for a ``Vocab`` (``Tokenizer(vocab, pre_tokenizer=...)``:
-            ``"bytes-classes"``, ``"gpt2"``, ``"cl100k"``, ``"qwen2"``); default: the given
+            ``"bytes-classes"``, ``"gpt2"``, ``"cl100k"``, ``"qwen2"``, ``"o200k"``); default: the given
             ``Tokenizer``'s, else ``"bytes-classes"``. Kept when sent to workers.
 
     Yields:

@@ -831,7 +831,7 @@ class Tokenizer:
         profile: record per-pass GPU times (µs) in :attr:`last_pass_us` (timestamp queries).
         pre_tokenizer: how text is split into words: ``"bytes-classes"`` (DESIGN.md §2, the
             default) or a regex family of :mod:`torch_gpubpe.patterns` (``"gpt2"``,
-            ``"cl100k"``, ``"qwen2"`` or their ``pat_str``), split exactly on the GPU
+            ``"cl100k"``, ``"qwen2"``, ``"o200k"`` or their ``pat_str``), split exactly on the GPU
             (:mod:`torch_gpubpe.unicode_pretok`).
         mode: ``"greedy"`` (longest match, DESIGN.md §4) or ``"bpe"`` (exact merge-order BPE,
             ids identical to tiktoken's ``encode_ordinary`` over the same words; the
@@ -963,7 +963,8 @@ class Tokenizer:
             pattern = tiktoken_metadata(path).get("pattern")
             if pattern is None:
                 raise InputError(f"{path}: no split pattern (no sidecar {path}.json with "
-                                 "\"pattern\"); pass pattern='gpt2', 'cl100k', 'qwen2' or a pat_str")
+                                 "\"pattern\"); pass pattern='gpt2', 'cl100k', 'qwen2', "
+                                 "'o200k' or a pat_str")
         return cls(vocab, pre_tokenizer=pattern, **kwargs)
 
     @classmethod
