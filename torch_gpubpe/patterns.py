@@ -32,6 +32,8 @@ Example::
     [b'I', b"'m", b' ', b' ok', b' ', b'123', b'45']
     >>> split("I'm  ok 12345", "gpt2")
     [b'I', b"'m", b' ', b' ok', b' 12345']
+    >>> split("HelloWORLDFoo DON'T it's", "o200k")
+    [b'Hello', b'WORLDFoo', b" DON'T", b" it's"]
 """
 
 from __future__ import annotations
