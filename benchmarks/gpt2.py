@@ -5,11 +5,14 @@ on the same documents; every id is checked against tiktoken's.
     python3 benchmarks/gpt2.py --help
     python3 benchmarks/gpt2.py                               # 5 corpora, ~102 MB, GPT-2
     python3 benchmarks/gpt2.py --vocab ../shared/vocabs/qwen2.tiktoken    # Qwen2 instead
+    python3 benchmarks/gpt2.py --pattern o200k    # o200k_base's split, GPT-2's ranks
     python3 benchmarks/gpt2.py --max-bytes 1000000 --threads 1 2          # lavapipe
 
 Rows, MB/s of UTF-8 input (``list[str]`` in → ids out):
 
-* torch_gpubpe: ``Tokenizer.from_tiktoken(path)`` (pattern from the sidecar), two batches in
+* torch_gpubpe: ``Tokenizer.from_tiktoken(path)`` (pattern from the sidecar, or
+  ``--pattern``: a family name of torch_gpubpe.patterns, e.g. ``o200k``, whose ranks are not
+  offline — its split with the ``--vocab`` ranks, the same for every encoder), two batches in
   flight (``submit``/``result``), batches of ``--batch-bytes``; best of ``--repeat``.
 * tiktoken ``Encoding(pat_str=sidecar pattern, mergeable_ranks=file)``
   ``.encode_ordinary_batch(num_threads=N)``.
@@ -76,22 +79,27 @@ def main() -> None:
     ap.add_argument("--threads", nargs="*", type=int, default=[1, 16])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--pattern", default=None,
+                    help="split pattern family (gpt2, cl100k, qwen2, o200k); default: the sidecar's")
     args = ap.parse_args()
 
     import tiktoken
 
     docs = read_docs([CORPORA / f"{c}.jsonl.gz" for c in args.corpora], args.max_bytes)
     total = sum(len(d.encode()) for d in docs)
-    meta = json.loads(Path(str(args.vocab) + ".json").read_text())
-    family = resolve(meta["pattern"])
+    if args.pattern is None:
+        pat_str = json.loads(Path(str(args.vocab) + ".json").read_text())["pattern"]
+    else:
+        pat_str = PATTERN_OF[resolve(args.pattern)]
+    family = resolve(pat_str)
     ranks = {base64.b64decode(t): int(r) for t, r in (ln.split() for ln in open(args.vocab))}
-    enc = tiktoken.Encoding(args.vocab.stem, pat_str=meta["pattern"], mergeable_ranks=ranks,
+    enc = tiktoken.Encoding(args.vocab.stem, pat_str=pat_str, mergeable_ranks=ranks,
                             special_tokens={})
     print(f"{len(docs):,} documents, {total / 1e6:.1f} MB; vocab {args.vocab.name} "
           f"({len(ranks):,} tokens, pattern {family}); SM clock {sm_clock_now()}", flush=True)
 
     t0 = time.perf_counter()
-    tok = Tokenizer.from_tiktoken(args.vocab)
+    tok = Tokenizer.from_tiktoken(args.vocab, pattern=pat_str)
     bs = batches(docs, args.batch_bytes)
     tok.encode_batch(bs[0][:64])  # opens the GPU, compiles, warms up
     setup = time.perf_counter() - t0

@@ -2,7 +2,7 @@
 tiktoken, on the same documents.
 
     python3 benchmarks/pretokenize.py --help
-    python3 benchmarks/pretokenize.py                     # 5 corpora, ~102 MB, gpt2 cl100k qwen2
+    python3 benchmarks/pretokenize.py                     # 5 corpora, ~102 MB, gpt2 cl100k qwen2 o200k
     python3 benchmarks/pretokenize.py --max-bytes 2000000 --threads 1 2      # lavapipe
 
 Per pattern family, MB/s of UTF-8 input:
