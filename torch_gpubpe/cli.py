@@ -639,6 +639,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
 def _encode(args: argparse.Namespace, opener, device) -> int:
     from .shards import ShardWriter
 
+    t_epoch = time.time()
     vocab = load_vocab_arg(args.vocab)
     out = prepare_out_dir(args.out)
     source = source_from_args(args)
@@ -770,7 +771,8 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
         f"  wrote {args.output_format} output in {out}: {shown}, {META_JSON}"
     )
     if getattr(args, "debug", False):
-        print("  seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in meta["seconds"].items()))
+        print("  seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in meta["seconds"].items())
+              + f"; started at epoch {t_epoch:.3f}, done at {time.time():.3f}")
     if read_stats.get("skipped_none"):
         rows = read_stats["skipped_none_rows"]
         print(f"  skipped {read_stats['skipped_none']:,} rows whose text is None (missing), "

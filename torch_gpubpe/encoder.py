@@ -1502,7 +1502,7 @@ class Tokenizer:
 
 _COPY_POOL = None
 _COPY_LOCK = threading.Lock()
-PARALLEL_COPY_MIN = 4 << 20  # bytes: below this one memcpy is faster than handing out parts
+PARALLEL_COPY_MIN = 1 << 20  # bytes: below this one memcpy is faster than handing out parts
 
 
 def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:

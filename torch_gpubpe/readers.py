@@ -459,7 +459,9 @@ def _ordered(tasks: Iterator[Callable[[], Any]], pool: ThreadPoolExecutor, ahead
     try:
         for t in tasks:
             pending.append(pool.submit(t))
-            if len(pending) >= ahead:
+            # the oldest result as soon as it is ready (not only once `ahead` are queued: the
+            # first batch would wait for `ahead` tasks to be made)
+            while pending and (len(pending) >= ahead or pending[0].done()):
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
