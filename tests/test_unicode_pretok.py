@@ -78,14 +78,16 @@ def test_edge_cases(family):
 
 
 def _runs(unit: str, sizes) -> list[str]:
-    return [f"x{unit * m}y" for m in sizes] + [f".{unit * m}" for m in sizes] + [unit * m for m in sizes]
+    return ([f"x{unit * m}y" for m in sizes] + [f".{unit * m}" for m in sizes]
+            + [unit * m for m in sizes] + [f"中{unit * m}'S" for m in sizes])
 
 
 BOUNDARY = (CHUNK - 2, CHUNK - 1, CHUNK, CHUNK + 1, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 5)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("unit", [" ", "\n", "7", "\u0663", "a", ".", " \n", "\n ", "\t", "\u3000"])
+@pytest.mark.parametrize("unit", [" ", "\n", "7", "\u0663", "a", ".", " \n", "\n ", "\t", "\u3000",
+                                  "A", "中", "\u0301", "\n/", "aA", "A\u0301"])
 def test_long_runs_across_chunks_and_blocks(family, unit):
     """Runs that cross thread chunks and workgroup blocks (the scanned rules)."""
     assert_same(_runs(unit, BOUNDARY), family)
@@ -100,9 +102,11 @@ def test_slices_inside_documents(family):
     assert_same(docs, family, max_slice_bytes=4 * HALO)
 
 
-def test_uncuttable_run_is_refused():
-    with pytest.raises(InputError, match="no point where"):
-        word_starts(["1" * 2000], "cl100k", max_slice_bytes=4 * HALO)
+@pytest.mark.parametrize("family, doc", [("cl100k", "1" * 2000), ("o200k", "A" * 2000),
+                                         ("o200k", "中" * 700), ("o200k", "12" * 1000)])
+def test_uncuttable_run_is_refused(family, doc):
+    with pytest.raises(InputError, match=f"no point where the '{family}'"):
+        word_starts([doc], family, max_slice_bytes=4 * HALO)
 
 
 @pytest.mark.parametrize("pattern", [r"\w+|\s+", "bytes-classes", "o200k_x",
@@ -179,6 +183,10 @@ def test_hugging_face_pre_tokenizers():
         pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     assert from_hf_pre_tokenizer(entry(qwen)) == "qwen2"
+    o200k = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(O200K_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    assert from_hf_pre_tokenizer(entry(o200k)) == "o200k"
     for bad in (pre_tokenizers.ByteLevel(add_prefix_space=True), pre_tokenizers.Whitespace(),
                 pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\w+"), behavior="isolated"),
                                          pre_tokenizers.ByteLevel(use_regex=False)])):
