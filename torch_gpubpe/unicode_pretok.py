@@ -41,8 +41,11 @@ contractions), times the digit count mod 3; the right automaton is the space-run
 
 Slices: a batch above the storage-binding limit is cut at document boundaries or between two
 ASCII bytes whose classes fix both automata (not after a digit or CR/LF, not before a
-non-CR/LF space); each slice carries a 64-byte halo of context on each side. A document with no
-such point across a whole slice (hundreds of MB of digits or spaces) is refused by name.
+non-CR/LF space; o200k: after a space, a digit or a letter of no contraction, before no
+non-CR/LF space, no upper-case letter, no digit after a digit); each slice carries a 64-byte
+halo of context on each side. A document with no such point across a whole slice (hundreds of
+MB of digits or spaces; for o200k also of text with no ASCII such as " a", e.g. CJK without
+spaces) is refused by name.
 
 Example::
 
