@@ -234,8 +234,9 @@ class UnicodePreTokenizer:
             width *= 4
         raise InputError(
             f"bytes {c0}..{target} of the batch hold no point where the {self.family!r} "
-            "pre-tokenizer can be cut into GPU slices (a run of digits, spaces or CR/LF longer "
-            f"than a slice of {self.max_slice_bytes} bytes); split such documents first")
+            "pre-tokenizer can be cut into GPU slices (a run of digits, spaces or CR/LF, or for "
+            "o200k of text with no ASCII pair such as ' a', longer than a slice of "
+            f"{self.max_slice_bytes} bytes); split such documents first")
 
     def mask(self, data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         """Word starts of a packed batch (:func:`torch_gpubpe.pretokenize.pack_documents`).
