@@ -128,7 +128,8 @@ def o200k_vocab_file(tmp: str) -> str:
     counts = Counter(w for name in CORPUS_NAMES for d in corpus_docs(name, max_bytes=6_000)
                      for w in split(d, "o200k"))
     merges = reference.train_from_word_counts(counts, vocab_size=2_000, min_frequency=2)
-    path = save_tiktoken(Vocab.from_merges(merges, mode="bpe"), Path(tmp) / "o200k_trained.tiktoken")
+    path = save_tiktoken(Vocab.from_merges(merges, mode="bpe"),
+                         Path(tmp) / "o200k_trained.tiktoken")
     Path(str(path) + ".json").write_text(json.dumps({"pattern": O200K_PATTERN}))
     return str(path)
 

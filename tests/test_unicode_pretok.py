@@ -216,7 +216,8 @@ O200K_ALPHABET = "Aas中\u0301 1.'/\t\n"
 def _all_strings(alphabet: str, max_len: int) -> list[str]:
     import itertools
 
-    return ["".join(t) for n in range(1, max_len + 1) for t in itertools.product(alphabet, repeat=n)]
+    return ["".join(t) for n in range(1, max_len + 1)
+            for t in itertools.product(alphabet, repeat=n)]
 
 
 def test_o200k_every_short_string():

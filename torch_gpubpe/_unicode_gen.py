@@ -71,8 +71,8 @@ def class_bytes() -> np.ndarray:
         if (out[hit] >> 4).any():
             raise RuntimeError(f"a code point folds to two contraction letters ({letter})")
         out[hit] |= (k + 1) << 4
-    both = (out & 12) == 12
-    if (out[both] >> 4).any() or ((out[both] & 3) % 2).any() or ((out & 3) == 0)[(out & 12) == 0].any():
+    both, neither = (out & 12) == 12, (out & 12) == 0
+    if (out[both] >> 4).any() or ((out[both] & 3) % 2).any() or ((out & 3) == 0)[neither].any():
         # wgsl/pretokenize_unicode.wgsl's o200k codes: a code point of both case classes is a
         # letter or other (a mark) and folds to no contraction letter; every letter has a class
         raise RuntimeError("o200k's case classes do not fit the shader's byte codes")

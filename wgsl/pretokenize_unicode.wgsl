@@ -341,7 +341,9 @@ fn of_then(f: u32, c: u32, nx: u32, cl: u32) -> u32 {
 }
 fn of_compose(a: u32, b: u32) -> u32 {
     var out = 0u;
-    for (var s = 0u; s < 7u; s++) { out |= ((b >> (3u * ((a >> (3u * s)) & 7u))) & 7u) << (3u * s); }
+    for (var s = 0u; s < 7u; s++) {
+        out |= ((b >> (3u * ((a >> (3u * s)) & 7u))) & 7u) << (3u * s);
+    }
     for (var d = 0u; d < 3u; d++) {
         let m = (a >> (24u + 2u * d)) & 3u;
         out |= ((b >> (24u + 2u * m)) & 3u) << (24u + 2u * d);
@@ -367,14 +369,17 @@ fn or_const(s: u32) -> u32 { return (s & 3u) * 0x15u | (s >> 2u) * 0x300u; }
 // the code point c to the left of f
 fn or_before(c: u32, f: u32) -> u32 {
     var out = 0u;
-    for (var s = 0u; s < 3u; s++) { out |= b_step(select(c & 7u, K_NONE, c == CONT), (f >> (2u * s)) & 3u) << (2u * s); }
+    let k = select(c & 7u, K_NONE, c == CONT);
+    for (var s = 0u; s < 3u; s++) { out |= b_step(k, (f >> (2u * s)) & 3u) << (2u * s); }
     for (var y = 0u; y < 2u; y++) { out |= oy_step(c, (f >> (8u + y)) & 1u) << (8u + y); }
     return out;
 }
 // a to the left of b
 fn or_compose(a: u32, b: u32) -> u32 {
     var out = 0u;
-    for (var s = 0u; s < 3u; s++) { out |= ((a >> (2u * ((b >> (2u * s)) & 3u))) & 3u) << (2u * s); }
+    for (var s = 0u; s < 3u; s++) {
+        out |= ((a >> (2u * ((b >> (2u * s)) & 3u))) & 3u) << (2u * s);
+    }
     for (var y = 0u; y < 2u; y++) {
         out |= ((a >> (8u + ((b >> (8u + y)) & 1u))) & 1u) << (8u + y);
     }
@@ -729,7 +734,9 @@ fn o_mark(lo: u32, chunk_end: u32, hi: u32, fs_in: u32, r_hi: u32) -> u32 {
         let j1 = next_cp(i);
         let c1 = code_or_none(j1, n);
         var cl = 0u;
-        if (o_fold(c) == FOLD_APOS && j1 != n) { cl = o_contr(c, c1, code_or_none(next_cp(j1), n)); }
+        if (o_fold(c) == FOLD_APOS && j1 != n) {
+            cl = o_contr(c, c1, code_or_none(next_cp(j1), n));
+        }
         let b = i - lo;
         if (o_starts(i, fs, c, c1, cl, ((ybits >> b) & 1u) != 0u, ((nlbits >> b) & 1u) != 0u)) {
             bits |= 1u << b;
