@@ -217,6 +217,35 @@ class _Partial:
         out.update(self.long)
         return out
 
+    def entries(self) -> int:
+        """Key rows held (the partial's host memory is about 24 B per row)."""
+        return (sum(len(c) for _, c in self.short) + sum(len(c) for _, _, c in self.mid)
+                + len(self.long))
+
+    def to_word_counts(self) -> WordCounts:
+        """The partial's words grouped, as :class:`WordCounts` (no Python object per word
+        except the long words' Counter)."""
+        parts = []
+        top = np.uint64(56)
+        if self.short:
+            (k,), c = _group((np.concatenate([x for x, _ in self.short]),),
+                             np.concatenate([y for _, y in self.short]))
+            lens = (k >> top).astype(np.int64)
+            raw = k.astype("<u8").view(np.uint8).reshape(-1, 8)
+            parts.append(WordCounts(raw[np.arange(8) < lens[:, None]], lens,
+                                    c.astype(np.uint64)))
+        if self.mid:
+            (k1, k2), c = _group((np.concatenate([x for x, _, _ in self.mid]),
+                                  np.concatenate([y for _, y, _ in self.mid])),
+                                 np.concatenate([z for _, _, z in self.mid]))
+            lens = (k2 >> top).astype(np.int64)
+            raw = np.stack([k1, k2], axis=1).astype("<u8").view(np.uint8).reshape(-1, 16)
+            parts.append(WordCounts(raw[np.arange(16) < lens[:, None]], lens,
+                                    c.astype(np.uint64)))
+        if self.long:
+            parts.append(WordCounts.from_dict(dict(self.long)))
+        return concat_counts(parts)
+
 
 def _count_batch(data: np.ndarray, offsets: np.ndarray) -> _Partial:
     part = _Partial()
@@ -416,6 +445,16 @@ class GPUWordCounter:
         self.cpu_has_short_words = False                  # whether extra may hold words ≤ MAXW bytes
         self.table_full = False                   # GPU table/store full: the rest on the CPU
         self._bind = None
+        # Words longer than MAXW, per batch: (bytes back to back, lengths) — grouped at the end
+        # (result), never one Python object per word.
+        self.long_words: list[tuple[np.ndarray, np.ndarray]] = []
+        # Spilling (count_spill): with ``spill`` set, a table that holds more than ``max_words``
+        # words, or that the adapter's limits stop from growing, is handed to ``spill`` (a
+        # sorted run on disk) and emptied, instead of counting the rest on the CPU.
+        self.spill = None
+        self.max_words = 1 << 62
+        self.occupied = 0          # words in the table after the last batch
+        self.spilled_runs = 0
 
     # -- buffers ---------------------------------------------------------------------------------
     def _buf(self, size: int, label: str, extra: int = 0):
@@ -566,7 +605,9 @@ class GPUWordCounter:
 
     # -- one batch -------------------------------------------------------------------------------
     def add_batch(self, data: np.ndarray, offsets: np.ndarray, _split: bool = True) -> None:
-        """Count the words of one packed batch (:func:`_batches`).
+        """Count the words of one packed batch (:func:`_batches`), uploaded with
+        ``queue.write_buffer`` (:meth:`add_staged` takes a batch already in a mapped staging
+        buffer: no host copy).
 
         Args:
             data: uint8, shape ``(n,)``: the documents' bytes back to back.
@@ -584,11 +625,9 @@ class GPUWordCounter:
         if n > self.max_batch:
             self._split(data, offsets, self.max_batch)
             return
-        g, q = self.g, self.g.device.queue
+        q = self.g.device.queue
         self._ensure_text(n)
-        if not self.slots:
-            self._new_table(self.min_slots)
-            self._ensure_store(16)
+        self._ensure_table()
         # The text as is (no padded copy): whole u32 words, then the last 1–3 bytes padded.
         whole = n // 4 * 4
         if whole:
@@ -596,16 +635,65 @@ class GPUWordCounter:
         if whole < n:
             q.write_buffer(self.text, whole, pad_to_u32(data[whole:], 0))
         q.write_buffer(self.doc_bits, 0, doc_start_bitmap(offsets, n))
+        self._count_uploaded(HostBatch(data, offsets), None, _split)
+
+    def add_staged(self, stage, bits_offset: int, host: HostBatch) -> None:
+        """Count a batch whose bytes (zero-padded to whole u32 + 4 bytes) are at offset 0 of the
+        unmapped ``MAP_WRITE | COPY_SRC`` buffer ``stage`` and whose document-start bitmap
+        (:func:`~torch_gpubpe.pretokenize.doc_start_bitmap`) is at ``bits_offset``; the two are
+        copied on the GPU in the same submit as the first pass (``count_pipeline``).
+
+        ``host``: the same batch on the host (its pieces, not joined) for the CPU paths and
+        the long words. ``host.n`` ≤ ``batch_bytes``.
+        """
+        n = host.n
+        if self.table_full:
+            self._cpu(host.array(), host.offsets)
+            return
+        self._ensure_text(n)
+        self._ensure_table()
+        enc = self.g.device.create_command_encoder(label="wordcount")
+        enc.copy_buffer_to_buffer(stage, 0, self.text, 0, (n + 3) // 4 * 4 + 4)
+        enc.copy_buffer_to_buffer(stage, bits_offset, self.doc_bits, 0,
+                                  4 * ((n + 1 + 31) // 32))
+        self._count_uploaded(host, enc, True)
+
+    def _ensure_table(self) -> None:
+        if not self.slots:
+            self._new_table(self.min_slots)
+            self._ensure_store(16)
+
+    def _count_uploaded(self, host: HostBatch, enc, _split: bool) -> None:
+        """The GPU passes over the batch now in ``text``/``doc_bits`` (``enc``: an encoder
+        holding the upload copies, or None)."""
+        g, q = self.g, self.g.device.queue
+        n = host.n
+        if self.spill is not None and self.occupied > self.max_words:
+            self._spill_table()        # the host's share of the budget: words go to disk
         self._set_state(nwords=0, nlong=0, overflow=0, need=0)
         self._params(n)
-        enc = g.device.create_command_encoder(label="wordcount")
+        if enc is None:
+            enc = g.device.create_command_encoder(label="wordcount")
         self._dispatch(enc, "wc_starts", n // 32 + 1)
         st = self._state(enc, "word starts")
         occ, nwords = int(st[_S_OCC]), int(st[_S_NWORDS])
         need = 2 * (occ + nwords)
         if need > self.slots:
             slots = max(self.min_slots, 1 << (need - 1).bit_length())
+            if slots > self.max_slots and occ and self.spill is not None:
+                # The GPU table cannot take this batch's words too: its words go to a sorted
+                # run on disk (exact: runs are merged by word at the end) and the batch is
+                # counted into an empty table.
+                self._spill_table()
+                occ = 0
+                slots = max(self.min_slots, 1 << (2 * nwords - 1).bit_length())
+                st[_S_TOP] = 0
+                if slots <= self.max_slots:
+                    self._new_table(slots)
+                    self._params(n)
+                    slots = self.slots
             if slots > self.max_slots:
+                data, offsets = host.array(), host.offsets
                 if 4 * occ > self.max_slots:
                     # The table is full of distinct words: this batch and the rest are
                     # counted on the CPU (nothing is lost; slower).
@@ -617,9 +705,10 @@ class GPUWordCounter:
                 else:
                     self._cpu(data, offsets)    # one document with too many words
                 return
-            self._grow(slots)
+            if slots > self.slots:
+                self._grow(slots)
             if self.table_full:
-                self._cpu(data, offsets)
+                self._cpu(host.array(), host.offsets)
                 return
             self._params(n)
         top = int(st[_S_TOP])
@@ -628,9 +717,15 @@ class GPUWordCounter:
         enc.copy_buffer_to_buffer(self.counts, 0, self.counts_bak, 0, 8 * self.slots)
         self._dispatch(enc, "wc_insert", n)
         st = self._state(enc, "word counting")
-        if not st[_S_OVERFLOW] and 4 * (top + int(st[_S_NEED]) + 16) > g.max_storage_binding:
-            self.table_full = True          # the word store would outgrow a binding
-            st[_S_OVERFLOW] = 1
+        if (not st[_S_OVERFLOW] and 4 * (top + int(st[_S_NEED]) + 16) > g.max_storage_binding):
+            st[_S_OVERFLOW] = 1             # the word store would outgrow a binding
+            if self.spill is not None and occ:
+                spill_retry = True
+            else:
+                self.table_full = True
+                spill_retry = False
+        else:
+            spill_retry = False
         if not st[_S_OVERFLOW]:
             # The store grows to what this batch's new words take (S_NEED), then they move in.
             self._ensure_store(top + int(st[_S_NEED]) + 16)
@@ -638,29 +733,42 @@ class GPUWordCounter:
             self._dispatch(enc, "wc_persist", self.slots)
             g.device.queue.submit([enc.finish()])
         if st[_S_OVERFLOW]:
-            # A probe sequence ran out (adversarial hash collisions): undo the batch, count it
-            # on the CPU instead.
+            # A probe sequence ran out (adversarial hash collisions), or the store is full:
+            # undo the batch; count it on the CPU instead (or, store full with spilling on,
+            # spill the table and count the batch again on the GPU).
             enc = g.device.create_command_encoder(label="wordcount")
             enc.copy_buffer_to_buffer(self.keys_bak, 0, self.keys, 0, 4 * self.slots)
             enc.copy_buffer_to_buffer(self.counts_bak, 0, self.counts, 0, 8 * self.slots)
             q.submit([enc.finish()])
             self._set_state(occ=occ, overflow=0)
-            self._cpu(data, offsets)
+            if spill_retry:
+                self._spill_table()
+                self._retry_text(host)
+                return
+            self._cpu(host.array(), host.offsets)
             return
+        self.occupied = int(st[_S_OCC])
         nlong = int(st[_S_NLONG])
         if nlong:
             # Words longer than MAXW: their ends from the word-start bitmap (bit n is set).
             pos = g.read_u32(self.longs, 0, nlong, what="long words").astype(np.int64)
             bits = g.read_u32(self.starts, 0, n // 32 + 1, what="word starts")
-            nonzero = np.flatnonzero(bits)
-            for p in pos.tolist():
-                w = (p + 1) >> 5
-                x = int(bits[w]) & (0xFFFFFFFF << ((p + 1) & 31)) & 0xFFFFFFFF
-                if not x:
-                    w = int(nonzero[np.searchsorted(nonzero, w + 1)])
-                    x = int(bits[w])
-                e = (w << 5) + ((x & -x).bit_length() - 1)
-                self.extra[data[p:e].tobytes()] += 1
+            self.long_words.append(host.words(np.sort(pos), _ends_after(bits, np.sort(pos))))
+
+    def _retry_text(self, host: HostBatch) -> None:
+        """Count ``host`` again into the (now empty) table: its text is still in ``text``."""
+        self._count_uploaded(host, None, True)
+
+    def _spill_table(self) -> None:
+        """The table's words and counts → ``self.spill`` (a sorted run on disk), then an empty
+        table and word store."""
+        nout = self._compact()
+        wc = self._table_words(nout)
+        self.spill(wc)
+        self.spilled_runs += 1
+        self._new_table(self.min_slots)
+        self.g.device.queue.write_buffer(self.state, 0, np.zeros(16, np.uint32))
+        self.occupied = 0
 
     def _table_words(self, nout: int) -> WordCounts:
         """The ``nout`` words wc_compact wrote to ``out``, with their bytes from the store."""
@@ -680,22 +788,135 @@ class GPUWordCounter:
         return WordCounts(sbytes[idx], lengths, counts)
 
     def result(self) -> WordCounts:
-        """The distinct words counted so far with their counts."""
+        """The distinct words counted so far with their counts (those not handed to ``spill``)."""
         if self.slots:
             nout = self._compact()
         else:
             nout = 0
         wc = self._table_words(nout)
+        longs = group_words(self.long_words)        # > MAXW bytes: not in the table
         if not self.extra:
-            return wc
+            return concat_counts([wc, longs])
         if self.cpu_has_short_words:   # the CPU counted words the table may hold too: merge by key
             merged = Counter(wc.to_dict())
+            merged.update(longs.to_dict())
             merged.update(self.extra)
             return WordCounts.from_dict(merged)
-        ex = WordCounts.from_dict(dict(self.extra))   # only words > MAXW bytes: disjoint
-        return WordCounts(np.concatenate([wc.data, ex.data]),
-                          np.concatenate([wc.lengths, ex.lengths]),
-                          np.concatenate([wc.counts, ex.counts]))
+        merged = Counter(longs.to_dict())           # only words > MAXW bytes: disjoint
+        merged.update(self.extra)
+        return concat_counts([wc, WordCounts.from_dict(merged)])
+
+
+class HostBatch:
+    """One batch on the host, as the pieces it was assembled from (never joined unless a CPU
+    path needs it): ``pieces`` = ``[(start in the batch, uint8 data, int64 offsets from 0)]``.
+
+    Attributes:
+        n: bytes in the batch.
+        offsets: int64, shape ``(num_docs + 1,)``: the documents of the whole batch.
+    """
+
+    def __init__(self, data: np.ndarray | None = None, offsets: np.ndarray | None = None,
+                 pieces: list | None = None) -> None:
+        if pieces is None:
+            pieces = [(0, data, np.asarray(offsets, np.int64))]
+        self.pieces = pieces
+        self.n = sum(len(d) for _, d, _ in pieces)
+        self._array = data
+        self._offsets = None if pieces is not None and data is None else offsets
+
+    @property
+    def offsets(self) -> np.ndarray:
+        if self._offsets is None:
+            parts = [o[:-1] + b for b, _, o in self.pieces] + [np.array([self.n], np.int64)]
+            self._offsets = np.concatenate(parts)
+        return self._offsets
+
+    def array(self) -> np.ndarray:
+        """The batch's bytes, joined (a copy unless it is one piece)."""
+        if self._array is None:
+            self._array = (self.pieces[0][1] if len(self.pieces) == 1
+                           else np.concatenate([d for _, d, _ in self.pieces]))
+        return self._array
+
+    def words(self, pos: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The words ``[pos[k], ends[k])`` (sorted, each inside one document) as (bytes back to
+        back, int64 lengths)."""
+        bases = np.array([b for b, _, _ in self.pieces], np.int64)
+        which = np.searchsorted(bases, pos, side="right") - 1
+        out = []
+        for i in np.unique(which).tolist():
+            b, d, _ = self.pieces[i]
+            sel = which == i
+            out.append(_gather_runs(d, pos[sel] - b, ends[sel] - b))
+        return (np.concatenate(out) if out else np.zeros(0, np.uint8)), ends - pos
+
+
+def _gather_runs(data: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``data[s[0]:e[0]] + data[s[1]:e[1]] + ...`` for sorted, disjoint runs."""
+    if len(s) <= 1024:          # long words are ≥ MAXW bytes: few per batch
+        return np.concatenate([data[a:b] for a, b in zip(s.tolist(), e.tolist())])
+    mark = np.zeros(len(data) + 1, np.int8)
+    mark[s] = 1
+    mark[e] -= 1
+    return data[np.cumsum(mark[:-1], dtype=np.int8).view(bool)]
+
+
+def _ends_after(bits: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """For each position ``p`` (int64), the first set bit of the uint32 bitmap ``bits`` after
+    ``p`` (one must exist: wc_starts sets bit n)."""
+    j = pos + 1
+    w = j >> 5
+    x = bits[w].astype(np.uint64) & ((np.uint64(0xFFFFFFFF) << (j & 31).astype(np.uint64))
+                                      & np.uint64(0xFFFFFFFF))
+    empty = np.flatnonzero(x == 0)
+    if len(empty):
+        nz = np.flatnonzero(bits)
+        w2 = nz[np.searchsorted(nz, w[empty] + 1)]
+        w[empty] = w2
+        x[empty] = bits[w2]
+    low = x & (~x + np.uint64(1))
+    return (w << 5) + np.log2(low.astype(np.float64)).astype(np.int64)
+
+
+def group_words(parts: list[tuple[np.ndarray, np.ndarray]]) -> WordCounts:
+    """Exact counts of words given as ``[(bytes back to back, int64 lengths)]``: Arrow's hash
+    group-by over the bytes (no Python object per word)."""
+    import pyarrow as pa
+
+    if not parts:
+        return _empty_counts()
+    lens = np.concatenate([ln for _, ln in parts]).astype(np.int64)
+    if not len(lens):
+        return _empty_counts()
+    data = np.concatenate([d for d, _ in parts])
+    off = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=off[1:])
+    arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(lens),
+                                           [None, pa.py_buffer(off), pa.py_buffer(data)])
+    t = pa.table({"w": arr, "c": pa.array(np.ones(len(lens), np.uint64))})
+    g = t.group_by("w").aggregate([("c", "sum")])
+    words = g.column("w").combine_chunks()
+    bufs = words.buffers()
+    o = np.frombuffer(bufs[1], np.int64, len(words) + 1, words.offset * 8)
+    d = np.frombuffer(bufs[2], np.uint8, int(o[-1] - o[0]), int(o[0])).copy()
+    return WordCounts(d, np.diff(o), g.column("c_sum").to_numpy().astype(np.uint64))
+
+
+def _empty_counts() -> WordCounts:
+    return WordCounts(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.uint64))
+
+
+def concat_counts(parts: list[WordCounts]) -> WordCounts:
+    """Word counts of disjoint word sets, concatenated."""
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return _empty_counts()
+    if len(parts) == 1:
+        return parts[0]
+    return WordCounts(np.concatenate([p.data for p in parts]),
+                      np.concatenate([p.lengths for p in parts]),
+                      np.concatenate([p.counts for p in parts]))
 
 
 def count_words_gpu(documents: Iterable[str | bytes], *, batch_bytes: int | None = None,
@@ -723,8 +944,10 @@ def count_words_gpu(documents: Iterable[str | bytes], *, batch_bytes: int | None
     info = {} if info is None else info
     info.setdefault("num_documents", 0)
     info.setdefault("corpus_bytes", 0)
+    from .count_pipeline import PIECE_BYTES, count_stream
+
     counter = GPUWordCounter(gpu, batch_bytes, **(_counter_kw or {}))
     with counter.g.operation("counting words"):
-        for data, offsets in _batches(documents, counter.batch_bytes, info):
-            counter.add_batch(data, offsets)
+        piece = min(PIECE_BYTES, counter.batch_bytes)
+        count_stream(counter, _batches(documents, piece, info))
         return counter.result()
