@@ -42,6 +42,7 @@ Example::
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -208,8 +209,8 @@ def train(
             bars.close()
     if progress is False:
         progress = None
-    from .wordcount import (DEFAULT_GPU_BATCH_BYTES, GPUWordCounter, WordCounts, _batches,
-                            check_documents, count_words)
+    from . import wordcount
+    from .wordcount import check_documents
 
     _check_sizes(vocab_size, special_tokens, min_frequency)
     _check_algorithm(algorithm)
@@ -219,38 +220,80 @@ def train(
         raise ValueError(f"max_memory and prune_below must be ≥ 0, got {max_memory}, "
                          f"{prune_below}")
     check_documents(documents)
+    st = {} if stats is None else stats
     t0 = time.perf_counter()
     info: dict = {"num_documents": 0, "corpus_bytes": 0}
+    count_stats: dict = {}
+    # The memory budget of counting (count_budget): refused at once when it cannot work;
+    # tables over its share are spilled to sorted runs on disk and merged at the end (exact).
+    from .count_budget import CountBudget
+    from .count_pipeline import STAGES
+
+    limit = default_max_memory() if max_memory is None else int(max_memory)
+    room = limit - _rss_bytes()
+    gpu_batch = wordcount.DEFAULT_GPU_BATCH_BYTES
+    while gpu_batch > (1 << 20) and 16 * gpu_batch > room:   # small budgets: smaller batches
+        gpu_batch //= 2
+    prefetch = min(PREFETCH_BYTES, max(gpu_batch, room // 8))
+    if count_on == "gpu":
+        budget = CountBudget(limit, prune_below, batch_bytes=gpu_batch, stages=STAGES,
+                             prefetch_bytes=prefetch, stats=st)
+    else:
+        # (workers + 1) batches of 4 MiB in flight, ~16 bytes per text byte while counted
+        cpu_batches = 8 * ((os.cpu_count() or 1) + 1) * wordcount.DEFAULT_BATCH_BYTES
+        budget = CountBudget(limit, prune_below, batch_bytes=cpu_batches, stages=0, stats=st)
+    budget.check_start()
+    try:
+        return _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0,
+                               gpu_batch, prefetch, min_frequency=min_frequency,
+                               special_tokens=special_tokens, progress=progress, batch=batch,
+                               profile=profile, algorithm=algorithm, count_on=count_on,
+                               max_memory=limit, prune_below=prune_below)
+    finally:
+        budget.close()
+
+
+def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gpu_batch,
+                    prefetch, *, min_frequency, special_tokens, progress, batch, profile,
+                    algorithm, count_on, max_memory, prune_below) -> Vocab:
+    """train() after its checks: count under ``budget``, then merge."""
+    from . import count_pipeline
+    from .count_budget import count_cpu
+    from .wordcount import GPUWordCounter, _batches
+
     # Open the device and compile the pipelines on a thread meanwhile: the CPU counts the words
     # (count_on="cpu") or packs the first batch for the GPU counter.
     with ThreadPoolExecutor(1, thread_name_prefix="gpubpe-init") as pool:
         fut = pool.submit(get_trainer)
         if count_on == "cpu":
-            counts = WordCounts.from_dict(count_words(documents, info=info))
+            counts = count_cpu(documents, budget, info)
             t1 = time.perf_counter()
             trainer = fut.result()
             t2 = time.perf_counter()
         else:
-            # Pack batches while the device opens (at least one, at most PREFETCH_BYTES).
-            batches = _batches(documents, DEFAULT_GPU_BATCH_BYTES, info)
+            # Read pieces while the device opens (at least one, at most ``prefetch`` bytes),
+            # then count them through mapped staging (count_pipeline: read, pack and count
+            # overlap).
+            batches = _batches(documents, min(count_pipeline.PIECE_BYTES, gpu_batch), info)
             ready: list = []
             held = 0
             for b in batches:
                 ready.append(b)
                 held += len(b[0])
-                if fut.done() or held >= PREFETCH_BYTES:
+                if fut.done() or held >= prefetch:
                     break
             t1 = time.perf_counter()
             trainer = fut.result()
             t2 = time.perf_counter()
-            counter = GPUWordCounter(trainer.gpu)
+            counter = GPUWordCounter(trainer.gpu, gpu_batch)
+            counter.spill = budget.spill
+            counter.max_words = budget.max_table_words
+            counter.on_batch = lambda c: budget.on_gpu_batch(c, info["corpus_bytes"])
             with trainer.gpu.operation("counting words"):
-                while ready:
-                    counter.add_batch(*ready.pop(0))
-                for data, offsets in batches:
-                    counter.add_batch(data, offsets)
+                count_pipeline.count_stream(counter, itertools.chain(ready, batches),
+                                            stats=count_stats)
+                del ready
                 counts = counter.result()
-    st = {} if stats is None else stats
     st.update(info)
     if not info["corpus_bytes"]:
         raise InputError(
@@ -259,7 +302,11 @@ def train(
     st["seconds_gpu_init_wait"] = t2 - t1
     st["seconds_count"] = time.perf_counter() - t0 - (t2 - t1)
     st["count_on"] = count_on
-    if prune_below > 1:
+    st["count_pipeline"] = {k: (round(v, 4) if isinstance(v, float) else v)
+                            for k, v in count_stats.items()}
+    spilled = bool(budget.runs)
+    counts = budget.finish(counts, progress=progress is not None)   # spilled runs merged
+    if prune_below > 1 and not spilled:
         counts = _prune(counts, prune_below, st)
     _check_memory(counts, max_memory, st)
     vocab = _train_counts(counts, vocab_size, min_frequency=min_frequency,

@@ -454,7 +454,9 @@ class GPUWordCounter:
         self.spill = None
         self.max_words = 1 << 62
         self.occupied = 0          # words in the table after the last batch
+        self.store_words = 0       # u32 of the word store in use (length + bytes per word)
         self.spilled_runs = 0
+        self.on_batch = None       # called with the counter after each batch counted on the GPU
 
     # -- buffers ---------------------------------------------------------------------------------
     def _buf(self, size: int, label: str, extra: int = 0):
@@ -748,12 +750,15 @@ class GPUWordCounter:
             self._cpu(host.array(), host.offsets)
             return
         self.occupied = int(st[_S_OCC])
+        self.store_words = top + int(st[_S_NEED])
         nlong = int(st[_S_NLONG])
         if nlong:
             # Words longer than MAXW: their ends from the word-start bitmap (bit n is set).
             pos = g.read_u32(self.longs, 0, nlong, what="long words").astype(np.int64)
             bits = g.read_u32(self.starts, 0, n // 32 + 1, what="word starts")
             self.long_words.append(host.words(np.sort(pos), _ends_after(bits, np.sort(pos))))
+        if self.on_batch is not None:
+            self.on_batch(self)
 
     def _retry_text(self, host: HostBatch) -> None:
         """Count ``host`` again into the (now empty) table: its text is still in ``text``."""
@@ -768,7 +773,7 @@ class GPUWordCounter:
         self.spilled_runs += 1
         self._new_table(self.min_slots)
         self.g.device.queue.write_buffer(self.state, 0, np.zeros(16, np.uint32))
-        self.occupied = 0
+        self.occupied = self.store_words = 0
 
     def _table_words(self, nout: int) -> WordCounts:
         """The ``nout`` words wc_compact wrote to ``out``, with their bytes from the store."""

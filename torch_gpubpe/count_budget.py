@@ -1,0 +1,338 @@
+"""A host-memory budget for word counting (issue 17 §2): bounded while counting, exact.
+
+:func:`torch_gpubpe.trainer.train` gives its ``max_memory`` to a :class:`CountBudget`, which
+
+1. **refuses at once** (:class:`~torch_gpubpe.errors.InputError`, before any document is read)
+   a budget below what counting needs before its first word: this process's memory now plus
+   the staging and read-ahead buffers (:meth:`CountBudget.check_start`; the message names the
+   smallest ``max_memory`` that can work);
+2. **bounds the word table's host share**: a GPU word table (or a CPU partial count) holding
+   more words than the budget allows for reading it back (``SPILL_BYTES_PER_WORD``), or more
+   than the adapter's limits let it grow to, is written as a sorted run to a temporary
+   directory (:func:`torch_gpubpe.counts.write_counts`) and emptied; counting goes on. At the
+   end the runs are merged by the exact streaming k-way merge of
+   :func:`torch_gpubpe.counts.merge_counts` and read back with ``prune_below`` applied as they
+   stream, so only the words kept are ever held (:meth:`CountBudget.finish`). Counts stay exact:
+   the result equals counting without a budget. Spilling is recorded in ``stats``
+   (``spilled_runs``, ``spill_bytes``, ``seconds_spill``, ``seconds_merge_runs``) and warned once;
+3. **refuses early** what cannot fit: without ``prune_below``, as soon as the words counted so
+   far prove that the merge phase (:func:`~torch_gpubpe.trainer.estimate_merge_memory`) would
+   exceed the budget — the table's words are distinct, so they are a lower bound of the
+   corpus's — the rest of the corpus is not read; with ``prune_below``, when the words kept
+   after the merge still do not fit, the message names the ``prune_below`` that would fit
+   (from the count histogram of the merged runs).
+
+This is the approach of trainers that count out of core (sorted runs + a k-way merge, as
+external sorting does; sentencepiece and HF ``tokenizers`` instead hold every word in memory).
+
+Example::
+
+    >>> from torch_gpubpe.count_budget import CountBudget
+    >>> b = CountBudget(1 << 40, prune_below=0, batch_bytes=1 << 20)
+    >>> b.check_start()
+    >>> b.max_table_words > 0
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+
+# Host bytes per word of a word table while it is read back and written as a sorted run (the
+# compacted table, the word store, WordCounts, Arrow's sort and take); plus 3 × its bytes.
+SPILL_BYTES_PER_WORD = 96
+SPILL_BYTES_PER_BYTE = 3
+# Host bytes per key row of the CPU counter's partial counts (keys, counts, grouping copies).
+CPU_BYTES_PER_ROW = 48
+MIN_WORKING_BYTES = 32 << 20      # the least the budget must leave for the words themselves
+MIN_TABLE_WORDS = 1 << 12
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.2f} GB"
+
+
+class CountBudget:
+    """The memory plan of one training run's counting (module docstring).
+
+    Args:
+        max_memory: host bytes the whole process may use (``train(max_memory=)``).
+        prune_below: ``train(prune_below=)``: words counted fewer times are dropped (0/1: none).
+        batch_bytes: bytes per GPU batch (staging buffers are ``stages`` of them).
+        stages: staging buffers (:data:`torch_gpubpe.count_pipeline.STAGES`).
+        prefetch_bytes: bytes read ahead while the device opens.
+        spill_dir: where runs go (default: ``tempfile.gettempdir()``; a private subdirectory,
+            removed by :meth:`close`).
+        stats: the ``train`` stats dict.
+    """
+
+    def __init__(self, max_memory: int, prune_below: int = 0, *, batch_bytes: int,
+                 stages: int = 3, prefetch_bytes: int = 0, spill_dir: str | None = None,
+                 stats: dict | None = None) -> None:
+        from .trainer import _rss_bytes
+
+        self.limit = int(max_memory)
+        self.prune_below = int(prune_below)
+        self.rss0 = _rss_bytes()
+        # staging (text + bitmap) + pieces held by the packer and queued + read-ahead
+        self.fixed = int(stages * batch_bytes * 1.13 + 2 * batch_bytes + prefetch_bytes)
+        self.free = self.limit - self.rss0 - self.fixed
+        self.spill_dir = spill_dir
+        self.st = {} if stats is None else stats
+        self.runs: list[Path] = []
+        self.run_words: list[int] = []
+        self.tmp: str | None = None
+        self.warned = False
+
+    # -- 1. before anything ----------------------------------------------------------------------
+    def check_start(self) -> None:
+        """Raise :class:`InputError` when the budget cannot hold even the counting buffers."""
+        need = self.rss0 + self.fixed + MIN_WORKING_BYTES
+        if self.limit < need:
+            raise InputError(
+                f"max_memory={_gb(self.limit)} cannot work: this process already uses "
+                f"{_gb(self.rss0)} and word counting's staging and read-ahead buffers take "
+                f"{_gb(self.fixed)}; raise max_memory (--max-memory) to at least {_gb(need)}")
+
+    @property
+    def max_table_words(self) -> int:
+        """Words a table may hold before it is spilled (the host's share, for a word of the
+        average length 8 B)."""
+        per = SPILL_BYTES_PER_WORD + 8 * SPILL_BYTES_PER_BYTE
+        return max(MIN_TABLE_WORDS, self.free // per)
+
+    @property
+    def max_cpu_rows(self) -> int:
+        """Key rows the CPU counter's partial counts may hold before they are spilled."""
+        return max(MIN_TABLE_WORDS, self.free // CPU_BYTES_PER_ROW)
+
+    # -- 3. early refusal --------------------------------------------------------------------------
+    def check_distinct(self, words: int, nbytes: int, done_bytes: int | None = None) -> None:
+        """``words`` distinct words of ``nbytes`` bytes in all are known to be in the corpus:
+        without pruning, refuse now if the merge phase cannot take them."""
+        from .trainer import estimate_merge_memory
+
+        if self.prune_below > 1:
+            return
+        need = self.rss0 + estimate_merge_memory(words, nbytes)
+        if need > self.limit:
+            where = (f" after {done_bytes / 1e6:,.0f} MB of text" if done_bytes is not None
+                     else "")
+            raise InputError(
+                f"the corpus has at least {words:,} unique words ({nbytes:,} bytes){where}; "
+                f"training on all of them needs more than {_gb(need)} of host memory, above "
+                f"max_memory={_gb(self.limit)}; raise max_memory (--max-memory), read fewer "
+                "documents (max_bytes / --max-bytes), or drop rare words with prune_below=2 "
+                "(--prune-below 2; the merges can then differ from exact training)")
+
+    def on_gpu_batch(self, counter, done_bytes: int | None = None) -> None:
+        """After each GPU batch: the early refusal, from the table's words."""
+        if counter.occupied and self.prune_below <= 1:
+            words = max(counter.occupied, max(self.run_words, default=0))
+            nbytes = max(words, 4 * (counter.store_words - counter.occupied) - 3 * words)
+            self.check_distinct(words, nbytes, done_bytes)
+
+    # -- 2. spilling -------------------------------------------------------------------------------
+    def spill(self, wc) -> None:
+        """Write ``wc`` (:class:`~torch_gpubpe.wordcount.WordCounts`, distinct words) as a
+        sorted run."""
+        from .counts import write_counts
+
+        if not len(wc):
+            return
+        self.check_distinct(len(wc), int(wc.lengths.sum()))
+        t0 = time.perf_counter()
+        if self.tmp is None:
+            self.tmp = tempfile.mkdtemp(prefix="torch_gpubpe-counts-", dir=self.spill_dir)
+        if not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"torch_gpubpe.train: the word counts reached {len(wc):,} words, what "
+                f"max_memory={_gb(self.limit)} leaves them (or what the GPU's word table "
+                f"holds); they are written as sorted runs to {self.tmp} and merged at the end "
+                "(exact, slower; recorded in stats['spilled_runs'])",
+                RuntimeWarning, stacklevel=4)
+        path = Path(self.tmp) / f"run-{len(self.runs):05d}.parquet"
+        write_counts(wc, path)
+        self.runs.append(path)
+        self.run_words.append(len(wc))
+        self.st["spilled_runs"] = len(self.runs)
+        self.st["spill_bytes"] = self.st.get("spill_bytes", 0) + path.stat().st_size
+        self.st["seconds_spill"] = self.st.get("seconds_spill", 0.0) + time.perf_counter() - t0
+
+    # -- the end -----------------------------------------------------------------------------------
+    def finish(self, wc, progress: bool = False):
+        """The corpus's word counts: ``wc`` (the last table) when nothing was spilled (pruning
+        is then the caller's), else the runs and ``wc`` merged, with ``prune_below`` applied
+        as they stream (``stats['pruned_words']``, warned once)."""
+        from .counts import iter_count_batches, merge_counts
+        from .trainer import _rss_bytes, estimate_merge_memory
+        from .wordcount import WordCounts
+
+        if not self.runs:
+            return wc
+        self.spill(wc)
+        del wc
+        t0 = time.perf_counter()
+        merged = Path(self.tmp) / "merged.parquet"
+        merge_counts(self.runs, merged)
+        for p in self.runs:
+            p.unlink()
+        keep_from = max(self.prune_below, 1)
+        datas, lens, counts = [], [], []
+        kept = kept_bytes = total = 0
+        # count histogram (counts ≥ 64 in the last bucket): words and bytes per count
+        hist_w = np.zeros(65, np.int64)
+        hist_b = np.zeros(65, np.float64)
+        over = False
+        base = _rss_bytes()
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=None, desc="merge spilled counts", unit="word", unit_scale=True)
+        for words, c in iter_count_batches(merged, 1 << 18):
+            from .counts import _packed
+
+            d, o = _packed(words)
+            ln = np.diff(o)
+            total += len(c)
+            b = np.minimum(c, 64).astype(np.int64)
+            hist_w += np.bincount(b, minlength=65)
+            hist_b += np.bincount(b, weights=ln, minlength=65)
+            if bar is not None:
+                bar.update(len(c))
+            if over:
+                continue
+            k = c >= keep_from
+            if k.all():
+                datas.append(d.copy())
+                lens.append(ln)
+                counts.append(c)
+            elif k.any():
+                datas.append(d[np.repeat(k, ln)])
+                lens.append(ln[k])
+                counts.append(c[k])
+            kept += int(k.sum())
+            kept_bytes += int(ln[k].sum())
+            if base + kept_bytes + 16 * kept + estimate_merge_memory(kept, kept_bytes) > self.limit:
+                over = True
+                datas, lens, counts = [], [], []
+        if bar is not None:
+            bar.close()
+        merged.unlink()
+        self.st["seconds_merge_runs"] = time.perf_counter() - t0
+        if over:
+            self._refuse(hist_w, hist_b, base)
+        pruned = total - kept
+        if self.prune_below > 1:
+            self.st["pruned_words"] = pruned
+            if pruned:
+                warnings.warn(f"torch_gpubpe.train: prune_below={self.prune_below} dropped "
+                              f"{pruned:,} of {total:,} unique words before merging; the merges "
+                              "can differ from training on every word", RuntimeWarning,
+                              stacklevel=3)
+        if not datas:
+            return WordCounts(np.zeros(0, np.uint8), np.zeros(0, np.int64),
+                              np.zeros(0, np.uint64))
+        return WordCounts(np.concatenate(datas), np.concatenate(lens).astype(np.int64),
+                          np.concatenate(counts).astype(np.uint64))
+
+    def _refuse(self, hist_w: np.ndarray, hist_b: np.ndarray, base: int) -> None:
+        from .trainer import estimate_merge_memory
+
+        total = int(hist_w.sum())
+        fit = None
+        for t in range(max(self.prune_below, 1) + 1, 65):
+            w, b = int(hist_w[t:].sum()), int(hist_b[t:].sum())
+            if base + b + 16 * w + estimate_merge_memory(w, b) <= self.limit:
+                fit = (t, w)
+                break
+        hint = (f"prune_below={fit[0]} (--prune-below {fit[0]}) would keep {fit[1]:,} words and "
+                "fit" if fit else "no prune_below up to 64 fits")
+        raise InputError(
+            f"the corpus has {total:,} unique words; those kept with "
+            f"prune_below={self.prune_below} need more than max_memory={_gb(self.limit)} for "
+            f"the merge phase; {hint}; or raise max_memory (--max-memory), or read fewer "
+            "documents (max_bytes / --max-bytes)")
+
+    def close(self) -> None:
+        """Remove the spill directory."""
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+
+def count_cpu(documents, budget: CountBudget, info: dict):
+    """The CPU counter (:func:`torch_gpubpe.wordcount.count_words`'s batches and thread pool)
+    under ``budget``: partial counts over ``budget.max_cpu_rows`` key rows are grouped and
+    spilled. Returns :class:`~torch_gpubpe.wordcount.WordCounts` of what was not spilled."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .wordcount import DEFAULT_BATCH_BYTES, _batches, _count_batch, _Partial
+
+    workers = max(1, min(os.cpu_count() or 1, 32))
+    total = _Partial()
+    limit = budget.max_cpu_rows
+
+    def take(part) -> None:
+        nonlocal total
+        total.add(part)
+        if total.entries() > limit:
+            wc = total.to_word_counts()
+            total = _Partial()
+            if len(wc) * 2 > limit:        # still large once grouped: to disk
+                budget.spill(wc)
+            else:                           # grouping was enough: keep it as one partial
+                total = _from_word_counts(wc)
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="gpubpe-wordcount") as pool:
+        pending: deque = deque()
+        for data, offsets in _batches(documents, DEFAULT_BATCH_BYTES, info):
+            pending.append(pool.submit(_count_batch, data, offsets))
+            while len(pending) > workers:
+                take(pending.popleft().result())
+        while pending:
+            take(pending.popleft().result())
+    return total.to_word_counts()
+
+
+def _from_word_counts(wc):
+    """A :class:`~torch_gpubpe.wordcount._Partial` holding grouped counts ``wc`` (so they can
+    be added to again)."""
+    from .wordcount import _LEN_MASK, _Partial, _u64_at
+
+    p = _Partial()
+    # The batch counter's own key layout (bytes + length in u64 keys), each word once, weighted.
+    off = wc.offsets()
+    data = wc.data
+    sel_short = wc.lengths <= 7
+    sel_mid = (wc.lengths >= 8) & (wc.lengths <= 15)
+    padded = np.zeros(len(data) + 32, np.uint8)
+    padded[: len(data)] = data
+    top = np.uint64(56)
+    starts = off[:-1]
+    if sel_short.any():
+        s, ln = starts[sel_short], wc.lengths[sel_short]
+        key = _u64_at(padded, s) & _LEN_MASK[ln]
+        key |= ln.astype(np.uint64) << top
+        p.short.append((key, wc.counts[sel_short].astype(np.int64)))
+    if sel_mid.any():
+        s, ln = starts[sel_mid], wc.lengths[sel_mid]
+        k1 = _u64_at(padded, s)
+        k2 = _u64_at(padded, s + 8) & _LEN_MASK[ln - 8]
+        k2 |= ln.astype(np.uint64) << top
+        p.mid.append((k1, k2, wc.counts[sel_mid].astype(np.int64)))
+    for k in np.flatnonzero(wc.lengths >= 16).tolist():
+        p.long[data[off[k]:off[k + 1]].tobytes()] += int(wc.counts[k])
+    return p
