@@ -48,9 +48,11 @@ import numpy as np
 from .errors import InputError
 
 # Host bytes per word of a word table while it is read back and written as a sorted run (the
-# compacted table, the word store, WordCounts, Arrow's sort and take); plus 3 × its bytes.
-SPILL_BYTES_PER_WORD = 96
-SPILL_BYTES_PER_BYTE = 3
+# compacted table 12, store order 8 + 8, lengths and counts 16, WordCounts 16, Arrow's sort
+# indices and take 24, ...), plus per byte of the words (the store, its mask, the words, the
+# sorted copy, the Parquet writer's buffers); on the high side.
+SPILL_BYTES_PER_WORD = 128
+SPILL_BYTES_PER_BYTE = 6
 # Host bytes per key row of the CPU counter's partial counts (keys, counts, grouping copies).
 CPU_BYTES_PER_ROW = 48
 MIN_WORKING_BYTES = 32 << 20      # the least the budget must leave for the words themselves

@@ -227,6 +227,7 @@ def count_stream(counter, pieces: Iterable[tuple[np.ndarray, np.ndarray]], *,
         cap = min(cap, max(held, 1 << 16))
     pieces = itertools.chain(head, it)
     bufs = [_Stage(g, cap, i) for i in range(max(2, stages))]
+    st["staging_bytes"] = max(st.get("staging_bytes", 0), sum(s.buf.size for s in bufs))
     free: queue.Queue = queue.Queue()
     filled: queue.Queue = queue.Queue(maxsize=len(bufs) + 1)
     for s in bufs:

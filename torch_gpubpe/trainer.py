@@ -140,8 +140,10 @@ def train(
     pipeline).
 
     Args:
-        documents: iterable of ``str`` (UTF-8; lone surrogates → U+FFFD) or bytes-like items;
-            consumed once, word-counted in batches (64 MiB on the GPU, 4 MiB on the CPU).
+        documents: iterable of ``str`` (UTF-8; lone surrogates → U+FFFD) or bytes-like items,
+            a :class:`~torch_gpubpe.readers.Reader`, or a Hugging Face ``Dataset`` /
+            ``IterableDataset`` (its ``"text"`` column, read as Arrow batches); consumed once,
+            word-counted in batches (64 MiB on the GPU, 4 MiB on the CPU).
         vocab_size: total vocab size in tokens: 256 bytes + merges + special tokens;
             ``256 + len(special_tokens) ≤ vocab_size ≤ 262,144``.
         min_frequency: stop when the best pair's count is below this (counts are sums of word
@@ -198,6 +200,10 @@ def train(
     is not an error: the vocab is smaller than ``vocab_size`` (never larger), a
     ``RuntimeWarning`` says so and ``stats["stopped_early"]`` gives the reason.
     """
+    from .readers import _is_hf, open_source
+
+    if _is_hf(documents, "Dataset") or _is_hf(documents, "IterableDataset"):
+        documents = open_source(documents)   # its "text" column, as Arrow batches
     if progress is True:
         bars = _ProgressBars()
         try:
@@ -294,6 +300,8 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
                                             stats=count_stats)
                 del ready
                 counts = counter.result()
+            st["count_gpu_memory_bytes"] = counter.peak_gpu_bytes + count_stats.get(
+                "staging_bytes", 0)
     st.update(info)
     if not info["corpus_bytes"]:
         raise InputError(

@@ -456,6 +456,7 @@ class GPUWordCounter:
         self.occupied = 0          # words in the table after the last batch
         self.store_words = 0       # u32 of the word store in use (length + bytes per word)
         self.spilled_runs = 0
+        self.peak_gpu_bytes = 0
         self.on_batch = None       # called with the counter after each batch counted on the GPU
 
     # -- buffers ---------------------------------------------------------------------------------
@@ -473,6 +474,12 @@ class GPUWordCounter:
         self.longs = self._buf(4 * (cap // MAXW + 2), "wc.longs")
         self.text_cap = cap
         self._bind = None
+
+    def gpu_bytes(self) -> int:
+        """Bytes of the counter's GPU buffers now (table, backups, compaction output, word
+        store, batch buffers)."""
+        return (36 * self.slots + 4 * self.store_cap
+                + (self.text_cap * 5 // 4 + self.text_cap // MAXW * 4 if self.text_cap else 0))
 
     def _new_table(self, slots: int) -> None:
         self.slots = slots
@@ -757,6 +764,7 @@ class GPUWordCounter:
             pos = g.read_u32(self.longs, 0, nlong, what="long words").astype(np.int64)
             bits = g.read_u32(self.starts, 0, n // 32 + 1, what="word starts")
             self.long_words.append(host.words(np.sort(pos), _ends_after(bits, np.sort(pos))))
+        self.peak_gpu_bytes = max(self.peak_gpu_bytes, self.gpu_bytes())
         if self.on_batch is not None:
             self.on_batch(self)
 
@@ -783,14 +791,22 @@ class GPUWordCounter:
         out = self.g.read_u32(self.out, 0, 3 * nout, what="word table readback").reshape(-1, 3)
         top = int(self._state(self.g.device.create_command_encoder(label="wordcount"), "store size")[_S_TOP])
         store = self.g.read_u32(self.store, 0, top, what="word store readback")
-        o = out[:, 0].astype(np.int64)
+        # In store order, the words' bytes are one boolean selection of the store's bytes (1 B
+        # of mask per store byte, not an int64 index per byte: this runs on tables of 10^7+
+        # words under a memory budget).
+        order = np.argsort(out[:, 0], kind="stable")
+        o = out[order, 0].astype(np.int64)
+        counts = (out[order, 1].astype(np.uint64)
+                  | (out[order, 2].astype(np.uint64) << np.uint64(32)))
+        del out
         lengths = store[o].astype(np.int64)
-        counts = out[:, 1].astype(np.uint64) | (out[:, 2].astype(np.uint64) << np.uint64(32))
-        sbytes = store.view(np.uint8)
-        woff = np.zeros(len(lengths) + 1, np.int64)
-        np.cumsum(lengths, out=woff[1:])
-        idx = np.repeat(4 * (o + 1) - woff[:-1], lengths) + np.arange(woff[-1])
-        return WordCounts(sbytes[idx], lengths, counts)
+        mark = np.zeros(4 * top + 1, np.int8)
+        first = 4 * (o + 1)
+        mark[first] = 1
+        mark[first + lengths] -= 1     # < the next word's first byte (its length word between)
+        mask = np.cumsum(mark[:-1], dtype=np.int8).view(bool)
+        del mark
+        return WordCounts(store.view(np.uint8)[mask], lengths, counts)
 
     def result(self) -> WordCounts:
         """The distinct words counted so far with their counts (those not handed to ``spill``)."""

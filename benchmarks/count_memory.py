@@ -1,0 +1,238 @@
+"""Benchmark + check: training's memory budget on corpora with very many distinct words (issue 17
+§2). Public API only (``torch_gpubpe.train``), each case in a fresh process so that its peak RSS
+is its own.
+
+Cases (``--cases``, default all):
+
+``unique``   ``--words`` (default 50 M) distinct random 8-letter words, each once, plus common
+             words (2,000 of 2–6 letters, Zipf-distributed, ``--common-per-doc`` per document),
+             streamed from a Hugging Face ``IterableDataset`` made with
+             ``IterableDataset.from_generator`` (generated, no network):
+             (a) ``prune_below=0`` under ``--max-memory``: exact training cannot fit, so it must
+                 be refused *while counting* (time to the error, how much was read);
+             (b) ``prune_below=2`` under ``--max-memory``: the word tables spill sorted runs to
+                 disk, the runs are merged exactly, the single words dropped; the merges must
+                 equal ``train_from_word_counts`` of the common words' counts (computed
+                 separately from the same seed).
+``longword`` ``--long-docs`` (default 1,000) documents, each ONE word of ``--long-mb`` MB (random
+             letters): (c) under ``--max-memory`` (refused before the merges, with the estimate),
+             (d) with the default budget (trained, or the named error it gives).
+
+Each line: wall time, peak RSS (``ru_maxrss`` of the child), the GPU memory used (``nvidia-smi``
+``memory.used`` sampled every 0.2 s, peak minus the idle value; n/a without it), the SM clock
+and busy %, the stats that matter (spilled runs, pruned words, unique words) or the error.
+
+    python3 benchmarks/count_memory.py                                # H200: 50 M words, 1,000 x 1 MB
+    python3 benchmarks/count_memory.py --words 2e5 --long-docs 4 --long-mb 0.05 \\
+        --max-memory 3G --vocab-size 300                             # lavapipe, small
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from _report import GPUMonitor, print_footer, sm_clock_now  # noqa: E402
+
+A_MUL = 1_000_003          # odd, not a multiple of 13: i -> i*A mod 26^8 is a bijection
+SPACE26 = 26 ** 8
+N_COMMON = 2_000
+
+
+def common_words() -> list[bytes]:
+    rng = np.random.default_rng(1)
+    out: set[bytes] = set()
+    while len(out) < N_COMMON:
+        n = int(rng.integers(2, 7))
+        out.add(b" " + bytes((rng.integers(0, 26, n) + 97).astype(np.uint8)))
+    return sorted(out)
+
+
+def common_draws(args, d: int) -> np.ndarray:
+    """Indices of the common words of document ``d`` (Zipf over N_COMMON, seeded per doc)."""
+    rng = np.random.default_rng(1_000 + d)
+    z = rng.zipf(1.3, args.common_per_doc * 2)
+    return (z[z <= N_COMMON] - 1)[: args.common_per_doc]
+
+
+def unique_docs(args):
+    """Document texts: ``per_doc`` distinct random words + common words."""
+    common = np.array(common_words(), dtype=object)
+    per = args.per_doc
+    ndocs = -(-int(args.words) // per)
+    powers = 26 ** np.arange(8, dtype=np.int64)
+    for d in range(ndocs):
+        ids = np.arange(d * per, min((d + 1) * per, int(args.words)), dtype=np.int64)
+        code = (ids * A_MUL + 12_345) % SPACE26
+        letters = ((code[:, None] // powers) % 26 + 97).astype(np.uint8)
+        words = np.concatenate([np.full((len(ids), 1), 32, np.uint8), letters], axis=1)
+        text = words.tobytes() + b"".join(common[common_draws(args, d)].tolist())
+        yield {"text": text.decode("ascii")}
+
+
+def common_counts(args) -> dict[bytes, int]:
+    common = common_words()
+    counts = np.zeros(N_COMMON, np.int64)
+    ndocs = -(-int(args.words) // args.per_doc)
+    for d in range(ndocs):
+        counts += np.bincount(common_draws(args, d), minlength=N_COMMON)
+    return {w: int(c) for w, c in zip(common, counts.tolist()) if c}
+
+
+def long_docs(args):
+    n = int(args.long_mb * 1e6)
+    for d in range(args.long_docs):
+        rng = np.random.default_rng(d)
+        yield {"text": (rng.integers(0, 26, n) + 97).astype(np.uint8).tobytes().decode("ascii")}
+
+
+# ------------------------------------------------------------------------------------------------
+def child(args) -> None:
+    """One case in this (fresh) process; prints one JSON line."""
+    import datasets
+
+    import torch_gpubpe
+    from torch_gpubpe.errors import InputError
+
+    gen = unique_docs if args.child.startswith("unique") else long_docs
+    ds = datasets.IterableDataset.from_generator(gen, gen_kwargs={"args": args},
+                                                 features=datasets.Features(
+                                                     {"text": datasets.Value("string")}))
+    prune = 2 if args.child == "unique-prune" else 0
+    budget = None if args.child == "longword-default" else int(parse_size(args.max_memory))
+    st: dict = {}
+    out: dict = {"case": args.child}
+    t0 = time.perf_counter()
+    try:
+        vocab = torch_gpubpe.train(ds, args.vocab_size, min_frequency=2, prune_below=prune,
+                                   max_memory=budget, stats=st)
+        out["merges"] = len(vocab.merges)
+        if args.child == "unique-prune":
+            from torch_gpubpe.trainer import train_from_word_counts
+
+            want = train_from_word_counts(common_counts(args), args.vocab_size, min_frequency=2)
+            out["merges_equal_common_words_training"] = list(vocab.merges) == list(want.merges)
+    except InputError as e:
+        out["error"] = str(e)
+    out["seconds"] = time.perf_counter() - t0
+    out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    for k in ("corpus_bytes", "num_documents", "unique_words", "spilled_runs", "spill_bytes",
+              "seconds_spill", "seconds_merge_runs", "pruned_words", "seconds_count",
+              "seconds_merge", "gpu_memory_bytes", "count_gpu_memory_bytes",
+              "estimated_merge_memory_bytes", "max_memory_bytes", "count_pipeline"):
+        if k in st:
+            out[k] = st[k]
+    print(json.dumps(out), flush=True)
+
+
+def parse_size(s: str) -> float:
+    s = str(s).strip().upper()
+    mult = {"K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+    return float(s[:-1]) * mult[s[-1]] if s[-1] in mult else float(s)
+
+
+class GPUMemory:
+    """Peak ``memory.used`` of GPU 0 (MiB) over a job, sampled every 0.2 s; None without
+    nvidia-smi."""
+
+    def __init__(self) -> None:
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _query(self) -> int | None:
+        if not shutil.which("nvidia-smi"):
+            return None
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
+                                  "--format=csv,noheader,nounits", "-i", "0"],
+                                 capture_output=True, text=True, timeout=5).stdout
+            return int(out.strip().splitlines()[0])
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+            return None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            v = self._query()
+            if v is None:
+                return
+            self.samples.append(v)
+            self._stop.wait(0.2)
+
+    def __enter__(self) -> GPUMemory:
+        self.idle = self._query()
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._t.join()
+
+    def summary(self) -> str:
+        if self.idle is None or not self.samples:
+            return "GPU memory n/a (no nvidia-smi)"
+        return f"GPU memory peak {max(self.samples) - self.idle:,} MiB above idle"
+
+
+def run_case(args, case: str) -> None:
+    cmd = [sys.executable, __file__, "--child", case, "--words", str(args.words),
+           "--per-doc", str(args.per_doc), "--common-per-doc", str(args.common_per_doc),
+           "--long-docs", str(args.long_docs), "--long-mb", str(args.long_mb),
+           "--max-memory", str(args.max_memory), "--vocab-size", str(args.vocab_size)]
+    with GPUMonitor() as mon, GPUMemory() as mem:
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode or not lines:
+        print(f"{case:18s} FAILED rc={p.returncode}\n{p.stderr[-3000:]}")
+        return
+    r = json.loads(lines[-1])
+    head = (f"{case:18s} {wall:7.1f} s (train() {r['seconds']:.1f} s) | peak RSS "
+            f"{r['peak_rss_bytes'] / 1e9:.2f} GB | {mem.summary()} | {mon.summary()}")
+    print(head)
+    for k, v in r.items():
+        if k not in ("case", "seconds", "peak_rss_bytes"):
+            print(f"    {k}: {v}")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", default="unique-exact,unique-prune,longword-budget,longword-default")
+    ap.add_argument("--words", type=float, default=50e6, help="distinct random words (50 M)")
+    ap.add_argument("--per-doc", type=int, default=500, help="random words per document")
+    ap.add_argument("--common-per-doc", type=int, default=500)
+    ap.add_argument("--long-docs", type=int, default=1_000)
+    ap.add_argument("--long-mb", type=float, default=1.0)
+    ap.add_argument("--max-memory", default="6G", help="the budget of the budgeted cases")
+    ap.add_argument("--vocab-size", type=int, default=1_024)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+    print(f"count_memory: {args.words:,.0f} distinct words ({args.per_doc} per document + "
+          f"{args.common_per_doc} common), {args.long_docs} x {args.long_mb} MB one-word "
+          f"documents, budget --max-memory {args.max_memory}, vocab {args.vocab_size}; SM clock "
+          f"now {sm_clock_now()}")
+    for case in args.cases.split(","):
+        run_case(args, case)
+    print_footer()
+
+
+if __name__ == "__main__":
+    main()
