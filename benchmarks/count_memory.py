@@ -15,8 +15,10 @@ Cases (``--cases``, default all):
                  equal ``train_from_word_counts`` of the common words' counts (computed
                  separately from the same seed).
 ``longword`` ``--long-docs`` (default 1,000) documents, each ONE word of ``--long-mb`` MB (random
-             letters): (c) under ``--max-memory`` (refused before the merges, with the estimate),
-             (d) with the default budget (trained, or the named error it gives).
+             letters): (c) ``longword-budget``, under ``--max-memory``: counted exactly, then
+             refused before the merges (the estimate is ~40 GB); (d) ``longword-default``
+             (only when named in ``--cases``): the default budget, trained (1 GB of symbols:
+             slow) or the named error it gives.
 
 Each line: wall time, peak RSS (``ru_maxrss`` of the child), the GPU memory used (``nvidia-smi``
 ``memory.used`` sampled every 0.2 s, peak minus the idle value; n/a without it), the SM clock
@@ -212,7 +214,9 @@ def run_case(args, case: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--cases", default="unique-exact,unique-prune,longword-budget,longword-default")
+    ap.add_argument("--cases", default="unique-exact,unique-prune,longword-budget",
+                    help="comma-separated; also longword-default (trains on 1 GB of distinct "
+                         "1 MB words with the default budget: long, not in the default set)")
     ap.add_argument("--words", type=float, default=50e6, help="distinct random words (50 M)")
     ap.add_argument("--per-doc", type=int, default=500, help="random words per document")
     ap.add_argument("--common-per-doc", type=int, default=500)

@@ -13,7 +13,8 @@ Jobs (``--jobs``, default all):
              so the ids differ; the token counts are printed side by side.
 ``train``    (b) ``python -m torch_gpubpe train`` from the parquet files (whole command) vs the
              in-memory API ``torch_gpubpe.train(docs)`` and rustbpe on the same documents
-             (loaded first, not timed).
+             (loaded first, not timed); and the reading + counting stage alone (device warm,
+             ``train(FileReader(files), 257)``), with where its time went.
 ``dataset``  (c) ``TokenizedDataset`` (packed, seq_len 1024) from a Hugging Face ``Dataset``
              (parquet, memory-mapped) and a streaming ``IterableDataset``: tokens/s, MB/s.
 ``memory``   reading from files vs the in-memory path for the same bytes: ``Tokenizer.submit``
@@ -261,6 +262,7 @@ def job_train(args, data: Path, nbytes: int, work: Path) -> Path:
         f"merge {s['seconds']['merge'] or 0:.2f} s")
     print("  command: " + " ".join(cmd[:4]) + f" <{len(pq_files)} files> "
           + " ".join(cmd[4 + len(pq_files):]))
+    count_stage(pq_files, nbytes)
     # the in-memory API in a fresh process (device opened inside the timing, as in the CLI),
     # the documents loaded before the clock starts
     acmd = [sys.executable, __file__, "--api-train", "--peer-files", *pq_files,
@@ -299,6 +301,27 @@ def job_train(args, data: Path, nbytes: int, work: Path) -> Path:
             print("  rustbpe: not installed (pip install rustbpe)")
     del docs
     return vocab_dir
+
+
+def count_stage(pq_files: list[str], nbytes: int) -> None:
+    """The reading + counting stage alone (issue 13: >= 2 GB/s), device warm: ``train`` on a
+    ``FileReader`` of the parquet files with one merge, the GPU sampled during it; with where
+    the time went (stats["count_pipeline"]: waiting for filled stages = host-bound, in the GPU
+    steps = GPU-bound)."""
+    from torch_gpubpe import train
+    from torch_gpubpe.readers import FileReader
+
+    train(["warm up the device"], 300)
+    st: dict = {}
+    with GPUMonitor(period=0.05) as mon:
+        train(FileReader(pq_files), 257, stats=st)
+    cp = st.get("count_pipeline", {})
+    row("reading + counting stage (train on FileReader)", st["seconds_count"], nbytes, mon,
+        f"{st['unique_words']:,} unique words; GPU thread: waiting for input "
+        f"{cp.get('seconds_wait_input', 0):.2f} s, in GPU steps {cp.get('seconds_gpu', 0):.2f} s;"
+        f" packer: copying {cp.get('seconds_pack', 0):.2f} s, waiting for the reader "
+        f"{cp.get('seconds_wait_source', 0):.2f} s, for a free stage "
+        f"{cp.get('seconds_wait_stage', 0):.2f} s; {cp.get('staged_batches', 0)} batches")
 
 
 def api_train(args) -> None:

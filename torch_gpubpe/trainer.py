@@ -293,7 +293,8 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
             t2 = time.perf_counter()
             counter = GPUWordCounter(trainer.gpu, gpu_batch)
             counter.spill = budget.spill
-            counter.max_words = budget.max_table_words
+            # (a batch adds at most about gpu_batch / 8 new words before the next check)
+            counter.max_words = max(budget.max_table_words - gpu_batch // 8, 1 << 12)
             counter.on_batch = lambda c: budget.on_gpu_batch(c, info["corpus_bytes"])
             with trainer.gpu.operation("counting words"):
                 count_pipeline.count_stream(counter, itertools.chain(ready, batches),
@@ -423,7 +424,7 @@ def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Se
             f"training stopped after {len(merges)} of {num_merges} merges: no pair of tokens "
             f"occurs at least min_frequency={min_frequency} times any more (a small corpus); "
             f"the vocab has {256 + len(merges) + len(special_tokens)} ids, not {vocab_size}")
-        warnings.warn(st["stopped_early"], RuntimeWarning, stacklevel=3)
+        warnings.warn(st["stopped_early"], RuntimeWarning, stacklevel=4)
     return Vocab(tuple(merges), tuple(special_tokens))
 
 

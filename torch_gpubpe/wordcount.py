@@ -815,7 +815,8 @@ class GPUWordCounter:
         else:
             nout = 0
         wc = self._table_words(nout)
-        longs = group_words(self.long_words)        # > MAXW bytes: not in the table
+        parts, self.long_words = self.long_words, []
+        longs = group_words(parts)                  # > MAXW bytes: not in the table
         if not self.extra:
             return concat_counts([wc, longs])
         if self.cpu_has_short_words:   # the CPU counted words the table may hold too: merge by key
@@ -911,6 +912,7 @@ def group_words(parts: list[tuple[np.ndarray, np.ndarray]]) -> WordCounts:
     if not len(lens):
         return _empty_counts()
     data = np.concatenate([d for d, _ in parts])
+    parts.clear()                                   # (the caller's list: its arrays freed)
     off = np.zeros(len(lens) + 1, np.int64)
     np.cumsum(lens, out=off[1:])
     arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(lens),
