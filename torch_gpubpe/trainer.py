@@ -424,7 +424,7 @@ def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Se
             f"training stopped after {len(merges)} of {num_merges} merges: no pair of tokens "
             f"occurs at least min_frequency={min_frequency} times any more (a small corpus); "
             f"the vocab has {256 + len(merges) + len(special_tokens)} ids, not {vocab_size}")
-        warnings.warn(st["stopped_early"], RuntimeWarning, stacklevel=4)
+        warnings.warn(st["stopped_early"], RuntimeWarning, stacklevel=3)
     return Vocab(tuple(merges), tuple(special_tokens))
 
 
