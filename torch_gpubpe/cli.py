@@ -152,9 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "vectorised numpy on all cores, for corpora with more distinct words "
                         "than the GPU's word table holds); same counts")
     g.add_argument("--max-memory", type=parse_size, metavar="SIZE",
-                   help="host memory the merge phase may use (default: 80%% of RAM); checked "
-                        "before the merges, with an error naming what to change when the "
-                        "corpus's unique words need more")
+                   help="host memory counting and merging may use (default: 80%% of RAM): "
+                        "word counts beyond it spill to sorted runs on disk (exact); an error "
+                        "names what to change when the corpus's unique words cannot fit")
     g.add_argument("--prune-below", type=int, default=0, metavar="N",
                    help="drop words counted fewer than N times before merging (default 0: "
                         "none, exact; the merges can differ when words are dropped)")

@@ -162,8 +162,11 @@ def train(
             ``gpu_memory_bytes`` (the run's GPU buffers), ``walks_paused`` and
             ``continuation_dispatches`` (word list: walks carried past the per-thread
             budget), ``wgpu_fallbacks`` (speed-only wgpu internals not used, see
-            :mod:`~torch_gpubpe._wgpu_internals`) (and ``gpu_us_per_merge`` with
-            ``profile``).
+            :mod:`~torch_gpubpe._wgpu_internals`), ``count_pipeline`` (where counting's time
+            went: :mod:`~torch_gpubpe.count_pipeline`), ``count_gpu_memory_bytes``, and, when
+            counting spilled, ``spilled_runs``, ``spill_bytes``, ``seconds_spill``,
+            ``seconds_merge_runs`` (:mod:`~torch_gpubpe.count_budget`) (and
+            ``gpu_us_per_merge`` with ``profile``).
         batch: merges per submit (default: 64 on a CPU adapter, 512 otherwise).
         profile: time each kernel with timestamp queries on sampled batches (slower);
             ``stats["gpu_us_per_merge"]`` = mean GPU µs per merge of each kernel; word list:
@@ -175,10 +178,15 @@ def train(
         count_on: where the words are counted: "gpu" (default; wgsl/wordcount.wgsl, see
             :func:`~torch_gpubpe.wordcount.count_words_gpu`) or "cpu" (vectorised numpy on a
             thread pool, :func:`~torch_gpubpe.wordcount.count_words`). Same counts.
-        max_memory: host bytes the merge phase may use (default: :func:`default_max_memory`,
-            80% of the machine's RAM). Checked after counting, before the merge stream is
-            built, against :func:`estimate_merge_memory` of the unique words: above it,
-            ``InputError`` names what to change instead of the process running out of memory.
+        max_memory: host bytes this process may use while counting and merging (default:
+            :func:`default_max_memory`, 80% of the machine's RAM); see
+            :mod:`~torch_gpubpe.count_budget`: refused at once (``InputError``, nothing read)
+            when the counting buffers cannot fit; word tables over the budget's share are
+            spilled to sorted runs on disk and merged exactly at the end; without
+            ``prune_below``, refused during counting as soon as the distinct words seen prove
+            that the merge phase (:func:`estimate_merge_memory`) cannot fit; and checked again
+            after counting, before the merge stream is built. Each ``InputError`` names what
+            to change instead of the process running out of memory.
         prune_below: drop the words counted fewer than this many times before merging (0:
             none; the default keeps training exact). Pruning is how trainers fit corpora with
             very many rare words; the merges can then differ from exact training:
