@@ -6,7 +6,8 @@ packed pieces (``(uint8 data, int64 offsets)``, e.g. a :class:`~torch_gpubpe.rea
 take part:
 
 * the source's own readers (row groups decoded ahead, on the reader's pool);
-* a packer thread copies each piece once, straight into a mapped ``MAP_WRITE | COPY_SRC``
+* a packer thread copies each piece once (:func:`~torch_gpubpe.encoder.parallel_copy`: by
+  several threads), straight into a mapped ``MAP_WRITE | COPY_SRC``
   staging buffer (``STAGES`` of them, each one GPU batch: ``batch_bytes`` of text, then its
   document-start bitmap), and hands the filled stage over; pieces are never joined on the
   host, no Python object is made per document, and the pieces are kept (not copied) for the
@@ -45,6 +46,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from . import _wgpu_internals as _wi
+from .encoder import parallel_copy
 from .wordcount import HostBatch
 
 STAGES = 3                 # mapped staging buffers (one GPU batch each) in rotation
@@ -181,7 +183,7 @@ class _Packer(threading.Thread):
                 if stage is None:
                     return
             t1 = time.perf_counter()
-            stage.view[pos : pos + n] = data
+            parallel_copy(stage.view[pos : pos + n], data)   # (mapped memory: several threads)
             offsets = np.asarray(offsets, np.int64)
             pieces.append((pos, data, offsets))
             starts.append(offsets[:-1] + pos)

@@ -271,7 +271,7 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
                     prefetch, *, min_frequency, special_tokens, progress, batch, profile,
                     algorithm, count_on, max_memory, prune_below) -> Vocab:
     """train() after its checks: count under ``budget``, then merge."""
-    from . import count_pipeline
+    from . import count_budget, count_pipeline
     from .count_budget import count_cpu
     from .wordcount import GPUWordCounter, _batches
 
@@ -302,7 +302,8 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
             counter = GPUWordCounter(trainer.gpu, gpu_batch)
             counter.spill = budget.spill
             # (a batch adds at most about gpu_batch / 8 new words before the next check)
-            counter.max_words = max(budget.max_table_words - gpu_batch // 8, 1 << 12)
+            counter.max_words = max(budget.max_table_words - gpu_batch // 8,
+                                    count_budget.MIN_TABLE_WORDS)
             counter.on_batch = lambda c: budget.on_gpu_batch(c, info["corpus_bytes"])
             with trainer.gpu.operation("counting words"):
                 count_pipeline.count_stream(counter, itertools.chain(ready, batches),
