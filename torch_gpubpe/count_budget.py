@@ -138,11 +138,21 @@ class CountBudget:
                 "(--prune-below 2; the merges can then differ from exact training)")
 
     def on_gpu_batch(self, counter, done_bytes: int | None = None) -> None:
-        """After each GPU batch: the early refusal, from the table's words."""
-        if counter.occupied and self.prune_below <= 1:
+        """After each GPU batch: the early refusal, from the table's words; and a spill now
+        when this process's measured memory plus the table's readback would pass the limit
+        (what the estimates miss: on a CPU adapter the GPU's buffers are host memory too)."""
+        from .trainer import _rss_bytes
+
+        if not counter.occupied:
+            return
+        nbytes = max(counter.occupied,
+                     4 * (counter.store_words - counter.occupied) - 3 * counter.occupied)
+        if self.prune_below <= 1:
             words = max(counter.occupied, max(self.run_words, default=0))
-            nbytes = max(words, 4 * (counter.store_words - counter.occupied) - 3 * words)
-            self.check_distinct(words, nbytes, done_bytes)
+            self.check_distinct(words, max(nbytes, words), done_bytes)
+        readback = SPILL_BYTES_PER_WORD * counter.occupied + SPILL_BYTES_PER_BYTE * nbytes
+        if counter.spill is not None and _rss_bytes() + readback > self.limit:
+            counter._spill_table()
 
     # -- 2. spilling -------------------------------------------------------------------------------
     def spill(self, wc) -> None:

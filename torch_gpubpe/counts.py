@@ -332,10 +332,12 @@ def count_packed(batches: Iterable[tuple[np.ndarray, np.ndarray]], *, count_on: 
         for data, offsets in batches:
             total.add(_count_batch(np.asarray(data, np.uint8), np.asarray(offsets, np.int64)))
         return WordCounts.from_dict(total.to_counter())
+    from .count_pipeline import count_stream
+
     counter = GPUWordCounter(gpu)
-    with counter.g.operation("counting words"):
-        for data, offsets in batches:
-            counter.add_batch(np.asarray(data, np.uint8), np.asarray(offsets, np.int64))
+    with counter.g.operation("counting words"):   # through mapped staging (count_pipeline)
+        count_stream(counter, ((np.asarray(d, np.uint8), np.asarray(o, np.int64))
+                               for d, o in batches))
         return counter.result()
 
 
@@ -356,15 +358,16 @@ def count_to_file(documents: Iterable[str | bytes], path: PathLike, *, count_on:
         InputError: ``documents`` is one ``str``/``bytes``, or an item is neither (names it).
         ValueError: ``count_on`` is neither "gpu" nor "cpu".
     """
-    from .wordcount import (DEFAULT_BATCH_BYTES, DEFAULT_GPU_BATCH_BYTES, _batches,
-                            check_documents)
+    from .wordcount import DEFAULT_BATCH_BYTES, _batches, check_documents
 
     if count_on not in ("gpu", "cpu"):
         raise ValueError(f"count_on must be 'gpu' or 'cpu', got {count_on!r}")
     check_documents(documents)
     info: dict = {"num_documents": 0, "corpus_bytes": 0}
     t0 = time.perf_counter()
-    size = DEFAULT_GPU_BATCH_BYTES if count_on == "gpu" else DEFAULT_BATCH_BYTES
+    from .count_pipeline import PIECE_BYTES
+
+    size = PIECE_BYTES if count_on == "gpu" else DEFAULT_BATCH_BYTES
     wc = count_packed(_batches(documents, size, info), count_on=count_on)
     t1 = time.perf_counter()
     out = write_counts(wc, path, **info)
