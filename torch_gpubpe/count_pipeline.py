@@ -46,7 +46,6 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from . import _wgpu_internals as _wi
-from .encoder import parallel_copy
 from .wordcount import HostBatch
 
 STAGES = 3                 # mapped staging buffers (one GPU batch each) in rotation
@@ -149,6 +148,8 @@ class _Packer(threading.Thread):
         self._put((_END, err))
 
     def _run(self) -> None:
+        from .encoder import parallel_copy   # (imported here, on this thread: off the start-up path)
+
         st = self.st
         stage, pos, pieces, starts = None, 0, [], []
         it = iter(self.pieces)
