@@ -198,3 +198,15 @@ def test_pruning_that_is_not_enough_names_a_threshold_that_fits(monkeypatch):
     with pytest.raises(InputError, match=r"prune_below=2 need more than max_memory.*"
                                          r"prune_below=\d+ \(--prune-below \d+\) would keep"):
         train(docs, 300, prune_below=2, max_memory=limit)
+
+
+def test_many_one_word_documents_over_maxw_in_one_batch():
+    """1,500 one-word documents of 300–700 bytes (> MAXW) in one staged batch, some repeated:
+    the long words are gathered with a mask (over 1,024 per batch) and grouped exactly."""
+    rng = np.random.default_rng(3)
+    words = [bytes(rng.integers(97, 123, int(rng.integers(wordcount.MAXW + 1, 700))).astype(
+        np.uint8)) for _ in range(1_000)]
+    docs = words + words[:500] + [b"tail " * 10]
+    _, got, st = _staged_counts(_pieces(docs, (2_000_000,)), batch_bytes=2_000_000)
+    assert got == dict(reference.count_words(docs))
+    assert st["staged_batches"] == 1
