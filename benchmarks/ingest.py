@@ -311,7 +311,11 @@ def count_stage(pq_files: list[str], nbytes: int) -> None:
     from torch_gpubpe import train
     from torch_gpubpe.readers import FileReader
 
-    train(["warm up the device"], 300)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")       # (the warm-up corpus stops early: said once)
+        train(["warm up the device"], 300)
     st: dict = {}
     with GPUMonitor(period=0.05) as mon:
         train(FileReader(pq_files), 257, stats=st)
