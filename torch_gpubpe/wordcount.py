@@ -448,7 +448,7 @@ class GPUWordCounter:
         # Words longer than MAXW, per batch: (bytes back to back, lengths) — grouped at the end
         # (result), never one Python object per word.
         self.long_words: list[tuple[np.ndarray, np.ndarray]] = []
-        # Spilling (count_spill): with ``spill`` set, a table that holds more than ``max_words``
+        # Spilling (count_budget): with ``spill`` set, a table that holds more than ``max_words``
         # words, or that the adapter's limits stop from growing, is handed to ``spill`` (a
         # sorted run on disk) and emptied, instead of counting the rest on the CPU.
         self.spill = None
