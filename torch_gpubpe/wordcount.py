@@ -396,7 +396,9 @@ class GPUWordCounter:
     one storage binding (the hard batch limit); a document whose words alone could overfill
     the table; a whole batch should a probe sequence ever run out; and every batch once the
     table (a quarter of the largest binding's slots: ≈33 M distinct words on a 2 GiB binding)
-    or the word store is full. (Open addressing with a CAS on the key: Alcantara et al. 2009,
+    or the word store is full — unless ``spill`` is set (``train`` does:
+    :mod:`~torch_gpubpe.count_budget`), which takes the full table's words as a sorted run on disk
+    and empties the table, so the GPU keeps counting. (Open addressing with a CAS on the key: Alcantara et al. 2009,
     "Real-time parallel hashing on the GPU".)
     """
 
