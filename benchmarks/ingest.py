@@ -179,6 +179,15 @@ def _init_tiktoken(vocab_path: str) -> None:
     from torch_gpubpe import Vocab
     from torch_gpubpe.vocab import SPLIT_PATTERN_PY
 
+    if vocab_path.endswith(".tiktoken"):  # e.g. GPT-2 as llm.c uses it: its file and sidecar
+        import base64
+
+        side = json.loads(Path(vocab_path + ".json").read_text())
+        ranks = {base64.b64decode(t): int(r) for t, r in (ln.split() for ln in open(vocab_path))}
+        _EOT = side["special_tokens"][EOT]
+        _ENC = tiktoken.Encoding(Path(vocab_path).stem, pat_str=side["pattern"],
+                                 mergeable_ranks=ranks, special_tokens={EOT: _EOT})
+        return
     vocab = Vocab.load(vocab_path)
     ranks: dict[bytes, int] = {}
     for i, tb in enumerate(vocab.token_bytes[: vocab.num_tokens - len(vocab.special_tokens)]):
@@ -340,14 +349,21 @@ def api_train(args) -> None:
     print(json.dumps({"seconds": seconds}))
 
 
-def job_encode(args, data: Path, nbytes: int, work: Path, vocab_dir: Path) -> None:
+def job_encode(args, data: Path, nbytes: int, work: Path, vocab_dir: Path | None) -> None:
+    """``--tiktoken-vocab F.tiktoken`` (e.g. GPT-2): both sides use that vocab and its split
+    pattern — llm.c's own setup — and the shards must be byte-identical (checked)."""
+    tik = args.tiktoken_vocab
+    ours_vocab = tik or vocab_dir
+    peer_vocab = tik or str(vocab_dir / "vocab.json")
+    what = (f"vocab {Path(tik).name}, its split and merge order on both sides: the shards must "
+            "be identical" if tik else "our vocab; tiktoken with our vocab and DESIGN §2 split")
     print(f"\n(a) files on disk → llm.c shards on disk (whole command, --shard-tokens "
-          f"{args.shard_tokens:,}); peer: llm.c's method, tiktoken in a Pool of {args.pool}",
-          flush=True)
+          f"{args.shard_tokens:,}); peer: llm.c's method, tiktoken in a Pool of {args.pool}; "
+          f"{what}", flush=True)
     for kind in ("parquet", "jsonl.gz"):
         fs = files(data, kind)
         out = work / f"ours-{kind}"
-        cmd = [sys.executable, "-m", "torch_gpubpe", "encode", "--vocab", str(vocab_dir),
+        cmd = [sys.executable, "-m", "torch_gpubpe", "encode", "--vocab", str(ours_vocab),
                "--data-files", *fs, "--out", str(out), "--output-format", "llmc",
                "--shard-tokens", str(args.shard_tokens), "--overwrite", "--no-progress",
                "--debug"]
@@ -369,7 +385,7 @@ def job_encode(args, data: Path, nbytes: int, work: Path, vocab_dir: Path) -> No
         if args.skip_peer:
             continue
         pcmd = [sys.executable, __file__, "--peer-llmc", "--peer-vocab",
-                str(vocab_dir / "vocab.json"), "--peer-out", str(work / f"peer-{kind}"),
+                peer_vocab, "--peer-out", str(work / f"peer-{kind}"),
                 "--pool", str(args.pool), "--shard-tokens", str(args.shard_tokens),
                 "--peer-files", *fs]
         pwall, pout, _ = timed_cmd(pcmd)
@@ -377,6 +393,16 @@ def job_encode(args, data: Path, nbytes: int, work: Path, vocab_dir: Path) -> No
         row(f"llm.c's method: tiktoken Pool({args.pool}) ({kind})", pwall, nbytes, None,
             f"{ptok:,} tokens (merge-order BPE); torch_gpubpe's first run = {pwall / wall:.1f}x "
             f"this, best run {pwall / min(walls):.1f}x")
+        if tik:
+            ours_files = sorted(out.glob("data_*.bin"), key=lambda f: f.stem[-6:])
+            peer_files = sorted((work / f"peer-{kind}").glob("peer_*.bin"),
+                                key=lambda f: f.stem[-6:])
+            same = len(ours_files) == len(peer_files) and all(
+                a.read_bytes() == b.read_bytes() for a, b in zip(ours_files, peer_files))
+            print(f"    shards byte-identical to llm.c's method: {same} ({len(ours_files)} vs "
+                  f"{len(peer_files)} shards)")
+            if not same:
+                sys.exit("FAIL: the shards differ from tiktoken's")
 
 
 def _pipelined(tok, batches) -> tuple[float, int]:
@@ -480,6 +506,8 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=65536)
     ap.add_argument("--vocab", help="a vocab.json to use instead of training one (job train)")
     ap.add_argument("--pool", type=int, default=16, help="llm.c's method: Pool processes")
+    ap.add_argument("--tiktoken-vocab", help="job encode: a .tiktoken file (+ .json sidecar, "
+                    "e.g. tests/data/vocabs/gpt2.tiktoken) for both sides instead of ours")
     ap.add_argument("--shard-tokens", type=int, default=10**8)
     ap.add_argument("--batch-bytes", type=int, default=None,
                     help="text per GPU batch (encode CLI, memory job, TokenizedDataset)")
@@ -521,7 +549,7 @@ def main() -> None:
     print("columns: wall clock, MB/s of document text, notes, [GPU SM clock and busy % sampled "
           "during the run]")
     vocab_dir = Path(args.vocab).parent if args.vocab else None
-    if "train" in jobs or vocab_dir is None:
+    if "train" in jobs or (vocab_dir is None and (jobs - {"encode"} or not args.tiktoken_vocab)):
         vocab_dir = job_train(args, data, nbytes, work)
     if "encode" in jobs:
         job_encode(args, data, nbytes, work, vocab_dir)

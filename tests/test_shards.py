@@ -229,3 +229,41 @@ def test_eot_insertion_both_ways(avg):
     ids = rng.integers(0, 60_000, int(offsets[-1])).astype(np.uint16)
     got = shardmod._insert_before(ids, offsets, 65_535, np.uint16)
     assert got.tolist() == np.insert(ids, offsets[:-1], 65_535).tolist()
+
+
+def test_gpt2_llmc_shards_equal_llmc_fineweb_method(tmp_path, capsys):
+    """``encode --vocab gpt2.tiktoken --output-format llmc`` writes the bytes that llm.c's
+    ``dev/data/fineweb.py`` writes (tiktoken GPT-2, ``[eot] + encode_ordinary(doc)`` per
+    document, uint16 shards with its header): GPT-2's regex split and merge order on the GPU."""
+    import base64
+
+    import tiktoken
+
+    from conftest import shared_vocab
+
+    vocab = shared_vocab("gpt2.tiktoken")
+    side = json.loads(Path(str(vocab) + ".json").read_text())
+    ranks = {base64.b64decode(t): int(r) for t, r in (ln.split() for ln in open(vocab))}
+    eot = side["special_tokens"]["<|endoftext|>"]
+    enc = tiktoken.Encoding("gpt2", pat_str=side["pattern"], mergeable_ranks=ranks,
+                            special_tokens={"<|endoftext|>": eot})
+    docs = (corpus_docs("en_novels", 20_000) + corpus_docs("code_cpython_stdlib", 15_000)
+            + [""] + corpus_docs("multi_udhr", 15_000))
+    src = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"text": docs}), src, row_group_size=7)
+    stream = []
+    for d in docs:  # fineweb.py tokenize()
+        stream += [eot] + enc.encode_ordinary(d)
+    shard = 4_000
+    out = tmp_path / "out"
+    assert cli.main(["encode", "--vocab", str(vocab), "--data-files", str(src), "--out",
+                     str(out), "--output-format", "llmc", "--shard-tokens", str(shard),
+                     "--batch-bytes", "9K", "--no-progress"]) == 0
+    capsys.readouterr()
+    files = sorted(out.glob("data_*.bin"), key=lambda f: f.stem[-6:])  # val_000000 first
+    assert len(files) == -(-len(stream) // shard)
+    for k, f in enumerate(files):  # fineweb.py write_datafile(): header, then uint16 tokens
+        part = np.array(stream[k * shard : (k + 1) * shard], np.uint16)
+        header = np.zeros(256, np.int32)
+        header[:3] = 20240520, 1, len(part)
+        assert f.read_bytes() == header.tobytes() + part.tobytes(), f"shard {k} differs"
