@@ -360,7 +360,7 @@ def job_encode(args, data: Path, nbytes: int, work: Path, vocab_dir: Path | None
     print(f"\n(a) files on disk → llm.c shards on disk (whole command, --shard-tokens "
           f"{args.shard_tokens:,}); peer: llm.c's method, tiktoken in a Pool of {args.pool}; "
           f"{what}", flush=True)
-    for kind in ("parquet", "jsonl.gz"):
+    for kind in args.encode_formats.split(","):
         fs = files(data, kind)
         out = work / f"ours-{kind}"
         cmd = [sys.executable, "-m", "torch_gpubpe", "encode", "--vocab", str(ours_vocab),
@@ -512,6 +512,8 @@ def main() -> None:
     ap.add_argument("--batch-bytes", type=int, default=None,
                     help="text per GPU batch (encode CLI, memory job, TokenizedDataset)")
     ap.add_argument("--repeat", type=int, default=3, help="job memory: runs of each variant")
+    ap.add_argument("--encode-formats", default="parquet,jsonl.gz",
+                    help="job encode: input formats to run")
     ap.add_argument("--encode-runs", type=int, default=2,
                     help="job encode: runs of our command per format (all shown)")
     ap.add_argument("--skip-peer", action="store_true")
