@@ -87,35 +87,34 @@ class WordListKernels:
         self.workgroups = max(1, min(workgroups, -(-nwords // c["WG"])))
         nxt = np.arange(1, n + 1, dtype=np.uint32)
         nxt[starts + lens - 1] = c["NONE"]               # the last symbol of every word
-        # Byte lists: the words holding each byte value, each word once (a stable sort of the
-        # bytes keeps the word order inside a byte's group, so duplicates are adjacent).
+        prv = np.arange(-1, n - 1, dtype=np.int64).astype(np.uint32)
+        prv[starts] = c["NONE"]                          # the first symbol of every word
+        # Byte lists: the positions holding each byte value (a stable sort of the bytes: in
+        # stream order inside a byte's list).
         byte = (sym & np.uint32(0xFF)).astype(np.uint8)
-        order = np.argsort(byte, kind="stable")
-        bs, ws = byte[order], wid[order]
-        keep = np.ones(n, bool)
-        keep[1:] = (bs[1:] != bs[:-1]) | (ws[1:] != ws[:-1])
-        base = ws[keep]
-        counts = np.bincount(bs[keep], minlength=256).astype(np.uint32)
+        base = np.argsort(byte, kind="stable").astype(np.uint32)
+        counts = np.bincount(byte, minlength=256).astype(np.uint32)
+        del byte
         tlist = np.zeros(2 * (256 + num_merges), np.uint32)
         tlist[1:512:2] = counts
         tlist[2:512:2] = np.cumsum(counts[:-1], dtype=np.uint32)
-        pool_size = len(base) + (n - nwords) + 16
-        self.top = len(base)
+        pool_size = n + (n - nwords) + 16
+        self.top = n
         U = gpu.wgpu.BufferUsage
         S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
         threads = self.workgroups * c["WG"]
         self.own = {
             "lsym": gpu.buffer(4 * n + 16, S | C, "train_wordlist.lsym"),
             "nxt": gpu.buffer(4 * n + 16, S | C, "train_wordlist.nxt"),
+            "prv": gpu.buffer(4 * n + 16, S | C, "train_wordlist.prv"),
             "wid_in": gpu.buffer(4 * n + 16, S | C, "train_wordlist.wid"),
-            "wstart": gpu.buffer(4 * nwords + 16, S | C, "train_wordlist.wstart"),
             "tlist": gpu.buffer(4 * len(tlist), S | C, "train_wordlist.tlist"),
             "pool": gpu.buffer(4 * pool_size, S | C, "train_wordlist.pool"),
             "carry": gpu.buffer(16 * threads, S | C, "train_wordlist.carry"),
         }
         q = gpu.device.queue
-        for name, a in (("lsym", sym), ("nxt", nxt), ("wid_in", wid),
-                        ("wstart", starts.astype(np.uint32)), ("tlist", tlist), ("pool", base),
+        for name, a in (("lsym", sym), ("nxt", nxt), ("prv", prv), ("wid_in", wid),
+                        ("tlist", tlist), ("pool", base),
                         ("carry", np.zeros(4 * threads, np.uint32))):
             q.write_buffer(self.own[name], 0, a)
         self.rebind()

@@ -63,6 +63,8 @@ fn step_blocked(first: bool) -> u32 { return atomicLoad(&state[S_STOP]); }
 
 fn block_changed(blk: u32) {}
 
+fn step_thread(t: u32, threads: u32) {}
+
 // Inclusive prefix max of `v` over the workgroup (Hillis–Steele in workgroup memory).
 fn wg_incl_max(lid: u32, v: u32) -> u32 {
     var x = v;

@@ -7,6 +7,8 @@
 //                                                  (stopped, paused); `first`: one thread of
 //                                                  workgroup 0, which may commit pending work
 //   fn block_changed(blk: u32)                    find_max4 wrote block blk's new best
+//   fn step_thread(t: u32, threads: u32)          every find_max4 thread t (of `threads`)
+//                                                  when the step is not blocked
 //
 // Symbols: token id (18 bits, ids < 2^18) | TWS on the first symbol of every word. Deviation
 // from the seed: the word-start flag is bit 31, not WORD_START_BIT = 0x10000 (bit 16 is an id bit
@@ -26,7 +28,7 @@
 //
 // Bindings (group 0) of this file:
 //   0 P        : uniform             Params (below)
-//   1 state    : storage, read_write array<atomic<u32>>  state words S_*; length 16
+//   1 state    : storage, read_write array<atomic<u32>>  state words S_*; STATE_WORDS
 //   7 weights  : storage, read       array<u32>  word counts, (lo, hi) per word
 //  10 tkeys    : storage, read_write array<atomic<u32>>  pair table keys; rows·32
 //  11 tcounts  : storage, read_write array<atomic<u32>>  pair table counts (lo, hi); 2·rows·32
@@ -66,7 +68,7 @@ const EMPTY: u32 = 0xFFFFFFFFu;
 const COLS: u32 = 32u;             // table columns (5 key bits live in the slot index)
 const BLOCK: u32 = 1024u;          // table slots per find_max4 workgroup (4 per thread)
 const MAX_PROBE: u32 = 64u;        // bounded probing; past it the overflow flag is raised
-const STATE_WORDS: u32 = 16u;      // length of `state`
+const STATE_WORDS: u32 = 20u;      // length of `state`
 
 // state words both algorithms use (each file adds its own)
 const S_N: u32 = 0u;        // stream length (seed: after the last merge)
@@ -377,8 +379,9 @@ fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
     }
     let blocked = workgroupUniformLoad(&sh_u);
     let is_dirty = workgroupUniformLoad(&sh_v);
-    if (blocked != 0u || is_dirty == 0u) { return; }
-    block_best(blk, lid, sg);
+    if (blocked != 0u) { return; }
+    if (is_dirty != 0u) { block_best(blk, lid, sg); }
+    step_thread(blk * WG + lid, nwg.x * nwg.y * WG);
 }
 
 // The best entry of block blk → best[blk]; the block's dirty flag cleared.

@@ -1,48 +1,70 @@
-// train_wordlist.wgsl — the default training algorithm: a word-list walk (DESIGN.md §3).
+// train_wordlist.wgsl — the default training algorithm: an occurrence-list walk (DESIGN.md §3).
 // (The incremental pair-count update of Sennrich et al. 2016, "Neural Machine Translation of Rare
-// Words with Subword Units" / subword-nmt, with its token → words index — HF tokenizers'
-// `where_to_update` — made parallel: one thread per word.)
+// Words with Subword Units" / subword-nmt, with its token → occurrences index — HF tokenizers'
+// `where_to_update`, kept per position instead of per word — made parallel: one thread per
+// chain of adjacent occurrences.)
 //
-// The stream of unique words stays in place: each word's live symbols are linked by `nxt`, and
-// an inverted index says where each token occurs: per token id t, the list of words that held t
-// when it was made (bytes: every word holding the byte; merge k's token C = 256 + k: every word
-// where merge k applied), in `pool`. A list may hold stale words (whose t was merged away
-// since): they are walked and found to hold nothing. A word is in a list at most once.
+// The stream of unique words stays in place: each word's live symbols are linked both ways
+// (`nxt`, `prv`), and an inverted index says where each token occurs: per token id t, the list
+// of stream positions that held t when it was made (bytes: every position holding the byte;
+// merge k's token C = 256 + k: the left position of every occurrence merge k merged), in
+// `pool`. A list may hold stale positions (whose t was merged away since): they are looked at
+// and found to hold something else. A position is in a list at most once.
 // Per merge, 3 dispatches, no pass over the stream:
 //   find_max4       (train_table.wgsl) the dirty blocks' bests; its step_blocked hook (below)
-//                   first commits the last merge (S_K += 1, the pool top past C's list)
+//                   first commits the last merge (S_K += 1, the pool top past C's list), and
+//                   its step_thread hook sets prv[r] = p for every occurrence p·q·r the last
+//                   merge made (so `prv` is exact again: nobody reads it in this dispatch)
 //   find_max_super  per group of SUPER = 256 blocks with a changed block: the group's best
 //   wl_merge    every workgroup reduces the super-block bests (one load per thread up to
-//               2^28 table slots, instead of nblocks / 256 dependent ones: the reduction every
-//               workgroup repeats no longer grows with the table); workgroup 0 records the
-//               merge; then, grid-stride
-//               over the shorter of A's and B's lists, one thread per word walks the word left
-//               to right merging (A, B) without overlap (runs of A == B too: the walk is
-//               sequential), applies the exact pair-count deltas and appends the word to C's
-//               list when it merged there.
-// Long words: a thread's walk is bounded by P.budget steps + table probes per dispatch
+//               2^28 table slots); workgroup 0 records the merge; then, grid-stride over the
+//               shorter of A's and B's lists, one thread per entry: the entry's occurrence
+//               (p, q) of (A, B) is found (A's list: p; B's: q and p = its live left); the
+//               thread that holds the FIRST occurrence of a chain of adjacent ones
+//               (A B A B …, or a run of A == B, paired left to right) merges the whole chain,
+//               in order, with the exact pair-count deltas, and appends each merged p to C's
+//               list; the other entries do nothing. Per entry a fixed number of dependent loads
+//               (list entry, its symbol, its neighbours' symbols, the deltas' table probes),
+//               not a walk of the whole word: the longest word of a list no longer sets the
+//               merge's latency (it did: ~2 dependent loads per live symbol of the word).
+// Race-free without a grid barrier: a thread writes only its own chain's symbols (lsym, nxt of
+// the chain's p's) and reads other threads' chain symbols only to learn "is my left neighbour
+// part of an occurrence of this merge", which both their old and their new values answer:
+// a B merged away in merge k is written DEAD | k (not DEAD alone), a merged A becomes C (a new
+// id), and `prv` is not written during a merge (find_max4 repairs it afterwards; a walk that
+// meets a stale prv hops left over symbols DEAD in an EARLIER merge and saves the hop).
+// Left neighbour L of an occurrence at p ("live left" at the start of merge k):
+//   A ≠ B: p leads unless L died in merge k, or L holds B and L's live left holds A or C;
+//   A = B: p leads unless L died in merge k or holds A or C (the run begins left of p).
+// Long chains: a thread's work is bounded by P.budget steps + hops + table probes per dispatch
 // (lavapipe stops loops after 65,535 iterations of a SIMD vector of lanes, silently — the host
 // divides its budget by the lanes there; a real GPU may reset a dispatch that runs for seconds). A thread out of budget saves where it is (list entry, symbol, left
-// neighbour, merged flag) in its `carry` slot and counts itself in S_PAUSE; from then on every
+// neighbour) in its `carry` slot and counts itself in S_PAUSE; from then on every
 // step does nothing (find_max4 latches S_HOLD, wl_merge returns) until the host has run
 // wl_continue — same grid, each thread resuming its own slot — until S_PAUSE is 0, as the
 // encoder continues a long word. So any word (a 1 MB run of one byte) takes this algorithm.
 // Deltas of one occurrence X A B Y → X C Y, X the live left neighbour after the previous
-// occurrences of the word were merged (possibly C), Y the right one before: −(X, A) + (X, C),
+// occurrences of the chain were merged (possibly C), Y the right one before: −(X, A) + (X, C),
 // −(B, Y) + (C, Y); a pair (X, C) made by one occurrence and undone by the next cancels. Deltas
 // to (A, B) itself are skipped: its count is set to 0 (no (A, B) is left after the merge).
-// Pool size: the byte lists plus ≤ n − words appended entries (each entry merged ≥ 1 symbol away).
+// Pool size: n (the byte lists) plus ≤ n − words appended entries (each merged a symbol away).
+// PROFILE = 1 (the host's profile runs only): totals over the run of the list entries looked at
+// (11), steps: chain steps + prv hops (14), table probes (15), and (17) the sum over merges of
+// the longest chain of dependent global loads of one wl_merge thread (16 holds the running
+// merge's, folded into 17 when find_max4 commits it): the merge's latency in memory round trips.
 //
 // Bindings (group 0) of this file (train_table.wgsl has 0, 1, 7, 10–14):
 //   2 wid_in : storage, read        array<u32>  word index of each symbol; length n
-//   3 lsym   : storage, read_write  array<u32>  linked stream: id | TWS, DEAD once merged
-//                                               away; length n (fixed for the run)
+//   3 lsym   : storage, read_write  array<u32>  linked stream: id | TWS; DEAD | k once merged
+//                                               away by merge k; length n (fixed for the run)
 //   4 nxt    : storage, read_write  array<u32>  per symbol: next live symbol of its word, NONE
-//   5 wstart : storage, read        array<u32>  per word: index of its first symbol (never dead)
+//   5 prv    : storage, read_write  array<u32>  per symbol: a symbol left of it in its word
+//                                               with only dead ones between (exact after
+//                                               find_max4), NONE at the word's start
 //   6 tlist  : storage, read_write  array<atomic<u32>>  per token id: (pool offset, length)
-//   8 pool   : storage, read_write  array<u32>  word indices of the lists
+//   8 pool   : storage, read_write  array<u32>  stream positions of the lists
 //   9 carry  : storage, read_write  array<u32>  per wl_merge thread: (list entry, symbol, left
-//                                               id, bit0 merged | bit1 live); 4 × grid threads
+//                                               id, bit1 live); 4 × grid threads
 //  15 sbest  : storage, read_write  array<u32>  per super-block: (count lo, hi, a, b); nsupers
 //  16 sdirty : storage, read_write  array<u32>  per super-block: one of its blocks changed
 //#include train_table
@@ -50,7 +72,7 @@
 @group(0) @binding(2) var<storage, read> wid_in: array<u32>;
 @group(0) @binding(3) var<storage, read_write> lsym: array<u32>;
 @group(0) @binding(4) var<storage, read_write> nxt: array<u32>;
-@group(0) @binding(5) var<storage, read> wstart: array<u32>;
+@group(0) @binding(5) var<storage, read_write> prv: array<u32>;
 @group(0) @binding(6) var<storage, read_write> tlist: array<atomic<u32>>;
 @group(0) @binding(8) var<storage, read_write> pool: array<u32>;
 @group(0) @binding(9) var<storage, read_write> carry: array<u32>;
@@ -58,20 +80,25 @@
 @group(0) @binding(16) var<storage, read_write> sdirty: array<u32>;
 const SUPER: u32 = 256u;    // blocks per super-block (= WG: one per find_max_super thread)
 
-const DEAD: u32 = 0x40000000u;   // lsym of a symbol merged away (the right half of a pair)
-const NONE: u32 = 0xFFFFFFFFu;   // no next symbol (nxt), no previous id
+const DEAD: u32 = 0x40000000u;   // lsym of a symbol merged away (the right half of a pair),
+                                 // | the merge's index k (IDM bits)
+const LIVE: u32 = 0x4003FFFFu;   // DEAD | IDM: lsym & LIVE is the id of a live symbol, ≥ DEAD
+                                 // for a dead one
+const NONE: u32 = 0xFFFFFFFFu;   // no next symbol (nxt), no previous one (prv), no left id
+const PAUSED: u32 = 0xFFFFFFFEu; // live_left ran out of budget
 const S_PAUSE: u32 = 9u;    // walks carried to wl_continue; nonzero: merge steps do nothing
 const S_HOLD: u32 = 10u;    // 1: a step saw S_PAUSE (wl_merge returns); the host clears it
 const S_DONE: u32 = 12u;    // 1 = wl_merge recorded a merge whose S_K increment is pending
                             // (done by the next find_max4); merges = S_K + S_DONE
 const S_TOP: u32 = 13u;     // pool entries in use before the running merge's list
-// PROFILE = 1 (the host's profile runs only): totals over the run of the words walked (11),
-// walk steps (14) and table probes (15) of wl_merge + wl_continue.
 override PROFILE: u32 = 0u;
+// FIXUP = 0 (tests only): find_max4 leaves prv stale, so every walk hops (same merges).
+override FIXUP: u32 = 1u;
 const S_WALK_WORDS: u32 = 11u;
 const S_WALK_STEPS: u32 = 14u;
 const S_WALK_PROBES: u32 = 15u;
-const CARRY_MERGED: u32 = 1u;
+const S_DEPTH_MAX: u32 = 16u;
+const S_WALK_DEPTH: u32 = 17u;
 const CARRY_LIVE: u32 = 2u;
 
 // ---- hooks of train_table.wgsl -----------------------------------------------------------------
@@ -94,11 +121,38 @@ fn step_blocked(first: bool) -> u32 {
         atomicStore(&state[S_DONE], 0u);
         let c = atomicLoad(&state[S_C]);
         atomicAdd(&state[S_TOP], atomicLoad(&tlist[2u * c + 1u]));
+        if (PROFILE != 0u) {
+            atomicAdd(&state[S_WALK_DEPTH], atomicExchange(&state[S_DEPTH_MAX], 0u));
+        }
     }
     return atomicLoad(&state[S_STOP]);
 }
 
 fn block_changed(blk: u32) { sdirty[blk / SUPER] = 1u; }
+
+// Every find_max4 thread t of `threads`, when the step is not blocked (no walk is carried):
+// prv[r] = p for the occurrences p of the last merge's list (and of any live p there: always
+// true), so that wl_merge finds every live left neighbour in one load. Only the first
+// FIXUP_WORKGROUPS workgroups (the others do not even read C's list: thousands of workgroups
+// reading the same words would queue at one L2 slice); bounded by P.budget per thread: what is
+// left (a list longer than threads × budget) the walks hop over instead.
+const FIXUP_WORKGROUPS: u32 = 64u;
+
+fn step_thread(t: u32, threads: u32) {
+    if (FIXUP == 0u || t >= FIXUP_WORKGROUPS * WG) { return; }
+    let stride = min(threads, FIXUP_WORKGROUPS * WG);
+    let c = atomicLoad(&state[S_C]);
+    let off = atomicLoad(&tlist[2u * c]);
+    let len = atomicLoad(&tlist[2u * c + 1u]);
+    var i = t;
+    for (var it = 0u; it < P.budget; it++) {
+        if (i >= len) { break; }
+        let p = pool[off + i];
+        let r = nxt[p];
+        if ((lsym[p] & DEAD) == 0u && r != NONE) { prv[r] = p; }
+        i += stride;
+    }
+}
 
 // ---- find_max_super: the best of each changed group of SUPER block bests -------------------
 @compute @workgroup_size(WG)
@@ -150,89 +204,160 @@ fn final_best_super(lid: u32, sg: vec3<u32>) -> vec4<u32> {
 
 // ---- the walk ----------------------------------------------------------------------------------
 // Where a thread is in its share of a list: entry j (of j0, j0 + stride, …); p = the next
-// symbol of that entry's word to look at, NONE = the word is not started; prev = the id of the
-// live symbol before p after this walk's merges; merged = whether the word merged so far.
+// symbol of the chain it leads, NONE = entry j is not started; prev = the id of the live
+// symbol before p after the chain's merges so far (NONE: p starts its word).
 struct Walk {
     j: u32,
     p: u32,
     prev: u32,
-    merged: u32,
 }
 
 struct Merge {
     a: u32,
     b: u32,
     c: u32,
+    tag: u32,      // DEAD | k: a symbol merged away by this merge
     off: u32,      // the walked list: pool[off .. off + len)
     len: u32,
     top: u32,      // C's list starts at pool[top]
     stride: u32,   // threads of the grid
+    from_b: bool,  // the list is B's (entries are q's), else A's (p's)
 }
 
-// One step of the walk at s.p in word w (weight lo, hi): merge (A, B) → C there if it starts
-// there, with its deltas; advance.
-fn walk_step(s0: Walk, m: Merge, lo: u32, hi: u32) -> Walk {
-    var s = s0;
-    let p = s.p;
-    let sp = lsym[p];
-    let ip = sp & IDM;
-    let q = nxt[p];
-    if (ip == m.a && q != NONE && (lsym[q] & IDM) == m.b) {
-        let r = nxt[q];
-        if (s.prev != NONE) {
-            if (!(s.prev == m.a && m.a == m.b)) { pair_delta(s.prev, m.a, lo, hi, true); }
-            pair_delta(s.prev, m.c, lo, hi, false);
+// Per-thread counters of one dispatch (PROFILE), and its budget spent.
+struct Cost {
+    spent: u32,
+    steps: u32,
+    depth: u32,
+}
+
+// The live symbol left of x when merge m began: (position, its lsym now), position NONE at the
+// word's start, PAUSED when the budget ran out (the hops so far are saved in prv[x]). prv[x]
+// hops over symbols dead since an earlier merge; one merged away by m itself (DEAD | k) is
+// still "there" (it answers the occurrence tests). Hops found are saved (prv[x] := result):
+// any value of prv[x] another thread reads meanwhile leads to the same answer.
+fn live_left(x: u32, m: Merge, cost: ptr<function, Cost>) -> vec2<u32> {
+    var y = prv[x];
+    var hops = 0u;
+    (*cost).depth += 2u;
+    loop {
+        if (y == NONE) { break; }
+        let s = lsym[y];
+        if ((s & DEAD) == 0u || s == m.tag) { break; }
+        if ((*cost).spent >= P.budget) {
+            prv[x] = y;
+            return vec2<u32>(PAUSED, 0u);
         }
-        if (r != NONE) {
-            let y = lsym[r] & IDM;
-            if (!(y == m.b && m.a == m.b)) { pair_delta(m.b, y, lo, hi, true); }
-            pair_delta(m.c, y, lo, hi, false);
-        }
-        lsym[p] = m.c | (sp & TWS);
-        lsym[q] = DEAD;
-        nxt[p] = r;
-        s.merged = 1u;
-        s.prev = m.c;
-        s.p = r;
-    } else {
-        s.prev = ip;
-        s.p = q;
+        y = prv[y];
+        hops += 1u;
+        (*cost).spent += 1u;
+        (*cost).steps += 1u;
+        (*cost).depth += 2u;
     }
-    return s;
+    if (hops != 0u) { prv[x] = y; }
+    if (y == NONE) { return vec2<u32>(NONE, 0u); }
+    return vec2<u32>(y, lsym[y]);
+}
+
+// List entry e: the position p of the chain of occurrences this thread leads, with the id of
+// its live left neighbour (NONE at a word start); p = NONE when it leads none, PAUSED when the
+// budget ran out (the entry is started again later). Whether (p, nxt[p]) is an occurrence at
+// all the chain loop checks (only the leader may read nxt[p]: its own).
+fn lead_of(e: u32, m: Merge, cost: ptr<function, Cost>) -> vec2<u32> {
+    let none = vec2<u32>(NONE, NONE);
+    let se = lsym[e];
+    (*cost).depth += 2u;            // the list entry, its symbol
+    var p = e;
+    if (m.from_b) {
+        if ((se & LIVE) != m.b) { return none; }
+        let l = live_left(e, m, cost);
+        if (l.x == PAUSED) { return l; }
+        // C: the chain's leader merged it already; A: (p, e) is an occurrence
+        if (l.x == NONE || (l.y & LIVE) != m.a) { return none; }
+        p = l.x;
+    } else if ((se & LIVE) != m.a) {
+        return none;
+    }
+    let l = live_left(p, m, cost);
+    if (l.x == PAUSED) { return l; }
+    if (l.x == NONE) { return vec2<u32>(p, NONE); }
+    let id = l.y & LIVE;
+    if (l.y == m.tag) { return none; }             // L merged away now: part of an occurrence
+    if (m.a == m.b) {
+        if (id == m.a || id == m.c) { return none; }   // the run begins left of p
+    } else if (id == m.b) {
+        let ll = live_left(l.x, m, cost);
+        if (ll.x == PAUSED) { return ll; }
+        if (ll.x != NONE && ((ll.y & LIVE) == m.a || (ll.y & LIVE) == m.c)) { return none; }
+    }
+    return vec2<u32>(p, id);
 }
 
 // Walk this thread's list entries from s until they are done (s.j ≥ len) or P.budget steps +
-// table probes are spent.
+// hops + table probes are spent.
 fn walk(s0: Walk, m: Merge) -> Walk {
     var s = s0;
-    var spent = 0u;
-    var words = 0u;
-    var steps = 0u;
+    var cost = Cost(0u, 0u, 0u);
+    var entries = 0u;
+    var probes_all = 0u;
     loop {
-        if (s.j >= m.len || spent >= P.budget) { break; }
-        let w = pool[m.off + s.j];
+        if (s.j >= m.len || cost.spent >= P.budget) { break; }
+        if (s.p == NONE) {
+            let e = pool[m.off + s.j];
+            entries += 1u;
+            cost.spent += 1u;
+            let l = lead_of(e, m, &cost);
+            if (l.x == PAUSED) { break; }
+            if (l.x == NONE) {
+                s.j += m.stride;
+                continue;
+            }
+            s.p = l.x;
+            s.prev = l.y;
+        }
+        // the chain from s.p: merge while s.p starts an occurrence
+        let w = wid_in[s.p];
         let lo = weights[2u * w];
         let hi = weights[2u * w + 1u];
-        if (s.p == NONE) {
-            s = Walk(s.j, wstart[w], NONE, 0u);
-            words += 1u;
-        }
         loop {
-            if (s.p == NONE || spent >= P.budget) { break; }
+            if (s.p == NONE || cost.spent >= P.budget) { break; }
+            let p = s.p;
+            let sp = lsym[p];
+            let q = nxt[p];
+            cost.depth += 2u;
+            if ((sp & LIVE) != m.a || q == NONE || (lsym[q] & LIVE) != m.b) {
+                s.p = NONE;
+                break;
+            }
+            let r = nxt[q];
             probes = 0u;
-            s = walk_step(s, m, lo, hi);
-            spent += 1u + probes;
-            steps += 1u;
+            if (s.prev != NONE) {
+                if (!(s.prev == m.a && m.a == m.b)) { pair_delta(s.prev, m.a, lo, hi, true); }
+                pair_delta(s.prev, m.c, lo, hi, false);
+            }
+            if (r != NONE) {
+                let y = lsym[r] & IDM;
+                if (!(y == m.b && m.a == m.b)) { pair_delta(m.b, y, lo, hi, true); }
+                pair_delta(m.c, y, lo, hi, false);
+            }
+            lsym[p] = m.c | (sp & TWS);
+            lsym[q] = m.tag;
+            nxt[p] = r;
+            pool[m.top + atomicAdd(&tlist[2u * m.c + 1u], 1u)] = p;
+            s.prev = m.c;
+            s.p = r;
+            cost.spent += 1u + probes;
+            cost.steps += 1u;
+            cost.depth += 2u + probes;
+            probes_all += probes;
         }
-        if (s.p == NONE) {       // the word is done
-            if (s.merged != 0u) { pool[m.top + atomicAdd(&tlist[2u * m.c + 1u], 1u)] = w; }
-            s = Walk(s.j + m.stride, NONE, NONE, 0u);
-        }
+        if (s.p == NONE) { s.j += m.stride; }     // the chain is done
     }
-    if (PROFILE != 0u && spent != 0u) {
-        atomicAdd(&state[S_WALK_WORDS], words);
-        atomicAdd(&state[S_WALK_STEPS], steps);
-        atomicAdd(&state[S_WALK_PROBES], spent - steps);
+    if (PROFILE != 0u && cost.spent != 0u) {
+        atomicAdd(&state[S_WALK_WORDS], entries);
+        atomicAdd(&state[S_WALK_STEPS], cost.steps);
+        atomicAdd(&state[S_WALK_PROBES], probes_all);
+        atomicMax(&state[S_DEPTH_MAX], cost.depth);
     }
     return s;
 }
@@ -243,14 +368,16 @@ fn merge_of(a: u32, b: u32, c: u32, top: u32, stride: u32) -> Merge {
     let lb = atomicLoad(&tlist[2u * b + 1u]);
     let oa = atomicLoad(&tlist[2u * a]);
     let ob = atomicLoad(&tlist[2u * b]);
-    return Merge(a, b, c, select(oa, ob, lb < la), min(la, lb), top, stride);
+    let from_b = lb < la && a != b;
+    return Merge(a, b, c, DEAD | ((c - 256u) & IDM), select(oa, ob, from_b), min(la, lb), top,
+                 stride, from_b);
 }
 
 fn save_carry(t: u32, s: Walk) {
     carry[4u * t] = s.j;
     carry[4u * t + 1u] = s.p;
     carry[4u * t + 2u] = s.prev;
-    carry[4u * t + 3u] = s.merged | CARRY_LIVE;
+    carry[4u * t + 3u] = CARRY_LIVE;
 }
 
 @compute @workgroup_size(WG)
@@ -307,7 +434,7 @@ fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
     if (workgroupUniformLoad(&sh_x) != 0u) { return; }
     let m = merge_of(a, b, c, top, nwg.x * nwg.y * WG);
     let t = wg * WG + lid;
-    let s = walk(Walk(t, NONE, NONE, 0u), m);
+    let s = walk(Walk(t, NONE, NONE), m);
     if (s.j < m.len) {
         save_carry(t, s);
         atomicAdd(&state[S_PAUSE], 1u);
@@ -325,8 +452,7 @@ fn wl_continue(@builtin(workgroup_id) wid: vec3<u32>,
     if ((f & CARRY_LIVE) == 0u) { return; }
     let m = merge_of(atomicLoad(&state[S_A]), atomicLoad(&state[S_B]), atomicLoad(&state[S_C]),
                      atomicLoad(&state[S_TOP]), nwg.x * nwg.y * WG);
-    let s = walk(Walk(carry[4u * t], carry[4u * t + 1u], carry[4u * t + 2u],
-                      f & CARRY_MERGED), m);
+    let s = walk(Walk(carry[4u * t], carry[4u * t + 1u], carry[4u * t + 2u]), m);
     if (s.j < m.len) {
         save_carry(t, s);
     } else {
