@@ -164,6 +164,32 @@ def test_one_megabyte_word_equals_reference():
     assert st["algorithm"] == "wordlist" and st["walks_paused"] >= 1
 
 
+@pytest.mark.parametrize("budget", [8, 1000])
+def test_stale_left_links_are_hopped(monkeypatch, budget):
+    """With find_max4's repair of the left links switched off (FIXUP=0), every walk finds its
+    live left neighbour by hopping over symbols merged away earlier (saving the hops, pausing
+    when out of budget): the same merges as the reference, and more steps than with it."""
+    from torch_gpubpe import train_table
+
+    docs = ["a" * 3001, "b" * 777 + "a" * 513, "ab" * 900, "x" + "a" * 4095, "abcabc " * 50,
+            "ba" * 40 + "a"] + corpus_docs("en_fortunes", 10_000)
+    counts = reference.count_words(docs)
+    words = [w for w in counts if len(w) > 1]
+    ref = ref_merges(docs, 256 + 120, 1)
+    steps = {}
+    compile_all = train_table.compile_pipelines
+    for fixup in (1, 0):
+        monkeypatch.setattr(train_table, "compile_pipelines", lambda g, name, consts, f=fixup:
+                            compile_all(g, name, dict(consts, FIXUP=f)
+                                        if name == "train_wordlist" else consts))
+        st: dict = {}
+        got = GPUTrainer().run(words, [counts[w] for w in words], 120, 1, stats=st,
+                               budget=budget, profile=True)
+        assert got == ref
+        steps[fixup] = st["walk_steps_per_merge"]
+    assert steps[0] > 1.5 * steps[1]      # the hops (none or few with the repair)
+
+
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hst.lists(hst.text(alphabet="ab ", min_size=1, max_size=60), min_size=1, max_size=20))
 def test_random_both_algorithms_equal_reference(docs):
@@ -455,7 +481,8 @@ def test_pair_counts_just_below_and_above_two_to_the_31():
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_profile_reports_each_kernel_and_the_walks(algorithm):
     """profile=True: GPU µs per merge of each of the algorithm's kernels (timestamp queries),
-    and for the word list the mean words, steps and probes walked per merge; same merges."""
+    and for the word list the mean list entries, steps, probes and dependent-load depth per
+    merge; same merges."""
     from torch_gpubpe.gpu import get_gpu
 
     docs = corpus_docs("en_fortunes", 15_000) + ["ab" * 3000]
@@ -469,8 +496,10 @@ def test_profile_reports_each_kernel_and_the_walks(algorithm):
         assert tuple(st["gpu_us_per_merge"]) == steps
         assert all(v > 0 for v in st["gpu_us_per_merge"].values())
     if algorithm == "wordlist":
-        assert 0 < st["walk_words_per_merge"] <= st["walk_steps_per_merge"]
+        assert st["walk_entries_per_merge"] > 0 and st["walk_steps_per_merge"] > 0
         assert st["walk_probes_per_merge"] > 0
+        # each merge's longest thread: at least its entry, symbol, neighbours and a delta
+        assert st["walk_depth_per_merge"] >= 6
     else:
         assert "walk_steps_per_merge" not in st
 

@@ -170,8 +170,11 @@ def train(
         batch: merges per submit (default: 64 on a CPU adapter, 512 otherwise).
         profile: time each kernel with timestamp queries on sampled batches (slower);
             ``stats["gpu_us_per_merge"]`` = mean GPU µs per merge of each kernel; word list:
-            also ``walk_words_per_merge``, ``walk_steps_per_merge`` (symbols looked at) and
-            ``walk_probes_per_merge`` (pair-table probes of the deltas), means over the run.
+            also ``walk_entries_per_merge`` (list entries looked at), ``walk_steps_per_merge``
+            (occurrences merged + stale links hopped), ``walk_probes_per_merge`` (pair-table
+            probes of the deltas) and ``walk_depth_per_merge`` (the longest chain of dependent
+            global loads of one wl_merge thread: the merge's latency in memory round trips),
+            means over the run.
         algorithm: "wordlist" (default: :mod:`~torch_gpubpe.train_wordlist`, per merge only
             the words holding the pair are walked) or "seed" (the seed's pipeline,
             :mod:`~torch_gpubpe.train_seed`: the stream compacted every merge). Same merges.
@@ -745,7 +748,7 @@ class _MergeLoop:
                             // 2)
         pipes = trainer.pipelines(algorithm, wide, profile)
         self.walk_counters = profile and "S_WALK_STEPS" in c
-        self.walk_totals = {"words": 0, "steps": 0, "probes": 0}   # u32 words, wrapping
+        self.walk_totals = {"entries": 0, "steps": 0, "probes": 0, "depth": 0}  # u32, wrapping
         self.walk_last = dict.fromkeys(self.walk_totals, 0)
         if algorithm == "seed":
             params = {"tile_cap": mod.SeedKernels.tile_cap(n, c["TILE"])}

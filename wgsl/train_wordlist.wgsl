@@ -94,7 +94,7 @@ const S_TOP: u32 = 13u;     // pool entries in use before the running merge's li
 override PROFILE: u32 = 0u;
 // FIXUP = 0 (tests only): find_max4 leaves prv stale, so every walk hops (same merges).
 override FIXUP: u32 = 1u;
-const S_WALK_WORDS: u32 = 11u;
+const S_WALK_ENTRIES: u32 = 11u;
 const S_WALK_STEPS: u32 = 14u;
 const S_WALK_PROBES: u32 = 15u;
 const S_DEPTH_MAX: u32 = 16u;
@@ -354,7 +354,7 @@ fn walk(s0: Walk, m: Merge) -> Walk {
         if (s.p == NONE) { s.j += m.stride; }     // the chain is done
     }
     if (PROFILE != 0u && cost.spent != 0u) {
-        atomicAdd(&state[S_WALK_WORDS], entries);
+        atomicAdd(&state[S_WALK_ENTRIES], entries);
         atomicAdd(&state[S_WALK_STEPS], cost.steps);
         atomicAdd(&state[S_WALK_PROBES], probes_all);
         atomicMax(&state[S_DEPTH_MAX], cost.depth);
