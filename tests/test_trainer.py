@@ -154,14 +154,16 @@ def test_long_word_takes_the_default_algorithm():
 @pytest.mark.heavy
 def test_one_megabyte_word_equals_reference():
     """A corpus with a 1 MB word (random letters of a 3-letter alphabet, so most merges touch
-    it) and ordinary text: the default algorithm's merges equal the reference's."""
+    it) and ordinary text: the default algorithm's merges equal the reference's (its work is
+    per occurrence, so no walk of the word needs carrying: one 40 K-occurrence chain does, see
+    test_long_word_takes_the_default_algorithm)."""
     rng = random.Random(5)
     big = "".join(rng.choice("abc") for _ in range(1 << 20))
     docs = corpus_docs("en_fortunes", 20_000) + [big, "the " + big[:5000]]
     st: dict = {}
     vocab = train(docs, 300, min_frequency=1, stats=st)
     assert list(vocab.merges) == ref_merges(docs, 300, 1)
-    assert st["algorithm"] == "wordlist" and st["walks_paused"] >= 1
+    assert st["algorithm"] == "wordlist"
 
 
 @pytest.mark.parametrize("budget", [8, 1000])
