@@ -100,7 +100,10 @@ class PairTable:
             self.nsupers = -(-self.nblocks // self.c["SUPER"])
             self.buffers.update(
                 sbest=g.buffer(16 * self.nsupers, S, f"{self.label}.super_best"),
-                sdirty=g.buffer(4 * self.nsupers, S, f"{self.label}.super_dirty"))
+                sdirty=g.buffer(4 * self.nsupers, S, f"{self.label}.super_dirty"),
+                # and the list of the blocks each merge made dirty (two halves), a stamp each
+                dlist=g.buffer(8 * self.nblocks, S, f"{self.label}.dirty_list"),
+                dmark=g.buffer(4 * self.nblocks, S, f"{self.label}.dirty_mark"))
             self.params["nsupers"] = self.nsupers
         self.params.update(rows=rows, nblocks=self.nblocks)
         fields = self.info.structs["Params"]

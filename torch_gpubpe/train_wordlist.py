@@ -1,15 +1,19 @@
-"""``algorithm="wordlist"`` (the default): the word-list walk (``wgsl/train_wordlist.wgsl``).
+"""``algorithm="wordlist"`` (the default): the occurrence-list walk (``wgsl/train_wordlist.wgsl``).
 
-The stream of unique words stays in place, each word's live symbols linked by next indices,
-with an index of the words each token occurs in (per token a list: the words that held it when
-it was made). Per merge the words of the rarer side of the best pair are walked, one thread per
-word, left to right (runs of A == B too), and only they are rewritten: 3 dispatches per merge,
-``find_max4 → find_max_super → wl_merge`` (find_max4 and the pair counting are the seed's
-kernels, shared in ``train_table.wgsl``; find_max_super keeps a level of super-block bests so
-that the reduction every wl_merge workgroup repeats is one load per thread). (Sennrich et al. 2016's incremental update with its token → words index,
-made parallel.)
+The stream of unique words stays in place, each word's live symbols linked both ways, with an
+index of where each token occurs (per token a list: the stream positions that held it when it
+was made). Per merge the entries of the rarer side of the best pair are looked at, one thread
+per entry; the thread holding the first occurrence of a chain of adjacent ones (A B A B, or a
+run of A == B paired left to right) merges the chain with its exact pair-count deltas. Work
+and latency per merge follow the pair's occurrences, not the length of the words they are in.
+3 dispatches per merge, ``find_max4 → find_max_super → wl_merge`` (find_max4 and the pair
+counting are the seed's kernels, shared in ``train_table.wgsl``; here find_max4 rescans only
+the blocks the last merge listed as dirty, over a grid of at most :data:`FIND_WORKGROUPS`;
+find_max_super keeps a level of super-block bests so that the reduction every wl_merge
+workgroup repeats is one load per thread). (Sennrich et al. 2016's incremental update with
+its token → occurrences index, made parallel.)
 
-Long words: a thread's walk is bounded by ``budget`` steps + table probes per dispatch
+Long chains: a thread's work is bounded by ``budget`` steps + hops + table probes per dispatch
 (lavapipe stops a thread's loops at 65,535 iterations). A thread out of budget saves its place
 and pauses the merge loop on the GPU; the driver then dispatches :meth:`record_continue` until
 every carried walk is done (as the encoder continues a long word), and training goes on: any
@@ -55,6 +59,13 @@ WORDS_PER_WORKGROUP = 4096
 CPU_WORKGROUPS = 8
 
 
+# find_max4's grid: the last merge's dirty blocks grid-stride over at most this many workgroups
+# (one resident wave on the H200: 132 SMs × 8), not one workgroup per table block (16 K and
+# more at 868 MB, nearly all of them launched only to find their block clean). Also bounds a
+# thread's loop after clear_table (every block) to nblocks / 1,056 iterations (lavapipe's cap).
+FIND_WORKGROUPS = 1056
+
+
 def grid_workgroups(nwords: int, is_cpu: bool) -> int:
     """wl_merge's (and wl_continue's) workgroups for a run of ``nwords`` unique words."""
     if is_cpu:
@@ -71,6 +82,7 @@ class WordListKernels:
         sym: uint32, shape ``(n,)``: the stream, id | TWS at word starts.
         wid: uint32, shape ``(n,)``: the word of each symbol.
         starts, lens: int64, shape ``(words,)``: each word's first symbol and length (≥ 2).
+        num_merges: the merge budget (sizes the token lists' index).
         workgroups: wl_merge's (and wl_continue's) grid.
     """
 
@@ -138,7 +150,7 @@ class WordListKernels:
 
     def steps(self, k: int) -> list:
         """One merge's dispatches: ``(entry, pipeline, bind group, grid)``."""
-        grids = {"find_max4": self.g.grid(self.table.nblocks),
+        grids = {"find_max4": self.g.grid(min(self.table.nblocks, FIND_WORKGROUPS)),
                  "find_max_super": self.g.grid(self.table.nsupers),
                  "wl_merge": self.g.grid(self.workgroups)}
         return [(e, self.pipes[e], self.bg[e], grids[e]) for e in STEP]

@@ -7,9 +7,10 @@ table (:mod:`~torch_gpubpe.train_table`, ``wgsl/train_table.wgsl``: two-level pa
 per-block maxima, the deterministic best):
 
 * ``algorithm="wordlist"`` (default, :mod:`~torch_gpubpe.train_wordlist`): the stream stays in
-  place, linked; per merge only the words of the rarer side's word list are walked (3
-  dispatches: ``find_max4 → find_max_super → wl_merge``); a walk longer than the per-thread budget is carried
-  to continuation dispatches, so every corpus and adapter takes this algorithm;
+  place, linked; per merge only the positions in the rarer side's occurrence list are looked
+  at, one thread per chain of adjacent occurrences (3 dispatches: ``find_max4 →
+  find_max_super → wl_merge``); a chain longer than the per-thread budget is carried to
+  continuation dispatches, so every corpus and adapter takes this algorithm;
 * ``algorithm="seed"`` (:mod:`~torch_gpubpe.train_seed`): the seed's pipeline, the stream
   compacted every merge (8 dispatches: ``find_max4 → find_max_final_det → setup_merge →
   merge_reduce → scan_pass1 → scan_pass2 → scan_pass3 → finalize_compact``).
@@ -173,8 +174,9 @@ def train(
             also ``walk_entries_per_merge`` (list entries looked at), ``walk_steps_per_merge``
             (occurrences merged + stale links hopped), ``walk_probes_per_merge`` (pair-table
             probes of the deltas) and ``walk_depth_per_merge`` (the longest chain of dependent
-            global loads of one wl_merge thread: the merge's latency in memory round trips),
-            means over the run.
+            global loads of one wl_merge thread: the merge's latency in memory round trips)
+            and ``walk_blocks_per_merge`` (the dirty table blocks find_max4 rescans), means
+            over the run.
         algorithm: "wordlist" (default: :mod:`~torch_gpubpe.train_wordlist`, per merge only
             the words holding the pair are walked) or "seed" (the seed's pipeline,
             :mod:`~torch_gpubpe.train_seed`: the stream compacted every merge). Same merges.
@@ -748,7 +750,8 @@ class _MergeLoop:
                             // 2)
         pipes = trainer.pipelines(algorithm, wide, profile)
         self.walk_counters = profile and "S_WALK_STEPS" in c
-        self.walk_totals = {"entries": 0, "steps": 0, "probes": 0, "depth": 0}  # u32, wrapping
+        self.walk_totals = dict.fromkeys(("entries", "steps", "probes", "depth", "blocks"), 0)
+        # (u32 counters on the GPU, wrapping)
         self.walk_last = dict.fromkeys(self.walk_totals, 0)
         if algorithm == "seed":
             params = {"tile_cap": mod.SeedKernels.tile_cap(n, c["TILE"])}

@@ -65,6 +65,12 @@ fn block_changed(blk: u32) {}
 
 fn step_thread(t: u32, threads: u32) {}
 
+fn scan_blocks() -> vec2<u32> { return vec2<u32>(P.nblocks, 0u); }   // every block, by index
+
+fn scan_block(i: u32, list: u32) -> u32 { return i; }
+
+fn block_dirtied(blk: u32) {}
+
 // Inclusive prefix max of `v` over the workgroup (Hillis–Steele in workgroup memory).
 fn wg_incl_max(lid: u32, v: u32) -> u32 {
     var x = v;

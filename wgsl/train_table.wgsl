@@ -9,6 +9,10 @@
 //   fn block_changed(blk: u32)                    find_max4 wrote block blk's new best
 //   fn step_thread(t: u32, threads: u32)          every find_max4 thread t (of `threads`)
 //                                                  when the step is not blocked
+//   fn scan_blocks() -> vec2<u32>                 find_max4's blocks: (count, list) — the
+//   fn scan_block(i: u32, list: u32) -> u32       i-th is scan_block(i, list); a grid of
+//                                                  fewer workgroups takes them grid-stride
+//   fn block_dirtied(blk: u32)                    table_add marked block blk dirty
 //
 // Symbols: token id (18 bits, ids < 2^18) | TWS on the first symbol of every word. Deviation
 // from the seed: the word-start flag is bit 31, not WORD_START_BIT = 0x10000 (bit 16 is an id bit
@@ -68,7 +72,7 @@ const EMPTY: u32 = 0xFFFFFFFFu;
 const COLS: u32 = 32u;             // table columns (5 key bits live in the slot index)
 const BLOCK: u32 = 1024u;          // table slots per find_max4 workgroup (4 per thread)
 const MAX_PROBE: u32 = 64u;        // bounded probing; past it the overflow flag is raised
-const STATE_WORDS: u32 = 20u;      // length of `state`
+const STATE_WORDS: u32 = 24u;      // length of `state`
 
 // state words both algorithms use (each file adds its own)
 const S_N: u32 = 0u;        // stream length (seed: after the last merge)
@@ -79,6 +83,8 @@ const S_B: u32 = 5u;        //                right id
 const S_C: u32 = 6u;        //                new id
 const S_OCC: u32 = 7u;      // occupied table slots
 const S_OVERFLOW: u32 = 8u; // 1: a probe sequence ran out (host grows the table and restarts)
+const S_ALL: u32 = 20u;     // 1: clear_table ran (every block dirty): the word list's find_max4
+                            // scans all blocks, not its list of the last merge's dirty ones
 
 // pair_count's workgroup hash table (seed: 1024 slots). 12 B per slot (key + 64-bit count);
 // the host picks the largest power of two ≤ 2048 that fits the adapter's workgroup-storage
@@ -173,6 +179,7 @@ fn table_add(slot: u32, lo: u32, hi: u32) {
         if (h != 0u) { atomicAdd(&tcounts[2u * slot + 1u], h); }
     }
     dirty[slot / BLOCK] = 1u;
+    block_dirtied(slot / BLOCK);
 }
 
 // Add (sign=false) or subtract (sign=true) the 64-bit weight (lo, hi) to pair (a, b).
@@ -280,6 +287,7 @@ fn clear_table(@builtin(workgroup_id) wid: vec3<u32>,
     if (slot == 0u) {
         atomicStore(&state[S_OCC], 0u);
         atomicStore(&state[S_OVERFLOW], 0u);
+        atomicStore(&state[S_ALL], 1u);
     }
     if (slot >= P.rows * COLS) { return; }
     atomicStore(&tkeys[slot], EMPTY);
@@ -356,6 +364,8 @@ fn pair_count(@builtin(workgroup_id) wid: vec3<u32>,
 }
 
 // ---- find_max4: best entry of each dirty 1024-slot block (4 slots per thread) ------------------
+// The blocks looked at are the hooks' (the seed: all, one workgroup each; the word list: the
+// last merge's dirty ones, grid-stride over a small grid); those not dirty are skipped.
 @compute @workgroup_size(WG)
 fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>,
@@ -371,17 +381,27 @@ fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
 //#else
     let sg = vec3<u32>(0u);
 //#endif
-    let blk = linear_id(wid, nwg);
+    let g = linear_id(wid, nwg);
+    let groups = nwg.x * nwg.y;
     if (lid == 0u) {
-        sh_u = step_blocked(blk == 0u);
-        sh_v = 0u;
-        if (blk < P.nblocks) { sh_v = dirty[blk]; }
+        sh_u = step_blocked(g == 0u);
+        let sb = scan_blocks();
+        sh_w = sb.x;
+        sh_x = sb.y;
     }
     let blocked = workgroupUniformLoad(&sh_u);
-    let is_dirty = workgroupUniformLoad(&sh_v);
+    let nscan = workgroupUniformLoad(&sh_w);
     if (blocked != 0u) { return; }
-    if (is_dirty != 0u) { block_best(blk, lid, sg); }
-    step_thread(blk * WG + lid, nwg.x * nwg.y * WG);
+    for (var i = g; i < nscan; i += groups) {
+        if (lid == 0u) {
+            let blk = scan_block(i, sh_x);
+            sh_v = 0u;
+            if (blk < P.nblocks && dirty[blk] != 0u) { sh_v = blk + 1u; }
+        }
+        let v = workgroupUniformLoad(&sh_v);
+        if (v != 0u) { block_best(v - 1u, lid, sg); }
+    }
+    step_thread(g * WG + lid, groups * WG);
 }
 
 // The best entry of block blk → best[blk]; the block's dirty flag cleared.

@@ -11,10 +11,14 @@
 // `pool`. A list may hold stale positions (whose t was merged away since): they are looked at
 // and found to hold something else. A position is in a list at most once.
 // Per merge, 3 dispatches, no pass over the stream:
-//   find_max4       (train_table.wgsl) the dirty blocks' bests; its step_blocked hook (below)
-//                   first commits the last merge (S_K += 1, the pool top past C's list), and
-//                   its step_thread hook sets prv[r] = p for every occurrence p·q·r the last
-//                   merge made (so `prv` is exact again: nobody reads it in this dispatch)
+//   find_max4       (train_table.wgsl) the dirty blocks' bests: the blocks the last merge
+//                   listed (`dlist`, each once) grid-stride over ≤ 1,056 workgroups (the host's
+//                   grid), not one workgroup per table block (tens of thousands at scale, nearly
+//                   all clean); every block after clear_table (S_ALL). Its step_blocked hook
+//                   (below) first commits the last merge (S_K += 1, the pool top past C's
+//                   list), and its step_thread hook sets prv[r] = p for every occurrence p·q·r
+//                   the last merge made (so `prv` is exact again: nobody reads it in this
+//                   dispatch)
 //   find_max_super  per group of SUPER = 256 blocks with a changed block: the group's best
 //   wl_merge    every workgroup reduces the super-block bests (one load per thread up to
 //               2^28 table slots); workgroup 0 records the merge; then, grid-stride over the
@@ -51,7 +55,8 @@
 // PROFILE = 1 (the host's profile runs only): totals over the run of the list entries looked at
 // (11), steps: chain steps + prv hops (14), table probes (15), and (17) the sum over merges of
 // the longest chain of dependent global loads of one wl_merge thread (16 holds the running
-// merge's, folded into 17 when find_max4 commits it): the merge's latency in memory round trips.
+// merge's, folded into 17 when find_max4 commits it): the merge's latency in memory round trips;
+// (21) the blocks find_max4 looked at (the dirty ones listed).
 //
 // Bindings (group 0) of this file (train_table.wgsl has 0, 1, 7, 10–14):
 //   2 wid_in : storage, read        array<u32>  word index of each symbol; length n
@@ -67,6 +72,10 @@
 //                                               id, bit1 live); 4 × grid threads
 //  15 sbest  : storage, read_write  array<u32>  per super-block: (count lo, hi, a, b); nsupers
 //  16 sdirty : storage, read_write  array<u32>  per super-block: one of its blocks changed
+//  17 dlist  : storage, read_write  array<u32>  the blocks merge k made dirty, in half k & 1
+//                                               (count: state S_DLEN + (k & 1)); 2 · nblocks
+//  18 dmark  : storage, read_write  array<atomic<u32>>  per block: k + 1 of the last merge k
+//                                               that listed it (each block once per merge)
 //#include train_table
 
 @group(0) @binding(2) var<storage, read> wid_in: array<u32>;
@@ -78,6 +87,8 @@
 @group(0) @binding(9) var<storage, read_write> carry: array<u32>;
 @group(0) @binding(15) var<storage, read_write> sbest: array<u32>;
 @group(0) @binding(16) var<storage, read_write> sdirty: array<u32>;
+@group(0) @binding(17) var<storage, read_write> dlist: array<u32>;
+@group(0) @binding(18) var<storage, read_write> dmark: array<atomic<u32>>;
 const SUPER: u32 = 256u;    // blocks per super-block (= WG: one per find_max_super thread)
 
 const DEAD: u32 = 0x40000000u;   // lsym of a symbol merged away (the right half of a pair),
@@ -99,6 +110,8 @@ const S_WALK_STEPS: u32 = 14u;
 const S_WALK_PROBES: u32 = 15u;
 const S_DEPTH_MAX: u32 = 16u;
 const S_WALK_DEPTH: u32 = 17u;
+const S_DLEN: u32 = 18u;    // (and 19) entries of dlist's halves
+const S_WALK_BLOCKS: u32 = 21u;   // PROFILE: total over merges of the dirty blocks listed
 const CARRY_LIVE: u32 = 2u;
 
 // ---- hooks of train_table.wgsl -----------------------------------------------------------------
@@ -117,6 +130,10 @@ fn step_blocked(first: bool) -> u32 {
     }
     if (first && atomicLoad(&state[S_DONE]) != 0u) {
         // Nobody else reads these words in this dispatch.
+        if (PROFILE != 0u) {
+            let h = atomicLoad(&state[S_K]) & 1u;
+            atomicAdd(&state[S_WALK_BLOCKS], atomicLoad(&state[S_DLEN + h]));
+        }
         atomicAdd(&state[S_K], 1u);
         atomicStore(&state[S_DONE], 0u);
         let c = atomicLoad(&state[S_C]);
@@ -125,7 +142,38 @@ fn step_blocked(first: bool) -> u32 {
             atomicAdd(&state[S_WALK_DEPTH], atomicExchange(&state[S_DEPTH_MAX], 0u));
         }
     }
+    if (first) {
+        // The next merge (S_K) lists its dirty blocks in half S_K & 1; this dispatch reads the
+        // other half (the last merge's).
+        atomicStore(&state[S_DLEN + (atomicLoad(&state[S_K]) & 1u)], 0u);
+    }
     return atomicLoad(&state[S_STOP]);
+}
+
+// find_max4's blocks: every block after clear_table (S_ALL), else the ones the last merge
+// listed (its token C = S_C tells which half; none before the first merge).
+fn scan_blocks() -> vec2<u32> {
+    if (atomicLoad(&state[S_ALL]) != 0u) { return vec2<u32>(P.nblocks, NONE); }
+    let c = atomicLoad(&state[S_C]);
+    if (c < 256u) { return vec2<u32>(0u, NONE); }
+    let h = (c - 256u) & 1u;
+    return vec2<u32>(atomicLoad(&state[S_DLEN + h]), h * P.nblocks);
+}
+
+fn scan_block(i: u32, list: u32) -> u32 {
+    if (list == NONE) { return i; }
+    return dlist[list + i];
+}
+
+// The running merge's k + 1 in wl_merge / wl_continue (0: not merging, e.g. pair_count).
+var<private> merge_stamp: u32;
+
+fn block_dirtied(blk: u32) {
+    let st = merge_stamp;
+    if (st == 0u || atomicLoad(&dmark[blk]) == st) { return; }
+    if (atomicExchange(&dmark[blk], st) == st) { return; }
+    let h = (st - 1u) & 1u;
+    dlist[h * P.nblocks + atomicAdd(&state[S_DLEN + h], 1u)] = blk;
 }
 
 fn block_changed(blk: u32) { sdirty[blk / SUPER] = 1u; }
@@ -412,12 +460,14 @@ fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
     let a = r.z;
     let b = r.w;
     let c = 256u + k;
+    merge_stamp = k + 1u;
     if (wg == 0u && lid == 0u) {
         if (stop) {
             atomicStore(&state[S_STOP], 1u);
         } else {
             record_merge(k, r);
             atomicStore(&state[S_DONE], 1u);
+            atomicStore(&state[S_ALL], 0u);     // read by find_max4 only
             atomicStore(&tlist[2u * c], top);
             let kp = key_pack(a, b);
             let slot = table_slot(kp.x, kp.y);
@@ -425,6 +475,7 @@ fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
                 atomicStore(&tcounts[2u * slot], 0u);
                 atomicStore(&tcounts[2u * slot + 1u], 0u);
                 dirty[slot / BLOCK] = 1u;
+                block_dirtied(slot / BLOCK);
             }
         }
     }
@@ -452,6 +503,7 @@ fn wl_continue(@builtin(workgroup_id) wid: vec3<u32>,
     if ((f & CARRY_LIVE) == 0u) { return; }
     let m = merge_of(atomicLoad(&state[S_A]), atomicLoad(&state[S_B]), atomicLoad(&state[S_C]),
                      atomicLoad(&state[S_TOP]), nwg.x * nwg.y * WG);
+    merge_stamp = m.c - 255u;
     let s = walk(Walk(carry[4u * t], carry[4u * t + 1u], carry[4u * t + 2u]), m);
     if (s.j < m.len) {
         save_carry(t, s);
