@@ -906,6 +906,16 @@ class Tokenizer:
         self.__dict__.update(state)
         self._lock = threading.RLock()
 
+    def clone(self) -> Tokenizer:
+        """Another Tokenizer with the same vocab and options, sharing the compiled trie, with a
+        GPU session of its own (buffers, two batches in flight, its own lock): two threads each
+        driving one overlap one batch's upload with the other's readback (``encode`` does)."""
+        state = self.__getstate__()
+        state["_trie"] = self._trie
+        twin = Tokenizer.__new__(Tokenizer)
+        twin.__setstate__(state)
+        return twin
+
     def open(self) -> Tokenizer:
         """Open the GPU session now (adapter, device, pipelines, trie upload) instead of on the
         first non-empty encode — e.g. on another thread while the first batch is being read.
