@@ -71,6 +71,9 @@ class BpeTables:
         max_height: most split levels below any token (single bytes: 0).
         unreachable: ids of the unreachable tokens (multi-byte), ascending.
         bounds: ``(num_tokens, 2)`` uint32 ``(R, L)`` (module docstring).
+        gpu_bounds: ``(num_tokens, 4)`` uint32 rows ``(R[t], L[t], R[right(t)], L[left(t)])``
+            (``right``, ``left``: ``split``; unreachable tokens: ``NO_TOKEN``), as the GPU
+            reads them: the second step of ``valid_pair`` needs no further load.
         gpu_info: ``(num_tokens, 4)`` uint32 rows ``(next_prefix, left, right,
             rank | len << 18)``, as the GPU reads them.
     """
@@ -83,6 +86,7 @@ class BpeTables:
     max_height: int
     unreachable: tuple[int, ...]
     bounds: np.ndarray
+    gpu_bounds: np.ndarray
     gpu_info: np.ndarray
 
     @property
@@ -213,13 +217,19 @@ def bpe_tables(vocab: Vocab) -> BpeTables:
     lens = np.fromiter(map(len, toks), np.int64, n)
     if lens.max() >= 1 << (32 - RANK_BITS):
         raise ValueError(f"a token of {int(lens.max())} bytes is too long for merge-order mode")
+    gb = np.full((n, 4), NO_TOKEN, np.uint32)
+    gb[:, :2] = bounds
+    r = np.flatnonzero(reach)
+    gb[r, 2] = bounds[split[r, 1].astype(np.int64), 0]
+    gb[r, 3] = bounds[split[r, 0].astype(np.int64), 1]
     info = np.empty((n, 4), np.uint32)
     info[:, 0] = next_prefix
     info[:, 1:3] = split
     info[:, 3] = rank | (lens.astype(np.uint32) << np.uint32(RANK_BITS))
     out = BpeTables(split=split, next_prefix=next_prefix, rank=rank, pairs=table.reshape(-1),
                     max_probe=int(max_probe), max_height=int(height.max()),
-                    unreachable=tuple(sorted(unreachable)), bounds=bounds, gpu_info=info)
+                    unreachable=tuple(sorted(unreachable)), bounds=bounds, gpu_bounds=gb,
+                    gpu_info=info)
     object.__setattr__(vocab, "_bpe_tables", out)
     return out
 

@@ -232,6 +232,8 @@ class _Slot:
                 10: self.out, 11: self.doc_starts, 12: self.doc_tok}
         if s.bpe is not None:
             bind.update({13: s.tokinfo, 14: s.pairs, 15: self.dead, 17: s.bounds})
+            if s.bpe_work is not None:  # work counters (encoder_bpe.walk_work)
+                bind[18] = s.bpe_work
         walk = s.chunked_bindings
         if s.pretok:  # the walk reads word starts from the regex pre-tokenizer's mask
             self.pt = s.pretok.scratch(cap_n, self.text, self.bits, f"{lab}.pretok")
@@ -670,7 +672,7 @@ class _Session:
     def __init__(self, trie: Trie, id_size: int, chunk: int, max_slice_bytes: int | None,
                  budget: int, profile: bool, pre_tokenizer: str = "bytes-classes",
                  long_word_bytes: int | None = DEFAULT_LONG_WORD, bpe=None,
-                 num_tokens: int = 0) -> None:
+                 num_tokens: int = 0, bpe_work: bool = False) -> None:
         from .gpu import get_gpu
 
         self.gpu = g = get_gpu()
@@ -753,7 +755,7 @@ class _Session:
             from .encoder_bpe import bpe_session_setup
 
             self.long_from = 0  # the parallel long-word path is greedy longest match
-            bpe_session_setup(self, g, trie, chunk, budget)
+            bpe_session_setup(self, g, trie, chunk, budget, work=bpe_work)
         kw = {"constants": consts, "source": source(g.flags)}
         self.pipes = {
             "chunked": (g.pipeline("encode", "trie_tokenizer_chunked", constants=consts,
@@ -1019,7 +1021,8 @@ class Tokenizer:
             args = (self.trie, np.dtype(self.id_dtype).itemsize, self._chunk, self._max_slice,
                     self._budget, self._profile, self.pre_tokenizer)
             kw = {"long_word_bytes": self._long_word, "bpe": self._bpe,
-                  "num_tokens": self.vocab.num_tokens}
+                  "num_tokens": self.vocab.num_tokens,
+                  "bpe_work": getattr(self, "_bpe_work", False)}
             try:
                 sess = _Session(*args, **kw)
             except GPUOperationError:

@@ -23,7 +23,13 @@ from __future__ import annotations
 import numpy as np
 
 from .bpe import BpeTables, valid_pair
+from .shaders import shader_info
 
+# The walk's work counters (PROFILE builds), read from the WGSL: name -> index in binding 18.
+_WGSL = shader_info("encode_bpe", frozenset({"PROFILE"}))
+W_COUNT = _WGSL.consts["W_COUNT"]
+WORK_COUNTERS = {k[2:].lower(): v for k, v in _WGSL.consts.items()
+                 if k.startswith("W_") and k != "W_COUNT"}
 
 
 def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
@@ -35,9 +41,10 @@ def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
     return unwind, walk + tried + 1  # one iteration may walk and then try
 
 
-def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
+def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False) -> None:
     """Upload the tables of ``sess.bpe`` and create the walk pipeline; set the session's budget,
-    state size and bindings for merge-order mode.
+    state size and bindings for merge-order mode. ``work``: the PROFILE build of the walk, with
+    its work counters in ``sess.bpe_work`` (:func:`walk_work`).
 
     Raises:
         ValueError: the vocab needs more loop iterations per step than lavapipe's cap allows.
@@ -62,7 +69,7 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
     info = np.ascontiguousarray(t.gpu_info)
     sess.tokinfo = g.buffer(info.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.tokinfo")
     sess.pairs = g.buffer(t.pairs.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.pairs")
-    bounds = np.ascontiguousarray(t.bounds)
+    bounds = np.ascontiguousarray(t.gpu_bounds)
     sess.bounds = g.buffer(bounds.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.bounds")
     with g.operation("uploading the merge-order tables"):
         g.device.queue.write_buffer(sess.tokinfo, 0, info)
@@ -71,10 +78,20 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
     consts = {"WG": 256, "CHUNK": chunk, "PAIR_MASK": t.pair_mask, "PAIR_PROBES": t.max_probe,
               "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable)}
     src = None
+    flags = set(g.flags)
     if sess.pretok is not None:  # word starts from a regex pre-tokenizer's mask (binding 16)
+        flags.add("WORD_MASK")
+    sess.bpe_work = None
+    if work:
+        flags.add("PROFILE")
+        sess.chunked_bindings += (18,)
+        sess.bpe_work = g.buffer(4 * W_COUNT, U.STORAGE | U.COPY_SRC | U.COPY_DST,
+                                 "encode_bpe.work")
+        g.device.queue.write_buffer(sess.bpe_work, 0, np.zeros(W_COUNT, np.uint32))
+    if flags != set(g.flags):
         from .shaders import shader_source
 
-        src = shader_source("encode_bpe", g.flags | {"WORD_MASK"})
+        src = shader_source("encode_bpe", frozenset(flags))
     sess.bpe_pipeline = g.pipeline("encode_bpe", "bpe_tokenizer_chunked",
                                    constants=consts, source=src)
     sess.bpe_steps = {"unwind": unwind, "step_max": smax, "budget": sess.budget}
@@ -91,3 +108,41 @@ def junction_ok(tok, pieces: list[np.ndarray], ids: np.ndarray) -> bool:
     if not ok:
         tok._bpe_junction_retries = getattr(tok, "_bpe_junction_retries", 0) + 1
     return ok
+
+
+def walk_work(tokenizer, documents) -> dict[str, int]:
+    """Work counts of the merge-order walk over ``documents`` (a hardware-independent cost
+    measure, issue 15): encodes them once with the PROFILE build of ``wgsl/encode_bpe.wgsl``
+    in a fresh session of ``tokenizer`` (mode ``"bpe"``), then restores the normal session.
+
+    Returns the totals of :data:`WORK_COUNTERS` (``iters``: walk-loop iterations summed over
+    threads; ``steps``: trie steps; ``tries``: candidates tried; ``checks``: pair checks;
+    ``check_loop``: those not decided by their first two steps; ``unwind``: iterations of the
+    pair check's loop; ``probes``: hash probes; ``shorter``: candidates rejected for a shorter
+    one; ``pops``: backtracks; ``scan``: steps of the scan back for the previous token;
+    ``tokens``: tokens accepted, pops not subtracted; ``lockstep``: the sum over subgroups of
+    their longest lane's iterations, 0 without subgroups), plus ``bytes``, ``output_tokens``,
+    ``subgroup_size`` (0: none) and ``dispatches`` (walk dispatches, continuations included).
+
+    Raises:
+        ValueError: ``tokenizer`` is not in merge-order mode.
+    """
+    if tokenizer.mode != "bpe":
+        raise ValueError("walk_work needs a Tokenizer with mode='bpe'")
+    docs = list(documents)
+    saved = tokenizer._sess
+    tokenizer._sess, tokenizer._bpe_work = None, True
+    try:
+        sess = tokenizer._session()
+        ids = tokenizer.encode_batch(docs)
+        g = sess.gpu
+        raw = np.frombuffer(g.device.queue.read_buffer(sess.bpe_work), np.uint32)
+        out = {k: int(raw[i]) for k, i in WORK_COUNTERS.items()}
+        out["bytes"] = sum(len(d.encode() if isinstance(d, str) else d) for d in docs)
+        out["output_tokens"] = sum(len(x) for x in ids)
+        out["subgroup_size"] = int(g.subgroup_size or 0) if "SUBGROUPS" in g.flags else 0
+        out["dispatches"] = sess.slices + sess.continuation_dispatches
+        return out
+    finally:
+        tokenizer._bpe_work = False
+        tokenizer._sess = saved

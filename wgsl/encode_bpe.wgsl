@@ -19,8 +19,13 @@
 //  14 pairs    : storage, read        array<u32>          hash table (left, right, token) * slots
 //  15 dead     : storage, read_write  array<atomic<u32>>  bit i: byte i of the slice is dead (no
 //                                                         token may end there); cleared by host
-//  17 bounds   : storage, read        array<vec2<u32>>    per token id: (R, L) spine bounds
-//                                                         (bpe.py): valid_pair's early exit
+//  17 bounds   : storage, read        array<vec4<u32>>    per token id t: (R[t], L[t],
+//                                                         R[right(t)], L[left(t)]), the spine
+//                                                         bounds of bpe.py: valid_pair's early
+//                                                         exit, its first two steps without a
+//                                                         further load
+//  18 work      : storage, read_write  array<atomic<u32>>  (PROFILE builds only) work counters,
+//                                                         W_* below; cleared by the host
 
 struct Params {
     n: u32,
@@ -45,7 +50,10 @@ struct Params {
 @group(0) @binding(13) var<storage, read> tokinfo: array<vec4<u32>>;
 @group(0) @binding(14) var<storage, read> pairs: array<u32>;
 @group(0) @binding(15) var<storage, read_write> dead: array<atomic<u32>>;
-@group(0) @binding(17) var<storage, read> bounds: array<vec2<u32>>;
+@group(0) @binding(17) var<storage, read> bounds: array<vec4<u32>>;
+//#if PROFILE
+@group(0) @binding(18) var<storage, read_write> work: array<atomic<u32>>;
+//#endif
 //#if WORD_MASK
 // 16 word_mask : as in encode.wgsl (a regex pre-tokenizer's word starts; bit 0 set)
 @group(0) @binding(16) var<storage, read> word_mask: array<u32>;
@@ -56,7 +64,8 @@ override CHUNK: u32 = 32u;
 override PAIR_MASK: u32 = 15u;     // hash slots - 1
 override PAIR_PROBES: u32 = 1u;    // most probes of any lookup
 override UNWIND: u32 = 4u;         // most iterations of valid_pair (2 * max split height + 2)
-override STEP_MAX: u32 = 64u;      // most loop iterations of one step of the walk (host bound)
+override STEP_MAX: u32 = 64u;      // most loop iterations of one step of the walk (a trie walk
+                                   // and its try, or one try): host bound
 override ALL_REACHABLE: bool = false;  // no unreachable token (GPT-2, Qwen2, vocabs trained by
                                        // merges): skip the per-node check and whole-word rule
 
@@ -64,11 +73,34 @@ const NO_TOKEN: u32 = 0xFFFFFFFFu;
 const BAD_TOKEN: u32 = 0xFFFFFFFEu;  // no valid encoding found (vocab outside the supported set)
 const RANK_BITS: u32 = 18u;
 const RANK_MASK: u32 = 0x3FFFFu;
+// Work counters of PROFILE builds (binding 18; torch_gpubpe.encoder_bpe.walk_work): totals over
+// the threads of a run, and W_LOCKSTEP: the sum over subgroups of the most walk-loop iterations
+// any lane of the subgroup ran (what the subgroup runs in lockstep; subgroup builds only).
+const W_ITERS: u32 = 0u;       // iterations of the walk loop
+const W_STEPS: u32 = 1u;       // trie steps (a child found)
+const W_TRIES: u32 = 2u;       // candidates tried
+const W_CHECKS: u32 = 3u;      // pair checks (valid_pair calls)
+const W_CHECK_LOOP: u32 = 4u;  // pair checks not decided by their first two steps
+const W_UNWIND: u32 = 5u;      // iterations of valid_pair's general loop
+const W_PROBES: u32 = 6u;      // hash probes
+const W_SHORTER: u32 = 7u;     // candidates rejected for a shorter one
+const W_POPS: u32 = 8u;        // backtracks (a token popped)
+const W_SCAN: u32 = 9u;        // prev_token's scan steps
+const W_TOKENS: u32 = 10u;     // tokens accepted (pops not subtracted)
+const W_LOCKSTEP: u32 = 11u;
+const W_COUNT: u32 = 16u;
 
 var<workgroup> d1_fc: array<u32, 256>;
 var<workgroup> d1_nc: array<u32, 256>;
 var<workgroup> d1_tid: array<u32, 256>;
 var<workgroup> wg_count: atomic<u32>;
+//#if PROFILE
+var<workgroup> wg_work: array<atomic<u32>, 16>;
+var<private> pw: array<u32, 16>;   // this thread's counters
+fn work_count(k: u32, v: u32) { pw[k] += v; }
+//#else
+fn work_count(k: u32, v: u32) {}
+//#endif
 
 fn text_byte(i: u32) -> u32 { return (text[i >> 2u] >> ((i & 3u) * 8u)) & 0xFFu; }
 fn doc_start(i: u32) -> bool { return ((doc_bits[i >> 5u] >> (i & 31u)) & 1u) != 0u; }
@@ -117,6 +149,7 @@ fn pair_lookup(a: u32, b: u32, steps: ptr<function, u32>) -> u32 {
     let h = fmix(a * 0x9E3779B1u ^ b);
     for (var k = 0u; k < PAIR_PROBES; k++) {
         *steps += 1u;
+        work_count(W_PROBES, 1u);
         let s = 3u * ((h + k) & PAIR_MASK);
         let l = pairs[s];
         if (l == NO_TOKEN) { return NO_TOKEN; }
@@ -128,25 +161,68 @@ fn pair_lookup(a: u32, b: u32, steps: ptr<function, u32>) -> u32 {
 // Whether BPE of bytes(t1) + bytes(t2) gives [t1, t2] (bpe.valid_pair; rust-gems
 // is_valid_token_pair with ranks): unwind the later-ranked token's last merge, and fail when a
 // merge across the seam would have come before what is still allowed (limit); stop (valid) when
-// no merge across the seam can rank below the limit any more (spine bounds).
-fn valid_pair(t1_in: u32, t2_in: u32, steps: ptr<function, u32>) -> bool {
+// no merge across the seam can rank below the limit any more (spine bounds). i1, b1, i2, b2:
+// the tokens' tokinfo and bounds rows (the caller has them). The first two steps of bpe.py's
+// loop need no load but the hash probe (which does not wait for the rows): the first has limit
+// = NO_TOKEN, so any merge (t1, t2) fails the pair without its rank; the second's bound test
+// reads the rows' spine bounds of the unwound part. Most pairs end there.
+fn valid_pair(t1_in: u32, i1_in: vec4<u32>, b1: vec4<u32>, t2_in: u32, i2_in: vec4<u32>,
+              b2: vec4<u32>, steps: ptr<function, u32>) -> bool {
+    work_count(W_CHECKS, 1u);
+    *steps += 1u;
+    let hit = pair_lookup(t1_in, t2_in, steps);
+    if (max(b1.x, b2.y) == NO_TOKEN) { return true; }
+    if (hit != NO_TOKEN) { return false; }
     var t1 = t1_in;
     var t2 = t2_in;
-    var limit = 0xFFFFFFFFu;
-    var i1 = tokinfo[t1];
-    var i2 = tokinfo[t2];
-    for (var g = 0u; g < UNWIND; g++) {
+    var i1 = i1_in;
+    var i2 = i2_in;
+    var limit = 0u;
+    var bound = 0u;
+    let r1 = i1.w & RANK_MASK;
+    let r2 = i2.w & RANK_MASK;
+    if (r1 > r2) {
+        limit = r1;
+        if (i1.z == t1) {
+            limit = r2 + 1u;
+            if (i2.y == t2) { return true; }
+            t2 = i2.y;
+            i2 = tokinfo[t2];
+            bound = max(b1.x, b2.w);
+        } else {
+            t1 = i1.z;
+            i1 = tokinfo[t1];
+            bound = max(b1.z, b2.y);
+        }
+    } else {
+        limit = r2 + 1u;
+        if (i2.y == t2) {
+            limit = r1;
+            if (i1.z == t1) { return true; }
+            t1 = i1.z;
+            i1 = tokinfo[t1];
+            bound = max(b1.z, b2.y);
+        } else {
+            t2 = i2.y;
+            i2 = tokinfo[t2];
+            bound = max(b1.x, b2.w);
+        }
+    }
+    if (bound >= limit) { return true; }
+    work_count(W_CHECK_LOOP, 1u);
+    // bpe.py's loop from its lookup on: lookup, unwind, bound test.
+    for (var g = 1u; g < UNWIND; g++) {
         *steps += 1u;
-        if (max(bounds[t1].x, bounds[t2].y) >= limit) { return true; }
+        work_count(W_UNWIND, 1u);
         let c = pair_lookup(t1, t2, steps);
         if (c != NO_TOKEN && tok_rank(c) < limit) { return false; }
-        let r1 = i1.w & RANK_MASK;
-        let r2 = i2.w & RANK_MASK;
-        if (r1 > r2) {
-            limit = r1;
+        let q1 = i1.w & RANK_MASK;
+        let q2 = i2.w & RANK_MASK;
+        if (q1 > q2) {
+            limit = q1;
             let n1 = i1.z;
             if (n1 == t1) {
-                limit = r2 + 1u;
+                limit = q2 + 1u;
                 let n2 = i2.y;
                 if (n2 == t2) { return true; }
                 t2 = n2;
@@ -156,10 +232,10 @@ fn valid_pair(t1_in: u32, t2_in: u32, steps: ptr<function, u32>) -> bool {
                 i1 = tokinfo[t1];
             }
         } else {
-            limit = r2 + 1u;
+            limit = q2 + 1u;
             let n2 = i2.y;
             if (n2 == t2) {
-                limit = r1;
+                limit = q1;
                 let n1 = i1.z;
                 if (n1 == t1) { return true; }
                 t1 = n1;
@@ -169,6 +245,7 @@ fn valid_pair(t1_in: u32, t2_in: u32, steps: ptr<function, u32>) -> bool {
                 i2 = tokinfo[t2];
             }
         }
+        if (max(bounds[t1].x, bounds[t2].y) >= limit) { return true; }
     }
     return true;  // not reached: UNWIND bounds the unwinding (host)
 }
@@ -181,6 +258,7 @@ fn prev_token(pos: u32, steps: ptr<function, u32>) -> u32 {
     var v = NO_TOKEN;
     loop {
         *steps += 1u;
+        work_count(W_SCAN, 1u);
         v = scratch[j];
         if (v != NO_TOKEN || j == 0u) { break; }
         j -= 1u;
@@ -188,9 +266,17 @@ fn prev_token(pos: u32, steps: ptr<function, u32>) -> u32 {
     return v;
 }
 
+// One loop for the whole walk (no inner trie-walk loop): an iteration is one trie step of the
+// walk at pos, or, when the walk has ended (no child, or a word start next), the try of the
+// candidate — lanes of a subgroup walking and lanes trying run the same iteration, as in
+// encode.wgsl's greedy walk, instead of every lane waiting for the subgroup's longest walk and
+// then its longest pair check (issue 15: 2.8x greedy's kernel time before).
 @compute @workgroup_size(WG)
 fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                          @builtin(num_workgroups) nwg: vec3<u32>,
+//#if SUBGROUPS
+                         @builtin(subgroup_invocation_id) lane: u32,
+//#endif
                          @builtin(local_invocation_index) lid: u32) {
     let root_fc = nodes[0];
     for (var b = lid; b < 256u; b += WG) {
@@ -200,6 +286,10 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         d1_tid[b] = nodes[3u * d1 + 2u];
     }
     if (lid == 0u) { atomicStore(&wg_count, 0u); }
+//#if PROFILE
+    if (lid < W_COUNT) { atomicStore(&wg_work[lid], 0u); }
+    for (var k = 0u; k < W_COUNT; k++) { pw[k] = 0u; }
+//#endif
     workgroupBarrier();
 
     let n = params.n;
@@ -212,7 +302,7 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     var walking = false;
     var pos = 0u;
     var cand = NO_TOKEN;
-    var cand_len = 0u;  // bytes of cand (known from the walk; tokinfo otherwise)
+    var cand_len = 0u;  // bytes of cand; 0: read them from its tokinfo row
     if (cs < n) {
         if (params.resume == 0u) {
             state[2u * c] = 0u;
@@ -225,42 +315,61 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             walking = st != 0u;
             pos = st - 1u;
             cand = state[2u * c + 1u];
-            if (walking && cand != NO_TOKEN) { cand_len = tok_len(cand); }
         }
     }
     var prev = NO_TOKEN;
-    if (walking) { prev = prev_token(pos, &steps); }
+    var prev_i = vec4<u32>(0u);  // prev's tokinfo and bounds rows
+    var prev_b = vec4<u32>(0u);
+    if (walking) {
+        prev = prev_token(pos, &steps);
+        if (prev != NO_TOKEN) {
+            prev_i = tokinfo[prev];
+            prev_b = bounds[prev];
+        }
+    }
+    // The walk at pos: next byte q, trie node (fc, nc), the last node's token (last_tid).
+    var in_walk = false;
+    var q = 0u;
+    var fc = 0u;
+    var nc = 0u;
+    var last_tid = NO_TOKEN;
+    if (walking && cand == NO_TOKEN) {
+        let b0 = text_byte(pos);
+        fc = d1_fc[b0];
+        nc = d1_nc[b0];
+        cand = d1_tid[b0];  // single bytes are always reachable
+        cand_len = 1u;
+        last_tid = cand;
+        q = pos + 1u;
+        in_walk = true;
+    }
     var own_count = 0u;  // wraps below 0 when a pop removes a token of an earlier dispatch
     // Whether a dead bit may be set in this thread's words: only the walking thread marks its
     // words' positions, so until it pops (or when it resumes an earlier dispatch's walk) none is.
     var dead_any = params.resume != 0u;
     let budget = params.budget;
+    var iters = 0u;
     loop {
         if (!walking) { break; }
         steps += 1u;
-        if (steps + STEP_MAX > budget) {
+        iters += 1u;
+        // A new step (a walk from its start, or a try): it fits in the budget (STEP_MAX), else
+        // stop before it.
+        if ((!in_walk || q == pos + 1u) && steps + STEP_MAX > budget) {
             state[2u * c] = pos + 1u;
-            state[2u * c + 1u] = cand;
+            state[2u * c + 1u] = select(cand, NO_TOKEN, in_walk);
             atomicAdd(&info[1], 1u);
             atomicMax(&info[2], 0xFFFFFFFFu - block);
             atomicMax(&info[3], block + 1u);
             break;
         }
-        if (cand == NO_TOKEN) {
-            // Longest reachable token at pos (at most max_depth steps); the whole word if it
-            // is a token and pos starts the word.
-            let b0 = text_byte(pos);
-            var fc = d1_fc[b0];
-            var nc = d1_nc[b0];
-            cand = d1_tid[b0];  // single bytes are always reachable
-            cand_len = 1u;
-            var q = pos + 1u;
-            var last_tid = cand;
-            loop {
-                steps += 1u;
-                var child = NO_TOKEN;
-                if (q < n && !word_start_at(q)) { child = find_child(fc, nc, text_byte(q)); }
-                if (child == NO_TOKEN) { break; }
+        if (in_walk) {
+            // One trie step: the longest reachable token at pos so far (cand); the whole word
+            // if it is a token and pos starts the word.
+            var child = NO_TOKEN;
+            if (q < n && !word_start_at(q)) { child = find_child(fc, nc, text_byte(q)); }
+            if (child != NO_TOKEN) {
+                work_count(W_STEPS, 1u);
                 // Interiors of tokens hold NO_TOKEN: every byte inside an accepted token was
                 // passed by the walk from its start, and a token start written since then was
                 // cleared again when that token was popped.
@@ -273,7 +382,9 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                 }
                 fc = nodes[3u * child];
                 nc = nodes[3u * child + 1u];
+                continue;
             }
+            in_walk = false;
             // q is where the walk stopped; the word ends there if no child could follow
             // because of a word start (or the slice end) and the node spells a token.
             if (!ALL_REACHABLE && prev == NO_TOKEN && last_tid != NO_TOKEN
@@ -282,45 +393,78 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                 cand_len = q - pos;
             }
         }
-        // Try cand (same iteration as the walk that found it: lanes stay in step).
+        // Try cand (in the iteration that ended its walk: lanes stay in step).
+        work_count(W_TRIES, 1u);
+        let ci = tokinfo[cand];
+        let cb = bounds[cand];
+        if (cand_len == 0u) { cand_len = ci.w >> RANK_BITS; }
         let end = pos + cand_len;
         var ok = !(dead_any && is_dead(end));
-        if (ok && prev != NO_TOKEN) { ok = valid_pair(prev, cand, &steps); }
-        var shorter = NO_TOKEN;
-        if (!ok) { shorter = tokinfo[cand].x; }
+        if (ok && prev != NO_TOKEN) { ok = valid_pair(prev, prev_i, prev_b, cand, ci, cb, &steps); }
+        let shorter = ci.x;
         if (ok || (prev == NO_TOKEN && shorter == NO_TOKEN)) {
+            work_count(W_TOKENS, 1u);
             var emit = cand;
             if (!ok) { emit = BAD_TOKEN; }  // nothing fits at a word start: report, go on
             scratch[pos] = emit;
             if (pos < block_end) { own_count += 1u; } else { atomicAdd(&counts[pos / (WG * CHUNK)], 1u); }
             prev = select(NO_TOKEN, emit, ok);
+            prev_i = ci;
+            prev_b = cb;
             pos = end;
             cand = NO_TOKEN;
             if (pos >= n || (pos >= ce && word_start_at(pos))) {
                 if (params.resume != 0u) { state[2u * c] = 0u; }
                 walking = false;
-            } else if (word_start_at(pos)) {
-                prev = NO_TOKEN;
+            } else {
+                if (word_start_at(pos)) { prev = NO_TOKEN; }
+                let b0 = text_byte(pos);
+                fc = d1_fc[b0];
+                nc = d1_nc[b0];
+                cand = d1_tid[b0];
+                cand_len = 1u;
+                last_tid = cand;
+                q = pos + 1u;
+                in_walk = true;
             }
         } else if (shorter != NO_TOKEN) {
+            work_count(W_SHORTER, 1u);
             cand = shorter;
-            cand_len = tok_len(shorter);
+            cand_len = 0u;
         } else {
             // No token fits at pos after prev: pos is dead; pop prev and retry from its start.
+            work_count(W_POPS, 1u);
             atomicOr(&dead[pos >> 5u], 1u << (pos & 31u));
             dead_any = true;
-            cand_len = tok_len(prev);
+            cand_len = prev_i.w >> RANK_BITS;
             let ps = pos - cand_len;
             scratch[ps] = NO_TOKEN;
             if (ps < block_end) { own_count -= 1u; } else { atomicSub(&counts[ps / (WG * CHUNK)], 1u); }
             cand = prev;
             pos = ps;
             prev = prev_token(pos, &steps);
+            if (prev != NO_TOKEN) {
+                prev_i = tokinfo[prev];
+                prev_b = bounds[prev];
+            }
         }
     }
     atomicAdd(&wg_count, own_count);
+//#if PROFILE
+    work_count(W_ITERS, iters);
+//#if SUBGROUPS
+    let most = subgroupMax(iters);
+    if (lane == 0u) { atomicAdd(&wg_work[W_LOCKSTEP], most); }
+//#endif
+    for (var k = 0u; k < W_COUNT; k++) {
+        if (pw[k] != 0u) { atomicAdd(&wg_work[k], pw[k]); }
+    }
+//#endif
     workgroupBarrier();
     if (lid == 0u && block * WG * CHUNK < n) {
         atomicAdd(&counts[block], atomicLoad(&wg_count));
     }
+//#if PROFILE
+    if (lid < W_COUNT) { atomicAdd(&work[lid], atomicLoad(&wg_work[lid])); }
+//#endif
 }

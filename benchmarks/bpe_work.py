@@ -1,0 +1,355 @@
+"""Hardware-independent work count of the GPU walks: merge-order (``wgsl/encode_bpe.wgsl``) vs
+greedy (``wgsl/encode.wgsl``), issue 15.
+
+    python3 benchmarks/bpe_work.py --help
+    python3 benchmarks/bpe_work.py                         # GPT-2, 1 MB of each of 5 corpora
+    python3 benchmarks/bpe_work.py --mb 4 --variants nested flat
+
+A model, not a timing: each kernel's walk is replayed in Python word by word, exactly as the
+shader does it (same candidates, pair checks, pops, trie steps), and its work is counted in
+*dependent memory loads* (the chain of loads each step waits on: a trie step is the child search
+— 1 load for a node with one child, 9 for the fixed 8-step binary search otherwise — plus the
+child's node; a pair-check iteration is its table loads), per thread and per 32-thread warp in
+lockstep: a warp pays, for every iteration of a loop, the most any of its lanes pays, and a
+nested loop costs its longest lane on every outer iteration. Threads own ``--chunk`` bytes as on
+the GPU (a thread starts at the first word start of its chunk and finishes the word that crosses
+its end). The walk kernels are latency bound (PERFORMANCE.md), so warp-lockstep dependent loads
+per byte is the figure the kernel time follows; the ratio of the two modes is compared with the
+H200's measured kernel ratio.
+
+Variants of the merge-order walk (``--variants``):
+
+* ``nested``: the kernel before this round: one outer iteration per candidate, with the trie walk
+  and the pair check as inner loops;
+* ``flat``: the kernel now: one loop, each iteration one trie step, or one candidate's pair check
+  (``valid_pair``, its first iteration in the step that ends the walk).
+
+Data: the corpora in ``TORCH_GPUBPE_CORPORA`` (default ``../shared/corpora``), the vocab
+``--vocab`` (default tests/data/vocabs/gpt2.tiktoken). No GPU needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from torch_gpubpe import reference  # noqa: E402
+from torch_gpubpe.bpe import NO_TOKEN, bpe_tables  # noqa: E402
+from torch_gpubpe.vocab import Vocab  # noqa: E402
+
+CORPORA = Path(os.environ.get("TORCH_GPUBPE_CORPORA") or REPO.parent / "shared" / "corpora")
+DEFAULT_CORPORA = ["en_novels", "code_cpython_stdlib", "web_html", "en_python_docs", "multi_udhr"]
+WARP = 32
+
+
+class Model:
+    """The vocab's trie (as prefix → (children, token id)) and merge-order tables."""
+
+    def __init__(self, vocab: Vocab):
+        self.vocab = vocab
+        self.t = bpe_tables(vocab)
+        self.toks = vocab.token_bytes
+        self.ids = vocab.bytes_to_id
+        kids: dict[bytes, int] = {}
+        tid: dict[bytes, int] = {}
+        for i, tb in enumerate(self.toks):
+            if self.ids.get(tb) != i:
+                continue
+            tid[tb] = i
+            for k in range(1, len(tb) + 1):
+                kids.setdefault(tb[:k], 0)
+        for p in kids:
+            if len(p) > 1:
+                kids[p[:-1]] += 1
+        self.kids, self.tid = kids, tid
+        self.reach = self.t.split[:, 0] != NO_TOKEN
+        self.pairs = {}
+        p = self.t.pairs.reshape(-1, 3)
+        for a, b, c in p[p[:, 0] != NO_TOKEN].tolist():
+            self.pairs[(a, b)] = c
+        self.rank = self.t.rank.tolist()
+        self.split = self.t.split.tolist()
+        self.bounds = self.t.bounds.tolist()
+        self.next_prefix = self.t.next_prefix.tolist()
+        self._bpe_cache: dict[bytes, list] = {}
+        self._greedy_cache: dict[bytes, list] = {}
+        self.ranks = vocab.bpe_ranks  # (a property that builds the dict)
+        self.fast = False
+
+    # -- pieces of work, in dependent loads -----------------------------------------------
+    def child_cost(self, prefix: bytes) -> int:
+        """Loads of find_child at the node spelled by ``prefix`` (+1 for the found child's
+        node row is added by the caller)."""
+        return 1 if self.kids.get(prefix, 0) <= 1 else 9
+
+    def walk(self, word: bytes, pos: int) -> tuple[int, list[int]]:
+        """Longest token at ``pos`` (reachable, as the BPE walk takes it) and the cost of each
+        iteration of the trie walk (the last one: the failing child search, if any)."""
+        q = pos + 1
+        cand = self.tid[word[pos:q]]
+        costs = []
+        while q < len(word):
+            c = self.child_cost(word[pos:q])
+            if word[pos : q + 1] not in self.kids:
+                costs.append(c)  # the failing search
+                break
+            costs.append(c + 1)
+            q += 1
+            t = self.tid.get(word[pos:q])
+            if t is not None and self.reach[t]:
+                cand = t
+        return cand, costs
+
+    def valid_pair(self, t1: int, t2: int) -> tuple[bool, list[int]]:
+        """bpe.valid_pair, with the loads of each iteration (bounds/tokinfo of the current
+        tokens: 1; the hash probe: 1, + 1 for the merged token's rank on a hit)."""
+        rank, split, bounds, pairs = self.rank, self.split, self.bounds, self.pairs
+        limit = NO_TOKEN
+        costs = []
+        fast = self.fast
+        while True:
+            if max(bounds[t1][0], bounds[t2][1]) >= limit:
+                if not fast or len(costs) != 1:
+                    costs.append(1)
+                return True, costs
+            c = pairs.get((t1, t2))
+            if fast:  # the first iteration: 1 level (probe, tokinfo and bounds of t2 together;
+                # a hit is invalid without the rank), the second's bound test from the first's
+                # rows (no load); later iterations 1 level + 1 for a hit's rank
+                costs.append(1 + (bool(costs) and c is not None))
+            else:
+                costs.append(2 + (c is not None))
+            if c is not None and rank[c] < limit:
+                return False, costs
+            if rank[t1] > rank[t2]:
+                limit = rank[t1]
+                n1 = split[t1][1]
+                if n1 == t1:
+                    limit = rank[t2] + 1
+                    n2 = split[t2][0]
+                    if n2 == t2:
+                        return True, costs
+                    t2 = n2
+                else:
+                    t1 = n1
+            else:
+                limit = rank[t2] + 1
+                n2 = split[t2][0]
+                if n2 == t2:
+                    limit = rank[t1]
+                    n1 = split[t1][1]
+                    if n1 == t1:
+                        return True, costs
+                    t1 = n1
+                else:
+                    t2 = n2
+
+    # -- one word, as the kernels walk it --------------------------------------------------
+    def bpe_events(self, word: bytes) -> list[tuple]:
+        """The merge-order walk of one word: a list of steps (outcome, walk costs, check costs,
+        extra loads), outcome "acc" (accepted), "short" (rejected, a shorter one next), "pop".
+        Checks the result against reference.bpe_encode."""
+        ev = self._bpe_cache.get((word, self.fast))
+        if ev is not None:
+            return ev
+        ev = []
+        toks: list[int] = []
+        dead = set()
+        pos, cand = 0, None
+        while pos < len(word):
+            wc: list[int] = []
+            if cand is None:
+                cand, wc = self.walk(word, pos)
+            end = pos + len(self.toks[cand])
+            ok, vc = end not in dead, []
+            if ok and toks:
+                ok, vc = self.valid_pair(toks[-1], cand)
+            if ok:
+                ev.append(("acc", wc, vc, 0))
+                toks.append(cand)
+                pos, cand = end, None
+            elif self.next_prefix[cand] != NO_TOKEN:
+                ev.append(("short", wc, vc, 1 if self.fast else 2))  # next_prefix, its length
+                cand = self.next_prefix[cand]
+            else:
+                dead.add(pos)
+                cand = toks.pop()
+                pos -= len(self.toks[cand])
+                back = len(self.toks[toks[-1]]) if toks else 0  # prev_token's scan
+                ev.append(("pop", wc, vc, 1 + back))
+        want = reference.bpe_encode(word, self.ranks)
+        got = [int(self.rank[t]) for t in toks]
+        if got != want and [self.ids[self.toks[t]] for t in toks] != want:
+            raise AssertionError(f"model walk differs from reference on {word!r}")
+        self._bpe_cache[(word, self.fast)] = ev
+        return ev
+
+    def greedy_iters(self, word: bytes) -> list[int]:
+        """The greedy walk of one word: the cost of each iteration of its flat loop."""
+        it = self._greedy_cache.get(word)
+        if it is not None:
+            return it
+        it, pos = [], 0
+        while pos < len(word):
+            q, best = pos + 1, 1
+            while True:
+                if q >= len(word):
+                    it.append(1)  # the emit (no child search: word end)
+                    break
+                c = self.child_cost(word[pos:q])
+                if word[pos : q + 1] not in self.kids:
+                    it.append(c)  # failing search + emit
+                    break
+                it.append(c + 1)
+                q += 1
+                if word[pos:q] in self.tid:
+                    best = q - pos
+            pos += best
+        self._greedy_cache[word] = it
+        return it
+
+
+def lanes_of(data: bytes, starts: list[bool], chunk: int) -> list[list[bytes]]:
+    """Words walked by each thread: thread c starts at the first word start in its chunk."""
+    n = len(data)
+    bounds = [i for i in range(n) if starts[i]] + [n]
+    out = []
+    wi = 0
+    for cs in range(0, n, chunk):
+        ce = min(cs + chunk, n)
+        while wi < len(bounds) - 1 and bounds[wi] < cs:
+            wi += 1
+        words = []
+        j = wi
+        while j < len(bounds) - 1 and bounds[j] < ce:
+            words.append(data[bounds[j] : bounds[j + 1]])
+            j += 1
+        out.append(words)
+    return out
+
+
+def warp_cost_flat(seqs: list[list[int]]) -> int:
+    """Lockstep cost of one flat loop: per iteration, the most any lane pays."""
+    m = max((len(s) for s in seqs), default=0)
+    return sum(max((s[k] for s in seqs if k < len(s)), default=0) for k in range(m))
+
+
+def bpe_lane(model: Model, words: list[bytes], variant: str) -> list:
+    """One thread's merge-order work as loop iterations of ``variant``:
+    nested: list of (walk costs, check costs, extra) per outer iteration;
+    flat: list of (branch, cost) per iteration."""
+    steps = []
+    model.fast = variant == "flat-fast"
+    for w in words:
+        steps += model.bpe_events(w)
+    if variant == "nested":
+        return [(sum(wc), sum(vc), x) for _, wc, vc, x in steps]
+    out = []
+    for kind, wc, vc, x in steps:
+        # A slot: the walk's child searches, one per iteration; the one that fails (or the
+        # word end) shares its iteration with the B slot: the candidate's try
+        for c in wc[:-1]:
+            out.append((c, 0))
+        a = wc[-1] if wc else 0
+        if variant == "flat":  # the pair check as an inner loop of the B slot
+            out.append((a, sum(vc) + x + 1))
+        elif variant == "flat-fast":  # and the first two check iterations in one load level
+            out.append((a, sum(vc) + x))
+        else:  # "flat-inc": one pair-check iteration per loop iteration
+            vcs = vc or [0]
+            out.append((a, vcs[0] + 1 + (x if len(vcs) == 1 else 0)))
+            for j, c in enumerate(vcs[1:], 2):
+                out.append((0, c + 1 + (x if j == len(vcs) else 0)))
+    return out
+
+
+def warp_cost_bpe(lanes: list[list], variant: str) -> int:
+    m = max((len(s) for s in lanes), default=0)
+    tot = 0
+    for k in range(m):
+        act = [s[k] for s in lanes if k < len(s)]
+        if variant == "nested":
+            # inner loops in lockstep cost at least their longest lane (a lower bound)
+            tot += 1 + max(a[0] for a in act) + max(a[1] for a in act) + max(a[2] for a in act)
+        else:
+            tot += max(a[0] for a in act) + max(a[1] for a in act)
+    return tot
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--vocab", type=Path, default=REPO / "tests" / "data" / "vocabs" / "gpt2.tiktoken")
+    ap.add_argument("--corpora", nargs="+", default=DEFAULT_CORPORA)
+    ap.add_argument("--mb", type=float, default=1.0, help="MB of each corpus")
+    ap.add_argument("--chunk", type=int, default=32)
+    ap.add_argument("--variants", nargs="+", default=["nested", "flat"])
+    args = ap.parse_args()
+    vocab = Vocab.load(args.vocab).with_mode("bpe")
+    model = Model(vocab)
+    print(f"vocab {args.vocab.name} ({len(vocab)} ids), chunk {args.chunk} bytes, warp {WARP}; "
+          f"units: dependent loads")
+    print("| corpus | MB | tokens/byte | greedy warp loads/byte | "
+          + " | ".join(f"{v} warp loads/byte | {v}/greedy" for v in args.variants)
+          + " | pops/token | shorter tries/token | pair-check iterations/token | "
+            "thread loads/byte greedy, bpe |")
+    print("|---|---:|---:|---:|" + "---:|---:|" * len(args.variants) + "---:|---:|---:|---:|")
+    tot = {"bytes": 0, "greedy": 0, **{v: 0 for v in args.variants}}
+    for name in args.corpora:
+        data_docs = []
+        total = 0
+        with gzip.open(CORPORA / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
+            for line in f:
+                b = json.loads(line)["text"].encode()
+                data_docs.append(b)
+                total += len(b)
+                if total >= args.mb * 1e6:
+                    break
+        data = b"".join(data_docs)
+        starts = []
+        for d in data_docs:
+            starts += reference.word_starts(d)
+        lanes = lanes_of(data, starts, args.chunk)
+        g = 0
+        costs = {v: 0 for v in args.variants}
+        ntok = npop = ntry = nvp = 0
+        lane_g = lane_b = 0
+        for w0 in range(0, len(lanes), WARP):
+            warp = lanes[w0 : w0 + WARP]
+            gseq = [[c for w in ws for c in model.greedy_iters(w)] for ws in warp]
+            g += warp_cost_flat(gseq)
+            lane_g += sum(map(sum, gseq))
+            for v in args.variants:
+                costs[v] += warp_cost_bpe([bpe_lane(model, ws, v) for ws in warp], v)
+            for ws in warp:
+                model.fast = False
+                for w in ws:
+                    for kind, wc, vc, x in model.bpe_events(w):
+                        npop += kind == "pop"
+                        ntry += kind == "short"
+                        ntok += (kind == "acc") - (kind == "pop")
+                        nvp += len(vc)
+                        lane_b += sum(wc) + sum(vc) + x + 1
+        n = len(data)
+        tot["bytes"] += n
+        tot["greedy"] += g
+        for v in args.variants:
+            tot[v] += costs[v]
+        print(f"| {name} | {n / 1e6:.2f} | {ntok / n:.3f} | {g / n:.2f} | "
+              + " | ".join(f"{costs[v] / n:.2f} | {costs[v] / g:.2f}" for v in args.variants)
+              + f" | {npop / ntok:.4f} | {ntry / ntok:.4f} | {nvp / ntok:.2f} | "
+                f"{lane_g / n:.2f}, {lane_b / n:.2f} |", flush=True)
+    n = tot["bytes"]
+    print(f"| all | {n / 1e6:.2f} | | {tot['greedy'] / n:.2f} | "
+          + " | ".join(f"{tot[v] / n:.2f} | {tot[v] / tot['greedy']:.2f}" for v in args.variants)
+          + " | | | | |")
+
+
+if __name__ == "__main__":
+    main()
