@@ -19,10 +19,21 @@ H200's measured kernel ratio.
 
 Variants of the merge-order walk (``--variants``):
 
-* ``nested``: the kernel before this round: one outer iteration per candidate, with the trie walk
-  and the pair check as inner loops;
-* ``flat``: the kernel now: one loop, each iteration one trie step, or one candidate's pair check
-  (``valid_pair``, its first iteration in the step that ends the walk).
+* ``nested``: the kernel before 2026-12-01 noon: one outer iteration per candidate, with the trie
+  walk and the pair check as inner loops (a subgroup waits for its longest walk, then for its
+  longest check, on every candidate);
+* ``flat``: one loop, each iteration one trie step, or (in the iteration that ends the walk) the
+  try of the candidate with its whole pair check; the check as before;
+* ``flat-fast``: the kernel now: ``flat``, and the pair check's first two steps cost one load
+  level (the hash probe issued with the candidate's rows; the hit needs no rank; the second
+  step's bound test from the rows' spine bounds ``gpu_bounds``), a shorter candidate's length
+  from its row.
+
+``--gpu`` also encodes the same documents with ``Tokenizer(mode="bpe")`` and prints the PROFILE
+counters of the real kernel (``torch_gpubpe.encoder_bpe.walk_work``): walk-loop iterations,
+trie steps, tries, pair checks, backtracks, hash probes, and the subgroup lockstep iterations
+(any adapter; the counts do not depend on it except ``lockstep``, which depends on the subgroup
+size).
 
 Data: the corpora in ``TORCH_GPUBPE_CORPORA`` (default ``../shared/corpora``), the vocab
 ``--vocab`` (default tests/data/vocabs/gpt2.tiktoken). No GPU needed.
@@ -43,6 +54,8 @@ sys.path.insert(0, str(REPO))
 from torch_gpubpe import reference  # noqa: E402
 from torch_gpubpe.bpe import NO_TOKEN, bpe_tables  # noqa: E402
 from torch_gpubpe.vocab import Vocab  # noqa: E402
+
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 CORPORA = Path(os.environ.get("TORCH_GPUBPE_CORPORA") or REPO.parent / "shared" / "corpora")
 DEFAULT_CORPORA = ["en_novels", "code_cpython_stdlib", "web_html", "en_python_docs", "multi_udhr"]
@@ -287,9 +300,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vocab", type=Path, default=REPO / "tests" / "data" / "vocabs" / "gpt2.tiktoken")
     ap.add_argument("--corpora", nargs="+", default=DEFAULT_CORPORA)
-    ap.add_argument("--mb", type=float, default=1.0, help="MB of each corpus")
+    ap.add_argument("--mb", type=float, default=1.0,
+                    help="MB of each corpus (documents cut to a quarter of it)")
     ap.add_argument("--chunk", type=int, default=32)
-    ap.add_argument("--variants", nargs="+", default=["nested", "flat"])
+    ap.add_argument("--variants", nargs="+", default=["nested", "flat", "flat-fast"])
+    ap.add_argument("--gpu", action="store_true", help="also the real kernel's work counters")
     args = ap.parse_args()
     vocab = Vocab.load(args.vocab).with_mode("bpe")
     model = Model(vocab)
@@ -301,12 +316,18 @@ def main() -> None:
             "thread loads/byte greedy, bpe |")
     print("|---|---:|---:|---:|" + "---:|---:|" * len(args.variants) + "---:|---:|---:|---:|")
     tot = {"bytes": 0, "greedy": 0, **{v: 0 for v in args.variants}}
+    gpu_rows: list = []
+    if args.gpu:
+        from torch_gpubpe import Tokenizer
+        from torch_gpubpe.encoder_bpe import walk_work
+
+        gtok = Tokenizer(vocab, mode="bpe", chunk_bytes=args.chunk)
     for name in args.corpora:
         data_docs = []
         total = 0
         with gzip.open(CORPORA / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
             for line in f:
-                b = json.loads(line)["text"].encode()
+                b = json.loads(line)["text"][: int(args.mb * 250_000)].encode()
                 data_docs.append(b)
                 total += len(b)
                 if total >= args.mb * 1e6:
@@ -337,6 +358,8 @@ def main() -> None:
                         nvp += len(vc)
                         lane_b += sum(wc) + sum(vc) + x + 1
         n = len(data)
+        if args.gpu:
+            gpu_rows.append((name, walk_work(gtok, data_docs)))
         tot["bytes"] += n
         tot["greedy"] += g
         for v in args.variants:
@@ -349,6 +372,19 @@ def main() -> None:
     print(f"| all | {n / 1e6:.2f} | | {tot['greedy'] / n:.2f} | "
           + " | ".join(f"{tot[v] / n:.2f} | {tot[v] / tot['greedy']:.2f}" for v in args.variants)
           + " | | | | |")
+    if gpu_rows:
+        keys = ["iters", "steps", "tries", "checks", "check_loop", "unwind", "probes",
+                "shorter", "pops", "scan", "lockstep"]
+        sg = gpu_rows[0][1]["subgroup_size"]
+        print(f"\nGPU kernel work counters (walk_work), per 1,000 bytes; lockstep: subgroups of "
+              f"{sg} lanes x their longest lane's iterations")
+        print("| corpus | " + " | ".join(keys) + " | tokens/byte |")
+        print("|---|" + "---:|" * (len(keys) + 1))
+        for name, w in gpu_rows:
+            b = w["bytes"] / 1000
+            vals = [w[k] / b for k in keys[:-1]] + [w["lockstep"] * max(sg, 1) / b]
+            print(f"| {name} | " + " | ".join(f"{x:.1f}" for x in vals)
+                  + f" | {w['output_tokens'] / w['bytes']:.3f} |")
 
 
 if __name__ == "__main__":
