@@ -14,6 +14,16 @@ digits, ``=``, ``ş``, emoji, ``ab`` alternating) and the same character(s) spli
 are compared. Every long-word result is checked against a run oracle (one-byte runs) or the
 serial path on its first MB. Ends with the SM clock, the machine, the date and the command.
 
+``--mode bpe`` (issue 15): the same cases in merge-order mode (``Tokenizer(vocab, mode="bpe")``,
+default vocab GPT-2's ``tests/data/vocabs/gpt2.tiktoken``). A merge-order word is walked by ONE
+GPU thread, continued across dispatches (there is no parallel path in that mode: see
+docs/PERFORMANCE.md), so the table shows that serial cost: time, MB/s, the walk dispatches it
+took. The first 64 KB of each long word are checked against the Python backtracking encoder
+(``torch_gpubpe.bpe.backtrack_encode``, itself tested against tiktoken), leaving out the last 64
+tokens (a prefix of a word ends inside it). Example::
+
+    python3 benchmarks/long_word.py --mode bpe --mb 1 --repeat 1
+
 Data: none (the inputs are generated); the vocab is trained with ``reference.train`` on the
 corpora in ``TORCH_GPUBPE_CORPORA`` (or ``../shared/corpora``, else ``tests/data/corpora``) plus a
 few runs, or read from ``--vocab``.
@@ -121,8 +131,13 @@ def main() -> None:
     ap.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     ap.add_argument("--serial", action="store_true",
                     help="also time long_word_bytes=None (one thread per word) and compare ids")
+    ap.add_argument("--mode", choices=["greedy", "bpe"], default="greedy",
+                    help="bpe: merge-order mode (its serial walk), default vocab GPT-2's")
     args = ap.parse_args()
     nbytes = int(args.mb * 1_000_000)
+    if args.mode == "bpe":
+        bpe_main(args, nbytes)
+        return
     vocab = get_vocab(args)
     tok = Tokenizer(vocab)
     serial = Tokenizer(vocab, long_word_bytes=None)
@@ -160,6 +175,45 @@ def main() -> None:
     print(f"\n{mon.summary()}")
     print(f"worst ratio long/split: {max(r['long_s'] / r['split_s'] for r in rows):.2f} "
           "(issue 17 target: <= 3)")
+    print_footer()
+
+
+def bpe_main(args, nbytes: int) -> None:
+    """--mode bpe: the serial merge-order walk of one long word vs the same bytes split."""
+    from torch_gpubpe.bpe import backtrack_encode, bpe_tables
+
+    path = args.vocab or str(REPO / "tests" / "data" / "vocabs" / "gpt2.tiktoken")
+    vocab = Vocab.load(path).with_mode("bpe")
+    tables = bpe_tables(vocab)
+    tok = Tokenizer(vocab, mode="bpe")
+    tok.encode(b"warm up " * 1000)
+    sess = tok._session()
+    print(f"merge-order mode, vocab {Path(path).name} ({len(vocab)} ids); adapter: "
+          f"{sess.gpu.adapter_name}; SM clock at start {sm_clock_now()}; walk budget "
+          f"{sess.budget} loop iterations per thread per dispatch\n")
+    print(f"{'case':<12} {'long word':>11} {'split':>9} {'ratio':>7} {'MB/s long':>10} "
+          f"{'dispatches':>10}")
+    rows = []
+    with GPUMonitor() as mon:
+        for name in args.cases:
+            unit, split_unit = CASES[name]
+            long_doc = unit * (nbytes // len(unit))
+            split_doc = split_unit * (nbytes // len(split_unit))
+            d0 = sess.continuation_dispatches
+            t_long, ids = best(tok, long_doc, args.repeat)
+            disp = (sess.continuation_dispatches - d0) // args.repeat
+            head = long_doc[: (1 << 16) // len(unit) * len(unit)]
+            want = backtrack_encode(head, vocab, tables)
+            got = ids[: len(want)].tolist()
+            assert got[: len(want) - 64] == want[: len(want) - 64], f"{name}: ids differ"
+            t_split, _ = best(tok, split_doc, args.repeat)
+            print(f"{name:<12} {t_long * 1e3:>9.1f}ms {t_split * 1e3:>7.1f}ms "
+                  f"{t_long / t_split:>7.1f} {len(long_doc) / t_long / 1e6:>10.2f} {disp:>10}",
+                  flush=True)
+            rows.append({"case": name, "long_s": t_long, "split_s": t_split})
+    print(f"\n{mon.summary()}")
+    print(f"worst ratio long/split: {max(r['long_s'] / r['split_s'] for r in rows):.1f} "
+          "(merge-order mode: serial walk, see docs/PERFORMANCE.md)")
     print_footer()
 
 

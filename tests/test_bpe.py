@@ -551,3 +551,76 @@ def test_gpu_unreachable_tokens(docs):
 
 
 _UNREACHABLE_TOK: dict = {}
+
+
+def _replay_counts(docs, vocab: Vocab) -> tuple[list[list[int]], dict[str, int]]:
+    """The GPU walk's work counters (encoder_bpe.walk_work), counted by replaying the walk in
+    Python word by word: trie steps (bytes the trie walk extends a match by), candidates tried,
+    pair checks, shorter candidates, backtracks, tokens accepted."""
+    t = bpe_tables(vocab)
+    toks_b = vocab.token_bytes
+    prefixes = {tb[:k] for i, tb in enumerate(toks_b) for k in range(1, len(tb) + 1)}
+    ids = vocab.bytes_to_id
+    c = dict.fromkeys(("steps", "tries", "checks", "shorter", "pops", "tokens"), 0)
+    out = []
+    for d in docs:
+        doc = []
+        for w in reference.split_words(reference.to_bytes(d)):
+            toks, dead, pos, cand = [], set(), 0, None
+            while pos < len(w):
+                if cand is None:
+                    k = 1
+                    while pos + k < len(w) and w[pos : pos + k + 1] in prefixes:
+                        k += 1
+                    c["steps"] += k - 1
+                    cand = next(ids[w[pos : pos + j]] for j in range(k, 0, -1)
+                                if w[pos : pos + j] in ids)
+                c["tries"] += 1
+                end = pos + len(toks_b[cand])
+                ok = end not in dead
+                if ok and toks:
+                    c["checks"] += 1
+                    ok = valid_pair(t, toks[-1], cand)
+                if ok:
+                    c["tokens"] += 1
+                    toks.append(cand)
+                    pos, cand = end, None
+                elif t.next_prefix[cand] != 0xFFFFFFFF:
+                    c["shorter"] += 1
+                    cand = int(t.next_prefix[cand])
+                else:
+                    c["pops"] += 1
+                    dead.add(pos)
+                    cand = toks.pop()
+                    pos -= len(toks_b[cand])
+            doc += toks
+        out.append(doc)
+    return out, c
+
+
+@gpu
+def test_gpu_walk_work_counters(gpt2, gpt2_tok, gpt2_tt):
+    """The PROFILE build's counters (benchmarks/bpe_work.py --gpu) count exactly the walk's
+    work, and that build's ids are tiktoken's."""
+    from torch_gpubpe.encoder_bpe import walk_work
+
+    docs = [d for n in ("en_novels", "code_cpython_stdlib", "web_html")
+            for d in corpus_docs(n, 4_000, max_doc_bytes=2_000)]
+    docs += ["ab" * 100, "Donaudampfschifffahrtsgesellschaftskapitän " * 5, "1234567" * 20]
+    ids: list = []
+    w = walk_work(gpt2_tok, docs, ids_out=ids)
+    want_ids, want = _replay_counts(docs, gpt2)
+    assert_same([x.tolist() for x in ids], [gpt2_tt.encode_ordinary(d) for d in docs], "PROFILE")
+    assert_same([x.tolist() for x in ids], want_ids, "replay")
+    assert w["dispatches"] == 1  # no continuation: a resumed walk walks its trie again
+    assert {k: w[k] for k in want} == want
+    assert want["pops"] > 0 and want["shorter"] > 0 and want["checks"] > 100
+    assert w["iters"] == w["steps"] + w["tries"]
+    assert w["output_tokens"] == w["tokens"] - w["pops"] == sum(map(len, want_ids))
+    assert w["checks"] >= w["check_loop"] > 0 and w["probes"] >= w["checks"]
+    assert w["unwind"] >= w["check_loop"] and w["scan"] >= w["pops"]
+    sg = w["subgroup_size"]
+    if sg:  # lockstep: per subgroup its longest lane, so between the mean and the total
+        assert w["iters"] / sg <= w["lockstep"] <= w["iters"]
+    again = gpt2_tok.encode_batch(docs)  # the normal session is back
+    assert_same(again.tolist(), want_ids, "after walk_work")

@@ -110,7 +110,7 @@ def junction_ok(tok, pieces: list[np.ndarray], ids: np.ndarray) -> bool:
     return ok
 
 
-def walk_work(tokenizer, documents) -> dict[str, int]:
+def walk_work(tokenizer, documents, ids_out: list | None = None) -> dict[str, int]:
     """Work counts of the merge-order walk over ``documents`` (a hardware-independent cost
     measure, issue 15): encodes them once with the PROFILE build of ``wgsl/encode_bpe.wgsl``
     in a fresh session of ``tokenizer`` (mode ``"bpe"``), then restores the normal session.
@@ -123,6 +123,7 @@ def walk_work(tokenizer, documents) -> dict[str, int]:
     ``tokens``: tokens accepted, pops not subtracted; ``lockstep``: the sum over subgroups of
     their longest lane's iterations, 0 without subgroups), plus ``bytes``, ``output_tokens``,
     ``subgroup_size`` (0: none) and ``dispatches`` (walk dispatches, continuations included).
+    ``ids_out``: a list that receives the ids of each document (those of the PROFILE build).
 
     Raises:
         ValueError: ``tokenizer`` is not in merge-order mode.
@@ -142,6 +143,8 @@ def walk_work(tokenizer, documents) -> dict[str, int]:
         out["output_tokens"] = sum(len(x) for x in ids)
         out["subgroup_size"] = int(g.subgroup_size or 0) if "SUBGROUPS" in g.flags else 0
         out["dispatches"] = sess.slices + sess.continuation_dispatches
+        if ids_out is not None:
+            ids_out.extend(ids)
         return out
     finally:
         tokenizer._bpe_work = False

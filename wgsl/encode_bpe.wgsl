@@ -76,7 +76,7 @@ const RANK_MASK: u32 = 0x3FFFFu;
 // Work counters of PROFILE builds (binding 18; torch_gpubpe.encoder_bpe.walk_work): totals over
 // the threads of a run, and W_LOCKSTEP: the sum over subgroups of the most walk-loop iterations
 // any lane of the subgroup ran (what the subgroup runs in lockstep; subgroup builds only).
-const W_ITERS: u32 = 0u;       // iterations of the walk loop
+const W_ITERS: u32 = 0u;       // iterations of the walk loop (= W_STEPS + W_TRIES)
 const W_STEPS: u32 = 1u;       // trie steps (a child found)
 const W_TRIES: u32 = 2u;       // candidates tried
 const W_CHECKS: u32 = 3u;      // pair checks (valid_pair calls)
@@ -352,7 +352,6 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     loop {
         if (!walking) { break; }
         steps += 1u;
-        iters += 1u;
         // A new step (a walk from its start, or a try): it fits in the budget (STEP_MAX), else
         // stop before it.
         if ((!in_walk || q == pos + 1u) && steps + STEP_MAX > budget) {
@@ -363,6 +362,7 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             atomicMax(&info[3], block + 1u);
             break;
         }
+        iters += 1u;
         if (in_walk) {
             // One trie step: the longest reachable token at pos so far (cand); the whole word
             // if it is a token and pos starts the word.
