@@ -333,6 +333,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     var fc = 0u;
     var nc = 0u;
     var last_tid = NO_TOKEN;
+    var stop = NO_TOKEN;   // where the last walk stopped, and whether a word starts there
+    var stop_ws = false;
     if (walking && cand == NO_TOKEN) {
         let b0 = text_byte(pos);
         fc = d1_fc[b0];
@@ -367,7 +369,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             // One trie step: the longest reachable token at pos so far (cand); the whole word
             // if it is a token and pos starts the word.
             var child = NO_TOKEN;
-            if (q < n && !word_start_at(q)) { child = find_child(fc, nc, text_byte(q)); }
+            let ws_q = q >= n || word_start_at(q);
+            if (!ws_q) { child = find_child(fc, nc, text_byte(q)); }
             if (child != NO_TOKEN) {
                 work_count(W_STEPS, 1u);
                 // Interiors of tokens hold NO_TOKEN: every byte inside an accepted token was
@@ -385,10 +388,11 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                 continue;
             }
             in_walk = false;
+            stop = q;
+            stop_ws = ws_q;
             // q is where the walk stopped; the word ends there if no child could follow
             // because of a word start (or the slice end) and the node spells a token.
-            if (!ALL_REACHABLE && prev == NO_TOKEN && last_tid != NO_TOKEN
-                && (q >= n || word_start_at(q))) {
+            if (!ALL_REACHABLE && prev == NO_TOKEN && last_tid != NO_TOKEN && ws_q) {
                 cand = last_tid;
                 cand_len = q - pos;
             }
@@ -413,11 +417,14 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             prev_b = cb;
             pos = end;
             cand = NO_TOKEN;
-            if (pos >= n || (pos >= ce && word_start_at(pos))) {
+            // Whether pos starts a word (or ends the slice): known when the walk stopped there.
+            var ws = stop_ws;
+            if (pos != stop) { ws = pos >= n || word_start_at(pos); }
+            if (pos >= n || (pos >= ce && ws)) {
                 if (params.resume != 0u) { state[2u * c] = 0u; }
                 walking = false;
             } else {
-                if (word_start_at(pos)) { prev = NO_TOKEN; }
+                if (ws) { prev = NO_TOKEN; }
                 let b0 = text_byte(pos);
                 fc = d1_fc[b0];
                 nc = d1_nc[b0];
