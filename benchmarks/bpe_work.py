@@ -24,10 +24,10 @@ Variants of the merge-order walk (``--variants``):
   longest check, on every candidate);
 * ``flat``: one loop, each iteration one trie step, or (in the iteration that ends the walk) the
   try of the candidate with its whole pair check; the check as before;
-* ``flat-fast``: the kernel now: ``flat``, and the pair check's first two steps cost one load
-  level (the hash probe issued with the candidate's rows; the hit needs no rank; the second
-  step's bound test from the rows' spine bounds ``gpu_bounds``), a shorter candidate's length
-  from its row.
+* ``flat-fast``: the kernel now: ``flat``, and each step of the pair check one round of loads
+  (the hash probe issued with the rows of the token unwound to; the first step's hit needs no
+  rank; the bound test after an unwinding reads the spine bounds of the unwound part from the
+  rows already loaded, ``gpu_bounds``), a shorter candidate's length from its row.
 
 ``--gpu`` also encodes the same documents with ``Tokenizer(mode="bpe")`` and prints the PROFILE
 counters of the real kernel (``torch_gpubpe.encoder_bpe.walk_work``): walk-loop iterations,

@@ -117,8 +117,8 @@ def walk_work(tokenizer, documents, ids_out: list | None = None) -> dict[str, in
 
     Returns the totals of :data:`WORK_COUNTERS` (``iters``: walk-loop iterations summed over
     threads; ``steps``: trie steps; ``tries``: candidates tried; ``checks``: pair checks;
-    ``check_loop``: those not decided by their first two steps; ``unwind``: iterations of the
-    pair check's loop; ``probes``: hash probes; ``shorter``: candidates rejected for a shorter
+    ``check_loop``: those not decided in their first step (one round of loads each); ``unwind``:
+    their further steps; ``probes``: hash probes; ``shorter``: candidates rejected for a shorter
     one; ``pops``: backtracks; ``scan``: steps of the scan back for the previous token;
     ``tokens``: tokens accepted, pops not subtracted; ``lockstep``: the sum over subgroups of
     their longest lane's iterations, 0 without subgroups), plus ``bytes``, ``output_tokens``,

@@ -80,8 +80,8 @@ const W_ITERS: u32 = 0u;       // iterations of the walk loop (= W_STEPS + W_TRI
 const W_STEPS: u32 = 1u;       // trie steps (a child found)
 const W_TRIES: u32 = 2u;       // candidates tried
 const W_CHECKS: u32 = 3u;      // pair checks (valid_pair calls)
-const W_CHECK_LOOP: u32 = 4u;  // pair checks not decided by their first two steps
-const W_UNWIND: u32 = 5u;      // iterations of valid_pair's general loop
+const W_CHECK_LOOP: u32 = 4u;  // pair checks not decided in their first step
+const W_UNWIND: u32 = 5u;      // their further steps
 const W_PROBES: u32 = 6u;      // hash probes
 const W_SHORTER: u32 = 7u;     // candidates rejected for a shorter one
 const W_POPS: u32 = 8u;        // backtracks (a token popped)
@@ -162,90 +162,59 @@ fn pair_lookup(a: u32, b: u32, steps: ptr<function, u32>) -> u32 {
 // is_valid_token_pair with ranks): unwind the later-ranked token's last merge, and fail when a
 // merge across the seam would have come before what is still allowed (limit); stop (valid) when
 // no merge across the seam can rank below the limit any more (spine bounds). i1, b1, i2, b2:
-// the tokens' tokinfo and bounds rows (the caller has them). The first two steps of bpe.py's
-// loop need no load but the hash probe (which does not wait for the rows): the first has limit
-// = NO_TOKEN, so any merge (t1, t2) fails the pair without its rank; the second's bound test
-// reads the rows' spine bounds of the unwound part. Most pairs end there.
-fn valid_pair(t1_in: u32, i1_in: vec4<u32>, b1: vec4<u32>, t2_in: u32, i2_in: vec4<u32>,
-              b2: vec4<u32>, steps: ptr<function, u32>) -> bool {
+// the tokens' tokinfo and bounds rows (the caller has them). Each step waits for one round of
+// loads: the hash probe of the current pair together with the rows of the token just unwound
+// to (issued before the bound test, which reads the spine bounds of the unwound part from the
+// rows already there: b1.z = R[right(t1)], b2.w = L[left(t2)]). The first step has limit =
+// NO_TOKEN, so any merge (t1, t2) fails the pair without its rank. Most pairs end in 1 step.
+fn valid_pair(t1_in: u32, i1_in: vec4<u32>, b1_in: vec4<u32>, t2_in: u32, i2_in: vec4<u32>,
+              b2_in: vec4<u32>, steps: ptr<function, u32>) -> bool {
     work_count(W_CHECKS, 1u);
-    *steps += 1u;
-    let hit = pair_lookup(t1_in, t2_in, steps);
-    if (max(b1.x, b2.y) == NO_TOKEN) { return true; }
-    if (hit != NO_TOKEN) { return false; }
     var t1 = t1_in;
     var t2 = t2_in;
     var i1 = i1_in;
     var i2 = i2_in;
-    var limit = 0u;
-    var bound = 0u;
-    let r1 = i1.w & RANK_MASK;
-    let r2 = i2.w & RANK_MASK;
-    if (r1 > r2) {
-        limit = r1;
-        if (i1.z == t1) {
-            limit = r2 + 1u;
-            if (i2.y == t2) { return true; }
-            t2 = i2.y;
-            i2 = tokinfo[t2];
-            bound = max(b1.x, b2.w);
-        } else {
-            t1 = i1.z;
-            i1 = tokinfo[t1];
-            bound = max(b1.z, b2.y);
-        }
-    } else {
-        limit = r2 + 1u;
-        if (i2.y == t2) {
-            limit = r1;
-            if (i1.z == t1) { return true; }
-            t1 = i1.z;
-            i1 = tokinfo[t1];
-            bound = max(b1.z, b2.y);
-        } else {
-            t2 = i2.y;
-            i2 = tokinfo[t2];
-            bound = max(b1.x, b2.w);
-        }
-    }
-    if (bound >= limit) { return true; }
-    work_count(W_CHECK_LOOP, 1u);
-    // bpe.py's loop from its lookup on: lookup, unwind, bound test.
-    for (var g = 1u; g < UNWIND; g++) {
+    var b1 = b1_in;
+    var b2 = b2_in;
+    if (max(b1.x, b2.y) == NO_TOKEN) { return true; }  // bpe.py's first bound test
+    var limit = NO_TOKEN;
+    for (var g = 0u; g < UNWIND; g++) {
         *steps += 1u;
-        work_count(W_UNWIND, 1u);
+        if (g == 1u) { work_count(W_CHECK_LOOP, 1u); }
+        if (g >= 1u) { work_count(W_UNWIND, 1u); }
         let c = pair_lookup(t1, t2, steps);
-        if (c != NO_TOKEN && tok_rank(c) < limit) { return false; }
+        if (c != NO_TOKEN && (limit == NO_TOKEN || tok_rank(c) < limit)) { return false; }
         let q1 = i1.w & RANK_MASK;
         let q2 = i2.w & RANK_MASK;
+        var move1 = false;  // unwind t1 (to its right part), else t2 (to its left part)
         if (q1 > q2) {
             limit = q1;
-            let n1 = i1.z;
-            if (n1 == t1) {
+            move1 = i1.z != t1;
+            if (!move1) {
                 limit = q2 + 1u;
-                let n2 = i2.y;
-                if (n2 == t2) { return true; }
-                t2 = n2;
-                i2 = tokinfo[t2];
-            } else {
-                t1 = n1;
-                i1 = tokinfo[t1];
+                if (i2.y == t2) { return true; }
             }
         } else {
             limit = q2 + 1u;
-            let n2 = i2.y;
-            if (n2 == t2) {
+            move1 = i2.y == t2;
+            if (move1) {
                 limit = q1;
-                let n1 = i1.z;
-                if (n1 == t1) { return true; }
-                t1 = n1;
-                i1 = tokinfo[t1];
-            } else {
-                t2 = n2;
-                i2 = tokinfo[t2];
+                if (i1.z == t1) { return true; }
             }
         }
-        if (max(bounds[t1].x, bounds[t2].y) >= limit) { return true; }
+        var bound = 0u;
+        if (move1) {
+            bound = max(b1.z, b2.y);
+            t1 = i1.z;
+            i1 = tokinfo[t1];
+            b1 = bounds[t1];
+        } else {
+            bound = max(b1.x, b2.w);
+            t2 = i2.y;
+            i2 = tokinfo[t2];
+            b2 = bounds[t2];
+        }
+        if (bound >= limit) { return true; }
     }
     return true;  // not reached: UNWIND bounds the unwinding (host)
 }
