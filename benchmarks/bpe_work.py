@@ -27,7 +27,8 @@ Variants of the merge-order walk (``--variants``):
 * ``flat-fast``: the kernel now: ``flat``, and each step of the pair check one round of loads
   (the hash probe issued with the rows of the token unwound to; the first step's hit needs no
   rank; the bound test after an unwinding reads the spine bounds of the unwound part from the
-  rows already loaded, ``gpu_bounds``), a shorter candidate's length from its row.
+  rows already loaded, ``gpu_bounds``), a shorter candidate's length from its row, and a
+  backtrack without the scan back for the token before the popped one (kept in a register).
 
 ``--gpu`` also encodes the same documents with ``Tokenizer(mode="bpe")`` and prints the PROFILE
 counters of the real kernel (``torch_gpubpe.encoder_bpe.walk_work``): walk-loop iterations,
@@ -196,6 +197,8 @@ class Model:
                 cand = toks.pop()
                 pos -= len(self.toks[cand])
                 back = len(self.toks[toks[-1]]) if toks else 0  # prev_token's scan
+                if self.fast and not (ev and ev[-1][0] == "pop"):
+                    back = 0  # the token before the popped one is kept (pprev)
                 ev.append(("pop", wc, vc, 1 + back))
         want = reference.bpe_encode(word, self.ranks)
         got = [int(self.rank[t]) for t in toks]

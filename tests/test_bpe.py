@@ -618,7 +618,7 @@ def test_gpu_walk_work_counters(gpt2, gpt2_tok, gpt2_tt):
     assert w["iters"] == w["steps"] + w["tries"]
     assert w["output_tokens"] == w["tokens"] - w["pops"] == sum(map(len, want_ids))
     assert w["checks"] >= w["check_loop"] > 0 and w["probes"] >= w["checks"]
-    assert w["unwind"] >= w["check_loop"] and w["scan"] >= w["pops"]
+    assert w["unwind"] >= w["check_loop"] and w["scan"] < w["pops"]  # (a pop scans rarely)
     sg = w["subgroup_size"]
     if sg:  # lockstep: per subgroup its longest lane, so between the mean and the total
         assert w["iters"] / sg <= w["lockstep"] <= w["iters"]

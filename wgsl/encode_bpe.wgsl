@@ -289,6 +289,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     var prev = NO_TOKEN;
     var prev_i = vec4<u32>(0u);  // prev's tokinfo and bounds rows
     var prev_b = vec4<u32>(0u);
+    var pprev = NO_TOKEN;        // the token before prev (= prev_token(prev's start)), if known
+    var pprev_known = false;
     if (walking) {
         prev = prev_token(pos, &steps);
         if (prev != NO_TOKEN) {
@@ -381,6 +383,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             if (!ok) { emit = BAD_TOKEN; }  // nothing fits at a word start: report, go on
             scratch[pos] = emit;
             if (pos < block_end) { own_count += 1u; } else { atomicAdd(&counts[pos / (WG * CHUNK)], 1u); }
+            pprev = prev;
+            pprev_known = true;
             prev = select(NO_TOKEN, emit, ok);
             prev_i = ci;
             prev_b = cb;
@@ -418,7 +422,12 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             if (ps < block_end) { own_count -= 1u; } else { atomicSub(&counts[ps / (WG * CHUNK)], 1u); }
             cand = prev;
             pos = ps;
-            prev = prev_token(pos, &steps);
+            if (pprev_known) {  // the token before the popped one, kept: no scan back
+                prev = pprev;
+            } else {
+                prev = prev_token(pos, &steps);
+            }
+            pprev_known = false;
             if (prev != NO_TOKEN) {
                 prev_i = tokinfo[prev];
                 prev_b = bounds[prev];
