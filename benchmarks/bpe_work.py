@@ -176,7 +176,7 @@ class Model:
         ev = []
         toks: list[int] = []
         dead = set()
-        pos, cand = 0, None
+        pos, cand, known = 0, None, True
         while pos < len(word):
             wc: list[int] = []
             if cand is None:
@@ -186,6 +186,7 @@ class Model:
             if ok and toks:
                 ok, vc = self.valid_pair(toks[-1], cand)
             if ok:
+                known = True
                 ev.append(("acc", wc, vc, 0))
                 toks.append(cand)
                 pos, cand = end, None
@@ -197,8 +198,9 @@ class Model:
                 cand = toks.pop()
                 pos -= len(self.toks[cand])
                 back = len(self.toks[toks[-1]]) if toks else 0  # prev_token's scan
-                if self.fast and not (ev and ev[-1][0] == "pop"):
+                if self.fast and known:
                     back = 0  # the token before the popped one is kept (pprev)
+                known = False
                 ev.append(("pop", wc, vc, 1 + back))
         want = reference.bpe_encode(word, self.ranks)
         got = [int(self.rank[t]) for t in toks]
