@@ -149,7 +149,7 @@ def test_spilled_counting_is_exact(monkeypatch, count_on):
     assert list(vocab.merges) == reference.train(docs, vocab_size=380, min_frequency=1)
 
 
-def test_spilled_counting_with_pruning_equals_training_on_the_kept_words(monkeypatch):
+def test_spilled_counting_with_pruning_equals_training_on_the_kept_words(monkeypatch, capsys):
     _small_batches(monkeypatch)
     _force_spills(monkeypatch)
     docs = corpus_docs("tr_ud_boun", 60_000)
@@ -157,7 +157,8 @@ def test_spilled_counting_with_pruning_equals_training_on_the_kept_words(monkeyp
     kept = {w: c for w, c in counts.items() if c >= 3}
     st: dict = {}
     with pytest.warns(RuntimeWarning, match=r"prune_below=3 dropped [\d,]+ of"):
-        vocab = train(docs, 360, min_frequency=1, prune_below=3, stats=st)
+        vocab = train(docs, 360, min_frequency=1, prune_below=3, stats=st, progress=True)
+    assert "merge spilled counts" in capsys.readouterr().err      # progress throughout
     assert st["spilled_runs"] >= 2
     assert st["pruned_words"] == len(counts) - len(kept)
     assert list(vocab.merges) == list(train_from_word_counts(kept, 360, min_frequency=1).merges)

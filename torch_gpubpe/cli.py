@@ -450,6 +450,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         bar.update(p.merges_done - bar.n)
         bar.set_postfix_str(f"last count {p.last_count:,}", refresh=False)
 
+    on_progress.show_bars = not args.no_progress  # the trainer's own bars (spilled counts)
     try:
         with warnings.catch_warnings():  # said below as a note line, not as a Python warning
             warnings.filterwarnings("ignore", message="training stopped after")

@@ -212,7 +212,8 @@ class CountBudget:
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=None, desc="merge spilled counts", unit="word", unit_scale=True)
+            bar = tqdm(total=None, desc="merge spilled counts", unit="word", unit_scale=True,
+                       dynamic_ncols=True)
         for words, c in iter_count_batches(merged, 1 << 18):
             from .counts import _packed
 

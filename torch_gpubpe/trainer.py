@@ -328,7 +328,10 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
     st["count_pipeline"] = {k: (round(v, 4) if isinstance(v, float) else v)
                             for k, v in count_stats.items()}
     spilled = bool(budget.runs)
-    counts = budget.finish(counts, progress=progress is not None)   # spilled runs merged
+    # spilled runs merged (a bar with train(progress=True), or a CLI progress callback)
+    show = (isinstance(getattr(progress, "__self__", None), _ProgressBars)
+            or bool(getattr(progress, "show_bars", False)))
+    counts = budget.finish(counts, progress=show)
     if prune_below > 1 and not spilled:
         counts = _prune(counts, prune_below, st)
     _check_memory(counts, max_memory, st)
