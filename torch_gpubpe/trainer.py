@@ -337,7 +337,8 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
     _check_memory(counts, max_memory, st)
     vocab = _train_counts(counts, vocab_size, min_frequency=min_frequency,
                           special_tokens=special_tokens, progress=progress, stats=st,
-                          batch=batch, profile=profile, algorithm=algorithm, trainer=trainer)
+                          batch=batch, profile=profile, algorithm=algorithm, trainer=trainer,
+                          _stacklevel=4)   # (the caller of train)
     st["seconds_total"] = time.perf_counter() - t0
     return vocab
 
@@ -404,7 +405,7 @@ def _prune(wc, below: int, st: dict):
 
 def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Sequence[str],
                   progress, stats: dict, batch, profile: bool, algorithm: str = "wordlist",
-                  trainer=None) -> Vocab:
+                  trainer=None, _stacklevel: int = 3) -> Vocab:
     """Train on ``wc`` (:class:`~torch_gpubpe.wordcount.WordCounts`, every count ≥ 1)."""
     num_merges = _check_sizes(vocab_size, special_tokens, min_frequency)
     st = stats
@@ -441,7 +442,7 @@ def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Se
             f"training stopped after {len(merges)} of {num_merges} merges: no pair of tokens "
             f"occurs at least min_frequency={min_frequency} times any more (a small corpus); "
             f"the vocab has {256 + len(merges) + len(special_tokens)} ids, not {vocab_size}")
-        warnings.warn(st["stopped_early"], RuntimeWarning, stacklevel=3)
+        warnings.warn(st["stopped_early"], RuntimeWarning, stacklevel=_stacklevel)
     return Vocab(tuple(merges), tuple(special_tokens))
 
 
