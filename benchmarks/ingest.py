@@ -331,7 +331,9 @@ def count_stage(pq_files: list[str], nbytes: int) -> None:
     cp = st.get("count_pipeline", {})
     row("reading + counting stage (train on FileReader)", st["seconds_count"], nbytes, mon,
         f"{st['unique_words']:,} unique words; GPU thread: waiting for input "
-        f"{cp.get('seconds_wait_input', 0):.2f} s, in GPU steps {cp.get('seconds_gpu', 0):.2f} s;"
+        f"{cp.get('seconds_wait_input', 0):.2f} s, in GPU steps {cp.get('seconds_gpu', 0):.2f} s "
+        f"(blocked on {cp.get('gpu_round_trips', 0)} readbacks "
+        f"{cp.get('seconds_gpu_wait', 0):.2f} s);"
         f" packer: copying {cp.get('seconds_pack', 0):.2f} s, waiting for the reader "
         f"{cp.get('seconds_wait_source', 0):.2f} s, for a free stage "
         f"{cp.get('seconds_wait_stage', 0):.2f} s; {cp.get('staged_batches', 0)} batches")

@@ -22,7 +22,8 @@ A piece larger than a stage (one huge document) is counted through
 
 Timings go to ``stats``: ``seconds_wait_input`` (the GPU thread waiting for a filled stage:
 the host is the bottleneck), ``seconds_gpu`` (in the counter's GPU steps, which wait for the
-GPU), ``seconds_pack`` (the packer copying), ``seconds_wait_source`` (the packer waiting for
+GPU), ``seconds_gpu_wait`` (of which blocked on the GPU's state readbacks: the kernels and
+the submit/map latency; the rest is Python), ``gpu_round_trips``, ``seconds_pack`` (the packer copying), ``seconds_wait_source`` (the packer waiting for
 the source: reading is the bottleneck), ``staged_batches``, ``direct_batches``.
 
 Example::
@@ -281,6 +282,8 @@ def count_stream(counter, pieces: Iterable[tuple[np.ndarray, np.ndarray]], *,
                 st["staged_batches"] += 1
             del host
             st["seconds_gpu"] += time.perf_counter() - t1
+        st["seconds_gpu_wait"] = counter.seconds_wait
+        st["gpu_round_trips"] = counter.round_trips
     finally:
         packer.stop.set()
         packer.join(timeout=30)

@@ -38,6 +38,7 @@ Example::
 from __future__ import annotations
 
 import os
+import time
 from collections import Counter, deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -459,6 +460,8 @@ class GPUWordCounter:
         self.store_words = 0       # u32 of the word store in use (length + bytes per word)
         self.spilled_runs = 0
         self.peak_gpu_bytes = 0
+        self.seconds_wait = 0.0    # blocked on state readbacks (GPU work + submit latency)
+        self.round_trips = 0
         self.on_batch = None       # called with the counter after each batch counted on the GPU
 
     # -- buffers ---------------------------------------------------------------------------------
@@ -540,7 +543,10 @@ class GPUWordCounter:
     def _state(self, enc, what: str) -> np.ndarray:
         enc.copy_buffer_to_buffer(self.state, 0, self.readback, 0, 64)
         self.g.device.queue.submit([enc.finish()])
+        t0 = time.perf_counter()
         self.g.wait_map(self.readback, "READ", 0, 64, what)
+        self.seconds_wait += time.perf_counter() - t0      # blocked on the GPU
+        self.round_trips += 1
         st = np.frombuffer(self.readback.read_mapped(0, 64), np.uint32).copy()
         self.readback.unmap()
         return st
