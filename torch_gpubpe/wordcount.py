@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import InputError
+from .errors import GPUOperationError, InputError
 from .reference import BYTE_CLASS, NEWLINE, SPACE, to_bytes
 from .shaders import shader_info
 
@@ -694,6 +694,10 @@ class GPUWordCounter:
         self._dispatch(enc, "wc_starts", n // 32 + 1)
         st = self._state(enc, "word starts")
         occ, nwords = int(st[_S_OCC]), int(st[_S_NWORDS])
+        if nwords > n:  # every word has a byte: a broken kernel or driver, not the input
+            raise GPUOperationError(f"word counting: the GPU found {nwords} word starts in a "
+                                    f"batch of {n} bytes (a driver or shader fault; please "
+                                    "report it)")
         need = 2 * (occ + nwords)
         if need > self.slots:
             slots = max(self.min_slots, 1 << (need - 1).bit_length())
