@@ -9,6 +9,8 @@ Public API (imported lazily, so ``import torch_gpubpe`` touches neither the GPU 
   (``torch_gpubpe.counts``)
 * :class:`TokenizedDataset`, :func:`make_dataloader` — PyTorch data path (``torch_gpubpe.data``)
 * ``torch_gpubpe.reference`` — the pure-Python oracle of DESIGN.md
+* :class:`GPUBPEWarning` — the category of the package's notices, printed as one line
+  (``torch_gpubpe.notices``)
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ _LAZY = {
     "make_dataloader": "data",
     "pad_collate": "data",
     "get_gpu": "gpu",
+    "GPUBPEWarning": "notices",
 }
 
 __all__ = [

@@ -34,9 +34,9 @@ fallback is recorded (:func:`fallbacks`, which the trainer copies into its ``sta
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Callable
 
+from . import notices
 from .errors import GPUBPEError
 
 WRITTEN_FOR = (0, 32)   # wgpu-py major.minor these internals were written for (0.32.x)
@@ -76,11 +76,11 @@ def check_version() -> bool:
             first = "version" not in _fallbacks
             _fallbacks["version"] = f"wgpu-py {installed_version()}"
         if first:
-            warnings.warn(
+            notices.warn(
                 f"torch_gpubpe was written for wgpu-py {WRITTEN_FOR[0]}.{WRITTEN_FOR[1]}.x and "
                 f"found {installed_version()}: its speed-only internals are off (slower), and "
                 f"GPU waits raise WgpuVersionError; pip install "
-                f"'wgpu=={WRITTEN_FOR[0]}.{WRITTEN_FOR[1]}.*'", RuntimeWarning, stacklevel=2)
+                f"'wgpu=={WRITTEN_FOR[0]}.{WRITTEN_FOR[1]}.*'", stacklevel=2)
     return ok
 
 
@@ -100,8 +100,8 @@ def _fallback(name: str, why: str) -> None:
         first = name not in _fallbacks
         _fallbacks[name] = why
     if first:
-        warnings.warn(f"torch_gpubpe: {name} unavailable ({why}); using wgpu-py's slower public "
-                      f"path (recorded in stats['wgpu_fallbacks'])", RuntimeWarning, stacklevel=3)
+        notices.warn(f"torch_gpubpe: {name} unavailable ({why}); using wgpu-py's slower public "
+                     f"path (recorded in stats['wgpu_fallbacks'])", stacklevel=3)
 
 
 def _speed_ok(name: str) -> bool:

@@ -37,7 +37,6 @@ import os
 import queue
 import threading
 import types
-import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 import pyarrow as pa
 
+from . import notices
 from .errors import GPUForkError, InputError
 from .readers import (DocBatch, PyReader, Reader, TextFiles, TextSource, arrow_to_packed,
                       open_source)
@@ -683,7 +683,7 @@ _warned: set[str] = set()
 def _warn_once(msg: str) -> None:
     if msg not in _warned:
         _warned.add(msg)
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        notices.warn(msg, stacklevel=3)
 
 
 def _background(items: Iterator, name: str, depth: int = 2) -> Iterator:

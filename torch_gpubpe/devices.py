@@ -38,6 +38,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from . import notices
 from .errors import NoAdapterError
 
 ENV_ADAPTER = "TORCH_GPUBPE_ADAPTER"
@@ -395,7 +396,5 @@ def pick_adapter(wgpu, env: Mapping[str, str] | None = None):
     choice = choose_adapter(descs, env, cuda_devices() if needs_cuda else None)
     last_choice = choice
     if choice.warning:
-        import warnings
-
-        warnings.warn(choice.warning, RuntimeWarning, stacklevel=3)
+        notices.warn(choice.warning, stacklevel=3)
     return None if choice.index is None else adapters[choice.index]

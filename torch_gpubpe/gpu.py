@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from . import notices
 from .errors import GPUForkError, GPUOperationError, NoAdapterError
 from .shaders import shader_source
 
@@ -188,9 +189,7 @@ _warned: set[str] = set()
 def _warn_once(key: str, msg: str) -> None:
     if key not in _warned:
         _warned.add(key)
-        import warnings
-
-        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        notices.warn(msg, stacklevel=3)
 
 
 def adapter_rank(info: Mapping[str, Any]) -> int:

@@ -30,8 +30,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import warnings
 from dataclasses import dataclass
+
+from . import notices
 
 CHECK_TIMEOUT_S = 3.0
 """Seconds the reachability check waits for the Hub's first answer."""
@@ -157,10 +158,10 @@ def prepare_hub_access(dataset: str | None = None, timeout: float = CHECK_TIMEOU
         state.seconds = time.perf_counter() - t0
         if state.unreachable is not None:
             _set_offline()
-            warnings.warn(  # not silent: a cached copy may be older than the Hub's
+            notices.warn(  # not silent: a cached copy may be older than the Hub's
                 f"the Hugging Face Hub at {state.endpoint} cannot be reached "
                 f"({state.unreachable}): reading {dataset or 'datasets'} from the local cache "
-                "only (offline mode, HF_HUB_OFFLINE=1)", RuntimeWarning, stacklevel=2)
+                "only (offline mode, HF_HUB_OFFLINE=1)", stacklevel=2)
     _last = state
     return state
 

@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import notices
 from .errors import InputError
 from .vocab import Vocab
 
@@ -83,12 +84,10 @@ def _pin_assigned_gpu() -> None:
     if devs and devs[0].uuid:
         os.environ[ENV_ADAPTER] = f"uuid:{devs[0].uuid}"
         return
-    import warnings
-
-    warnings.warn(f"torch_gpubpe: Ray assigned GPU {assigned} to this actor but torch.cuda "
-                  "cannot tell its UUID, so wgpu's default adapter opens (on a machine with "
-                  f"several GPUs maybe not the assigned one); set {ENV_ADAPTER}=uuid:... per "
-                  "actor (runtime_env)", RuntimeWarning, stacklevel=2)
+    notices.warn(f"torch_gpubpe: Ray assigned GPU {assigned} to this actor but torch.cuda "
+                 "cannot tell its UUID, so wgpu's default adapter opens (on a machine with "
+                 f"several GPUs maybe not the assigned one); set {ENV_ADAPTER}=uuid:... per "
+                 "actor (runtime_env)", stacklevel=2)
 
 
 def _packed(column) -> tuple[np.ndarray, np.ndarray]:

@@ -47,13 +47,13 @@ import itertools
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import notices
 from ._wgpu_internals import fallbacks, map_read_mode
 from .errors import GPUOperationError, InputError
 from .reference import to_bytes
@@ -397,9 +397,9 @@ def _prune(wc, below: int, st: dict):
     st["pruned_words"] = int((~keep).sum())
     if keep.all():
         return wc
-    warnings.warn(f"torch_gpubpe.train: prune_below={below} dropped {st['pruned_words']:,} of "
-                  f"{len(keep):,} unique words before merging; the merges can differ from "
-                  "training on every word", RuntimeWarning, stacklevel=3)
+    notices.warn(f"torch_gpubpe.train: prune_below={below} dropped {st['pruned_words']:,} of "
+                 f"{len(keep):,} unique words before merging; the merges can differ from "
+                 "training on every word", stacklevel=3)
     return WordCounts(wc.data[np.repeat(keep, wc.lengths)], wc.lengths[keep], wc.counts[keep])
 
 
@@ -442,7 +442,7 @@ def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Se
             f"training stopped after {len(merges)} of {num_merges} merges: no pair of tokens "
             f"occurs at least min_frequency={min_frequency} times any more (a small corpus); "
             f"the vocab has {256 + len(merges) + len(special_tokens)} ids, not {vocab_size}")
-        warnings.warn(st["stopped_early"], RuntimeWarning, stacklevel=_stacklevel)
+        notices.warn(st["stopped_early"], stacklevel=_stacklevel)
     return Vocab(tuple(merges), tuple(special_tokens))
 
 
