@@ -34,3 +34,8 @@ class GPUOperationError(GPUBPEError, RuntimeError):
 
 class InputError(GPUBPEError, ValueError):
     """A document or argument cannot be processed; the message names which and where."""
+
+
+class NotTextError(InputError):
+    """A file read as text looks like binary data (:func:`torch_gpubpe.readers.looks_binary`);
+    the message names the file, what was found, and the opt-out (``format="binary"``)."""
