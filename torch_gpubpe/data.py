@@ -466,11 +466,14 @@ class TokenizedDataset(IterableDataset):
         self._state = dict(start, carry=list(start["carry"]))
         self.skipped_documents = start["skipped_documents"]
         batches = self._encoded_batches(info, start["position"])
+        bg = None
         if self.background:
-            batches = _background(batches, f"torch_gpubpe reader ({info.describe()})")
+            batches = bg = _Background(batches, f"torch_gpubpe reader ({info.describe()})")
         if self.mode == "documents":
-            return self._documents(batches)
-        return self._blocks(batches, start)
+            out = self._documents(batches)
+        else:
+            out = self._blocks(batches, start)
+        return out if bg is None else _closing(out, bg)
 
     def _bad_document(self, b: DocBatch, j: int, info: ShardInfo) -> InputError:
         kind, detail = b.problem(j)
@@ -686,22 +689,39 @@ def _warn_once(msg: str) -> None:
         notices.warn(msg, stacklevel=3)
 
 
-def _background(items: Iterator, name: str, depth: int = 2) -> Iterator:
-    """Run ``items`` in a daemon thread, ``depth`` results ahead; exceptions are re-raised here,
-    closing this generator stops the thread."""
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+class _Background:
+    """``items`` run on a daemon thread, ``depth`` results ahead; exceptions are re-raised in
+    the consumer. :meth:`close` stops the thread and, called from the consuming thread, joins
+    it (so a closed iterator leaves no thread behind).
 
-    def put(x) -> bool:
-        while not stop.is_set():
-            try:
-                q.put(x, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+    Garbage collection of an unclosed one (a reference cycle) only tells the thread to stop:
+    a finalizer runs in whatever thread triggered the collection, e.g. another dataset's
+    reader while it holds the tokenizer's lock, which this thread needs to finish its
+    in-flight batches; joining there stalled that reader for the whole join timeout and left
+    it alive after its own ``close`` (issue 17: the H200 failure of
+    test_background_thread_runs_ahead_and_stops_on_close).
+    """
 
-    def run() -> None:
+    def __init__(self, items: Iterator, name: str, depth: int = 2) -> None:
+        self._q: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._items, self._name = items, name
+        self._t: threading.Thread | None = None
+        self._consumer: int | None = None
+        self._done = False
+
+    @staticmethod
+    def _run(items: Iterator, q: queue.Queue, stop: threading.Event) -> None:
+        # No reference to self here: the thread must not keep its iterator alive.
+        def put(x) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(x, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
         try:
             for x in items:
                 if not put((x, None)):
@@ -712,24 +732,50 @@ def _background(items: Iterator, name: str, depth: int = 2) -> Iterator:
         finally:
             items.close()
 
-    t = threading.Thread(target=run, name=name, daemon=True)
-    t.start()
-    try:
+    def __iter__(self) -> _Background:
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        self._consumer = threading.get_ident()
+        if self._t is None:
+            self._t = threading.Thread(target=self._run, name=self._name, daemon=True,
+                                       args=(self._items, self._q, self._stop))
+            self._items = None
+            self._t.start()
         while True:
             try:
-                x, err = q.get(timeout=1.0)
+                x, err = self._q.get(timeout=1.0)
             except queue.Empty:
-                if not t.is_alive() and q.empty():
-                    raise RuntimeError(f"{name} stopped without a result") from None
+                if not self._t.is_alive() and self._q.empty():
+                    self.close()
+                    raise RuntimeError(f"{self._name} stopped without a result") from None
                 continue
             if x is _END:
+                self.close()
                 if err is not None:
                     raise err
-                return
-            yield x
+                raise StopIteration
+            return x
+
+    def close(self) -> None:
+        """Stop the thread; join it when called from the thread that consumed the items."""
+        self._done = True
+        self._stop.set()
+        if self._t is not None and threading.get_ident() == self._consumer:
+            self._t.join(timeout=60)
+
+    def __del__(self) -> None:
+        self._stop.set()  # never join in a finalizer (see the class docstring)
+
+
+def _closing(gen: Iterator, inner: _Background) -> Iterator:
+    """``gen``, then ``inner.close()`` however ``gen`` ends (exhausted, closed, raised)."""
+    try:
+        yield from gen
     finally:
-        stop.set()
-        t.join(timeout=60)
+        inner.close()
 
 
 # ================================================================================================
