@@ -4,6 +4,7 @@
     python3 benchmarks/long_word.py                      # 5 MB per case, vocab 4,096, best of 3
     python3 benchmarks/long_word.py --mb 1 --repeat 2    # lavapipe
     python3 benchmarks/long_word.py --serial             # also the one-thread walk (before issue 17)
+    python3 benchmarks/long_word.py --cases --train      # only the trainer's submit gaps
 
 Each case encodes one document that is ONE word of ``--mb`` MB (``b"a" * 5_000_000``, a space run,
 digits, ``=``, ``ş``, emoji, ``ab`` alternating) and the same character(s) split into words
@@ -12,7 +13,11 @@ digits, ``=``, ``ş``, emoji, ``ab`` alternating) and the same character(s) spli
 (issue 17's target: long ≤ 3× split). With ``--serial`` the long word is also encoded with
 ``long_word_bytes=None`` (each word walked by one GPU thread, the pre-issue-17 path) and the ids
 are compared. Every long-word result is checked against a run oracle (one-byte runs) or the
-serial path on its first MB. Ends with the SM clock, the machine, the date and the command.
+serial path on its first MB. With ``--train``, ``torch_gpubpe.train`` also runs on one document
+of ``--mb`` MB that is one word (``b"a" * 5_000_000``) and on a base64 blob of random bytes (one
+document; the DESIGN.md §2 rule cuts it where letters and digits meet), and prints the merge
+phase's submits and the largest interval between two of them (``stats["max_submit_gap_s"]``;
+issue 17's target: at most 50 ms). Ends with the SM clock, the machine, the date and the command.
 
 ``--mode bpe`` (issue 15): the same cases in merge-order mode (``Tokenizer(vocab, mode="bpe")``,
 default vocab GPT-2's ``tests/data/vocabs/gpt2.tiktoken``). A merge-order word is walked by ONE
@@ -32,6 +37,7 @@ few runs, or read from ``--vocab``.
 from __future__ import annotations
 
 import argparse
+import base64
 import gzip
 import json
 import os
@@ -122,6 +128,42 @@ def _greedy(word: bytes, lookup: dict[bytes, int]) -> list[bytes]:
     return out
 
 
+TRAIN_CASES = {  # name: document of n bytes
+    "a": lambda n: b"a" * n,
+    "base64": lambda n: base64.b64encode(np.random.default_rng(17).bytes(n * 3 // 4 + 3))[:n],
+}
+
+
+def train_gaps(nbytes: int, vocab_size: int) -> list[dict]:
+    """``train([doc], vocab_size)`` on each of TRAIN_CASES; its submits and largest gap."""
+    import warnings
+
+    from torch_gpubpe import GPUBPEWarning, get_gpu, train
+
+    with warnings.catch_warnings():  # compile the pipelines first (lavapipe: at first dispatch)
+        warnings.simplefilter("ignore", GPUBPEWarning)
+        train(["ab abc abd " * 50, "a" * 3000], 300, min_frequency=1, progress=False)
+    print(f"\ntrainer on {get_gpu().adapter_name}; SM clock {sm_clock_now()}")
+    print(f"{'train on':<12} {'MB':>5} {'words':>8} {'merges':>7} {'submits':>8} "
+          f"{'max gap':>9} {'before':>9} {'merge s':>8} {'total s':>8}  target <= 50 ms")
+    rows = []
+    for name, make in TRAIN_CASES.items():
+        doc = make(nbytes)
+        st: dict = {}
+        t0 = time.perf_counter()
+        vocab = train([doc], vocab_size, min_frequency=2, stats=st, progress=False)
+        total = time.perf_counter() - t0
+        gap = st.get("max_submit_gap_s", 0.0)
+        print(f"{name:<12} {len(doc) / 1e6:>5.1f} {st['unique_words']:>8,} "
+              f"{len(vocab.merges):>7,} {st.get('submits', 0):>8} {gap * 1e3:>7.1f}ms "
+              f"{st.get('max_submit_gap_before', '-'):>9} {st['seconds_merge']:>8.2f} "
+              f"{total:>8.2f}  {'ok' if gap <= 0.050 else 'ABOVE'}", flush=True)
+        rows.append({"case": name, "bytes": len(doc), "max_submit_gap_s": gap, **{
+            k: st.get(k) for k in ("submits", "max_submit_gap_before", "seconds_merge",
+                                   "walks_paused", "continuation_dispatches")}})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mb", type=float, default=5.0, help="MB per document (default 5)")
@@ -133,8 +175,19 @@ def main() -> None:
                     help="also time long_word_bytes=None (one thread per word) and compare ids")
     ap.add_argument("--mode", choices=["greedy", "bpe"], default="greedy",
                     help="bpe: merge-order mode (its serial walk), default vocab GPT-2's")
+    ap.add_argument("--train", action="store_true",
+                    help="first train on one --mb word and a base64 blob: submit gaps "
+                         "(--cases with no names: only that)")
+    ap.add_argument("--train-vocab-size", type=int, default=1024)
     args = ap.parse_args()
     nbytes = int(args.mb * 1_000_000)
+    if args.train:
+        with GPUMonitor() as mon:
+            train_gaps(nbytes, args.train_vocab_size)
+        print(f"\n{mon.summary()}\n")
+        if not args.cases:
+            print_footer()
+            return
     if args.mode == "bpe":
         bpe_main(args, nbytes)
         return

@@ -166,7 +166,9 @@ def train(
             :mod:`~torch_gpubpe._wgpu_internals`), ``count_pipeline`` (where counting's time
             went: :mod:`~torch_gpubpe.count_pipeline`), ``count_gpu_memory_bytes``, and, when
             counting spilled, ``spilled_runs``, ``spill_bytes``, ``seconds_spill``,
-            ``seconds_merge_runs`` (:mod:`~torch_gpubpe.count_budget`) (and
+            ``seconds_merge_runs`` (:mod:`~torch_gpubpe.count_budget`), ``submits`` and
+            ``max_submit_gap_s`` (merge phase: the longest interval between the starts of two
+            submits, and ``max_submit_gap_before`` the kind of submit that ended it) (and
             ``gpu_us_per_merge`` with ``profile``).
         batch: merges per submit (default: 64 on a CPU adapter, 512 otherwise).
         profile: time each kernel with timestamp queries on sampled batches (slower);
@@ -778,6 +780,7 @@ class _MergeLoop:
         st["table_slots"] = self.table.slots
         self.profiler = (_Profiler(g, mod.STEP) if profile and g.has_timestamps else None)
         self.occ_mark = 0       # table occupancy at the last readback / rebuild
+        self._last_submit: float | None = None   # perf_counter at the last submit (_submit)
         self.key_rate = 0.0     # most new table keys per merge seen in a batch
         self.words = c["STATE_WORDS"]
         self.done_word = c.get("S_DONE")   # word list: a recorded merge not yet committed
@@ -789,6 +792,19 @@ class _MergeLoop:
         self.st["gpu_memory_bytes"] = max(self.st.get("gpu_memory_bytes", 0), b)
 
     # -- submits and readbacks ------------------------------------------------------------------
+    def _submit(self, enc, what: str) -> None:
+        """Submit ``enc``; keep the largest interval between the starts of two submits of the
+        run (``stats["max_submit_gap_s"]`` and ``["max_submit_gap_before"]``, the submit that
+        ended it; ``["submits"]`` counts them): the longest the GPU waited for the host or one
+        submit ran (issue 17 §1: at most 50 ms on a single 5 MB word)."""
+        t = time.perf_counter()
+        st, last = self.st, self._last_submit
+        if last is not None and t - last > st.get("max_submit_gap_s", 0.0):
+            st["max_submit_gap_s"], st["max_submit_gap_before"] = t - last, what
+        self._last_submit = t
+        st["submits"] = st.get("submits", 0) + 1
+        self.g.device.queue.submit([enc.finish()])
+
     def _state(self) -> np.ndarray:
         return self.g.read_u32(self.table.buffers["state"], 0, self.words, what="training state")
 
@@ -798,7 +814,7 @@ class _MergeLoop:
         cp = enc.begin_compute_pass(label="train.count")
         self.k.record_count(cp, merges_done, n)
         cp.end()
-        self.g.device.queue.submit([enc.finish()])
+        self._submit(enc, "count")
 
     def _record(self, k0: int, cnt: int, buf):
         """Submit merges k0 .. k0+cnt-1 and the copy of state + their merges into ``buf``;
@@ -822,7 +838,7 @@ class _MergeLoop:
         nbytes = 4 * self.words
         enc.copy_buffer_to_buffer(b["state"], 0, buf, 0, nbytes)
         enc.copy_buffer_to_buffer(b["merges"], 16 * k0, buf, nbytes, 16 * cnt)
-        g.device.queue.submit([enc.finish()])
+        self._submit(enc, "merges")
         if prof:
             self.profiler.collect()
         return buf.map_async(map_read_mode(), 0, nbytes + 16 * cnt)
@@ -837,7 +853,7 @@ class _MergeLoop:
             cp = enc.begin_compute_pass(label="train.continue")
             self.k.record_continue(cp, reps)
             cp.end()
-            self.g.device.queue.submit([enc.finish()])
+            self._submit(enc, "continue")
             self.st["continuation_dispatches"] += reps
             stv = self._state()
             if not stv[self.pause_word]:
