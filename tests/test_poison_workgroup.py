@@ -32,12 +32,11 @@ from conftest import CORPUS_NAMES, TEST_VOCABS, corpus_docs
 from torch_gpubpe import gpu as gpumod
 from torch_gpubpe import reference, unicode_pretok
 from torch_gpubpe.shaders import (POISON_FLAG, POISON_VALUE, parse_wgsl, poison_workgroup,
-                                  shader_source)
+                                  shader_source, wgsl_dir)
 
 pytestmark = pytest.mark.gpu
 
-SHADERS = ("encode", "encode_bpe", "pretokenize", "pretokenize_unicode", "wordcount",
-           "train_seed", "train_wordlist")
+SHADERS = sorted(p.stem for p in wgsl_dir().glob("*.wgsl") if p.stem != "common")  # every one
 
 
 @pytest.fixture(params=["subgroups", "portable"])

@@ -40,11 +40,11 @@ import os
 import shutil
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 
+from . import notices
 from .errors import InputError
 
 # Host bytes per word of a word table while it is read back and written as a sorted run (the
@@ -168,12 +168,11 @@ class CountBudget:
             self.tmp = tempfile.mkdtemp(prefix="torch_gpubpe-counts-", dir=self.spill_dir)
         if not self.warned:
             self.warned = True
-            warnings.warn(
+            notices.warn(
                 f"torch_gpubpe.train: the word counts reached {len(wc):,} words, what "
                 f"max_memory={_gb(self.limit)} leaves them (or what the GPU's word table "
                 f"holds); they are written as sorted runs to {self.tmp} and merged at the end "
-                "(exact, slower; recorded in stats['spilled_runs'])",
-                RuntimeWarning, stacklevel=4)
+                "(exact, slower; recorded in stats['spilled_runs'])", stacklevel=4)
         path = Path(self.tmp) / f"run-{len(self.runs):05d}.parquet"
         write_counts(wc, path)
         self.runs.append(path)
@@ -251,10 +250,9 @@ class CountBudget:
         if self.prune_below > 1:
             self.st["pruned_words"] = pruned
             if pruned:
-                warnings.warn(f"torch_gpubpe.train: prune_below={self.prune_below} dropped "
-                              f"{pruned:,} of {total:,} unique words before merging; the merges "
-                              "can differ from training on every word", RuntimeWarning,
-                              stacklevel=3)
+                notices.warn(f"torch_gpubpe.train: prune_below={self.prune_below} dropped "
+                             f"{pruned:,} of {total:,} unique words before merging; the merges "
+                             "can differ from training on every word", stacklevel=3)
         if not datas:
             return WordCounts(np.zeros(0, np.uint8), np.zeros(0, np.int64),
                               np.zeros(0, np.uint64))
