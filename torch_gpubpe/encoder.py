@@ -729,7 +729,7 @@ class _Session:
         self.long_cap = self.limit + self.lc  # long indices per group of regions (one submit)
         # doc_starts / doc_tok hold 4 B per document of a slice: bound the documents too (a
         # batch of millions of empty documents has few bytes but would exceed the binding).
-        self.max_docs = (min(g.max_storage_binding, g.max_buffer_size) - 1024) // 4
+        self.max_docs = (g.binding_bytes(4) - 1024) // 4
         self.nodes = g.buffer(trie.nodes.nbytes, U.STORAGE | U.COPY_DST, "encode.trie_nodes")
         self.edges = g.buffer(trie.edges.nbytes, U.STORAGE | U.COPY_DST, "encode.trie_edges")
         with g.operation("uploading the trie"):

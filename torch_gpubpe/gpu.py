@@ -393,6 +393,13 @@ class GPU:
         return self._pipelines[key]
 
     # -- buffers and dispatch ----------------------------------------------------------------
+    def binding_bytes(self, elem_bytes: int) -> int:
+        """Bytes one storage binding of ``elem_bytes``-byte elements may take: the adapter's
+        binding and buffer limits, and at most 2^31 elements, so that every index a shader
+        computes from it (``2 * i + 1`` included) stays a valid ``u32`` however large the
+        adapter's limits are (issue 17 §4: adapters with 4 GiB bindings and more)."""
+        return min(self.max_storage_binding, self.max_buffer_size, elem_bytes << 31)
+
     def buffer(self, size: int, usage: int, label: str):
         """A new buffer of ``size`` bytes (rounded up to a multiple of 16, at least 16).
 

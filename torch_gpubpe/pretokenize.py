@@ -97,7 +97,7 @@ class GPUPreTokenizer:
         self.gpu = gpu or get_gpu()
         g = self.gpu
         self.pipeline = g.pipeline("pretokenize", "bpe_word_boundary", constants={"WG": WG})
-        limit = g.max_storage_binding // 4 - 64  # output is 4 B per input byte
+        limit = g.binding_bytes(4) // 4 - 64  # output is 4 B per input byte
         self.max_slice_bytes = min(limit, max_slice_bytes or limit)
         self._cap = 0
 

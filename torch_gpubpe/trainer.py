@@ -690,13 +690,13 @@ class GPUTrainer:
         sym[starts] |= np.uint32(c["TWS"])
         wts = np.ascontiguousarray(weights, dtype=np.uint64).view(np.uint32)
         n = len(sym)
-        if 4 * (n + 64) > g.max_storage_binding:
+        if 4 * (n + 64) > g.binding_bytes(4):
             raise InputError(
                 f"the unique words hold {n} symbols; this adapter binds at most "
-                f"{g.max_storage_binding // 4} (train on fewer/shorter documents)"
+                f"{g.binding_bytes(4) // 4} (train on fewer/shorter documents)"
             )
         cols = c["COLS"]
-        max_rows = max(cols, _pow2_at_least(g.max_storage_binding // (8 * cols)) // 2)
+        max_rows = max(cols, _pow2_at_least(g.binding_bytes(4) // (8 * cols)) // 2)
         if rows is None:
             rows = max(cols, _pow2_at_least(8 * distinct // cols + 1))
         rows = min(max_rows, rows)
@@ -752,7 +752,7 @@ class _MergeLoop:
         self.c = c = info.consts
         self.st, self.batch, self.num_merges = st, batch, num_merges
         self.n = n = len(sym)
-        self.max_rows = max(c["COLS"], _pow2_at_least(g.max_storage_binding // (8 * c["COLS"]))
+        self.max_rows = max(c["COLS"], _pow2_at_least(g.binding_bytes(4) // (8 * c["COLS"]))
                             // 2)
         pipes = trainer.pipelines(algorithm, wide, profile)
         self.walk_counters = profile and "S_WALK_STEPS" in c

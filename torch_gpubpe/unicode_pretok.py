@@ -164,7 +164,7 @@ class UnicodePreTokenizer:
         tw = table_words()
         self.table = g.buffer(tw.nbytes, U.STORAGE | U.COPY_DST, "pretok_unicode.table")
         g.device.queue.write_buffer(self.table, 0, tw)
-        limit = (g.max_storage_binding - 2 * BLOCK) // BLOCK * BLOCK
+        limit = (g.binding_bytes(1) - 2 * BLOCK) // BLOCK * BLOCK  # positions < 2^31
         self.max_slice_bytes = max(4 * HALO, min(limit, max_slice_bytes or limit))
         self._kind = _ascii_kinds()
         k = self._kind

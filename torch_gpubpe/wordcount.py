@@ -421,7 +421,7 @@ class GPUWordCounter:
         self.g = g = gpu or get_gpu()
         # The table's counts (8 B per slot) must fit one binding; a batch of b bytes has at most
         # b words and the table is kept at most half full.
-        self.max_slots = min(1 << ((g.max_storage_binding // 8).bit_length() - 1),
+        self.max_slots = min(1 << ((g.binding_bytes(4) // 8).bit_length() - 1),
                              max_slots or 1 << 62)
         # Hard limit of one GPU batch (its text must fit one binding); batches are assembled to
         # at most half of it (whole documents, so a batch may overshoot its target by one).
@@ -500,12 +500,11 @@ class GPUWordCounter:
     def _ensure_store(self, need: int) -> None:
         if need <= self.store_cap:
             return
-        cap = max(need, min(int(self.store_cap * 1.5), self.g.max_storage_binding // 4),
-                  self.min_store)
-        if 4 * cap > self.g.max_storage_binding:
+        limit = self.g.binding_bytes(4)
+        cap = max(need, min(int(self.store_cap * 1.5), limit // 4), self.min_store)
+        if 4 * cap > limit:
             raise InputError(f"the distinct words need {4 * need} bytes of GPU word store; this "
-                             f"adapter binds at most {self.g.max_storage_binding}; count on the "
-                             "CPU (count_on='cpu')")
+                             f"adapter binds at most {limit}; count on the CPU (count_on='cpu')")
         new = self._buf(4 * cap, "wc.store")
         if self.store_cap:
             enc = self.g.device.create_command_encoder(label="wordcount")
@@ -738,7 +737,7 @@ class GPUWordCounter:
         enc.copy_buffer_to_buffer(self.counts, 0, self.counts_bak, 0, 8 * self.slots)
         self._dispatch(enc, "wc_insert", n)
         st = self._state(enc, "word counting")
-        if (not st[_S_OVERFLOW] and 4 * (top + int(st[_S_NEED]) + 16) > g.max_storage_binding):
+        if (not st[_S_OVERFLOW] and 4 * (top + int(st[_S_NEED]) + 16) > g.binding_bytes(4)):
             st[_S_OVERFLOW] = 1             # the word store would outgrow a binding
             if self.spill is not None and occ:
                 spill_retry = True
