@@ -93,7 +93,8 @@ def _add_source_args(p: argparse.ArgumentParser, *, default_note: str) -> None:
                         ".xz/.lz4 compressed (several files decompressed at once)")
     g.add_argument("--format", dest="file_format", choices=FORMATS + ("jsonl",),
                    help="input format of every --data-files file (default: from each file "
-                        "extension)")
+                        "extension); binary: a file's bytes as they are, split like text, "
+                        "without the check that refuses binary-looking .txt files")
     g.add_argument("--text-column", default="text", help="column with the text (default: text)")
     g.add_argument("--sample-by", choices=SAMPLE_BY, default="line",
                    help="for plain-text files: one document per line (default, line breaks kept), "
