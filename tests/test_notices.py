@@ -69,3 +69,12 @@ def test_every_package_warning_goes_through_notices():
                  for k, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
                  if re.search(r"\bwarnings\.warn(_explicit)?\(", line)]
     assert offenders == []
+
+
+@pytest.mark.gpu
+def test_training_notice_points_at_the_caller():
+    from torch_gpubpe import train
+
+    with pytest.warns(GPUBPEWarning, match="training stopped after") as rec:
+        train(["ab ab"], 300, min_frequency=1)
+    assert [w.filename for w in rec] == [__file__]
