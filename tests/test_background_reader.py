@@ -1,5 +1,6 @@
-"""The data path's background reader thread (torch_gpubpe.data._Background): closing the
-iterator stops and joins it; a garbage-collected one never stalls the thread that collects it.
+"""The data path's background reader thread (torch_gpubpe.data._Background) and the readers'
+prefetch pump (torch_gpubpe.readers.prefetch): closing the iterator stops and joins the thread;
+a garbage-collected one never stalls the thread that collects it.
 
 The second case is the H200 failure of test_data.py::test_background_thread_runs_ahead_and_
 stops_on_close (issue 17 leftovers): an earlier test's iterator, left in a reference cycle,
@@ -90,3 +91,48 @@ def test_collected_reader_does_not_stall_the_collecting_thread(docs, tok):
         gc.enable()
     # and the tokenizer still works
     assert tok.encode("hello world") == reference.encode("hello world", tok.vocab.merges)
+
+
+def test_collected_prefetch_does_not_stall_the_collecting_thread():
+    """The same for readers.prefetch: a source whose cleanup waits for the collecting thread
+    (before: the finalizer joined the pump for 30 s)."""
+    from torch_gpubpe.readers import prefetch
+
+    release = threading.Event()
+
+    def source():
+        try:
+            yield from range(1 << 40)
+        finally:
+            release.wait(60)
+
+    gc.collect()
+    gc.disable()
+    try:
+        it = prefetch(source(), 2, "torch_gpubpe test pump")
+        assert next(it) == 0
+        (pump,) = [t for t in threading.enumerate() if t.name == "torch_gpubpe test pump"]
+        cycle: list = [it]
+        cycle.append(cycle)
+        del it, cycle
+        took: dict = {}
+
+        def collector():
+            t0 = time.monotonic()
+            gc.collect()
+            took["s"] = time.monotonic() - t0
+            release.set()
+
+        t = threading.Thread(target=collector)
+        t.start()
+        t.join(timeout=120)
+        assert took["s"] < 10, f"the collecting thread stalled {took['s']:.0f} s"
+        pump.join(timeout=30)
+        assert not pump.is_alive()
+    finally:
+        gc.enable()
+    # closed by its consumer: joined at once
+    it = prefetch(iter(range(100)), 2, "torch_gpubpe test pump 2")
+    next(it)
+    it.close()
+    assert not [t for t in threading.enumerate() if t.name == "torch_gpubpe test pump 2"]

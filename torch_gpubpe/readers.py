@@ -533,7 +533,10 @@ def _ordered(tasks: Iterator[Callable[[], Any]], pool: ThreadPoolExecutor, ahead
 
 
 class _Pump:
-    """A generator run on a daemon thread into a bounded queue (stops when closed)."""
+    """A generator run on a daemon thread into a bounded queue (stops when closed). Closed by
+    its consumer's thread, it joins the thread; finalized by the garbage collector in another
+    thread it only tells it to stop (a finalizer must not wait: the collecting thread may hold
+    what the stopping one needs, as in torch_gpubpe.data._Background)."""
 
     _END = object()
 
@@ -567,6 +570,7 @@ class _Pump:
                 close()
 
     def __iter__(self) -> Iterator:
+        consumer = threading.get_ident()
         try:
             while True:
                 try:
@@ -580,12 +584,14 @@ class _Pump:
                         raise err
                     return
                 yield x
+                consumer = threading.get_ident()
         finally:
-            self.close()
+            self.close(join=threading.get_ident() == consumer)
 
-    def close(self) -> None:
+    def close(self, join: bool = True) -> None:
         self.stop.set()
-        self.t.join(timeout=30)
+        if join:
+            self.t.join(timeout=30)
 
 
 def prefetch(items: Iterator, depth: int = 2, name: str = "torch_gpubpe prefetch") -> Iterator:
