@@ -220,9 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--append-eos", action="store_true",
                    help="bin/npy/megatron: append <|endoftext|> (else the vocab's first special "
                         "token) after every document (llmc always puts it before each document)")
-    e.add_argument("--encode-threads", type=_positive_int, default=2, metavar="N",
+    e.add_argument("--encode-threads", type=_positive_int, default=1, metavar="N",
                    help="threads driving the GPU, each with its own session, so that one "
-                        "batch's upload overlaps another's readback (default: %(default)s)")
+                        "batch's upload overlaps another's readback (default: %(default)s; on "
+                        "the H200 2 and 3 were within the run-to-run noise of 1)")
     e.add_argument("--batch-bytes", type=parse_size, default=DEFAULT_BATCH_BYTES, metavar="SIZE",
                    help="text per GPU batch (default: 16M)")
     e.add_argument("--pre-tokenizer", default=None, metavar="NAME",

@@ -822,17 +822,19 @@ class FileReader(Reader):
         depth = max(3, self.read_ahead_bytes // max(1, self.chunk_bytes * live_max))
         self.stats["read_ahead_chunks_per_file"] = depth
 
-        def start_next() -> None:
+        def start_next() -> bool:
             p = next(it, None)
             if p is not None:
                 live.append((p, _Pump(self._raw_chunks(p), depth, f"gpubpe-decompress {p}")))
+            return p is not None
 
-        for _ in range(live_max):
-            start_next()
+        start_next()  # the others once the first file gave its first chunk (it is awaited)
         try:
             while live:
                 p, pump = live[0]
                 for line, chunk in pump:
+                    while len(live) < live_max and start_next():
+                        pass
                     yield p, line, chunk
                 live.popleft()
                 start_next()
