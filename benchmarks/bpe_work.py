@@ -28,7 +28,9 @@ Variants of the merge-order walk (``--variants``):
   (the hash probe issued with the rows of the token unwound to; the first step's hit needs no
   rank; the bound test after an unwinding reads the spine bounds of the unwound part from the
   rows already loaded, ``gpu_bounds``), a shorter candidate's length from its row, and a
-  backtrack without the scan back for the token before the popped one (kept in a register).
+  backtrack without the scan back for the token before the popped one (kept in a register)
+  and without trying the popped token again (it ends at the dead position: its next shorter
+  token comes at once).
 
 ``--gpu`` also encodes the same documents with ``Tokenizer(mode="bpe")`` and prints the PROFILE
 counters of the real kernel (``torch_gpubpe.encoder_bpe.walk_work``): walk-loop iterations,
@@ -119,6 +121,8 @@ class Model:
             t = self.tid.get(word[pos:q])
             if t is not None and self.reach[t]:
                 cand = t
+        if q >= len(word):
+            costs.append(0)  # the iteration that sees the word end (no child search)
         return cand, costs
 
     def valid_pair(self, t1: int, t2: int) -> tuple[bool, list[int]]:
@@ -197,6 +201,8 @@ class Model:
                 dead.add(pos)
                 cand = toks.pop()
                 pos -= len(self.toks[cand])
+                if self.fast and self.next_prefix[cand] != NO_TOKEN:
+                    cand = self.next_prefix[cand]  # the popped token ends at a dead position
                 back = len(self.toks[toks[-1]]) if toks else 0  # prev_token's scan
                 if self.fast and known:
                     back = 0  # the token before the popped one is kept (pprev)

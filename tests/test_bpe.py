@@ -593,6 +593,9 @@ def _replay_counts(docs, vocab: Vocab) -> tuple[list[list[int]], dict[str, int]]
                     dead.add(pos)
                     cand = toks.pop()
                     pos -= len(toks_b[cand])
+                    if t.next_prefix[cand] != 0xFFFFFFFF:  # cand ends at pos: not tried again
+                        c["shorter"] += 1
+                        cand = int(t.next_prefix[cand])
             doc += toks
         out.append(doc)
     return out, c

@@ -412,7 +412,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             cand = shorter;
             cand_len = 0u;
         } else {
-            // No token fits at pos after prev: pos is dead; pop prev and retry from its start.
+            // No token fits at pos after prev: pos is dead; pop prev and retry from its start
+            // with prev's next shorter token (prev itself ends at the dead pos: it would fail).
             work_count(W_POPS, 1u);
             atomicOr(&dead[pos >> 5u], 1u << (pos & 31u));
             dead_any = true;
@@ -421,6 +422,11 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             scratch[ps] = NO_TOKEN;
             if (ps < block_end) { own_count -= 1u; } else { atomicSub(&counts[ps / (WG * CHUNK)], 1u); }
             cand = prev;
+            if (prev_i.x != NO_TOKEN) {
+                work_count(W_SHORTER, 1u);
+                cand = prev_i.x;
+                cand_len = 0u;
+            }
             pos = ps;
             if (pprev_known) {  // the token before the popped one, kept: no scan back
                 prev = pprev;
