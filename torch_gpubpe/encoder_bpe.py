@@ -16,6 +16,11 @@ the next slice restarts there. The join is exact when the last token kept and th
 first token form a valid pair (a sequence whose pairs are all valid is the BPE encoding, see
 :mod:`torch_gpubpe.bpe`); otherwise :func:`junction_ok` says so and the encoder drops that last
 token and encodes again from its start.
+
+The walk is one loop, as encode.wgsl's greedy walk: an iteration is one trie step, or, in the
+iteration that ends a walk, the try of its candidate (the lanes of a subgroup run walks and
+tries side by side instead of each waiting for the subgroup's longest walk, then its longest
+pair check). :func:`walk_work` counts its work (PROFILE build; benchmarks/bpe_work.py).
 """
 
 from __future__ import annotations
