@@ -283,6 +283,26 @@ def test_large_table_many_blocks():
     assert got == ref_merges(docs, 316)
 
 
+
+@pytest.mark.parametrize("workgroups", [2, 7])
+def test_find_max_grid_does_not_change_the_merges(monkeypatch, workgroups):
+    """The word list's find_max4 takes the dirty blocks grid-stride (at most FIND_WORKGROUPS
+    workgroups; each group of 256 blocks finished by whichever workgroup counts it down last):
+    a grid far smaller than the 2,048 blocks (8 groups), every workgroup looping, the table
+    rebuilt and grown, gives the reference's merges."""
+    import torch_gpubpe.train_wordlist as tw
+
+    monkeypatch.setattr(tw, "FIND_WORKGROUPS", workgroups)
+    docs = corpus_docs("multi_udhr", 40_000)
+    counts = reference.count_words(docs)
+    words = [w for w in counts if len(w) > 1]
+    for rows, batch in ((65536, None), (128, 8)):
+        st: dict = {}
+        got = GPUTrainer().run(words, [counts[w] for w in words], 200, 2, stats=st, rows=rows,
+                               batch=batch)
+        assert got == ref_merges(docs, 456)
+    assert st["rebuilds"] >= 1
+
 def test_pair_table_rebuild_keeps_merges_exact():
     # A small table fills with keys whose counts fell to 0: it is recounted (and grown) from
     # the current stream between batches.
@@ -491,7 +511,7 @@ def test_profile_reports_each_kernel_and_the_walks(algorithm):
     st: dict = {}
     vocab = train(docs, 300, min_frequency=1, algorithm=algorithm, stats=st, profile=True)
     assert list(vocab.merges) == ref_merges(docs, 300, 1)
-    steps = {"wordlist": ("find_max4", "find_max_super", "wl_merge"),
+    steps = {"wordlist": ("find_max4", "wl_merge"),
              "seed": ("find_max4", "find_max_final_det", "setup_merge", "merge_reduce",
                       "scan_pass1", "scan_pass2", "scan_pass3", "finalize_compact")}[algorithm]
     if get_gpu().has_timestamps:

@@ -103,7 +103,8 @@ class PairTable:
                 sdirty=g.buffer(4 * self.nsupers, S, f"{self.label}.super_dirty"),
                 # and the list of the blocks each merge made dirty (two halves), a stamp each
                 dlist=g.buffer(8 * self.nblocks, S, f"{self.label}.dirty_list"),
-                dmark=g.buffer(4 * self.nblocks, S, f"{self.label}.dirty_mark"))
+                dmark=g.buffer(4 * self.nblocks, S, f"{self.label}.dirty_mark"),
+                scnt=g.buffer(8 * self.nsupers, S, f"{self.label}.super_pending"))
             self.params["nsupers"] = self.nsupers
         self.params.update(rows=rows, nblocks=self.nblocks)
         fields = self.info.structs["Params"]

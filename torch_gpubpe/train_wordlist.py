@@ -30,7 +30,7 @@ from ._wgpu_internals import raw_recorder
 from .train_table import PairTable, bind_groups
 
 SHADER = "train_wordlist"
-STEP = ("find_max4", "find_max_super", "wl_merge")
+STEP = ("find_max4", "wl_merge")
 # Walk steps + table probes per thread per dispatch on a GPU: short enough for a watchdog.
 DEFAULT_BUDGET = 32_768
 # On a CPU adapter (lavapipe): its 65,535-iteration loop cap (WGPU_NOTES.md §5) counts the loop
@@ -132,9 +132,12 @@ class WordListKernels:
         self.rebind()
 
     def rebind(self) -> None:
-        """Bind groups (after the table's buffers changed)."""
+        """Bind groups (after the table's buffers changed: its dirty-block lists are new and
+        empty, so their lengths are set to 0 too)."""
         self.bg = bind_groups(self.g, self.pipes, self.info, dict(self.table.buffers, **self.own),
                               "train_wordlist")
+        self.g.device.queue.write_buffer(self.table.buffers["state"], 4 * self.info.consts["S_DLEN"],
+                                         np.zeros(2, np.uint32))
 
     def gpu_bytes(self) -> int:
         return sum(int(b.size) for b in self.own.values())
@@ -143,15 +146,17 @@ class WordListKernels:
         return {"S_N": self.n, "S_TOP": self.top}
 
     def record_count(self, cp, merges_done: int, n: int) -> None:
-        """clear_table + pair_count over the linked stream (its live pairs)."""
-        grids = self.table.count_grids(self.n)
-        raw_recorder().plan(cp, [(self.pipes[e], self.bg[e], grids[e])
-                                 for e in ("clear_table", "pair_count")])(1)
+        """clear_table + pair_count over the linked stream (its live pairs), then find_max4 over
+        every block and find_max_super over every group (the merge steps keep them)."""
+        grids = dict(self.table.count_grids(self.n),
+                     find_max4=self.g.grid(min(self.table.nblocks, FIND_WORKGROUPS)),
+                     find_max_super=self.g.grid(self.table.nsupers))
+        raw_recorder().plan(cp, [(self.pipes[e], self.bg[e], grids[e]) for e in
+                                 ("clear_table", "pair_count", "find_max4", "find_max_super")])(1)
 
     def steps(self, k: int) -> list:
         """One merge's dispatches: ``(entry, pipeline, bind group, grid)``."""
         grids = {"find_max4": self.g.grid(min(self.table.nblocks, FIND_WORKGROUPS)),
-                 "find_max_super": self.g.grid(self.table.nsupers),
                  "wl_merge": self.g.grid(self.workgroups)}
         return [(e, self.pipes[e], self.bg[e], grids[e]) for e in STEP]
 

@@ -71,6 +71,8 @@ fn scan_block(i: u32, list: u32) -> u32 { return i; }
 
 fn block_dirtied(blk: u32) {}
 
+fn block_scanned(i: u32, list: u32, lid: u32, sg: vec3<u32>) {}
+
 // Inclusive prefix max of `v` over the workgroup (Hillis–Steele in workgroup memory).
 fn wg_incl_max(lid: u32, v: u32) -> u32 {
     var x = v;

@@ -13,6 +13,8 @@
 //   fn scan_block(i: u32, list: u32) -> u32       i-th is scan_block(i, list); a grid of
 //                                                  fewer workgroups takes them grid-stride
 //   fn block_dirtied(blk: u32)                    table_add marked block blk dirty
+//   fn block_scanned(i: u32, list: u32, lid: u32, sg: vec3<u32>)  after find_max4's i-th block
+//                                                  (every thread, uniform control flow)
 //
 // Symbols: token id (18 bits, ids < 2^18) | TWS on the first symbol of every word. Deviation
 // from the seed: the word-start flag is bit 31, not WORD_START_BIT = 0x10000 (bit 16 is an id bit
@@ -391,15 +393,17 @@ fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
     }
     let blocked = workgroupUniformLoad(&sh_u);
     let nscan = workgroupUniformLoad(&sh_w);
+    let list = workgroupUniformLoad(&sh_x);
     if (blocked != 0u) { return; }
     for (var i = g; i < nscan; i += groups) {
         if (lid == 0u) {
-            let blk = scan_block(i, sh_x);
+            let blk = scan_block(i, list);
             sh_v = 0u;
             if (blk < P.nblocks && dirty[blk] != 0u) { sh_v = blk + 1u; }
         }
         let v = workgroupUniformLoad(&sh_v);
         if (v != 0u) { block_best(v - 1u, lid, sg); }
+        block_scanned(i, list, lid, sg);
     }
     step_thread(g * WG + lid, groups * WG);
 }

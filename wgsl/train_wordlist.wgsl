@@ -10,16 +10,19 @@
 // merge k's token C = 256 + k: the left position of every occurrence merge k merged), in
 // `pool`. A list may hold stale positions (whose t was merged away since): they are looked at
 // and found to hold something else. A position is in a list at most once.
-// Per merge, 3 dispatches, no pass over the stream:
+// Per merge, 2 dispatches, no pass over the stream:
 //   find_max4       (train_table.wgsl) the dirty blocks' bests: the blocks the last merge
 //                   listed (`dlist`, each once) grid-stride over ≤ 1,056 workgroups (the host's
 //                   grid), not one workgroup per table block (tens of thousands at scale, nearly
-//                   all clean); every block after clear_table (S_ALL). Its step_blocked hook
-//                   (below) first commits the last merge (S_K += 1, the pool top past C's
-//                   list), and its step_thread hook sets prv[r] = p for every occurrence p·q·r
-//                   the last merge made (so `prv` is exact again: nobody reads it in this
-//                   dispatch)
-//   find_max_super  per group of SUPER = 256 blocks with a changed block: the group's best
+//                   all clean). Per group of SUPER = 256 blocks the list holds `scnt` of them;
+//                   the workgroup that finishes the group's last one (an atomic count down,
+//                   after a storageBarrier: device-scope release/acquire in naga's SPIR-V, as
+//                   CUDA's __threadfence in its "last block" reduction) reduces the group's
+//                   block bests into its super-block best (once find_max_super, a dispatch of
+//                   its own). Its step_blocked hook (below) first commits the last merge
+//                   (S_K += 1, the pool top past C's list), and its step_thread hook sets
+//                   prv[r] = p for every occurrence p·q·r the last merge made (so `prv` is exact
+//                   again: nobody reads it in this dispatch)
 //   wl_merge    every workgroup reduces the super-block bests (one load per thread up to
 //               2^28 table slots); workgroup 0 records the merge; then, grid-stride over the
 //               shorter of A's and B's lists, one thread per entry: the entry's occurrence
@@ -31,6 +34,9 @@
 //               (list entry, its symbol, its neighbours' symbols, the deltas' table probes),
 //               not a walk of the whole word: the longest word of a list no longer sets the
 //               merge's latency (it did: ~2 dependent loads per live symbol of the word).
+// After clear_table + pair_count the host records find_max4 over every block (S_ALL) and
+// find_max_super (every group with a changed block; it clears S_ALL): the merge steps then
+// only see lists.
 // Race-free without a grid barrier: a thread writes only its own chain's symbols (lsym, nxt of
 // the chain's p's) and reads other threads' chain symbols only to learn "is my left neighbour
 // part of an occurrence of this merge", which both their old and their new values answer:
@@ -76,6 +82,8 @@
 //                                               (count: state S_DLEN + (k & 1)); 2 · nblocks
 //  18 dmark  : storage, read_write  array<atomic<u32>>  per block: k + 1 of the last merge k
 //                                               that listed it (each block once per merge)
+//  19 scnt   : storage, read_write  array<atomic<u32>>  per super-block: its blocks in dlist's
+//                                               half h at h · nsupers (counted down by find_max4)
 //#include train_table
 
 @group(0) @binding(2) var<storage, read> wid_in: array<u32>;
@@ -89,6 +97,7 @@
 @group(0) @binding(16) var<storage, read_write> sdirty: array<u32>;
 @group(0) @binding(17) var<storage, read_write> dlist: array<u32>;
 @group(0) @binding(18) var<storage, read_write> dmark: array<atomic<u32>>;
+@group(0) @binding(19) var<storage, read_write> scnt: array<atomic<u32>>;
 const SUPER: u32 = 256u;    // blocks per super-block (= WG: one per find_max_super thread)
 
 const DEAD: u32 = 0x40000000u;   // lsym of a symbol merged away (the right half of a pair),
@@ -173,7 +182,41 @@ fn block_dirtied(blk: u32) {
     if (st == 0u || atomicLoad(&dmark[blk]) == st) { return; }
     if (atomicExchange(&dmark[blk], st) == st) { return; }
     let h = (st - 1u) & 1u;
+    atomicAdd(&scnt[h * P.nsupers + blk / SUPER], 1u);
     dlist[h * P.nblocks + atomicAdd(&state[S_DLEN + h], 1u)] = blk;
+}
+
+// After find_max4's i-th listed block (its best written, or it was clean): count its group
+// down; the workgroup that takes the count to 0 writes the group's super-block best.
+fn block_scanned(i: u32, list: u32, lid: u32, sg: vec3<u32>) {
+    if (list == NONE) { return; }          // every block (S_ALL): find_max_super follows
+    storageBarrier();                      // release: this block's best before the count
+    if (lid == 0u) {
+        let s = dlist[list + i] / SUPER;
+        let h = select(0u, 1u, list != 0u);
+        sh_v = 0u;
+        if (atomicSub(&scnt[h * P.nsupers + s], 1u) == 1u) { sh_v = s + 1u; }
+    }
+    let v = workgroupUniformLoad(&sh_v);
+    if (v == 0u) { return; }
+    storageBarrier();                      // acquire: the group's other blocks' bests
+    super_best(v - 1u, lid, sg);
+}
+
+// The best of group s's block bests → sbest[s].
+fn super_best(s: u32, lid: u32, sg: vec3<u32>) {
+    let j = s * SUPER + lid;
+    var b = NO_BEST;
+    if (j < P.nblocks) {
+        b = vec4<u32>(best[4u * j], best[4u * j + 1u], best[4u * j + 2u], best[4u * j + 3u]);
+    }
+    let r = wg_best_sg(lid, b, sg);
+    if (lid == 0u) {
+        sbest[4u * s] = r.x;
+        sbest[4u * s + 1u] = r.y;
+        sbest[4u * s + 2u] = r.z;
+        sbest[4u * s + 3u] = r.w;
+    }
 }
 
 fn block_changed(blk: u32) { sdirty[blk / SUPER] = 1u; }
@@ -203,6 +246,7 @@ fn step_thread(t: u32, threads: u32) {
 }
 
 // ---- find_max_super: the best of each changed group of SUPER block bests -------------------
+// (After a count only: the merge steps update the groups in find_max4.) Clears S_ALL.
 @compute @workgroup_size(WG)
 fn find_max_super(@builtin(workgroup_id) wid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>,
@@ -220,23 +264,13 @@ fn find_max_super(@builtin(workgroup_id) wid: vec3<u32>,
 //#endif
     let s = linear_id(wid, nwg);
     if (lid == 0u) {
+        if (s == 0u) { atomicStore(&state[S_ALL], 0u); }
         sh_v = 0u;
         if (s < P.nsupers) { sh_v = sdirty[s]; }
     }
     if (workgroupUniformLoad(&sh_v) == 0u) { return; }
-    let j = s * SUPER + lid;
-    var b = NO_BEST;
-    if (j < P.nblocks) {
-        b = vec4<u32>(best[4u * j], best[4u * j + 1u], best[4u * j + 2u], best[4u * j + 3u]);
-    }
-    let r = wg_best_sg(lid, b, sg);
-    if (lid == 0u) {
-        sbest[4u * s] = r.x;
-        sbest[4u * s + 1u] = r.y;
-        sbest[4u * s + 2u] = r.z;
-        sbest[4u * s + 3u] = r.w;
-        sdirty[s] = 0u;
-    }
+    super_best(s, lid, sg);
+    if (lid == 0u) { sdirty[s] = 0u; }
 }
 
 // The best of the super-block bests, in every thread.
@@ -467,7 +501,6 @@ fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
         } else {
             record_merge(k, r);
             atomicStore(&state[S_DONE], 1u);
-            atomicStore(&state[S_ALL], 0u);     // read by find_max4 only
             atomicStore(&tlist[2u * c], top);
             let kp = key_pack(a, b);
             let slot = table_slot(kp.x, kp.y);
