@@ -312,6 +312,13 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
             counter.max_words = max(budget.max_table_words - gpu_batch // 8,
                                     count_budget.MIN_TABLE_WORDS)
             counter.on_batch = lambda c: budget.on_gpu_batch(c, info["corpus_bytes"])
+            if "cpu" in str(trainer.gpu.adapter_info.get("adapter_type", "")).lower():
+                # A CPU adapter's buffers are host memory: the word table (36 B per slot with
+                # its backups and compaction output) gets half of the budget's share; a batch
+                # with more words is split, a full table spilled.
+                cap = max(budget.free // 2 // 36, counter.min_slots)
+                counter.max_slots = min(counter.max_slots, 1 << (int(cap).bit_length() - 1))
+                st["count_table_slots_limit"] = counter.max_slots
             with trainer.gpu.operation("counting words"):
                 count_pipeline.count_stream(counter, itertools.chain(ready, batches),
                                             stats=count_stats)
