@@ -211,3 +211,33 @@ def test_many_one_word_documents_over_maxw_in_one_batch():
     _, got, st = _staged_counts(_pieces(docs, (2_000_000,)), batch_bytes=2_000_000)
     assert got == dict(reference.count_words(docs))
     assert st["staged_batches"] == 1
+
+
+def test_a_small_real_budget_spills_stays_under_it_and_is_exact():
+    """No monkeypatching: 1 M distinct words (+ common words, 14 MB) streamed from a Hugging
+    Face IterableDataset under a small max_memory, in a fresh process (benchmarks/count_memory.py's
+    child): the tables spill, the peak RSS stays under the budget, and the merges equal training
+    on the common words' counts (every random word occurs once and is pruned)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from conftest import subprocess_env
+
+    # The budget: this machine's baseline (a process with the same imports and the GPU open)
+    # + 600 MB, too little for the 1 M-word table's readback: it must spill.
+    probe = ("import datasets, torch_gpubpe.trainer as t; from torch_gpubpe.gpu import get_gpu; "
+             "get_gpu(); print(t._rss_bytes())")
+    base = int(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              env=subprocess_env(), timeout=300, check=True).stdout.split()[-1])
+    budget = base + 600_000_000
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "count_memory.py"
+    cmd = [sys.executable, str(script), "--child", "unique-prune", "--words", "1e6",
+           "--max-memory", str(budget), "--vocab-size", "300"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(), timeout=900)
+    assert p.returncode == 0, p.stderr[-3_000:]
+    r = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
+    assert r["merges_equal_common_words_training"] is True
+    assert r["pruned_words"] == 1_000_000 and r["spilled_runs"] >= 1
+    assert r["peak_rss_bytes"] < budget

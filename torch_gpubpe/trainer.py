@@ -313,10 +313,12 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
                                     count_budget.MIN_TABLE_WORDS)
             counter.on_batch = lambda c: budget.on_gpu_batch(c, info["corpus_bytes"])
             if "cpu" in str(trainer.gpu.adapter_info.get("adapter_type", "")).lower():
-                # A CPU adapter's buffers are host memory: the word table (36 B per slot with
-                # its backups and compaction output) gets half of the budget's share; a batch
-                # with more words is split, a full table spilled.
-                cap = max(budget.free // 2 // 36, counter.min_slots)
+                # A CPU adapter's buffers are host memory: the batch buffers (text, bitmaps:
+                # ~1.3 × a batch) come off the budget's share, and the word table (36 B per
+                # slot with its backups and compaction output) gets a third of the rest; a
+                # batch with more words is split, a full table spilled.
+                budget.free -= 2 * gpu_batch
+                cap = max(budget.free // 3 // 36, counter.min_slots)
                 counter.max_slots = min(counter.max_slots, 1 << (int(cap).bit_length() - 1))
                 st["count_table_slots_limit"] = counter.max_slots
             with trainer.gpu.operation("counting words"):
