@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 from conftest import CORPORA, CORPUS_NAMES
 from torch_gpubpe.errors import InputError, NotTextError
-from torch_gpubpe.readers import (FORMATS, MAX_CONTROL_SHARE, MAX_NUL_SHARE, TEXT_CHECK_BYTES,
-                                  FileReader, TextSource, looks_binary)
+from torch_gpubpe.readers import (FORMATS, MAX_CONTROL_SHARE, MAX_NUL_SHARE, MIN_SUSPECT_BYTES,
+                                  TEXT_CHECK_BYTES, FileReader, TextSource, looks_binary)
 
 
 def read_bytes(path, **kw) -> bytes:
@@ -76,6 +76,7 @@ def test_other_real_text_is_text(tmp_path):
     cases["empty"] = b""
     cases["tiny"] = b"x"
     cases["one_stray_nul"] = b"a line of text\n" * 5000 + b"\x00" + b"more text\n" * 100
+    cases["short_with_odd_bytes"] = b"abc\xff\xfe def\r\n\x00\x01\n\xef\xbb\xbfBOM\r\n\n"  # < 8
     for name, data in cases.items():
         p = tmp_path / f"{name}.txt"
         p.write_bytes(data)
@@ -120,6 +121,13 @@ def test_binary_is_refused(tmp_path):
     assert looks_binary(b"a" * (n - 100) + b"\x00" * int(n * MAX_NUL_SHARE)) is not None
     assert looks_binary(b"a" * (n - 999) + b"\x01" * 999) is None
     assert looks_binary(b"a" * (n - 1000) + b"\x01" * int(n * MAX_CONTROL_SHARE)) is not None
+    # a short file: the share alone is not enough, MIN_SUSPECT_BYTES of them are needed
+    short = b"x" * 100
+    k = MIN_SUSPECT_BYTES
+    assert looks_binary(short + b"\x00" * (k - 1)) is None
+    assert looks_binary(short + b"\x00" * k) is not None
+    assert looks_binary(short + b"\x02" * (k - 1)) is None
+    assert looks_binary(short + b"\x02" * k) is not None
     # only the first block is looked at: binary after 64 KiB of text is read (documented)
     p = tmp_path / "late.txt"
     p.write_bytes(b"text line\n" * (TEXT_CHECK_BYTES // 10 + 1) + os.urandom(5000))
@@ -138,3 +146,12 @@ def test_binary_format_reads_the_bytes(tmp_path):
     got = b"".join(bytes(v) for b in TextSource(data_files=str(p), file_format="binary")
                    .reader().batches() for v in b.values.to_pylist())
     assert got == data
+
+
+def test_docstring_examples():
+    import doctest
+
+    from torch_gpubpe import readers
+
+    res = doctest.testmod(readers)
+    assert res.attempted >= 3 and res.failed == 0

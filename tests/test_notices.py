@@ -78,3 +78,12 @@ def test_training_notice_points_at_the_caller():
     with pytest.warns(GPUBPEWarning, match="training stopped after") as rec:
         train(["ab ab"], 300, min_frequency=1)
     assert [w.filename for w in rec] == [__file__]
+
+
+def test_docstring_example():
+    import doctest
+
+    from torch_gpubpe import notices
+
+    res = doctest.testmod(notices)
+    assert res.attempted > 0 and res.failed == 0

@@ -85,6 +85,9 @@ MAX_NUL_SHARE = 1e-3
 MAX_CONTROL_SHARE = 1e-2
 """Share of C0 control bytes other than TAB LF VT FF CR BS ESC (and DEL) above which a file is
 not text: random bytes hold 9 %, the shipped corpora at most 0.06 % in any 64 KiB."""
+MIN_SUSPECT_BYTES = 8
+"""Fewer NUL (or other control) bytes than this never make a file binary: a short text with a
+stray NUL is still text (random bytes reach it within a few hundred bytes)."""
 SAMPLE_BY = ("line", "paragraph", "document")
 """What one document of a plain-text file is (``sample_by=``, ``--sample-by``)."""
 DEFAULT_SAMPLE_BY = "line"
@@ -465,24 +468,26 @@ def looks_binary(head: bytes) -> str | None:
 
     A deliberately simple check for random or binary bytes given as a ``.txt`` file: the file
     is refused when NUL bytes are at least :data:`MAX_NUL_SHARE` of ``head`` or other C0
-    control bytes (not TAB LF VT FF CR, backspace or ESC) at least :data:`MAX_CONTROL_SHARE`.
+    control bytes (not TAB LF VT FF CR, backspace or ESC) at least :data:`MAX_CONTROL_SHARE`,
+    and at least :data:`MIN_SUSPECT_BYTES` of them either way.
     UTF-8 text in any script, source code, ANSI-coloured logs and text in 8-bit legacy
     encodings (Latin-1, CP1251: invalid UTF-8 but no control bytes) pass; the message also
     gives the share of bytes that are not valid UTF-8.
 
     Example::
 
-        >>> looks_binary("çok güzel 😀 الكتاب 中文\n".encode()) is None
+        >>> looks_binary("çok güzel 😀 الكتاب 中文\\n".encode()) is None
         True
-        >>> looks_binary(b"\x00\x01" * 100)
-        '50.0 % NUL bytes, 50.0 % other control bytes, 100.0 % of the bytes not valid UTF-8'
+        >>> looks_binary(b"\\x00\\x01" * 100)
+        '50.0 % NUL bytes, 50.0 % other control bytes, 0.0 % of the bytes not valid UTF-8'
     """
     if not head:
         return None
     a = np.frombuffer(head, np.uint8)
-    nul = float(np.count_nonzero(a == 0)) / len(a)
-    ctrl = float(np.count_nonzero(_CONTROL[a])) / len(a)
-    if nul < MAX_NUL_SHARE and ctrl < MAX_CONTROL_SHARE:
+    n_nul, n_ctrl = int(np.count_nonzero(a == 0)), int(np.count_nonzero(_CONTROL[a]))
+    nul, ctrl = n_nul / len(a), n_ctrl / len(a)
+    if ((nul < MAX_NUL_SHARE or n_nul < MIN_SUSPECT_BYTES)
+            and (ctrl < MAX_CONTROL_SHARE or n_ctrl < MIN_SUSPECT_BYTES)):
         return None
     # bytes not in valid UTF-8 sequences (a sequence cut by the end of head counts as valid)
     valid = len(head.decode("utf-8", "ignore").encode("utf-8"))
