@@ -504,6 +504,14 @@ class GPU:
         except self.wgpu.GPUError as e:
             self.check_lost(e)
             raise GPUOperationError(f"{what} failed on {self.adapter_name}: {e}") from e
+        except (RuntimeError, AttributeError) as e:
+            # Once the device is lost, wgpu-py's own objects fail too (its poll thread stops:
+            # "Cannot use PollThread because it has stopped", or a None poller): still the
+            # lost device, named as such (seen with two encode threads, one losing it).
+            if not self.lost or isinstance(e, GPUOperationError):
+                raise
+            raise GPUOperationError(f"{what} failed on {self.adapter_name}: the device was lost "
+                                    f"({type(e).__name__}: {e})") from e
 
     def check_lost(self, exc: BaseException) -> None:
         """Mark the device lost when ``exc`` says so, so that :func:`get_gpu` makes a new one."""
