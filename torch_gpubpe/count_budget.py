@@ -269,8 +269,14 @@ class CountBudget:
             if base + b + 16 * w + estimate_merge_memory(w, b) <= self.limit:
                 fit = (t, w)
                 break
-        hint = (f"prune_below={fit[0]} (--prune-below {fit[0]}) would keep {fit[1]:,} words and "
-                "fit" if fit else "no prune_below up to 64 fits")
+        if fit:
+            hint = (f"prune_below={fit[0]} (--prune-below {fit[0]}) would keep {fit[1]:,} words "
+                    "and fit")
+        elif base >= self.limit:
+            hint = (f"this process already uses {_gb(base)} after counting, so no prune_below "
+                    "can fit")
+        else:
+            hint = "no prune_below up to 64 fits"
         raise InputError(
             f"the corpus has {total:,} unique words; those kept with "
             f"prune_below={self.prune_below} need more than max_memory={_gb(self.limit)} for "
