@@ -111,6 +111,8 @@ var<workgroup> sh_sg: array<u32, 128>;
 // Table probes made by this invocation (table_slot adds its probe count): the word-list walk
 // charges them to its per-thread budget.
 var<private> probes: u32;
+// Rounds of table_slots4's probe loop (each one memory round trip for up to 4 keys).
+var<private> probe_rounds: u32;
 
 // ---- hashing and keys --------------------------------------------------------------------------
 // fmix (the Murmur3 finaliser, seed §2) is in common.wgsl.
@@ -173,6 +175,12 @@ fn table_slot(stored: u32, col: u32) -> u32 {
 // order of the adds, ends outside u32): the low word only, its old value unused (the GPU need
 // not wait for the atomic), the high word stays 0.
 fn table_add(slot: u32, lo: u32, hi: u32) {
+    table_count(slot, lo, hi);
+    block_dirtied(slot / BLOCK);
+}
+
+// table_add without the block_dirtied hook.
+fn table_count(slot: u32, lo: u32, hi: u32) {
     if (WIDE == 0u) {
         atomicAdd(&tcounts[2u * slot], lo);
     } else {
@@ -181,7 +189,12 @@ fn table_add(slot: u32, lo: u32, hi: u32) {
         if (h != 0u) { atomicAdd(&tcounts[2u * slot + 1u], h); }
     }
     dirty[slot / BLOCK] = 1u;
-    block_dirtied(slot / BLOCK);
+}
+
+// The 64-bit weight (lo, hi), or its two's complement (negative).
+fn signed_weight(lo: u32, hi: u32, negative: bool) -> vec2<u32> {
+    if (negative) { return vec2<u32>(0u - lo, ~hi + select(0u, 1u, lo == 0u)); }
+    return vec2<u32>(lo, hi);
 }
 
 // Add (sign=false) or subtract (sign=true) the 64-bit weight (lo, hi) to pair (a, b).
@@ -189,11 +202,59 @@ fn pair_delta(a: u32, b: u32, lo: u32, hi: u32, negative: bool) {
     let k = key_pack(a, b);
     let slot = table_slot(k.x, k.y);
     if (slot == EMPTY) { return; }
-    if (negative) {
-        table_add(slot, 0u - lo, ~hi + select(0u, 1u, lo == 0u));
-    } else {
-        table_add(slot, lo, hi);
+    let v = signed_weight(lo, hi, negative);
+    table_add(slot, v.x, v.y);
+}
+
+// table_slot of up to 4 keys (stored, col) at once, lane i when on[i]: their probe sequences
+// advance together, so a round's loads of different keys are in flight together (one memory
+// round trip per probe step, not one per key). Keys may repeat (the first lane inserts, the
+// other finds it). EMPTY for a lane that is off or ran out of probes (overflow flag raised).
+fn table_slots4(st: vec4<u32>, col: vec4<u32>, on: vec4<bool>) -> vec4<u32> {
+    let mask = P.rows - 1u;
+    var row = vec4<u32>(row_home(st.x), row_home(st.y), row_home(st.z), row_home(st.w))
+              & vec4<u32>(mask);
+    var slot = vec4<u32>(EMPTY);
+    var todo = on;
+    for (var p = 1u; p <= MAX_PROBE; p++) {
+        if (!any(todo)) { break; }
+        probe_rounds += 1u;
+        var cur = vec4<u32>(EMPTY);
+        for (var i = 0u; i < 4u; i++) {
+            if (todo[i]) {
+                cur[i] = atomicLoad(&tkeys[row[i] * COLS + col[i]]);
+                probes += 1u;
+            }
+        }
+        for (var i = 0u; i < 4u; i++) {
+            if (!todo[i]) { continue; }
+            let s = row[i] * COLS + col[i];
+            var c = cur[i];
+            if (c == EMPTY) {
+                let r = atomicCompareExchangeWeak(&tkeys[s], EMPTY, st[i]);
+                c = r.old_value;
+                if (r.exchanged) {
+                    atomicAdd(&state[S_OCC], 1u);
+                    c = st[i];
+                } else if (c == EMPTY) {      // spurious weak-CAS failure: once more
+                    let r2 = atomicCompareExchangeWeak(&tkeys[s], EMPTY, st[i]);
+                    c = r2.old_value;
+                    if (r2.exchanged) {
+                        atomicAdd(&state[S_OCC], 1u);
+                        c = st[i];
+                    }
+                }
+            }
+            if (c == st[i]) {
+                slot[i] = s;
+                todo[i] = false;
+            } else {
+                row[i] = (row[i] + p) & mask;
+            }
+        }
     }
+    if (any(todo)) { atomicStore(&state[S_OVERFLOW], 1u); }
+    return slot;
 }
 
 // (count desc, a asc, b asc): whether candidate x beats y. Entries are (lo, hi, a, b).
