@@ -348,70 +348,82 @@ struct Cost {
     depth: u32,
 }
 
-// The live symbol left of x when merge m began: (position, its lsym now), position NONE at the
-// word's start, PAUSED when the budget ran out (the hops so far are saved in prv[x]). prv[x]
-// hops over symbols dead since an earlier merge; one merged away by m itself (DEAD | k) is
-// still "there" (it answers the occurrence tests). Hops found are saved (prv[x] := result):
-// any value of prv[x] another thread reads meanwhile leads to the same answer.
-fn live_left(x: u32, m: Merge, cost: ptr<function, Cost>) -> vec2<u32> {
-    var y = prv[x];
+// The live symbol left of x when merge m began: (position, its lsym now, its prv), position
+// NONE at the word's start, PAUSED when the budget ran out (the hops so far are saved in
+// prv[x]). y0 = prv[x] (the caller loads it beside its other loads). prv[x] hops over symbols
+// dead since an earlier merge; one merged away by m itself (DEAD | k) is still "there" (it
+// answers the occurrence tests). Hops found are saved (prv[x] := result): any value of prv[x]
+// another thread reads meanwhile leads to the same answer. A symbol's lsym and prv are loaded
+// together (one round trip per hop).
+fn live_left(x: u32, y0: u32, m: Merge, cost: ptr<function, Cost>) -> vec3<u32> {
+    var y = y0;
     var hops = 0u;
-    (*cost).depth += 2u;
+    (*cost).depth += 1u;
     loop {
-        if (y == NONE) { break; }
-        let s = lsym[y];
-        if ((s & DEAD) == 0u || s == m.tag) { break; }
+        if (y == NONE) { return vec3<u32>(NONE, 0u, NONE); }
+        let sy = lsym[y];
+        let py = prv[y];
+        if ((sy & DEAD) == 0u || sy == m.tag) {
+            if (hops != 0u) { prv[x] = y; }
+            return vec3<u32>(y, sy, py);
+        }
         if ((*cost).spent >= P.budget) {
             prv[x] = y;
-            return vec2<u32>(PAUSED, 0u);
+            return vec3<u32>(PAUSED, 0u, 0u);
         }
-        y = prv[y];
+        y = py;
         hops += 1u;
         (*cost).spent += 1u;
         (*cost).steps += 1u;
-        (*cost).depth += 2u;
+        (*cost).depth += 1u;
     }
-    if (hops != 0u) { prv[x] = y; }
-    if (y == NONE) { return vec2<u32>(NONE, 0u); }
-    return vec2<u32>(y, lsym[y]);
+    return vec3<u32>(NONE, 0u, NONE);    // (not reached)
 }
 
-// List entry e: the position p of the chain of occurrences this thread leads, with the id of
-// its live left neighbour (NONE at a word start); p = NONE when it leads none, PAUSED when the
-// budget ran out (the entry is started again later). Whether (p, nxt[p]) is an occurrence at
-// all the chain loop checks (only the leader may read nxt[p]: its own).
-fn lead_of(e: u32, m: Merge, cost: ptr<function, Cost>) -> vec2<u32> {
-    let none = vec2<u32>(NONE, NONE);
-    let se = lsym[e];
-    (*cost).depth += 2u;            // the list entry, its symbol
+// List entry e (se = lsym[e], pe = prv[e], ne = nxt[e], loaded together by the caller): the
+// chain of occurrences this thread leads, as (p, the id of p's live left neighbour or NONE at
+// a word start, lsym[p], nxt[p]); p = NONE when it leads none, PAUSED when the budget ran out
+// (the entry is started again later). Whether (p, nxt[p]) is an occurrence at all the chain
+// loop checks (only the leader may use nxt[p]: its own).
+fn lead_of(e: u32, se: u32, pe: u32, ne: u32, m: Merge, cost: ptr<function, Cost>)
+        -> vec4<u32> {
+    let none = vec4<u32>(NONE, NONE, 0u, NONE);
     var p = e;
+    var sp = se;
+    var pp = pe;
+    var np = ne;
     if (m.from_b) {
         if ((se & LIVE) != m.b) { return none; }
-        let l = live_left(e, m, cost);
-        if (l.x == PAUSED) { return l; }
+        let l = live_left(e, pe, m, cost);
+        if (l.x == PAUSED) { return vec4<u32>(PAUSED, 0u, 0u, 0u); }
         // C: the chain's leader merged it already; A: (p, e) is an occurrence
         if (l.x == NONE || (l.y & LIVE) != m.a) { return none; }
         p = l.x;
+        sp = l.y;
+        pp = l.z;
+        np = e;            // p's live right neighbour when the merge began: e
     } else if ((se & LIVE) != m.a) {
         return none;
     }
-    let l = live_left(p, m, cost);
-    if (l.x == PAUSED) { return l; }
-    if (l.x == NONE) { return vec2<u32>(p, NONE); }
+    let l = live_left(p, pp, m, cost);
+    if (l.x == PAUSED) { return vec4<u32>(PAUSED, 0u, 0u, 0u); }
+    if (l.x == NONE) { return vec4<u32>(p, NONE, sp, np); }
     let id = l.y & LIVE;
     if (l.y == m.tag) { return none; }             // L merged away now: part of an occurrence
     if (m.a == m.b) {
         if (id == m.a || id == m.c) { return none; }   // the run begins left of p
     } else if (id == m.b) {
-        let ll = live_left(l.x, m, cost);
-        if (ll.x == PAUSED) { return ll; }
+        let ll = live_left(l.x, l.z, m, cost);
+        if (ll.x == PAUSED) { return vec4<u32>(PAUSED, 0u, 0u, 0u); }
         if (ll.x != NONE && ((ll.y & LIVE) == m.a || (ll.y & LIVE) == m.c)) { return none; }
     }
-    return vec2<u32>(p, id);
+    return vec4<u32>(p, id, sp, np);
 }
 
 // Walk this thread's list entries from s until they are done (s.j ≥ len) or P.budget steps +
-// hops + table probes are spent.
+// hops + table probes are spent. Loads that do not depend on each other are issued together
+// (an entry's symbol, links and word; a pair's right half and what follows it): the depth of
+// the chain of dependent loads is what a merge's latency is made of.
 fn walk(s0: Walk, m: Merge) -> Walk {
     var s = s0;
     var cost = Cost(0u, 0u, 0u);
@@ -419,11 +431,19 @@ fn walk(s0: Walk, m: Merge) -> Walk {
     var probes_all = 0u;
     loop {
         if (s.j >= m.len || cost.spent >= P.budget) { break; }
+        var sp = 0u;           // lsym[s.p] and nxt[s.p] (carried along the chain)
+        var q = NONE;
+        var w = 0u;
         if (s.p == NONE) {
             let e = pool[m.off + s.j];
             entries += 1u;
             cost.spent += 1u;
-            let l = lead_of(e, m, &cost);
+            let se = lsym[e];
+            let pe = prv[e];
+            let ne = nxt[e];
+            w = wid_in[e];     // p is in e's word
+            cost.depth += 2u;  // the entry, its loads
+            let l = lead_of(e, se, pe, ne, m, &cost);
             if (l.x == PAUSED) { break; }
             if (l.x == NONE) {
                 s.j += m.stride;
@@ -431,27 +451,35 @@ fn walk(s0: Walk, m: Merge) -> Walk {
             }
             s.p = l.x;
             s.prev = l.y;
+            sp = l.z;
+            q = l.w;
+        } else {               // resumed from a carry
+            sp = lsym[s.p];
+            q = nxt[s.p];
+            w = wid_in[s.p];
         }
         // the chain from s.p: merge while s.p starts an occurrence
-        let w = wid_in[s.p];
         let lo = weights[2u * w];
         let hi = weights[2u * w + 1u];
         loop {
             if (s.p == NONE || cost.spent >= P.budget) { break; }
             let p = s.p;
-            let sp = lsym[p];
-            let q = nxt[p];
-            cost.depth += 2u;
-            if ((sp & LIVE) != m.a || q == NONE || (lsym[q] & LIVE) != m.b) {
+            let qq = select(q, 0u, q == NONE);
+            let sq = lsym[qq];
+            let r = nxt[qq];
+            cost.depth += 1u;
+            if ((sp & LIVE) != m.a || q == NONE || (sq & LIVE) != m.b) {
                 s.p = NONE;
                 break;
             }
-            let r = nxt[q];
+            let rr = select(r, 0u, r == NONE);
+            let sr = lsym[rr];          // Y, and whether r starts the chain's next occurrence
+            let nr = nxt[rr];
             probes = 0u;
             probe_rounds = 0u;
             // −(X, A) + (X, C), −(B, Y) + (C, Y); (A, B) itself skipped (A = B runs)
             var y = 0u;
-            if (r != NONE) { y = lsym[r] & IDM; }
+            if (r != NONE) { y = sr & IDM; }
             let left = s.prev != NONE;
             let right = r != NONE;
             pair_deltas4(vec4<u32>(s.prev, s.prev, m.b, m.c), vec4<u32>(m.a, m.c, y, y),
@@ -464,9 +492,11 @@ fn walk(s0: Walk, m: Merge) -> Walk {
             pool[m.top + atomicAdd(&tlist[2u * m.c + 1u], 1u)] = p;
             s.prev = m.c;
             s.p = r;
+            sp = sr;                    // r is this chain's (or nobody's): still current
+            q = nr;
             cost.spent += 1u + probes;
             cost.steps += 1u;
-            cost.depth += 3u + probe_rounds;     // nxt[q] → lsym[r]; probes; stamps
+            cost.depth += 3u + probe_rounds;     // lsym[r]; probes; stamps; append
             probes_all += probes;
         }
         if (s.p == NONE) { s.j += m.stride; }     // the chain is done
