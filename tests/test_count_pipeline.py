@@ -213,11 +213,12 @@ def test_many_one_word_documents_over_maxw_in_one_batch():
     assert st["staged_batches"] == 1
 
 
-def test_a_small_real_budget_spills_stays_under_it_and_is_exact():
+def test_a_small_real_budget_is_kept_and_exact():
     """No monkeypatching: 1 M distinct words (+ common words, 14 MB) streamed from a Hugging
     Face IterableDataset under a small max_memory, in a fresh process (benchmarks/count_memory.py's
-    child): the tables spill, the peak RSS stays under the budget, and the merges equal training
-    on the common words' counts (every random word occurs once and is pruned)."""
+    child): the peak RSS stays under the budget (the tables spill where it needs them to), and
+    the merges equal training on the common words' counts (every random word occurs once and is
+    pruned)."""
     import json
     import subprocess
     import sys
@@ -241,5 +242,8 @@ def test_a_small_real_budget_spills_stays_under_it_and_is_exact():
     assert p.returncode == 0, p.stderr[-3_000:]
     r = json.loads([ln for ln in p.stdout.splitlines() if ln.startswith("{")][-1])
     assert r["merges_equal_common_words_training"] is True
-    assert r["pruned_words"] == 1_000_000 and r["spilled_runs"] >= 1
-    assert r["peak_rss_bytes"] < budget
+    assert r["pruned_words"] == 1_000_000
+    # Whether this budget makes the tables spill depends on the machine's baseline (in a CI
+    # clone, +600 MB did not; here it spilled 3 runs): the spill path itself is tested
+    # deterministically above; this test holds the budget and exactness, with or without it.
+    assert r["peak_rss_bytes"] < budget, (r, budget)
