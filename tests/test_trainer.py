@@ -578,3 +578,26 @@ def test_prune_below_drops_rare_words_recorded_and_equal_to_the_reference_on_the
     exact = train(docs, 400, min_frequency=1, stats=st)  # the default prunes nothing
     assert "pruned_words" not in st
     assert list(exact.merges) == reference.train(docs, vocab_size=400, min_frequency=1)
+
+
+def test_an_adapter_with_too_few_storage_buffers_takes_the_seed_algorithm(monkeypatch):
+    """OpenGL's llvmpipe allows 16 storage buffers per shader stage and wl_merge binds 17: the
+    run takes algorithm="seed" (counted from the WGSL), says so once and records why."""
+    import warnings
+
+    from torch_gpubpe import reference
+    from torch_gpubpe.gpu import get_gpu
+    from torch_gpubpe.trainer import GPUTrainer
+
+    g = get_gpu()
+    need = GPUTrainer(g).storage_buffers("wordlist")
+    monkeypatch.setitem(g.limits, "max-storage-buffers-per-shader-stage", need - 1)
+    tr = GPUTrainer(g)
+    assert "wordlist" in tr.too_many_buffers and "seed" not in tr.too_many_buffers
+    counts = {b"abab": 7, b"abc": 4, b"abcd": 5, b" bcd": 2, b"dd": 3}
+    st: dict = {}
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        got = tr.run(list(counts), list(counts.values()), 8, 1, stats=st)
+    assert st["algorithm"] == "seed" and "storage buffers" in st["algorithm_changed_because"]
+    assert got == reference.train_from_word_counts(counts, 256 + 8, min_frequency=1)

@@ -610,6 +610,15 @@ def _check_algorithm(algorithm: str) -> str:
     return algorithm
 
 
+_noticed: set[str] = set()
+
+
+def _notice_once(msg: str) -> None:
+    if msg not in _noticed:
+        _noticed.add(msg)
+        notices.warn(msg)
+
+
 class GPUTrainer:
     """The training pipelines of one device (``train_wordlist.wgsl``, ``train_seed.wgsl``),
     compiled once each; :meth:`run` trains. One instance may run many trainings
@@ -624,9 +633,25 @@ class GPUTrainer:
         self.local_slots = local_slots(g, self.info["wordlist"])
         self._pipes: dict[tuple, dict] = {}
         self.is_cpu = "cpu" in str(g.adapter_info.get("adapter_type", "")).lower()
+        # An algorithm whose entry points bind more storage buffers than the adapter allows per
+        # shader stage (OpenGL's llvmpipe: 16; the word list's wl_merge binds 17) cannot run
+        # there: the run takes another one, recorded and said (run_arrays).
+        limit = int(g.limits.get("max-storage-buffers-per-shader-stage", 1 << 30))
+        self.too_many_buffers = {a: n for a in ALGORITHMS
+                                 if (n := self.storage_buffers(a)) > limit}
+        self.storage_buffer_limit = limit
         # The default (word lists, 32-bit counts) is compiled up front, while the host counts
         # words; the other variants on first use.
-        self.pipelines("wordlist", wide=False)
+        if "wordlist" not in self.too_many_buffers:
+            self.pipelines("wordlist", wide=False)
+
+    def storage_buffers(self, algorithm: str) -> int:
+        """The most storage buffers one entry point of ``algorithm``'s shader binds (parsed
+        from the WGSL)."""
+        info = self.info[algorithm]
+        return max(sum(1 for n in info.reachable(ep)
+                       if n in info.bindings and "storage" in info.bindings[n][2])
+                   for ep in info.entry_points)
 
     def pipelines(self, algorithm: str, wide: bool, profile: bool = False) -> dict:
         """Entry point → compute pipeline of ``algorithm``, with 64-bit (``wide``) or 32-bit
@@ -678,6 +703,17 @@ class GPUTrainer:
         _check_algorithm(algorithm)
         st = {} if stats is None else stats
         t0 = time.perf_counter()
+        if algorithm in self.too_many_buffers:
+            other = [a for a in ALGORITHMS if a not in self.too_many_buffers]
+            why = (f"algorithm={algorithm!r} binds {self.too_many_buffers[algorithm]} storage "
+                   f"buffers in one shader stage and {self.gpu.adapter_name} allows "
+                   f"{self.storage_buffer_limit}")
+            if not other:
+                raise GPUOperationError(f"training on this adapter is not possible: {why}")
+            st["algorithm_requested"], st["algorithm_changed_because"] = algorithm, why
+            _notice_once(f"torch_gpubpe.train: {why}; training with algorithm={other[0]!r} "
+                         "(the same merges, slower)")
+            algorithm = other[0]
         lens = np.asarray(lengths, np.int64)
         st.update(algorithm=algorithm, restarts=0, rebuilds=0, walks_paused=0,
                   continuation_dispatches=0)
