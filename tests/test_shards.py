@@ -152,13 +152,11 @@ def test_megatron_and_flat_equal_tokenizer(capsys, tmp_path, vocab_dir, inputs, 
 @pytest.mark.gpu
 def test_bytes_identical_whatever_batching_and_threads(capsys, tmp_path, vocab_dir, inputs):
     trees = []
-    for i, (batch, threads, gpu_threads) in enumerate([("4M", "1", "1"), ("3K", "4", "2"),
-                                                       ("777", "16", "3")]):
+    for i, (batch, threads) in enumerate([("4M", "1"), ("3K", "4"), ("777", "16")]):
         for kind in ("parquet", "jsonl.gz"):
             out = tmp_path / f"{kind}-{i}"
             _encode(capsys, vocab_dir, inputs[kind], out, "--output-format", "llmc",
-                    "--shard-tokens", "3000", "--batch-bytes", batch, "--read-threads", threads,
-                    "--encode-threads", gpu_threads)
+                    "--shard-tokens", "3000", "--batch-bytes", batch, "--read-threads", threads)
             trees.append(_tree(out))
     assert all(t == trees[0] for t in trees[1:])
 

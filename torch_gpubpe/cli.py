@@ -34,7 +34,6 @@ import os
 import re
 import sys
 import tempfile
-import threading
 import time
 import warnings
 from collections.abc import Sequence
@@ -220,10 +219,6 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--append-eos", action="store_true",
                    help="bin/npy/megatron: append <|endoftext|> (else the vocab's first special "
                         "token) after every document (llmc always puts it before each document)")
-    e.add_argument("--encode-threads", type=_positive_int, default=1, metavar="N",
-                   help="threads driving the GPU, each with its own session, so that one "
-                        "batch's upload overlaps another's readback (default: %(default)s; on "
-                        "the H200 2 and 3 were within the run-to-run noise of 1)")
     e.add_argument("--batch-bytes", type=parse_size, default=DEFAULT_BATCH_BYTES, metavar="SIZE",
                    help="text per GPU batch (default: 16M)")
     e.add_argument("--pre-tokenizer", default=None, metavar="NAME",
@@ -666,14 +661,11 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
     specials = {} if eos is None else (
         {"bos_id": eos} if args.output_format == "llmc" else {"eos_id": eos})
     n_docs = n_bytes = n_tokens = 0
-    # Where the time goes (seconds; meta.json "seconds", printed with --debug): the main thread
-    # waiting for the reader threads, for the oldest batch's ids, for the writer thread; the
-    # encode threads' and the writer's busy time (summed over threads).
-    stages = dict.fromkeys(("wait_reader", "wait_encode", "wait_writer", "encode_busy",
-                            "writer_busy"), 0.0)
-    # Batches are encoded by --encode-threads threads, each driving its own Tokenizer (one GPU
-    # session each, the trie shared), so one batch's upload overlaps another's readback.
-    toks = [tok] + [tok.clone() for _ in range(args.encode_threads - 1)]
+    # Where the main thread's time goes (seconds; meta.json "seconds", printed with --debug):
+    # waiting for the reader threads, uploading + submitting, waiting for the GPU + reading the
+    # ids back, waiting for the writer thread; and the writer thread's own busy time.
+    stages = dict.fromkeys(("wait_reader", "upload_and_submit", "wait_gpu_and_readback",
+                            "wait_writer", "writer_busy"), 0.0)
     t0 = time.perf_counter()
     read_stats: dict = {}
     stream = documents(source.reader(), max_docs=args.max_docs, max_bytes=args.max_bytes,
@@ -688,21 +680,10 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
         from concurrent.futures import ThreadPoolExecutor
 
         write_pool = ThreadPoolExecutor(1, thread_name_prefix="torch_gpubpe write")
-        encode_pool = ThreadPoolExecutor(len(toks), thread_name_prefix="torch_gpubpe encode")
-        # The sessions (pipelines, trie upload) on the device opened above, also in the
-        # background; the first is waited for before the first submit.
-        opening = [opener.submit(t.open) for t in toks]
-        writing = None  # the batch being written while the GPU encodes the next ones
-        busy_lock = threading.Lock()
-
-        def encode_on(t, p):
-            t1 = time.perf_counter()
-            # The GPU puts the end-of-text token in while reading the ids back: before
-            # every document for llm.c, after it for the others (--append-eos).
-            enc = t.submit_packed(p.data, p.offsets, **specials).result()
-            with busy_lock:  # (two threads add to it)
-                stages["encode_busy"] += time.perf_counter() - t1
-            return enc
+        # The session (pipelines, trie upload) on the device opened above, also in the
+        # background; both are waited for before the first submit.
+        opening = opener.submit(tok.open)
+        writing = None  # the batch being written while the GPU encodes the next one
 
         def timed_add(ids, offsets) -> None:
             t = time.perf_counter()
@@ -715,7 +696,7 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
             t = time.perf_counter()
             enc = future.result()
             t1 = time.perf_counter()
-            stages["wait_encode"] += t1 - t
+            stages["wait_gpu_and_readback"] += t1 - t
             if writing is not None:
                 writing.result()  # in order, at most one batch waiting to be written
             stages["wait_writer"] += time.perf_counter() - t1
@@ -729,13 +710,11 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
                 bar.set_postfix_str(f"{n_tokens / dt:,.0f} tokens/s", refresh=False)
 
         try:
-            from collections import deque
-
-            pending: deque = deque()
-            # Reading, decompressing and packing run on other threads (readers.prefetch);
-            # batches i .. i + threads - 1 are encoded while batch i - 1 is written.
+            pending = None
+            # Reading, decompressing and packing run on other threads (readers.prefetch); the GPU
+            # encodes batch i (two in flight, Tokenizer's double buffering) while batch i - 1 is
+            # written.
             batches = prefetch(stream, 2, "torch_gpubpe encode read")
-            k = 0
             while True:
                 t = time.perf_counter()
                 p = next(batches, None)
@@ -747,21 +726,21 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
                     stages["first_batch_read"] = t1 - t0
                     t2 = time.perf_counter()
                     device.result()
-                    opening[0].result()  # opened while the first batch was read
+                    opening.result()  # the GPU session, opened while the first batch was read
                     stages["wait_gpu_open"] = time.perf_counter() - t2
-                while len(pending) >= len(toks):  # batch k - threads used toks[k % threads]
-                    drain(pending.popleft())
-                pending.append((encode_pool.submit(encode_on, toks[k % len(toks)], p),
-                                p.nbytes))
-                k += 1
-            while pending:
-                drain(pending.popleft())
+                    t1 = time.perf_counter()
+                # The GPU puts the end-of-text token in while reading the ids back: before
+                # every document for llm.c, after it for the others (--append-eos).
+                fut = tok.submit_packed(p.data, p.offsets, **specials)
+                stages["upload_and_submit"] += time.perf_counter() - t1
+                if pending is not None:
+                    drain(pending)
+                pending = (fut, p.nbytes)
+            if pending is not None:
+                drain(pending)
             if writing is not None:
                 writing.result()
-            for f in opening:
-                f.result()
         finally:
-            encode_pool.shutdown(wait=True)
             write_pool.shutdown(wait=True)
             t = time.perf_counter()
             writer.wait_flushed()  # also when stopped early: complete shards stay resumable

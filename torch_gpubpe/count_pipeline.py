@@ -47,6 +47,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from . import _wgpu_internals as _wi
+from .readers import put_unless_stopped
 from .wordcount import HostBatch
 
 STAGES = 3                 # mapped staging buffers (one GPU batch each) in rotation
@@ -116,13 +117,7 @@ class _Packer(threading.Thread):
         return None
 
     def _put(self, item) -> bool:
-        while not self.stop.is_set():
-            try:
-                self.filled.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return put_unless_stopped(self.filled, item, self.stop)
 
     def _hand(self, stage, pos: int, pieces: list, starts: list) -> bool:
         v = stage.view

@@ -147,19 +147,9 @@ def add_special_tokens(
     Returns:
         ``(ids, offsets)`` in the same layout, ids as int64.
     """
-    offsets = np.asarray(offsets, np.int64)
-    lengths = np.diff(offsets)
-    nb, ne = int(bos_id is not None), int(eos_id is not None)
-    new_offsets = np.zeros_like(offsets)
-    np.cumsum(lengths + nb + ne, out=new_offsets[1:])
-    out = np.empty(int(new_offsets[-1]), np.int64)
-    shift = np.repeat(new_offsets[:-1] + nb - offsets[:-1], lengths)
-    out[np.arange(len(ids), dtype=np.int64) + shift] = ids[: int(offsets[-1])]
-    if nb:
-        out[new_offsets[:-1]] = bos_id
-    if ne:
-        out[new_offsets[1:] - 1] = eos_id
-    return out, new_offsets
+    from .encoder import insert_special_tokens
+
+    return insert_special_tokens(np.asarray(ids), offsets, bos_id, eos_id, np.int64)
 
 
 def _accelerator_available() -> bool:

@@ -908,16 +908,6 @@ class Tokenizer:
         self.__dict__.update(state)
         self._lock = threading.RLock()
 
-    def clone(self) -> Tokenizer:
-        """Another Tokenizer with the same vocab and options, sharing the compiled trie, with a
-        GPU session of its own (buffers, two batches in flight, its own lock): two threads each
-        driving one overlap one batch's upload with the other's readback (``encode`` does)."""
-        state = self.__getstate__()
-        state["_trie"] = self._trie
-        twin = Tokenizer.__new__(Tokenizer)
-        twin.__setstate__(state)
-        return twin
-
     def open(self) -> Tokenizer:
         """Open the GPU session now (adapter, device, pipelines, trie upload) instead of on the
         first non-empty encode — e.g. on another thread while the first batch is being read.
@@ -1546,27 +1536,40 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
         f.result()
 
 
+def insert_special_tokens(ids: np.ndarray, offsets: np.ndarray, bos_id: int | None,
+                          eos_id: int | None, dtype=None) -> tuple[np.ndarray, np.ndarray]:
+    """``bos_id`` before and/or ``eos_id`` after every document of a flat batch, on the host
+    (the same result as wgsl/specials.wgsl, which the GPU path is tested against).
+
+    Args:
+        ids: token ids of all documents back to back, shape ``(n_tokens,)``.
+        offsets: int64, shape ``(num_docs + 1,)``; document k is ``ids[offsets[k]:offsets[k+1]]``.
+        dtype: of the returned ids (default: ``ids``'s).
+    Returns:
+        ``(ids, offsets)`` in the same layout, the specials included.
+    """
+    offsets = np.asarray(offsets, np.int64)
+    nb, ne = int(bos_id is not None), int(eos_id is not None)
+    seg = offsets + np.arange(len(offsets), dtype=np.int64) * (nb + ne)
+    out = np.empty(int(seg[-1]), ids.dtype if dtype is None else dtype)
+    keep = np.ones(len(out), bool)
+    if nb:
+        out[seg[:-1]] = bos_id
+        keep[seg[:-1]] = False
+    if ne:
+        out[seg[1:] - 1] = eos_id
+        keep[seg[1:] - 1] = False
+    out[keep] = ids[: int(offsets[-1])]
+    return out, seg
+
+
 def _add_specials(be: BatchEncoding, specials: tuple[int, int] | None) -> BatchEncoding:
-    """``be`` with ``specials = (bos, eos)`` (``_NO_TOKEN``: none) before / after every
-    document, on the host: the same result as wgsl/specials.wgsl (used where a batch was
-    encoded in several slices or sub-batches; the GPU path is tested against it)."""
+    """``be`` with ``specials = (bos, eos)`` (``_NO_TOKEN``: none) put in on the host (batches
+    encoded in several slices or sub-batches)."""
     if specials is None:
         return be
-    bos, eos = specials
-    has_bos, has_eos = int(bos != _NO_TOKEN), int(eos != _NO_TOKEN)
-    k = has_bos + has_eos
-    n = len(be.offsets) - 1
-    seg = be.offsets + np.arange(n + 1, dtype=np.int64) * k
-    out = np.empty(int(seg[-1]), be.ids.dtype)
-    keep = np.ones(len(out), bool)
-    if has_bos:
-        out[seg[:-1]] = bos
-        keep[seg[:-1]] = False
-    if has_eos:
-        out[seg[1:] - 1] = eos
-        keep[seg[1:] - 1] = False
-    out[keep] = be.ids
-    return BatchEncoding(out, seg)
+    bos, eos = (None if x == _NO_TOKEN else x for x in specials)
+    return BatchEncoding(*insert_special_tokens(be.ids, be.offsets, bos, eos))
 
 
 def _as_id_array(ids, ndim: int = 1):

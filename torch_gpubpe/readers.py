@@ -537,6 +537,18 @@ def _ordered(tasks: Iterator[Callable[[], Any]], pool: ThreadPoolExecutor, ahead
             f.cancel()
 
 
+def put_unless_stopped(q: queue.Queue, item, stop: threading.Event) -> bool:
+    """``q.put(item)``, giving up (False) once ``stop`` is set: a producer thread never blocks
+    forever on a consumer that has gone."""
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
 class _Pump:
     """A generator run on a daemon thread into a bounded queue (stops when closed). Closed by
     its consumer's thread, it joins the thread; finalized by the garbage collector in another
@@ -553,13 +565,7 @@ class _Pump:
         self.t.start()
 
     def _put(self, x) -> bool:
-        while not self.stop.is_set():
-            try:
-                self.q.put(x, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return put_unless_stopped(self.q, x, self.stop)
 
     def _run(self) -> None:
         try:
