@@ -93,3 +93,19 @@ def test_specials_empty_and_errors(vocab):
        st.sampled_from([(7, None), (None, 9), (7, 9)]))
 def test_specials_random(vocab, docs_b, specials):
     check(Tokenizer(vocab), docs_b, *specials)
+
+
+@pytest.mark.parametrize("n", [0, 1, (1 << 20) - 1, 2 << 20, (5 << 20) + 3, 9 << 20])
+def test_parallel_copy_equals_a_plain_copy(n):
+    """encoder.parallel_copy (uploads into, and ids out of, mapped GPU memory) at sizes below,
+    at and above its part size, odd lengths included."""
+    from torch_gpubpe.encoder import PARALLEL_COPY_MIN, parallel_copy
+
+    src = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
+    dst = np.zeros(n, np.uint8)
+    parallel_copy(dst, src)
+    assert np.array_equal(dst, src) and PARALLEL_COPY_MIN == 1 << 20
+    ids = src[: n // 2 * 2].view(np.uint16)
+    out = np.zeros_like(ids)
+    parallel_copy(out, ids)
+    assert np.array_equal(out, ids)
