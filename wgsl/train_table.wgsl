@@ -39,7 +39,7 @@
 //  10 tkeys    : storage, read_write array<atomic<u32>>  pair table keys; rows·32
 //  11 tcounts  : storage, read_write array<atomic<u32>>  pair table counts (lo, hi); 2·rows·32
 //  12 dirty    : storage, read_write array<u32>  per 1024-slot block: counts changed; nblocks
-//  13 best     : storage, read_write array<u32>  per block: (count lo, count hi, a, b)
+//  13 best     : storage, read_write array<atomic<u32>>  per block: (count lo, count hi, a, b)
 //  14 merges   : storage, read_write array<u32>  per merge: (a, b, count lo, count hi)
 
 struct Params {     // 48 bytes
@@ -63,7 +63,7 @@ struct Params {     // 48 bytes
 @group(0) @binding(10) var<storage, read_write> tkeys: array<atomic<u32>>;
 @group(0) @binding(11) var<storage, read_write> tcounts: array<atomic<u32>>;
 @group(0) @binding(12) var<storage, read_write> dirty: array<u32>;
-@group(0) @binding(13) var<storage, read_write> best: array<u32>;
+@group(0) @binding(13) var<storage, read_write> best: array<atomic<u32>>;
 @group(0) @binding(14) var<storage, read_write> merges: array<u32>;
 
 // ---- constants -------------------------------------------------------------------------------
@@ -469,6 +469,15 @@ fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
     step_thread(g * WG + lid, groups * WG);
 }
 
+// Block j's best (count lo, hi, a, b). `best` is atomic: the word list's find_max4 reads other
+// workgroups' block bests in the same dispatch (the group's last block, block_scanned), and a
+// plain load there can be served stale from a non-coherent cache (seen on the H200: wrong merges
+// with plain loads after a device-scope storageBarrier; right with atomics, which are coherent).
+fn load_best(j: u32) -> vec4<u32> {
+    return vec4<u32>(atomicLoad(&best[4u * j]), atomicLoad(&best[4u * j + 1u]),
+                     atomicLoad(&best[4u * j + 2u]), atomicLoad(&best[4u * j + 3u]));
+}
+
 // The best entry of block blk → best[blk]; the block's dirty flag cleared.
 fn block_best(blk: u32, lid: u32, sg: vec3<u32>) {
     var b = NO_BEST;
@@ -484,10 +493,10 @@ fn block_best(blk: u32, lid: u32, sg: vec3<u32>) {
     }
     let r = wg_best_sg(lid, b, sg);
     if (lid == 0u) {
-        best[4u * blk] = r.x;
-        best[4u * blk + 1u] = r.y;
-        best[4u * blk + 2u] = r.z;
-        best[4u * blk + 3u] = r.w;
+        atomicStore(&best[4u * blk], r.x);
+        atomicStore(&best[4u * blk + 1u], r.y);
+        atomicStore(&best[4u * blk + 2u], r.z);
+        atomicStore(&best[4u * blk + 3u], r.w);
         dirty[blk] = 0u;
         block_changed(blk);
     }
@@ -504,8 +513,7 @@ fn final_best(lid: u32, sg: vec3<u32>) -> vec4<u32> {
             let j = j0 + u * WG + lid;
             c[u] = NO_BEST;
             if (j < P.nblocks) {
-                c[u] = vec4<u32>(best[4u * j], best[4u * j + 1u], best[4u * j + 2u],
-                                 best[4u * j + 3u]);
+                c[u] = load_best(j);
             }
         }
         for (var u = 0u; u < 4u; u++) {

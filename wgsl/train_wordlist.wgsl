@@ -214,7 +214,7 @@ fn super_best(s: u32, lid: u32, sg: vec3<u32>) {
     let j = s * SUPER + lid;
     var b = NO_BEST;
     if (j < P.nblocks) {
-        b = vec4<u32>(best[4u * j], best[4u * j + 1u], best[4u * j + 2u], best[4u * j + 3u]);
+        b = load_best(j);
     }
     let r = wg_best_sg(lid, b, sg);
     if (lid == 0u) {
