@@ -1,0 +1,94 @@
+"""Compressed JSON Lines and text files (torch_gpubpe.readers): gzip inflated by ISA-L (python-isal)
+or, without it, by zlib (said in stats and warned once) gives the same documents as Python's gzip
+module; line numbers count across chunks; corrupt or truncated files raise InputError naming the
+file. No GPU."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+import warnings
+
+import pyarrow as pa
+import pyarrow.json as pj
+import pytest
+
+from conftest import corpus_docs
+from torch_gpubpe import readers
+from torch_gpubpe.errors import InputError
+from torch_gpubpe.notices import GPUBPEWarning
+from torch_gpubpe.readers import FileReader, documents
+
+pytest.importorskip("isal")  # a dependency (pyproject.toml); CI fails on any skip
+
+
+@pytest.fixture(params=["isal", "zlib"])
+def inflate(request, monkeypatch):
+    """Both decompressors: "zlib" is a machine where ``import isal`` fails."""
+    if request.param == "zlib":
+        monkeypatch.setitem(sys.modules, "isal", None)
+    monkeypatch.setattr(readers, "_warned", set())
+    return request.param
+
+
+def values(reader):
+    return [v for b in reader.batches() for v in b.values.cast(pa.large_binary()).to_pylist()]
+
+
+def docs_file(tmp_path, docs, name="a.jsonl.gz", members=1, blank_every=0):
+    lines = []
+    for k, x in enumerate(docs):
+        lines.append(json.dumps({"id": k, "text": x}, ensure_ascii=bool(k % 2)) + "\n")
+        if blank_every and k % blank_every == 0:
+            lines.append("\n")
+    raw = "".join(lines).encode("utf-8", "surrogatepass")
+    step = -(-len(raw) // members)
+    # several gzip members back to back (as `cat a.gz b.gz`, or pigz/bgzip output)
+    (tmp_path / name).write_bytes(b"".join(gzip.compress(raw[a : a + step])
+                                           for a in range(0, len(raw), step)))
+    return tmp_path / name, raw
+
+
+@pytest.mark.parametrize("chunk", [700, 64 << 10, 8 << 20])
+def test_gzip_jsonl_equals_pyarrow_json(tmp_path, inflate, chunk):
+    docs = corpus_docs("multi_udhr", max_bytes=300_000) + ["", "y" * 200_000, "a\r\nb"]
+    p, raw = docs_file(tmp_path, docs, members=3, blank_every=5)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        r = FileReader(p, chunk_bytes=chunk, threads=2)
+        got = values(r)
+        again = values(FileReader(p, chunk_bytes=chunk, threads=2))
+    want = pj.read_json(pa.py_buffer(raw)).column("text").cast(pa.large_binary()).to_pylist()
+    assert got == again == want
+    assert r.stats["gzip_inflate"] == inflate
+    said = [x for x in w if issubclass(x.category, GPUBPEWarning)
+            and "python-isal is not installed" in str(x.message)]
+    assert len(said) == (1 if inflate == "zlib" else 0)  # once per process, not per file
+
+
+def test_line_numbers_count_across_chunks(tmp_path, inflate):
+    docs = [f"document {k} " * (k % 13) for k in range(3000)]
+    lines = [json.dumps({"text": x}) for x in docs]
+    lines[2500] = '{"text": 17}'
+    lines[1000:1000] = ["", "  "]  # blank lines count as lines, not as rows
+    p = tmp_path / "n.jsonl.gz"
+    p.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    r = FileReader(p, chunk_bytes=4096, threads=3)
+    with pytest.raises(InputError, match=rf"n.jsonl.gz:{2500 + 2 + 1}: column 'text' holds int"):
+        list(documents(r))
+
+
+@pytest.mark.parametrize("name", ["a.jsonl.gz", "a.txt.gz"])
+def test_corrupt_or_truncated_gzip_names_the_file(tmp_path, inflate, name):
+    docs = [f"line {k} " * 20 for k in range(20_000)]
+    p, _ = docs_file(tmp_path, docs, name=name)
+    whole = p.read_bytes()
+    p.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(InputError, match=rf"{name}: cannot be decompressed as gzip"):
+        list(documents(FileReader(p, chunk_bytes=1 << 16)))
+    bad = bytearray(whole)
+    bad[len(bad) // 2 : len(bad) // 2 + 8] = b"\xff" * 8
+    p.write_bytes(bytes(bad))
+    with pytest.raises(InputError, match=rf"{name}: cannot be decompressed as gzip"):
+        list(documents(FileReader(p, chunk_bytes=1 << 16)))
