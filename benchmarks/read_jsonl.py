@@ -54,20 +54,71 @@ def cpu_seconds() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def _thread_cpu() -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of this process, by native id (Linux)."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+def _group(name: str) -> str:
+    for prefix, g in (("gpubpe-decompress", "decompress threads"),
+                      ("gpubpe-read", "parse pool"), ("MainThread", "main thread")):
+        if name.startswith(prefix):
+            return g
+    return "other Python threads"
+
+
 class GILProbe:
     """A thread that sleeps ``period`` s in a loop; its lateness on waking is the time it
-    waited for the GIL (or for a core)."""
+    waited for the GIL (or for a core). It also samples each thread's CPU time (Linux /proc)
+    and sums it by thread group: decompress threads, parse pool, main thread, native threads
+    (Arrow's and others' without a Python name)."""
 
     def __init__(self, period: float = 1e-3) -> None:
         self.period, self.late = period, []
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
+        self._cpu0 = _thread_cpu()
+        self._cpu: dict[int, float] = {}
+        self._names: dict[int, str] = {}
+
+    def _sample(self) -> None:
+        for t in threading.enumerate():
+            if t.native_id is not None:
+                self._names.setdefault(t.native_id, t.name)
+        self._cpu.update(_thread_cpu())
 
     def _run(self) -> None:
+        k = 0
         while not self._stop.is_set():
             t = time.perf_counter()
             time.sleep(self.period)
             self.late.append(time.perf_counter() - t - self.period)
+            k += 1
+            if k % 20 == 0:
+                self._sample()
+
+    def cpu_by_group(self) -> str:
+        groups: dict[str, float] = {}
+        for tid, c in self._cpu.items():
+            if tid == self._t.native_id:
+                continue
+            g = _group(self._names[tid]) if tid in self._names else "native threads"
+            groups[g] = groups.get(g, 0.0) + c - self._cpu0.get(tid, 0.0)
+        return "CPU by threads: " + ", ".join(f"{g} {c:.2f} s" for g, c in
+                                              sorted(groups.items(), key=lambda x: -x[1]))
 
     def __enter__(self) -> GILProbe:
         self._t.start()
@@ -76,6 +127,7 @@ class GILProbe:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._t.join()
+        self._sample()
 
     def summary(self) -> str:
         if not self.late:
@@ -185,6 +237,7 @@ def reader_stage(paths: list[str], args, threads: int, name: str) -> dict:
         row(f"{name}, run {run + 1}", wall, text, cpu,
             f"{docs:,} docs; first batch after {first or 0:.2f} s; stats {r.stats}")
         print(f"    {probe.summary()}", flush=True)
+        print(f"    {probe.cpu_by_group()} (sampled every 20 ms)", flush=True)
         out = {"seconds": wall, "text_bytes": text, "cpu": cpu, "stats": r.stats}
     return out
 
