@@ -97,19 +97,8 @@ class WordListKernels:
         self.n = n = len(sym)
         nwords = len(lens)
         self.workgroups = max(1, min(workgroups, -(-nwords // c["WG"])))
-        nxt = np.arange(1, n + 1, dtype=np.uint32)
-        nxt[starts + lens - 1] = c["NONE"]               # the last symbol of every word
-        prv = np.arange(-1, n - 1, dtype=np.int64).astype(np.uint32)
-        prv[starts] = c["NONE"]                          # the first symbol of every word
-        # Byte lists: the positions holding each byte value (a stable sort of the bytes: in
-        # stream order inside a byte's list).
-        byte = (sym & np.uint32(0xFF)).astype(np.uint8)
-        base = np.argsort(byte, kind="stable").astype(np.uint32)
-        counts = np.bincount(byte, minlength=256).astype(np.uint32)
-        del byte
-        tlist = np.zeros(2 * (256 + num_merges), np.uint32)
-        tlist[1:512:2] = counts
-        tlist[2:512:2] = np.cumsum(counts[:-1], dtype=np.uint32)
+        # The links (nxt, prv) and the byte lists (tlist, pool) are built on the GPU from lsym
+        # (record_setup); tlist and carry start as new buffers do: zero.
         pool_size = n + (n - nwords) + 16
         self.top = n
         U = gpu.wgpu.BufferUsage
@@ -120,15 +109,13 @@ class WordListKernels:
             "nxt": gpu.buffer(4 * n + 16, S | C, "train_wordlist.nxt"),
             "prv": gpu.buffer(4 * n + 16, S | C, "train_wordlist.prv"),
             "wid_in": gpu.buffer(4 * n + 16, S | C, "train_wordlist.wid"),
-            "tlist": gpu.buffer(4 * len(tlist), S | C, "train_wordlist.tlist"),
+            "tlist": gpu.buffer(8 * (256 + num_merges), S | C, "train_wordlist.tlist"),
             "pool": gpu.buffer(4 * pool_size, S | C, "train_wordlist.pool"),
             "carry": gpu.buffer(16 * threads, S | C, "train_wordlist.carry"),
         }
         q = gpu.device.queue
-        for name, a in (("lsym", sym), ("nxt", nxt), ("prv", prv), ("wid_in", wid),
-                        ("tlist", tlist), ("pool", base),
-                        ("carry", np.zeros(4 * threads, np.uint32))):
-            q.write_buffer(self.own[name], 0, a)
+        q.write_buffer(self.own["lsym"], 0, sym)
+        q.write_buffer(self.own["wid_in"], 0, wid)
         self.rebind()
 
     def rebind(self) -> None:
@@ -144,6 +131,14 @@ class WordListKernels:
 
     def initial_state(self) -> dict:
         return {"S_N": self.n, "S_TOP": self.top}
+
+    def record_setup(self, cp) -> None:
+        """The links and byte lists from lsym (once, before the first count): wl_links,
+        wl_list_offsets, wl_byte_lists."""
+        per = self.info.consts["WG"] * self.info.consts["SETUP_ITEMS"]
+        grid = self.g.grid(-(-self.n // per))
+        raw_recorder().plan(cp, [(self.pipes[e], self.bg[e], g) for e, g in (
+            ("wl_links", grid), ("wl_list_offsets", (1, 1)), ("wl_byte_lists", grid))])(1)
 
     def record_count(self, cp, merges_done: int, n: int) -> None:
         """clear_table + pair_count over the linked stream (its live pairs), then find_max4 over

@@ -282,15 +282,18 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
     from .count_budget import count_cpu
     from .wordcount import GPUWordCounter, _batches
 
-    # Open the device and compile the pipelines on a thread meanwhile: the CPU counts the words
-    # (count_on="cpu") or packs the first batch for the GPU counter.
+    # Open the device on a thread meanwhile (the CPU counts the words, count_on="cpu", or packs
+    # the first pieces for the GPU counter); the thread compiles the counting pipelines first
+    # and says so, then the training pipelines while the GPU counts (_Opener).
+    opener = _Opener(count_on == "gpu")
     with ThreadPoolExecutor(1, thread_name_prefix="gpubpe-init") as pool:
-        fut = pool.submit(get_trainer)
+        fut = pool.submit(opener.run)
         if count_on == "cpu":
             counts = count_cpu(documents, budget, info)
             t1 = time.perf_counter()
             trainer = fut.result()
             t2 = time.perf_counter()
+            t3 = t4 = t2
         else:
             # Read pieces while the device opens (at least one, at most ``prefetch`` bytes),
             # then count them through mapped staging (count_pipeline: read, pack and count
@@ -301,18 +304,19 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
             for b in batches:
                 ready.append(b)
                 held += len(b[0])
-                if fut.done() or held >= prefetch:
+                if opener.ready.is_set() or held >= prefetch:
                     break
             t1 = time.perf_counter()
-            trainer = fut.result()
+            st["seconds_prefetch"], st["prefetch_bytes"] = t1 - t0, held
+            gpu = opener.wait_gpu(fut)
             t2 = time.perf_counter()
-            counter = GPUWordCounter(trainer.gpu, gpu_batch)
+            counter = GPUWordCounter(gpu, gpu_batch)
             counter.spill = budget.spill
             # (a batch adds at most about gpu_batch / 8 new words before the next check)
             counter.max_words = max(budget.max_table_words - gpu_batch // 8,
                                     count_budget.MIN_TABLE_WORDS)
             counter.on_batch = lambda c: budget.on_gpu_batch(c, info["corpus_bytes"])
-            if "cpu" in str(trainer.gpu.adapter_info.get("adapter_type", "")).lower():
+            if "cpu" in str(gpu.adapter_info.get("adapter_type", "")).lower():
                 # A CPU adapter's buffers are host memory: the batch buffers (text, bitmaps:
                 # ~1.3 × a batch) come off the budget's share, and the word table (36 B per
                 # slot with its backups and compaction output) gets a third of the rest; a
@@ -321,20 +325,26 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
                 cap = max(budget.free // 3 // 36, counter.min_slots)
                 counter.max_slots = min(counter.max_slots, 1 << (int(cap).bit_length() - 1))
                 st["count_table_slots_limit"] = counter.max_slots
-            with trainer.gpu.operation("counting words"):
+            with gpu.operation("counting words"):
                 count_pipeline.count_stream(counter, itertools.chain(ready, batches),
                                             stats=count_stats)
                 del ready
                 counts = counter.result()
             st["count_gpu_memory_bytes"] = counter.peak_gpu_bytes + count_stats.get(
                 "staging_bytes", 0)
+            t3 = time.perf_counter()
+            trainer = fut.result()      # the training pipelines (compiled while counting)
+            t4 = time.perf_counter()
+    st.update(opener.times)
     st.update(info)
     if not info["corpus_bytes"]:
         raise InputError(
             f"empty corpus: {info['num_documents']} documents and 0 bytes of text; nothing to "
             "train on (check the source, its text column and any max_docs/max_bytes limit)")
     st["seconds_gpu_init_wait"] = t2 - t1
-    st["seconds_count"] = time.perf_counter() - t0 - (t2 - t1)
+    st["seconds_compile_wait"] = t4 - t3
+    st["seconds_count"] = t3 - t0 - (t2 - t1)
+    t5 = time.perf_counter()
     st["count_on"] = count_on
     st["count_pipeline"] = {k: (round(v, 4) if isinstance(v, float) else v)
                             for k, v in count_stats.items()}
@@ -346,6 +356,7 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
     if prune_below > 1 and not spilled:
         counts = _prune(counts, prune_below, st)
     _check_memory(counts, max_memory, st)
+    st["seconds_prepare"] = time.perf_counter() - t5
     vocab = _train_counts(counts, vocab_size, min_frequency=min_frequency,
                           special_tokens=special_tokens, progress=progress, stats=st,
                           batch=batch, profile=profile, algorithm=algorithm, trainer=trainer,
@@ -418,6 +429,7 @@ def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Se
                   progress, stats: dict, batch, profile: bool, algorithm: str = "wordlist",
                   trainer=None, _stacklevel: int = 3) -> Vocab:
     """Train on ``wc`` (:class:`~torch_gpubpe.wordcount.WordCounts`, every count ≥ 1)."""
+    t0 = time.perf_counter()
     num_merges = _check_sizes(vocab_size, special_tokens, min_frequency)
     st = stats
     lens, counts = wc.lengths, wc.counts
@@ -438,6 +450,7 @@ def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Se
             sel = np.repeat(keep, lens)
             data, lk, ck = wc.data[sel], lens[keep], counts[keep]
         tr = trainer or get_trainer()
+        st["seconds_prepare"] = st.get("seconds_prepare", 0.0) + time.perf_counter() - t0
         # A wgpu error (a lost device) becomes a GPUOperationError naming the step; the next
         # call opens a fresh device (issue 17 §4).
         with tr.gpu.operation(f"training {num_merges} merges"):
@@ -600,6 +613,53 @@ def get_trainer() -> GPUTrainer:
         return t
 
 
+class _Opener:
+    """train()'s device opening on a thread, in the order the run needs it: the device, the
+    counting pipelines (then :attr:`ready` is set: the GPU can count), then the training
+    pipelines (:func:`get_trainer`, compiled while the GPU counts; on a GPU also the 64-bit
+    count variant, which corpora with ≥ 2^31 pairs take). :attr:`times`: ``seconds_gpu_open``
+    (importing wgpu, opening the adapter and device), ``seconds_compile_count``,
+    ``seconds_compile_train`` (on the thread)."""
+
+    def __init__(self, count_on_gpu: bool) -> None:
+        self.count_on_gpu = count_on_gpu
+        self.ready = threading.Event()
+        self.gpu = None
+        self.times: dict[str, float] = {}
+
+    def run(self) -> GPUTrainer:
+        from .gpu import get_gpu
+        from .shaders import shader_info
+
+        try:
+            t = time.perf_counter()
+            self.gpu = g = get_gpu()
+            t1 = time.perf_counter()
+            self.times["seconds_gpu_open"] = t1 - t
+            if self.count_on_gpu:
+                for e in shader_info("wordcount", g.flags).entry_points:
+                    g.pipeline("wordcount", e)       # (GPUWordCounter's, from the cache)
+                self.times["seconds_compile_count"] = time.perf_counter() - t1
+        finally:
+            self.ready.set()
+        t = time.perf_counter()
+        tr = get_trainer()
+        if not tr.is_cpu and "wordlist" not in tr.too_many_buffers:
+            tr.pipelines("wordlist", wide=True)
+        self.times["seconds_compile_train"] = time.perf_counter() - t
+        return tr
+
+    def wait_gpu(self, fut):
+        """The opened GPU, once the counting pipelines are compiled (the thread's error, if it
+        failed)."""
+        while not self.ready.wait(0.05):
+            if fut.done():
+                break
+        if self.gpu is None or fut.done():
+            fut.result()          # raises the thread's error
+        return self.gpu
+
+
 def _pow2_at_least(x: int) -> int:
     return 1 << max(0, int(x - 1).bit_length())
 
@@ -723,15 +783,21 @@ class GPUTrainer:
         g = self.gpu
         info = self.info[algorithm]
         c = info.consts
-        sym = np.asarray(data, np.uint8).astype(np.uint32)
+        data = np.asarray(data, np.uint8)
+        sym = np.empty(len(data), np.uint32)
+        sym[:] = data
         starts = np.zeros(len(lens), np.int64)
         np.cumsum(lens[:-1], out=starts[1:])
         wid = np.repeat(np.arange(len(lens), dtype=np.uint32), lens)
-        # Distinct byte pairs inside words (≤ 65,536): sizes the pair table.
-        inner = np.ones(len(sym), bool)
-        inner[starts] = False
-        pairs = (sym[:-1] << 8 | sym[1:])[inner[1:]]
-        distinct = int(np.count_nonzero(np.bincount(pairs, minlength=1 << 16)))
+        # Distinct byte pairs inside words (≤ 65,536): sizes the pair table. The pair across
+        # each word boundary is replaced by the next word's first pair (words have ≥ 2 bytes).
+        pairs = data[:-1].astype(np.uint16) << 8
+        pairs |= data[1:]
+        pairs[starts[1:] - 1] = pairs[starts[1:]]
+        seen = np.zeros(1 << 16, bool)
+        seen[pairs] = True
+        distinct = int(np.count_nonzero(seen))
+        del pairs
         sym[starts] |= np.uint32(c["TWS"])
         wts = np.ascontiguousarray(weights, dtype=np.uint64).view(np.uint32)
         n = len(sym)
@@ -753,6 +819,7 @@ class GPUTrainer:
         wide = algorithm == "seed" or total_pairs >= 2.0 ** 31
         st.update(stream_symbols=n, distinct_initial_pairs=distinct, adapter=g.adapter_name,
                   merges_per_submit=batch, wide_counts=wide)
+        st["seconds_upload_host"] = time.perf_counter() - t0   # the arrays built (numpy)
         while True:
             loop = _MergeLoop(self, algorithm, wide, sym, wid, starts, lens, wts,
                               num_merges, min_frequency, rows, batch, st, profile, budget)
@@ -853,10 +920,13 @@ class _MergeLoop:
     def _state(self) -> np.ndarray:
         return self.g.read_u32(self.table.buffers["state"], 0, self.words, what="training state")
 
-    def _count(self, merges_done: int, n: int) -> None:
-        """clear_table + pair_count over the current stream."""
+    def _count(self, merges_done: int, n: int, setup: bool = False) -> None:
+        """clear_table + pair_count over the current stream (``setup``: first the
+        algorithm's own set-up dispatches, if it has any)."""
         enc = self.g.device.create_command_encoder(label="train.count")
         cp = enc.begin_compute_pass(label="train.count")
+        if setup and hasattr(self.k, "record_setup"):
+            self.k.record_setup(cp)
         self.k.record_count(cp, merges_done, n)
         cp.end()
         self._submit(enc, "count")
@@ -926,11 +996,13 @@ class _MergeLoop:
     def run(self, progress: ProgressFn | None, t0: float) -> list[tuple[int, int]] | None:
         """The merge loop; None when the pair table overflowed (caller restarts larger)."""
         g, st, c = self.g, self.st, self.c
-        self._count(0, self.n)
+        t_c = time.perf_counter()
+        self._count(0, self.n, setup=True)
         self.occ_mark = int(self._state()[c["S_OCC"]])
         st["table_initial_load"] = self.occ_mark / self.table.slots
         t_up = time.perf_counter()
         st["seconds_upload"] = t_up - t0
+        st["seconds_upload_gpu"] = t_up - t_c     # set-up + first pair count, waited for
         U = g.wgpu.BufferUsage
         nbytes = 4 * self.words
         staging = [g.buffer(nbytes + 16 * self.batch, U.MAP_READ | U.COPY_DST,
@@ -1005,6 +1077,14 @@ class _MergeLoop:
     def _rebuild(self, merges_done: int, n: int) -> None:
         """Recount the pair table from the current stream (drops the keys whose count fell to
         0); grow it first when the live pairs would fill more than a quarter of it."""
+        t0 = time.perf_counter()
+        try:
+            self._rebuild_table(merges_done, n)
+        finally:
+            self.st["seconds_rebuilds"] = (self.st.get("seconds_rebuilds", 0.0)
+                                           + time.perf_counter() - t0)
+
+    def _rebuild_table(self, merges_done: int, n: int) -> None:
         self.st["rebuilds"] += 1
         occ_word = self.c["S_OCC"]
         self._count(merges_done, n)

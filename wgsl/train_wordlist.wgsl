@@ -34,7 +34,8 @@
 //               (list entry, its symbol, its neighbours' symbols, the deltas' table probes),
 //               not a walk of the whole word: the longest word of a list no longer sets the
 //               merge's latency (it did: ~2 dependent loads per live symbol of the word).
-// After clear_table + pair_count the host records find_max4 over every block (S_ALL) and
+// The links and byte lists are built on the GPU (wl_links, wl_list_offsets, wl_byte_lists: see
+// "set-up" below); after clear_table + pair_count the host records find_max4 over every block (S_ALL) and
 // find_max_super (every group with a changed block; it clears S_ALL): the merge steps then
 // only see lists.
 // Race-free without a grid barrier: a thread writes only its own chain's symbols (lsym, nxt of
@@ -248,6 +249,99 @@ fn step_thread(t: u32, threads: u32) {
         let r = nxt[p];
         if ((lsym[p] & DEAD) == 0u && r != NONE) { prv[r] = p; }
         i += stride;
+    }
+}
+
+// ---- set-up: the links and the byte lists, built from lsym (the host uploads only lsym) --------
+// Before the first pair count, 3 dispatches over the stream (the buffers are new: tlist is 0):
+//   wl_links         nxt/prv of every position (NONE at its word's ends, known from TWS) and,
+//                    per workgroup, its byte histogram added into tlist[2·byte];
+//   wl_list_offsets  (1 workgroup) the histogram → each byte's list offset (tlist[2·byte]);
+//                    the lengths (tlist[2·byte + 1]) to 0;
+//   wl_byte_lists    every position into its byte's list: per workgroup a range of each list
+//                    reserved with one atomicAdd on its length (which ends at the byte's count),
+//                    the positions placed in it by workgroup-memory atomics. The order inside a
+//                    list is not stream order (nothing depends on it: a list is a set).
+const SETUP_ITEMS: u32 = 4u;       // stream positions per thread of wl_links / wl_byte_lists
+var<workgroup> sh_hist: array<atomic<u32>, 256>;
+
+fn setup_clear_hist(lid: u32) {
+    for (var b = lid; b < 256u; b += WG) { atomicStore(&sh_hist[b], 0u); }
+    workgroupBarrier();
+}
+
+@compute @workgroup_size(WG)
+fn wl_links(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    setup_clear_hist(lid);
+    let n = atomicLoad(&state[S_N]);
+    let base = linear_id(wid, nwg) * (WG * SETUP_ITEMS);
+    for (var it = 0u; it < SETUP_ITEMS; it++) {
+        let i = base + it * WG + lid;
+        if (i >= n) { continue; }
+        let s = lsym[i];
+        var r = NONE;
+        if (i + 1u < n && (lsym[i + 1u] & TWS) == 0u) { r = i + 1u; }
+        nxt[i] = r;
+        prv[i] = select(i - 1u, NONE, (s & TWS) != 0u);
+        atomicAdd(&sh_hist[s & 0xFFu], 1u);
+    }
+    workgroupBarrier();
+    for (var b = lid; b < 256u; b += WG) {
+        let c = atomicLoad(&sh_hist[b]);
+        if (c != 0u) { atomicAdd(&tlist[2u * b], c); }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn wl_list_offsets(@builtin(local_invocation_index) lid: u32) {
+    for (var b = lid; b < 256u; b += WG) {
+        atomicStore(&sh_hist[b], atomicLoad(&tlist[2u * b]));
+    }
+    workgroupBarrier();
+    if (lid == 0u) {
+        var off = 0u;
+        for (var b = 0u; b < 256u; b++) {
+            let c = atomicLoad(&sh_hist[b]);
+            atomicStore(&sh_hist[b], off);
+            off += c;
+        }
+    }
+    workgroupBarrier();
+    for (var b = lid; b < 256u; b += WG) {
+        atomicStore(&tlist[2u * b], atomicLoad(&sh_hist[b]));
+        atomicStore(&tlist[2u * b + 1u], 0u);
+    }
+}
+
+@compute @workgroup_size(WG)
+fn wl_byte_lists(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    setup_clear_hist(lid);
+    let n = atomicLoad(&state[S_N]);
+    let base = linear_id(wid, nwg) * (WG * SETUP_ITEMS);
+    var byt: array<u32, SETUP_ITEMS>;
+    var at: array<u32, SETUP_ITEMS>;     // place among this workgroup's positions of the byte
+    for (var it = 0u; it < SETUP_ITEMS; it++) {
+        let i = base + it * WG + lid;
+        at[it] = NONE;
+        if (i >= n) { continue; }
+        byt[it] = lsym[i] & 0xFFu;
+        at[it] = atomicAdd(&sh_hist[byt[it]], 1u);
+    }
+    workgroupBarrier();
+    for (var b = lid; b < 256u; b += WG) {      // this workgroup's range of each list
+        let c = atomicLoad(&sh_hist[b]);
+        var first = 0u;
+        if (c != 0u) { first = atomicLoad(&tlist[2u * b]) + atomicAdd(&tlist[2u * b + 1u], c); }
+        atomicStore(&sh_hist[b], first);
+    }
+    workgroupBarrier();
+    for (var it = 0u; it < SETUP_ITEMS; it++) {
+        if (at[it] == NONE) { continue; }
+        pool[atomicLoad(&sh_hist[byt[it]]) + at[it]] = base + it * WG + lid;
     }
 }
 
