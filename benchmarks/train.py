@@ -218,6 +218,27 @@ def _fmt(x) -> str:
     return f"{x:.2f}" if isinstance(x, (int, float)) else "?"
 
 
+def breakdown(wall: float, st: dict) -> str:
+    """Where one training's wall seconds went (trainer stats ``seconds_*``): the main thread's
+    phases in order, then what the device-opening thread did meanwhile."""
+    g = st.get
+    main = [("count", "seconds_count"), ("init wait", "seconds_gpu_init_wait"),
+            ("compile wait", "seconds_compile_wait"), ("prepare", "seconds_prepare"),
+            ("upload", "seconds_upload"), ("merge", "seconds_merge")]
+    parts = [(name, float(g(k) or 0.0)) for name, k in main]
+    other = wall - sum(v for _, v in parts)
+    out = " + ".join(f"{name} {v:.2f}" for name, v in parts) + f" + other {other:.2f}"
+    out += (f" = {wall:.2f} s; count: prefetch {float(g('seconds_prefetch') or 0):.2f} "
+            f"({(g('prefetch_bytes') or 0) / 1e6:.0f} MB packed while the device opened); "
+            f"upload: host arrays {float(g('seconds_upload_host') or 0):.2f}, GPU set-up + "
+            f"first count {float(g('seconds_upload_gpu') or 0):.2f}; merge: rebuilds "
+            f"{g('rebuilds', 0)} in {float(g('seconds_rebuilds') or 0):.2f}; init thread: "
+            f"device open {float(g('seconds_gpu_open') or 0):.2f}, counting pipelines "
+            f"{float(g('seconds_compile_count') or 0):.2f}, training pipelines "
+            f"{float(g('seconds_compile_train') or 0):.2f}")
+    return out
+
+
 def machine() -> str:
     gpu = "?"
     try:
@@ -323,6 +344,11 @@ def main() -> None:
               f"{g.get('wgpu_fallbacks') or 'none'}; "
               f"gpu init wait {_fmt(g.get('seconds_gpu_init_wait'))} s, upload "
               f"{_fmt(g.get('seconds_upload'))} s")
+    for m in ("gpubpe", "gpubpe_seed"):
+        r = results.get(m, {})
+        for label, rr in (("fresh", r), ("warm", r.get("warm"))):
+            if isinstance(rr, dict) and rr.get("stats"):
+                print(f"{m} {label}: {breakdown(rr['wall_s'], rr['stats'])}")
     for pm in ("gpubpe_profiled", "gpubpe_seed_profiled"):
         pst = results.get(pm, {}).get("stats", {})
         prof = pst.get("gpu_us_per_merge")

@@ -5,7 +5,8 @@
 //                                                  (left id, right id, word, 1) or w = 0: none
 //   fn step_blocked(first: bool) -> u32           nonzero: this merge step does nothing
 //                                                  (stopped, paused); `first`: one thread of
-//                                                  workgroup 0, which may commit pending work
+//                                                  the grid's last workgroup, which may
+//                                                  commit pending work
 //   fn block_changed(blk: u32)                    find_max4 wrote block blk's new best
 //   fn step_thread(t: u32, threads: u32)          every find_max4 thread t (of `threads`)
 //                                                  when the step is not blocked
@@ -447,7 +448,9 @@ fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
     let g = linear_id(wid, nwg);
     let groups = nwg.x * nwg.y;
     if (lid == 0u) {
-        sh_u = step_blocked(g == 0u);
+        // The grid's last workgroup is the hook's `first`: the one with the fewest blocks to
+        // scan (grid-stride), so its extra work is not in series with block 0's.
+        sh_u = step_blocked(g == groups - 1u);
         let sb = scan_blocks();
         sh_w = sb.x;
         sh_x = sb.y;

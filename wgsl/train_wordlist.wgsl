@@ -24,7 +24,7 @@
 //                   prv[r] = p for every occurrence p·q·r the last merge made (so `prv` is exact
 //                   again: nobody reads it in this dispatch)
 //   wl_merge    every workgroup reduces the super-block bests (one load per thread up to
-//               2^28 table slots); workgroup 0 records the merge; then, grid-stride over the
+//               2^28 table slots); the last workgroup records the merge; then, grid-stride over the
 //               shorter of A's and B's lists, one thread per entry: the entry's occurrence
 //               (p, q) of (A, B) is found (A's list: p; B's: q and p = its live left); the
 //               thread that holds the FIRST occurrence of a chain of adjacent ones
@@ -655,7 +655,10 @@ fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
     let b = r.w;
     let c = 256u + k;
     merge_stamp = k + 1u;
-    if (wg == 0u && lid == 0u) {
+    // The merge is recorded by the grid's last workgroup: the one with the fewest list
+    // entries (none unless the list is longer than the grid's other threads), so that its
+    // dependent stores are not in series with a walk.
+    if (wg == nwg.x * nwg.y - 1u && lid == 0u) {
         if (stop) {
             atomicStore(&state[S_STOP], 1u);
         } else {
