@@ -20,9 +20,11 @@ record):
 
 1. count words: on the GPU by default (:func:`torch_gpubpe.wordcount.count_words_gpu`; batches,
    up to ``PREFETCH_BYTES``, are packed on the host while a thread opens the device and
-   compiles the pipelines), or on the CPU (``count_on="cpu"``); both exact;
+   compiles the counting pipelines; the training pipelines compile on that thread while the
+   GPU counts), or on the CPU (``count_on="cpu"``); both exact;
 2. upload the unique words as one symbol stream (id | bit 31 at word starts), a word index per
-   symbol and a 64-bit weight per word; the pair table is sized from the distinct byte pairs;
+   symbol and a 64-bit weight per word (word list: the links and per-byte occurrence lists are
+   built from the stream on the GPU); the pair table is sized from the distinct byte pairs;
    pair counts are 32-bit when the corpus's total pair count is below 2^31, else 64-bit;
 3. ``clear_table`` + ``pair_count`` once;
 4. per merge the algorithm's dispatches, batches of 16, 32, … up to ``batch`` merges recorded
@@ -59,8 +61,9 @@ from .errors import GPUOperationError, InputError
 from .reference import to_bytes
 from .vocab import MAX_VOCAB_SIZE, Vocab
 
-# train(): documents packed into GPU batches while the device opens, at most this many bytes.
-PREFETCH_BYTES = 256 << 20
+# train(): documents packed into GPU batches while the device opens, at most this many bytes
+# (a fresh process waits ≈1–2 s for the device on the H200; 256 MiB were packed long before).
+PREFETCH_BYTES = 512 << 20
 ALGORITHMS = ("wordlist", "seed")    # the default first
 MAX_CONTINUATIONS_PER_SUBMIT = 64    # wl_continue dispatches per submit (doubling from 1)
 
@@ -155,9 +158,17 @@ def train(
             with a :class:`TrainProgress` after each batch of merges; ``None``/``False``:
             nothing.
         stats: if a dict, filled with ``corpus_bytes``, ``num_documents``, ``unique_words``,
-            ``stream_symbols``, ``num_merges``, ``count_on``, ``seconds_count`` (word
-            counting, without ``seconds_gpu_init_wait``: the time spent waiting for the device
-            to open and the pipelines to compile on a thread), ``seconds_upload``, ``seconds_merge``, ``seconds_total``,
+            ``stream_symbols``, ``num_merges``, ``count_on``, the time breakdown (seconds, in
+            the order they happen): ``seconds_count`` (word counting, including
+            ``seconds_prefetch``, the first ``prefetch_bytes`` packed while the device opened,
+            and without ``seconds_gpu_init_wait``: waiting for the device and the counting
+            pipelines, opened on a thread), ``seconds_compile_wait`` (after counting, for the
+            training pipelines), ``seconds_prepare`` (the counts checked and filtered),
+            ``seconds_upload`` (``seconds_upload_host``: the host arrays; then the buffers
+            and, ``seconds_upload_gpu``, the GPU set-up and first pair count waited for),
+            ``seconds_merge`` (of which ``seconds_rebuilds``), ``seconds_total``; on the
+            opening thread ``seconds_gpu_open`` (importing wgpu, opening the device),
+            ``seconds_compile_count``, ``seconds_compile_train``;
             ``table_slots``, ``distinct_initial_pairs``, ``rebuilds``, ``restarts``,
             ``adapter``, ``merges_per_submit``, ``algorithm``, ``wide_counts``,
             ``gpu_memory_bytes`` (the run's GPU buffers), ``walks_paused`` and

@@ -69,6 +69,8 @@ fn scan_blocks() -> vec2<u32> { return vec2<u32>(P.nblocks, 0u); }   // every bl
 
 fn scan_block(i: u32, list: u32) -> u32 { return i; }
 
+fn block_listed(list: u32) -> bool { return false; }         // every block: the flags say
+
 fn block_dirtied(blk: u32) {}
 
 fn block_scanned(i: u32, list: u32, lid: u32, sg: vec3<u32>) {}

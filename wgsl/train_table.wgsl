@@ -1,6 +1,6 @@
 // train_table.wgsl — the pair table both training algorithms share (DESIGN.md §3; seed
 // "Eğitim Pipeline" §2 two-level pair count, deterministic max). Included by train_seed.wgsl and
-// train_wordlist.wgsl (`//#include train_table`), which supply three hooks:
+// train_wordlist.wgsl (`//#include train_table`), which supply these hooks:
 //   fn stream_pair(i: u32, n: u32) -> vec4<u32>   the pair starting at stream position i:
 //                                                  (left id, right id, word, 1) or w = 0: none
 //   fn step_blocked(first: bool) -> u32           nonzero: this merge step does nothing
@@ -13,6 +13,9 @@
 //   fn scan_blocks() -> vec2<u32>                 find_max4's blocks: (count, list) — the
 //   fn scan_block(i: u32, list: u32) -> u32       i-th is scan_block(i, list); a grid of
 //                                                  fewer workgroups takes them grid-stride
+//   fn block_listed(list: u32) -> bool            the blocks of `list` are known to be dirty
+//                                                  (their flag is not loaded; a clean one
+//                                                  rescanned gives the same best)
 //   fn block_dirtied(blk: u32)                    table_add marked block blk dirty
 //   fn block_scanned(i: u32, list: u32, lid: u32, sg: vec3<u32>)  after find_max4's i-th block
 //                                                  (every thread, uniform control flow)
@@ -450,8 +453,10 @@ fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
     if (lid == 0u) {
         // The grid's last workgroup is the hook's `first`: the one with the fewest blocks to
         // scan (grid-stride), so its extra work is not in series with block 0's.
-        sh_u = step_blocked(g == groups - 1u);
+        // The blocks first: their loads need not wait for step_blocked's branches (the two
+        // hooks read and write disjoint state words).
         let sb = scan_blocks();
+        sh_u = step_blocked(g == groups - 1u);
         sh_w = sb.x;
         sh_x = sb.y;
     }
@@ -463,7 +468,7 @@ fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
         if (lid == 0u) {
             let blk = scan_block(i, list);
             sh_v = 0u;
-            if (blk < P.nblocks && dirty[blk] != 0u) { sh_v = blk + 1u; }
+            if (blk < P.nblocks && (block_listed(list) || dirty[blk] != 0u)) { sh_v = blk + 1u; }
         }
         let v = workgroupUniformLoad(&sh_v);
         if (v != 0u) { block_best(v - 1u, lid, sg); }

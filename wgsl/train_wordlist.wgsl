@@ -134,7 +134,9 @@ fn stream_pair(i: u32, n: u32) -> vec4<u32> {
 }
 
 fn step_blocked(first: bool) -> u32 {
-    if (atomicLoad(&state[S_PAUSE]) != 0u) {
+    let pause = atomicLoad(&state[S_PAUSE]);     // (both loaded before any branch)
+    let stop = atomicLoad(&state[S_STOP]);
+    if (pause != 0u) {
         if (first) { atomicStore(&state[S_HOLD], 1u); }
         return 1u;
     }
@@ -157,18 +159,24 @@ fn step_blocked(first: bool) -> u32 {
         // other half (the last merge's).
         atomicStore(&state[S_DLEN + (atomicLoad(&state[S_K]) & 1u)], 0u);
     }
-    return atomicLoad(&state[S_STOP]);
+    return stop;
 }
 
 // find_max4's blocks: every block after clear_table (S_ALL), else the ones the last merge
 // listed (its token C = S_C tells which half; none before the first merge).
 fn scan_blocks() -> vec2<u32> {
-    if (atomicLoad(&state[S_ALL]) != 0u) { return vec2<u32>(P.nblocks, NONE); }
+    let all = atomicLoad(&state[S_ALL]);         // (loaded together, branches after)
     let c = atomicLoad(&state[S_C]);
+    let h = (c - 256u) & 1u;                     // (any half when c < 256: unused)
+    let len = atomicLoad(&state[S_DLEN + h]);
+    if (all != 0u) { return vec2<u32>(P.nblocks, NONE); }
     if (c < 256u) { return vec2<u32>(0u, NONE); }
-    let h = (c - 256u) & 1u;
-    return vec2<u32>(atomicLoad(&state[S_DLEN + h]), h * P.nblocks);
+    return vec2<u32>(len, h * P.nblocks);
 }
+
+// A listed block was made dirty by the last merge (or, just after a count, rescanned already:
+// the same best again).
+fn block_listed(list: u32) -> bool { return list != NONE; }
 
 fn scan_block(i: u32, list: u32) -> u32 {
     if (list == NONE) { return i; }

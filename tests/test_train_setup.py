@@ -1,0 +1,79 @@
+"""The merge phase's set-up and time breakdown (issue 14: where a fresh run's seconds go).
+
+* the word list's links and byte lists, built on the GPU (wl_links, wl_list_offsets,
+  wl_byte_lists), equal the host's construction: nxt/prv exactly, each byte's list as a set of
+  stream positions (its order is free), the lists' offsets and lengths;
+* train()'s ``stats`` time breakdown: every part present, non-negative, and the main thread's
+  parts adding up to at most the total.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import corpus_docs
+from torch_gpubpe import reference
+from torch_gpubpe.trainer import _MergeLoop, get_trainer, train
+
+
+def _stream(words: list[bytes], tws: int):
+    lens = np.array([len(w) for w in words], np.int64)
+    data = np.frombuffer(b"".join(words), np.uint8)
+    starts = np.zeros(len(lens), np.int64)
+    np.cumsum(lens[:-1], out=starts[1:])
+    sym = data.astype(np.uint32)
+    sym[starts] |= np.uint32(tws)
+    wid = np.repeat(np.arange(len(lens), dtype=np.uint32), lens)
+    return data, sym, wid, starts, lens
+
+
+@pytest.mark.parametrize("corpus,limit", [("multi_udhr", 60_000), ("code_cpython_stdlib", 30_000)])
+def test_gpu_built_links_and_byte_lists_equal_the_host_construction(corpus, limit):
+    counts = reference.count_words(corpus_docs(corpus, limit))
+    words = [w for w in counts if len(w) > 1]
+    tr = get_trainer()
+    c = tr.info["wordlist"].consts
+    data, sym, wid, starts, lens = _stream(words, c["TWS"])
+    n = len(sym)
+    wts = np.array([counts[w] for w in words], np.uint64).view(np.uint32)
+    loop = _MergeLoop(tr, "wordlist", False, sym, wid, starts, lens, wts, 10, 1, 512, 64, {},
+                      False, None)
+    loop._count(0, n, setup=True)
+    g, own = tr.gpu, loop.k.own
+    nxt = g.read_u32(own["nxt"], 0, n)
+    prv = g.read_u32(own["prv"], 0, n)
+    tlist = g.read_u32(own["tlist"], 0, 512).reshape(256, 2)
+    pool = g.read_u32(own["pool"], 0, n)
+    ends = starts + lens - 1
+    want_nxt = np.arange(1, n + 1, dtype=np.uint32)
+    want_nxt[ends] = c["NONE"]
+    want_prv = (np.arange(n, dtype=np.int64) - 1).astype(np.uint32)
+    want_prv[starts] = c["NONE"]
+    assert np.array_equal(nxt, want_nxt)
+    assert np.array_equal(prv, want_prv)
+    hist = np.bincount(data, minlength=256).astype(np.uint32)
+    assert np.array_equal(tlist[:, 1], hist)
+    assert np.array_equal(tlist[:, 0], np.concatenate([[0], np.cumsum(hist)[:-1]]).astype(
+        np.uint32))
+    for b in np.flatnonzero(hist):
+        got = np.sort(pool[tlist[b, 0]:tlist[b, 0] + tlist[b, 1]])
+        assert np.array_equal(got, np.flatnonzero(data == b).astype(np.uint32)), b
+
+
+def test_stats_time_breakdown_adds_up():
+    docs = corpus_docs("en_novels", 300_000)
+    for _ in range(2):       # the first opens the device in this process (or found it open)
+        st: dict = {}
+        train(docs, 600, stats=st)
+        main = [st[k] for k in ("seconds_count", "seconds_gpu_init_wait",
+                                "seconds_compile_wait", "seconds_prepare", "seconds_upload",
+                                "seconds_merge")]
+        assert min(main) >= 0
+        assert sum(main) <= st["seconds_total"]
+        assert 0 <= st["seconds_prefetch"] <= st["seconds_count"]
+        assert st["prefetch_bytes"] > 0
+        assert st["seconds_upload_host"] + st["seconds_upload_gpu"] <= st["seconds_upload"]
+        assert 0 <= st.get("seconds_rebuilds", 0.0) <= st["seconds_merge"]
+        for k in ("seconds_gpu_open", "seconds_compile_count", "seconds_compile_train"):
+            assert st[k] >= 0
