@@ -8,8 +8,9 @@
 //                                                  the grid's last workgroup, which may
 //                                                  commit pending work
 //   fn block_changed(blk: u32)                    find_max4 wrote block blk's new best
-//   fn step_thread(t: u32, threads: u32)          every find_max4 thread t (of `threads`)
-//                                                  when the step is not blocked
+//   fn step_thread(t: u32, threads: u32)          every find_max4 thread t (of `threads`,
+//                                                  numbered from the second-to-last
+//                                                  workgroup down) when the step is not blocked
 //   fn scan_blocks() -> vec2<u32>                 find_max4's blocks: (count, list) — the
 //   fn scan_block(i: u32, list: u32) -> u32       i-th is scan_block(i, list); a grid of
 //                                                  fewer workgroups takes them grid-stride
@@ -474,7 +475,12 @@ fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
         if (v != 0u) { block_best(v - 1u, lid, sg); }
         block_scanned(i, list, lid, sg);
     }
-    step_thread(g * WG + lid, groups * WG);
+    // Threads numbered from the grid's second-to-last workgroup down (a permutation): a hook
+    // that uses only the first threads (the word list's prv fix-up) runs in workgroups with
+    // no block to scan (grid-stride gives blocks to the first ones) and not in the last one
+    // (which commits the merge), not in series with their work.
+    let tg = (2u * groups - 2u - g) % groups;
+    step_thread(tg * WG + lid, groups * WG);
 }
 
 // Block j's best (count lo, hi, a, b). `best` is atomic: the word list's find_max4 reads other

@@ -238,8 +238,9 @@ fn block_changed(blk: u32) { sdirty[blk / SUPER] = 1u; }
 
 // Every find_max4 thread t of `threads`, when the step is not blocked (no walk is carried):
 // prv[r] = p for the occurrences p of the last merge's list (and of any live p there: always
-// true), so that wl_merge finds every live left neighbour in one load. Only the first
-// FIXUP_WORKGROUPS workgroups (the others do not even read C's list: thousands of workgroups
+// true), so that wl_merge finds every live left neighbour in one load. Only the threads of the
+// first FIXUP_WORKGROUPS workgroups as find_max4 numbers them (from its second-to-last
+// workgroup down; the others do not even read C's list: thousands of workgroups
 // reading the same words would queue at one L2 slice); bounded by P.budget per thread: what is
 // left (a list longer than threads × budget) the walks hop over instead.
 const FIXUP_WORKGROUPS: u32 = 64u;
