@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bpe import BpeTables, valid_pair
+from .bpe import NO_TOKEN, BpeTables, valid_pair
 from .shaders import shader_info
 
 # The walk's work counters (PROFILE builds), read from the WGSL: name -> index in binding 18.
@@ -44,6 +44,18 @@ def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
     walk = max_depth + 2
     tried = unwind * (t.max_probe + 1) + 2 * max_depth + 4
     return unwind, walk + tried + 1  # one iteration may walk and then try
+
+
+def gpu_pairs(t: BpeTables) -> np.ndarray:
+    """The pair hash table as the walk reads it: ``(slots, 4)`` uint32 rows ``(left, right,
+    token, rank of token)`` (``t.pairs`` plus the rank, so that one load answers a probe);
+    empty slots are all ``NO_TOKEN``."""
+    tab = t.pairs.reshape(-1, 3)
+    out = np.full((len(tab), 4), NO_TOKEN, np.uint32)
+    out[:, :3] = tab
+    full = tab[:, 0] != NO_TOKEN
+    out[full, 3] = t.rank[tab[full, 2].astype(np.int64)]
+    return out
 
 
 def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False) -> None:
@@ -73,12 +85,13 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False
     sess.chunked_bindings = (0, 1, 2, 3, 4, 5, 6, 7, 8, 13, 14, 15, 17)
     info = np.ascontiguousarray(t.gpu_info)
     sess.tokinfo = g.buffer(info.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.tokinfo")
-    sess.pairs = g.buffer(t.pairs.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.pairs")
+    pairs = gpu_pairs(t)
+    sess.pairs = g.buffer(pairs.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.pairs")
     bounds = np.ascontiguousarray(t.gpu_bounds)
     sess.bounds = g.buffer(bounds.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.bounds")
     with g.operation("uploading the merge-order tables"):
         g.device.queue.write_buffer(sess.tokinfo, 0, info)
-        g.device.queue.write_buffer(sess.pairs, 0, np.ascontiguousarray(t.pairs))
+        g.device.queue.write_buffer(sess.pairs, 0, pairs)
         g.device.queue.write_buffer(sess.bounds, 0, bounds)
     consts = {"WG": 256, "CHUNK": chunk, "PAIR_MASK": t.pair_mask, "PAIR_PROBES": t.max_probe,
               "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable)}

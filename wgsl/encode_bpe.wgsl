@@ -16,7 +16,8 @@
 //  13 tokinfo  : storage, read        array<vec4<u32>>    per token id: (next_prefix, split left,
 //                                                         split right, rank | len << 18); split
 //                                                         left = NO_TOKEN: unreachable token
-//  14 pairs    : storage, read        array<u32>          hash table (left, right, token) * slots
+//  14 pairs    : storage, read        array<vec4<u32>>    hash table, one row per slot: (left,
+//                                                         right, token, rank of token)
 //  15 dead     : storage, read_write  array<atomic<u32>>  bit i: byte i of the slice is dead (no
 //                                                         token may end there); cleared by host
 //  17 bounds   : storage, read        array<vec4<u32>>    per token id t: (R[t], L[t],
@@ -48,7 +49,7 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> info: array<atomic<u32>>;
 @group(0) @binding(8) var<uniform> params: Params;
 @group(0) @binding(13) var<storage, read> tokinfo: array<vec4<u32>>;
-@group(0) @binding(14) var<storage, read> pairs: array<u32>;
+@group(0) @binding(14) var<storage, read> pairs: array<vec4<u32>>;
 @group(0) @binding(15) var<storage, read_write> dead: array<atomic<u32>>;
 @group(0) @binding(17) var<storage, read> bounds: array<vec4<u32>>;
 //#if PROFILE
@@ -93,6 +94,8 @@ const W_COUNT: u32 = 16u;
 var<workgroup> d1_fc: array<u32, 256>;
 var<workgroup> d1_nc: array<u32, 256>;
 var<workgroup> d1_tid: array<u32, 256>;
+var<workgroup> d1_ci: array<vec4<u32>, 256>;  // tokinfo and bounds rows of the single bytes
+var<workgroup> d1_cb: array<vec4<u32>, 256>;
 var<workgroup> wg_count: atomic<u32>;
 //#if PROFILE
 var<workgroup> wg_work: array<atomic<u32>, 16>;
@@ -144,29 +147,34 @@ fn reachable(t: u32) -> bool { return tokinfo[t].y != NO_TOKEN; }
 
 fn is_dead(i: u32) -> bool { return ((atomicLoad(&dead[i >> 5u]) >> (i & 31u)) & 1u) != 0u; }
 
-// The token merged from (a, b), or NO_TOKEN; slot hash as bpe.pair_hash.
-fn pair_lookup(a: u32, b: u32, steps: ptr<function, u32>) -> u32 {
-    let h = fmix(a * 0x9E3779B1u ^ b);
+// The home slot of pair (a, b): bpe.pair_hash.
+fn pair_home(a: u32, b: u32) -> u32 { return fmix(a * 0x9E3779B1u ^ b) & PAIR_MASK; }
+
+// (token, rank) merged from (a, b), or NO_TOKEN's, given the home slot's row e0 (which the
+// caller loaded together with its other loads); a collision loads the next slots here.
+fn pair_find(a: u32, b: u32, h: u32, e0: vec4<u32>, steps: ptr<function, u32>) -> vec2<u32> {
+    var e = e0;
     for (var k = 0u; k < PAIR_PROBES; k++) {
         *steps += 1u;
         work_count(W_PROBES, 1u);
-        let s = 3u * ((h + k) & PAIR_MASK);
-        let l = pairs[s];
-        if (l == NO_TOKEN) { return NO_TOKEN; }
-        if (l == a && pairs[s + 1u] == b) { return pairs[s + 2u]; }
+        if (e.x == NO_TOKEN) { break; }
+        if (e.x == a && e.y == b) { return e.zw; }
+        e = pairs[(h + k + 1u) & PAIR_MASK];
     }
-    return NO_TOKEN;
+    return vec2<u32>(NO_TOKEN, NO_TOKEN);
 }
 
 // Whether BPE of bytes(t1) + bytes(t2) gives [t1, t2] (bpe.valid_pair; rust-gems
 // is_valid_token_pair with ranks): unwind the later-ranked token's last merge, and fail when a
 // merge across the seam would have come before what is still allowed (limit); stop (valid) when
 // no merge across the seam can rank below the limit any more (spine bounds). i1, b1, i2, b2:
-// the tokens' tokinfo and bounds rows (the caller has them). Each step waits for one round of
-// loads: the hash probe of the current pair together with the rows of the token just unwound
-// to (issued before the bound test, which reads the spine bounds of the unwound part from the
-// rows already there: b1.z = R[right(t1)], b2.w = L[left(t2)]). The first step has limit =
-// NO_TOKEN, so any merge (t1, t2) fails the pair without its rank. Most pairs end in 1 step.
+// the tokens' tokinfo and bounds rows (the caller has them). Each step is ONE round of loads:
+// which token unwinds (and the limit after) follows from the ranks in the rows at hand, so the
+// pair's hash slot (token and rank in one row) and the rows of the token unwound to are loaded
+// together, before any branch on them; the bound test after an unwinding reads the spine bounds
+// of the unwound part from the rows already there (b1.z = R[right(t1)], b2.w = L[left(t2)]). The
+// first step has limit = NO_TOKEN, so any merge (t1, t2) fails the pair without its rank. Most
+// pairs end in 1 step.
 fn valid_pair(t1_in: u32, i1_in: vec4<u32>, b1_in: vec4<u32>, t2_in: u32, i2_in: vec4<u32>,
               b2_in: vec4<u32>, steps: ptr<function, u32>) -> bool {
     work_count(W_CHECKS, 1u);
@@ -182,37 +190,46 @@ fn valid_pair(t1_in: u32, i1_in: vec4<u32>, b1_in: vec4<u32>, t2_in: u32, i2_in:
         *steps += 1u;
         if (g == 1u) { work_count(W_CHECK_LOOP, 1u); }
         if (g >= 1u) { work_count(W_UNWIND, 1u); }
-        let c = pair_lookup(t1, t2, steps);
-        if (c != NO_TOKEN && (limit == NO_TOKEN || tok_rank(c) < limit)) { return false; }
         let q1 = i1.w & RANK_MASK;
         let q2 = i2.w & RANK_MASK;
         var move1 = false;  // unwind t1 (to its right part), else t2 (to its left part)
+        var last = false;   // neither can unwind: valid unless (t1, t2) merges too early
+        var next_limit = 0u;
         if (q1 > q2) {
-            limit = q1;
+            next_limit = q1;
             move1 = i1.z != t1;
             if (!move1) {
-                limit = q2 + 1u;
-                if (i2.y == t2) { return true; }
+                next_limit = q2 + 1u;
+                last = i2.y == t2;
             }
         } else {
-            limit = q2 + 1u;
+            next_limit = q2 + 1u;
             move1 = i2.y == t2;
             if (move1) {
-                limit = q1;
-                if (i1.z == t1) { return true; }
+                next_limit = q1;
+                last = i1.z == t1;
             }
         }
+        let nt = select(i2.y, i1.z, move1);
+        let h = pair_home(t1, t2);
+        let e = pairs[h];
+        let ni = tokinfo[nt];
+        let nb = bounds[nt];
+        let c = pair_find(t1, t2, h, e, steps);
+        if (c.x != NO_TOKEN && (limit == NO_TOKEN || c.y < limit)) { return false; }
+        if (last) { return true; }
+        limit = next_limit;
         var bound = 0u;
         if (move1) {
             bound = max(b1.z, b2.y);
-            t1 = i1.z;
-            i1 = tokinfo[t1];
-            b1 = bounds[t1];
+            t1 = nt;
+            i1 = ni;
+            b1 = nb;
         } else {
             bound = max(b1.x, b2.w);
-            t2 = i2.y;
-            i2 = tokinfo[t2];
-            b2 = bounds[t2];
+            t2 = nt;
+            i2 = ni;
+            b2 = nb;
         }
         if (bound >= limit) { return true; }
     }
@@ -253,6 +270,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         d1_fc[b] = nodes[3u * d1];
         d1_nc[b] = nodes[3u * d1 + 1u];
         d1_tid[b] = nodes[3u * d1 + 2u];
+        d1_ci[b] = tokinfo[d1_tid[b]];
+        d1_cb[b] = bounds[d1_tid[b]];
     }
     if (lid == 0u) { atomicStore(&wg_count, 0u); }
 //#if PROFILE
@@ -272,6 +291,10 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     var pos = 0u;
     var cand = NO_TOKEN;
     var cand_len = 0u;  // bytes of cand; 0: read them from its tokinfo row
+    // cand's tokinfo and bounds rows, loaded where cand is set (the walk's loads of a longer
+    // match, or the next iteration's, overlap them), so that the try waits for no row of cand.
+    var ci = vec4<u32>(0u);
+    var cb = vec4<u32>(0u);
     if (cs < n) {
         if (params.resume == 0u) {
             state[2u * c] = 0u;
@@ -284,6 +307,10 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             walking = st != 0u;
             pos = st - 1u;
             cand = state[2u * c + 1u];
+            if (walking && cand != NO_TOKEN) {
+                ci = tokinfo[cand];
+                cb = bounds[cand];
+            }
         }
     }
     var prev = NO_TOKEN;
@@ -311,6 +338,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         fc = d1_fc[b0];
         nc = d1_nc[b0];
         cand = d1_tid[b0];  // single bytes are always reachable
+        ci = d1_ci[b0];
+        cb = d1_cb[b0];
         cand_len = 1u;
         last_tid = cand;
         q = pos + 1u;
@@ -350,9 +379,21 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                 scratch[q] = NO_TOKEN;
                 q += 1u;
                 last_tid = nodes[3u * child + 2u];
-                if (last_tid != NO_TOKEN && (ALL_REACHABLE || reachable(last_tid))) {
-                    cand = last_tid;
-                    cand_len = q - pos;
+                if (ALL_REACHABLE) {
+                    if (last_tid != NO_TOKEN) {
+                        cand = last_tid;
+                        cand_len = q - pos;
+                        ci = tokinfo[cand];
+                        cb = bounds[cand];
+                    }
+                } else if (last_tid != NO_TOKEN) {
+                    let li = tokinfo[last_tid];
+                    if (li.y != NO_TOKEN) {  // reachable
+                        cand = last_tid;
+                        cand_len = q - pos;
+                        ci = li;
+                        cb = bounds[cand];
+                    }
                 }
                 fc = nodes[3u * child];
                 nc = nodes[3u * child + 1u];
@@ -363,15 +404,16 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             stop_ws = ws_q;
             // q is where the walk stopped; the word ends there if no child could follow
             // because of a word start (or the slice end) and the node spells a token.
-            if (!ALL_REACHABLE && prev == NO_TOKEN && last_tid != NO_TOKEN && ws_q) {
+            if (!ALL_REACHABLE && prev == NO_TOKEN && last_tid != NO_TOKEN && ws_q
+                && cand != last_tid) {
                 cand = last_tid;
                 cand_len = q - pos;
+                ci = tokinfo[cand];
+                cb = bounds[cand];
             }
         }
         // Try cand (in the iteration that ended its walk: lanes stay in step).
         work_count(W_TRIES, 1u);
-        let ci = tokinfo[cand];
-        let cb = bounds[cand];
         if (cand_len == 0u) { cand_len = ci.w >> RANK_BITS; }
         let end = pos + cand_len;
         var ok = !(dead_any && is_dead(end));
@@ -402,6 +444,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                 fc = d1_fc[b0];
                 nc = d1_nc[b0];
                 cand = d1_tid[b0];
+                ci = d1_ci[b0];
+                cb = d1_cb[b0];
                 cand_len = 1u;
                 last_tid = cand;
                 q = pos + 1u;
@@ -411,6 +455,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             work_count(W_SHORTER, 1u);
             cand = shorter;
             cand_len = 0u;
+            ci = tokinfo[cand];
+            cb = bounds[cand];
         } else {
             // No token fits at pos after prev: pos is dead; pop prev and retry from its start
             // with prev's next shorter token (prev itself ends at the dead pos: it would fail).
@@ -422,10 +468,14 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             scratch[ps] = NO_TOKEN;
             if (ps < block_end) { own_count -= 1u; } else { atomicSub(&counts[ps / (WG * CHUNK)], 1u); }
             cand = prev;
+            ci = prev_i;
+            cb = prev_b;
             if (prev_i.x != NO_TOKEN) {
                 work_count(W_SHORTER, 1u);
                 cand = prev_i.x;
                 cand_len = 0u;
+                ci = tokinfo[cand];
+                cb = bounds[cand];
             }
             pos = ps;
             if (pprev_known) {  // the token before the popped one, kept: no scan back
