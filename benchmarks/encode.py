@@ -25,9 +25,13 @@ Merge-order rows (issue 15), with ``--bpe-vocab tests/data/vocabs/gpt2.tiktoken`
 documents encoded with GPT-2's vocabulary by ``Tokenizer(vocab, mode="bpe")`` (ids identical to
 tiktoken: checked on a sample, and the token totals must match), tiktoken with GPT-2's ranks and
 the same §2 pattern (each ``--threads`` count), Hugging Face ``tokenizers`` on the exported
-``tokenizer.json`` (its own thread pool), and the GPU kernel times of merge-order mode beside
-greedy mode on the SAME vocab and input, with the SM clock (``nvidia-smi``). ``--only-bpe``
-skips the greedy rows with the trained vocab::
+``tokenizer.json`` (its own thread pool), greedy mode end to end on the same vocab and path (other
+ids: longest match), where the main thread's time goes in each mode (a separate, instrumented
+run), and the GPU kernel times of merge-order mode beside greedy mode on the SAME vocab and input,
+each batch's passes run ``--repeat-passes`` times back to back and the last one timed (so that
+both modes are timed at the loaded clock, not at whatever clock the host's gaps left), with the
+SM clock (``nvidia-smi``) after each timed batch. ``--only-bpe`` skips the greedy rows with the
+trained vocab::
 
     python3 benchmarks/encode.py --bpe-vocab tests/data/vocabs/gpt2.tiktoken --only-bpe \
         --threads 1 16
@@ -51,7 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from torch_gpubpe import reference  # noqa: E402
-from torch_gpubpe.encoder import Tokenizer, _pack  # noqa: E402
+from torch_gpubpe.encoder import Tokenizer, _pack, join_parts  # noqa: E402
 from torch_gpubpe.vocab import SPLIT_PATTERN_PY, Vocab  # noqa: E402
 
 CORPORA = Path(os.environ.get("TORCH_GPUBPE_CORPORA") or REPO.parent / "shared" / "corpora")
@@ -138,7 +142,7 @@ def run_gpu_phases(tok: Tokenizer, bs: list[list[str]]) -> dict[str, float]:
         if total > sess.limit:
             sliced += 1
             if isinstance(data, list):
-                data = np.frombuffer(b"".join(data), np.uint8)
+                data = join_parts(data)
             tok._encode_sliced(data, offsets)
             ph["upload+submit"] += time.perf_counter() - t1
             continue
@@ -189,6 +193,9 @@ def main() -> None:
                          "tests/data/vocabs/gpt2.tiktoken)")
     ap.add_argument("--only-bpe", action="store_true", help="only the merge-order rows")
     ap.add_argument("--skip-hf", action="store_true", help="no Hugging Face tokenizers row")
+    ap.add_argument("--repeat-passes", type=int, default=8,
+                    help="merge-order rows: each batch's GPU passes run this many times back to "
+                         "back in its submit, the last one timed (the GPU at its loaded clock)")
     args = ap.parse_args()
 
     paths = args.corpus or [CORPORA / f"{n}.jsonl.gz" for n in DEFAULT_CORPORA]
@@ -285,19 +292,82 @@ def main() -> None:
         }, indent=1))
 
 
-def kernel_us(tok: Tokenizer, bs: list[list[str]]) -> tuple[dict[str, float], int]:
-    """GPU time per pass (µs, timestamp queries, summed over batches, best of 2 runs) and the
-    continuation dispatches taken (their walks are not in the pass times)."""
+def kernel_us(tok: Tokenizer, packed: list, repeat_passes: int
+              ) -> tuple[dict[str, float], int, list[str]]:
+    """GPU time per pass (µs, timestamp queries, summed over batches, best of 2 runs), the
+    continuation dispatches taken (their walks are not in the pass times) and the SM clock
+    read after each batch. Each batch's passes run ``repeat_passes`` times back to back in its
+    submit and only the last is timed: a GPU that waits on the host idles down (to 345 MHz on
+    the H200), so without that the timed passes would run at whatever clock the gaps left."""
+    from _report import sm_clock_now
+
+    sess = tok._session()
+    sess.profile_repeat = repeat_passes
     best: dict[str, float] = {}
-    for _ in range(2):
-        passes: dict[str, float] = {}
-        for b in bs:
-            tok.encode_batch(b)
-            for k, v in tok.last_pass_us.items():
-                passes[k] = passes.get(k, 0.0) + v
-        if not best or sum(passes.values()) < sum(best.values()):
-            best = passes
-    return best, tok._session().continuation_dispatches
+    clocks: list[str] = []
+    try:
+        for _ in range(2):
+            passes: dict[str, float] = {}
+            for data, offsets in packed:
+                tok.submit_packed(data, offsets).result()
+                clocks.append(sm_clock_now())
+                for k, v in tok.last_pass_us.items():
+                    passes[k] = passes.get(k, 0.0) + v
+            if not best or sum(passes.values()) < sum(best.values()):
+                best = passes
+    finally:
+        sess.profile_repeat = 1
+    return best, sess.continuation_dispatches, clocks
+
+
+def pipelined_breakdown(tok: Tokenizer, bs: list[list[str]]) -> tuple[float, dict[str, float]]:
+    """One more end-to-end run as :func:`run_gpu_pipelined`, with the main thread's time split
+    by what it was doing (seconds): ``pack`` (``str`` → UTF-8 parts: the encoding of the
+    non-ASCII documents), ``upload copy`` (into the mapped staging buffer, several threads),
+    ``submit, rest`` (bit arrays, recording, ``queue.submit``), ``wait for the GPU`` (the
+    token-count readback), ``ids copy`` (out of the mapped readback, several threads, into
+    fresh memory), ``readback, rest`` and ``other`` (the loop, offsets). Wraps the encoder's
+    private steps, so it is a separate run from the timed one."""
+    import torch_gpubpe.encoder as E
+
+    acc = {k: 0.0 for k in ("pack", "upload copy", "submit, rest", "wait for the GPU",
+                            "ids copy", "readback, rest", "other")}
+    where = [None]
+    saved = {"_pack": E._pack, "copy_parts": E.copy_parts, "parallel_copy": E.parallel_copy}
+    saved_slot = {"start": E._Slot.start, "finish": E._Slot.finish, "_read_meta": E._Slot._read_meta}
+
+    def timed(fn, key=None, set_where=None):
+        def w(*a, **kw):
+            t0 = time.perf_counter()
+            old, where[0] = where[0], (set_where or where[0])
+            try:
+                return fn(*a, **kw)
+            finally:
+                where[0] = old
+                dt = time.perf_counter() - t0
+                k = key if key is not None else ("upload copy" if where[0] == "start" else "ids copy")
+                acc[k] += dt
+                if where[0] == "start" and key is None:
+                    acc["submit, rest"] -= dt
+                if where[0] == "finish" and key in (None, "wait for the GPU"):
+                    acc["readback, rest"] -= dt
+        return w
+
+    E._pack = timed(saved["_pack"], "pack")
+    E.copy_parts = timed(saved["copy_parts"])
+    E.parallel_copy = timed(saved["parallel_copy"])
+    E._Slot.start = timed(saved_slot["start"], "submit, rest", "start")
+    E._Slot.finish = timed(saved_slot["finish"], "readback, rest", "finish")
+    E._Slot._read_meta = timed(saved_slot["_read_meta"], "wait for the GPU")
+    try:
+        total, _ = run_gpu_pipelined(tok, bs)
+    finally:
+        for k, v in saved.items():
+            setattr(E, k, v)
+        for k, v in saved_slot.items():
+            setattr(E._Slot, k, v)
+    acc["other"] = total - sum(v for k, v in acc.items() if k != "other")
+    return total, acc
 
 
 def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
@@ -312,9 +382,11 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
     print(f"merge-order: {args.bpe_vocab.name}, {len(vocab)} ids; SM clock before: "
           f"{sm_clock_now()}", flush=True)
     t0 = time.perf_counter()
-    tok = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True)  # mode="bpe"
+    tok = Tokenizer(vocab, chunk_bytes=args.chunk_bytes)  # mode="bpe" (the vocab's)
     tok.encode_batch(bs[0][:50])
     setup = time.perf_counter() - t0
+    greedy_e2e = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, mode="greedy")
+    greedy_e2e.encode_batch(bs[0][:50])
     import tiktoken
 
     enc = tiktoken.Encoding("bench-bpe", pat_str=SPLIT_PATTERN_PY,
@@ -328,6 +400,11 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
         best = min((run_gpu_pipelined(tok, bs) for _ in range(args.repeat)), key=lambda r: r[0])
     rows.append(("torch_gpubpe bpe mode (2 in flight)", best[0], best[1]))
     gpu_tokens = best[1]
+    with GPUMonitor() as gmon:
+        gbest = min((run_gpu_pipelined(greedy_e2e, bs) for _ in range(args.repeat)),
+                    key=lambda r: r[0])
+    rows.append(("torch_gpubpe greedy mode, same vocab (2 in flight; other ids)", *gbest))
+    breakdown = {"bpe": pipelined_breakdown(tok, bs), "greedy": pipelined_breakdown(greedy_e2e, bs)}
     for n in args.threads:
         runs = []
         for _ in range(args.repeat):
@@ -344,23 +421,40 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
         ntok = sum(len(e.ids) for b in bs for e in hf.encode_batch(b, add_special_tokens=False))
         rows.append((f"HF tokenizers encode_batch ({os.cpu_count()} CPUs)",
                      time.perf_counter() - t0, ntok))
+    from torch_gpubpe.encoder import _pack
+
+    packed = [_pack(b) for b in bs]
+    ktok = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True)  # mode="bpe"
+    greedy = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True, mode="greedy")
+    for t in (ktok, greedy):
+        t.encode_batch(bs[0][:50])
     with GPUMonitor() as kmon:
-        bpe_k, bpe_cont = kernel_us(tok, bs)
-        greedy = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True, mode="greedy")
-        greedy.encode_batch(bs[0][:50])
-        gr_k, gr_cont = kernel_us(greedy, bs)
+        bpe_k, bpe_cont, bpe_clk = kernel_us(ktok, packed, args.repeat_passes)
+        gr_k, gr_cont, gr_clk = kernel_us(greedy, packed, args.repeat_passes)
     print()
     print("| method (GPT-2 vocabulary, merge order) | seconds | MB/s | Mtokens/s | tokens/byte | "
           "same token count as GPU |")
     print("|---|---:|---:|---:|---:|---|")
     for name, s, ntok in rows:
         print(f"| {name} | {s:.3f} | {nbytes / s / 1e6:,.1f} | {ntok / s / 1e6:,.2f} | "
-              f"{ntok / nbytes:.4f} | {'yes' if ntok == gpu_tokens else 'NO'} |")
+              f"{ntok / nbytes:.4f} | "
+              f"{'yes' if ntok == gpu_tokens else 'n/a' if 'greedy' in name else 'NO'} |")
     tt16 = [r for r in rows if r[0].startswith("tiktoken") and not r[0].endswith(" 1 thread")]
     if tt16:
         print(f"\nGPU end to end vs {tt16[-1][0]}: {tt16[-1][1] / best[0]:.1f}x")
-    print(f"GPU during the end-to-end runs: {mon.summary()}")
+    print(f"GPU during the end-to-end runs: bpe mode {mon.summary()}; greedy mode "
+          f"{gmon.summary()}")
     print()
+    print("| main thread, one more end-to-end run (s) | "
+          + " | ".join(f"{m} mode" for m in breakdown) + " |")
+    print("|---|" + "---:|" * len(breakdown))
+    for k in next(iter(breakdown.values()))[1]:
+        print(f"| {k} | " + " | ".join(f"{b[1][k]:.4f}" for b in breakdown.values()) + " |")
+    print("| total | " + " | ".join(f"{b[0]:.4f}" for b in breakdown.values()) + " |")
+    print()
+    print(f"SM clock after each timed batch: bpe mode {', '.join(bpe_clk)}; greedy mode "
+          f"{', '.join(gr_clk)} (each batch's passes run {args.repeat_passes}x back to back, "
+          "the last one timed)")
     print("| GPU pass (timestamp queries) | bpe mode ms | greedy mode ms (same vocab) | ratio |")
     print("|---|---:|---:|---:|")
     walk = {"trie_tokenizer_chunked": "walk (bpe_tokenizer_chunked / trie_tokenizer_chunked)"}
@@ -379,7 +473,10 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
     return {"bpe_vocab": str(args.bpe_vocab), "bytes": nbytes, "exact_sample": same,
             "rows": [{"method": n, "seconds": s, "tokens": t} for n, s, t in rows],
             "bpe_pass_us": bpe_k, "greedy_pass_us": gr_k, "setup_s": setup,
-            "sm_clock": mon.summary(), "kernel_sm_clock": kmon.summary()}
+            "sm_clock": mon.summary(), "kernel_sm_clock": kmon.summary(),
+            "kernel_sm_clock_after_batches": {"bpe": bpe_clk, "greedy": gr_clk},
+            "repeat_passes": args.repeat_passes,
+            "main_thread_s": {m: b[1] for m, b in breakdown.items()}}
 
 
 if __name__ == "__main__":

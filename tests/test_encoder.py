@@ -75,8 +75,32 @@ def test_large_documents_upload_unjoined(tok, merges):
 
     docs = corpus_docs("tr_libreoffice_help", 60_000, max_doc_bytes=20_000)
     docs = ["".join(docs[i : i + 4]) for i in range(0, len(docs), 4)]  # >= 4 KiB on average
-    assert isinstance(_pack(docs, keep_parts=True)[0], list)  # the per-part upload path
+    docs[1] = "ascii only " * 500  # kept as the str itself (its characters are its UTF-8)
+    parts, offsets = _pack(docs, keep_parts=True)
+    assert isinstance(parts, list)  # the per-part upload path
+    assert parts[1] is docs[1] and any(type(p) is bytes for p in parts)
+    assert offsets[-1] == sum(len(d.encode()) for d in docs)
     check_batch(tok, docs, merges)
+
+
+@pytest.mark.parametrize("sizes", [[0, 3, 0, 5], [1 << 20, 7, (1 << 21) + 3, 0, 12_345],
+                                   [5 << 20]])
+def test_copy_parts_equals_a_join(sizes):
+    """encoder.copy_parts (ASCII str read in place, bytes, pieces over threads) == b"".join."""
+    from torch_gpubpe.encoder import copy_parts, join_parts
+
+    rng = np.random.default_rng(len(sizes))
+    parts = []
+    for k, n in enumerate(sizes):
+        raw = rng.integers(32, 127, n, dtype=np.uint8).tobytes()
+        parts.append(raw.decode("ascii") if k % 2 else raw)  # ASCII str and bytes, mixed
+    want = b"".join(p.encode() if isinstance(p, str) else p for p in parts)
+    assert join_parts(parts).tobytes() == want
+    dst = np.zeros(len(want), np.uint8)
+    copy_parts(dst, parts)
+    assert dst.tobytes() == want
+    with pytest.raises(ValueError, match="bytes of parts"):
+        copy_parts(np.zeros(len(want) + 1, np.uint8), parts)
 
 
 def test_encode_single_and_types(tok, merges, vocab):

@@ -422,7 +422,10 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         if (ok || (prev == NO_TOKEN && shorter == NO_TOKEN)) {
             work_count(W_TOKENS, 1u);
             var emit = cand;
-            if (!ok) { emit = BAD_TOKEN; }  // nothing fits at a word start: report, go on
+            if (!ok) {  // nothing fits at a word start: report (info[6], read by the host), go on
+                emit = BAD_TOKEN;
+                atomicAdd(&info[6], 1u);
+            }
             scratch[pos] = emit;
             if (pos < block_end) { own_count += 1u; } else { atomicAdd(&counts[pos / (WG * CHUNK)], 1u); }
             pprev = prev;
