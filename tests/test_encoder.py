@@ -83,6 +83,25 @@ def test_large_documents_upload_unjoined(tok, merges):
     check_batch(tok, docs, merges)
 
 
+def test_encode_batches_equals_encode_batch(tok, merges):
+    """Tokenizer.encode_batches (packing ahead on a thread, two in flight) gives each batch's
+    encode_batch result, in order, with specials, for a generator of batches (empty ones too)."""
+    from torch_gpubpe.errors import InputError
+
+    docs = corpus_docs("en_novels", 60_000, max_doc_bytes=9_000)
+    bs = [docs[0:3], [], docs[3:4] * 2, (d for d in docs[4:9]), docs[9:10]]
+    want = [tok.encode_batch(list(b) if not isinstance(b, list) else b) for b in
+            [docs[0:3], [], docs[3:4] * 2, docs[4:9], docs[9:10]]]
+    got = list(tok.encode_batches(iter(bs)))
+    assert [g.tolist() for g in got] == [w.tolist() for w in want]
+    eot = tok.n_vocab - 1
+    got = list(tok.encode_batches([docs[0:2]], bos_id=eot))
+    assert got[0].tolist() == [[eot] + x for x in want[0].tolist()[:2]]
+    assert list(tok.encode_batches([])) == []
+    with pytest.raises(InputError):
+        list(tok.encode_batches([docs[0:2], [3]]))
+
+
 @pytest.mark.parametrize("sizes", [[0, 3, 0, 5], [1 << 20, 7, (1 << 21) + 3, 0, 12_345],
                                    [5 << 20]])
 def test_copy_parts_equals_a_join(sizes):

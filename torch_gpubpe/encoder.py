@@ -62,7 +62,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Literal, Union
 
@@ -1244,6 +1244,47 @@ class Tokenizer:
         specials = self._specials_arg(bos_id, eos_id)
         with self._lock:
             return self._submit_packed(data, offsets, specials)
+
+    def encode_batches(self, batches: Iterable[Sequence[str | bytes]], *,
+                       bos_id: int | None = None, eos_id: int | None = None
+                       ) -> Iterator[BatchEncoding]:
+        """Encode a stream of batches (each a sequence of documents, as :meth:`submit` takes),
+        yielding one :class:`BatchEncoding` per batch, in order. Two batches are in flight on
+        the GPU, as with :meth:`submit`/``result()``, and the next batch is packed (``str`` →
+        UTF-8, the part that holds the GIL) on a thread meanwhile, while the main thread waits
+        for the GPU or the copies. ``bos_id`` / ``eos_id`` as in :meth:`submit`.
+
+        Raises:
+            InputError: a bad document or ``bos_id``/``eos_id`` (when its batch comes up).
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        specials = self._specials_arg(bos_id, eos_id)
+
+        def pack(texts):
+            if not isinstance(texts, (list, tuple)):
+                texts = list(texts) if not isinstance(texts, (str, bytes, bytearray)) else texts
+            return _pack(texts, keep_parts=True)
+
+        packs: deque = deque()
+        pending: deque[PendingEncoding] = deque()
+        with ThreadPoolExecutor(1, thread_name_prefix="torch_gpubpe pack") as ex:
+            it = iter(batches)
+            while True:
+                b = next(it, None)
+                if b is not None:
+                    packs.append(ex.submit(pack, b))  # packed while the GPU works
+                if not packs:
+                    break
+                if b is not None and len(packs) < 2:
+                    continue
+                data, offsets = packs.popleft().result()
+                with self._lock:
+                    pending.append(self._submit_packed(data, offsets, specials))
+                if len(pending) == 2:
+                    yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
 
     def _specials_arg(self, bos_id, eos_id) -> tuple[int, int] | None:
         if bos_id is None and eos_id is None:
