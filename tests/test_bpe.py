@@ -297,6 +297,20 @@ def test_gpu_pathological_words(gpt2, gpt2_tok, gpt2_tt, tiny):
 
 
 @gpu
+def test_gpu_profile_repeat_same_ids(gpt2, gpt2_tt):
+    """The benchmarks' repeated passes (session.profile_repeat: each slice's passes run 3 times
+    in its submit, the last timed) give the same ids, pops and continuations included."""
+    from torch_gpubpe.encoder import Tokenizer
+
+    tok = Tokenizer(gpt2, profile=True, thread_budget=8_000)
+    tok._session().profile_repeat = 3
+    docs = corpus_docs("multi_udhr", 20_000, max_doc_bytes=4_000) + ["a" * 30_000]
+    assert_same(tok.encode_batch(docs).tolist(), [gpt2_tt.encode_ordinary(d) for d in docs])
+    assert tok._session().continuation_dispatches > 0
+    assert not tok._session().profile or tok.last_pass_us["trie_tokenizer_chunked"] > 0
+
+
+@gpu
 def test_gpu_large_slice_continuation(gpt2, gpt2_tt):
     """Single-character words of 50-100 KB on a budget that needs many continuation
     dispatches (tiktoken is quadratic on one long piece: larger sizes are in the heavy test)."""
