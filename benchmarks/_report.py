@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -77,7 +78,7 @@ def print_footer() -> None:
     print(f"\nmachine: {platform.node()} | {os.cpu_count()} CPUs | Python "
           f"{platform.python_version()} | SM clock now {sm_clock_now()}")
     print(f"date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
-    print(f"command: {' '.join([sys.executable, *sys.argv])}")
+    print(f"command: {shlex.join([sys.executable, *sys.argv])}")
 
 
 def timed(fn, *args, **kwargs):

@@ -372,17 +372,22 @@ def job_encode(args, data: Path, nbytes: int, work: Path, vocab_dir: Path | None
         if args.batch_bytes_given:
             cmd += ["--batch-bytes", str(args.batch_bytes)]
         walls = []
-        for run in range(args.encode_runs):  # every run is shown; the ratio uses the first
-            with GPUMonitor() as mon:
-                wall, stdout, _ = timed_cmd(cmd)
-            walls.append(wall)
-            own = stdout.split(" in ")[1].split(")")[0] + ")" if " in " in stdout else ""
-            stages = next((ln.strip() for ln in stdout.splitlines() if "seconds:" in ln), "")
-            ours_tok = json.loads((out / "meta.json").read_text())["num_tokens"]
-            row(f"torch_gpubpe encode ({kind}), run {run + 1}", wall, nbytes, mon,
-                f"{ours_tok:,} tokens; the CLI's own timing: {own}")
-            if stages:
-                print(f"    where the CLI's time went: {stages}")
+        # every run is shown; the ratio uses the first run of the first variant
+        for variant in args.encode_variants:
+            extra = variant.split()
+            label = f" {variant}" if variant else ""
+            for run in range(args.encode_runs):
+                with GPUMonitor() as mon:
+                    wall, stdout, _ = timed_cmd(cmd + extra)
+                walls.append(wall)
+                own = stdout.split(" in ")[1].split(")")[0] + ")" if " in " in stdout else ""
+                stages = next((ln.strip() for ln in stdout.splitlines() if "seconds:" in ln),
+                              "")
+                ours_tok = json.loads((out / "meta.json").read_text())["num_tokens"]
+                row(f"torch_gpubpe encode ({kind}){label}, run {run + 1}", wall, nbytes, mon,
+                    f"{ours_tok:,} tokens; the CLI's own timing: {own}")
+                if stages:
+                    print(f"    where the CLI's time went: {stages}")
         wall = walls[0]
         if args.skip_peer:
             continue
@@ -518,6 +523,9 @@ def main() -> None:
                     help="job encode: input formats to run")
     ap.add_argument("--encode-runs", type=int, default=2,
                     help="job encode: runs of our command per format (all shown)")
+    ap.add_argument("--encode-variants", nargs="+", default=[""], metavar="ARGS",
+                    help="job encode: extra CLI options per variant, each run --encode-runs "
+                         "times, e.g. '' '--read-nice 10' '--read-threads 8' (default: one, '')")
     ap.add_argument("--skip-peer", action="store_true")
     ap.add_argument("--skip-rustbpe", action="store_true")
     ap.add_argument("--work", help="scratch folder (default: a temporary one)")

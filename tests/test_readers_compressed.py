@@ -92,3 +92,24 @@ def test_corrupt_or_truncated_gzip_names_the_file(tmp_path, inflate, name):
     p.write_bytes(bytes(bad))
     with pytest.raises(InputError, match=rf"{name}: cannot be decompressed as gzip"):
         list(documents(FileReader(p, chunk_bytes=1 << 16)))
+
+
+def test_nice_lowers_only_the_reader_threads(tmp_path):
+    import os
+    import threading
+
+    p, _ = docs_file(tmp_path, [f"doc {k} " * 50 for k in range(20_000)])
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    r = FileReader([p, p], nice=3, threads=2, chunk_bytes=1 << 16)
+    it = r.batches()
+    next(it)
+    seen = {t.name: os.getpriority(os.PRIO_PROCESS, t.native_id)
+            for t in threading.enumerate()
+            if t.name.startswith(("gpubpe-read", "gpubpe-decompress")) and t.is_alive()}
+    rest = sum(len(b) for b in it)
+    assert rest > 0 and r.stats["nice"] == 3
+    assert any(n.startswith("gpubpe-decompress") for n in seen)
+    assert set(seen.values()) == {mine + 3}, seen
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
+    with pytest.raises(InputError, match="nice must be"):
+        FileReader(p, nice=-1)

@@ -101,6 +101,9 @@ def _add_source_args(p: argparse.ArgumentParser, *, default_note: str) -> None:
                         "TokenizedDataset's sample_by")
     g.add_argument("--read-threads", type=_positive_int, metavar="N",
                    help="threads reading and decompressing files (default: CPU count, max 16)")
+    g.add_argument("--read-nice", type=int, default=0, metavar="N", choices=range(20),
+                   help="raise the reading threads' niceness by N (0-19; Linux): the threads "
+                        "feeding the GPU get the cores first (default 0)")
     g.add_argument("--no-streaming", dest="streaming", action="store_false",
                    help="download/prepare the whole dataset first instead of streaming it")
     g.add_argument("--max-bytes", type=parse_size, metavar="SIZE",
@@ -262,7 +265,7 @@ def source_from_args(args: argparse.Namespace) -> TextSource:
         dataset=args.dataset, data_files=tuple(args.data_files or ()), config=args.config,
         split=args.split, text_column=args.text_column, streaming=args.streaming,
         file_format=args.file_format, sample_by=args.sample_by,
-        threads=getattr(args, "read_threads", None),
+        threads=getattr(args, "read_threads", None), nice=getattr(args, "read_nice", 0),
     )
 
 

@@ -15,8 +15,11 @@ parquet (``.parquet``/``.pq``)  ``pyarrow.parquet``; row groups read on a thread
 Arrow IPC / feather             ``pyarrow.ipc`` file or stream format (``.arrow``, ``.feather``,
                                ``.ipc``), memory-mapped, zero copy
 JSON Lines (``.jsonl``/        ``pyarrow.json`` on chunks of about ``chunk_bytes`` cut at line
-``.json``/``.ndjson``)          ends; ``.gz``/``.zst``/``.bz2``/``.lz4``/``.xz`` decompressed,
-                               several files at once on threads. A chunk pyarrow refuses (lone
+``.json``/``.ndjson``)          ends, one block each, chunks parsed on a thread pool;
+                               ``.gz``/``.zst``/``.bz2``/``.lz4``/``.xz`` decompressed, a thread
+                               per file, several files at once (gzip by ISA-L through
+                               python-isal, else zlib: ``stats["gzip_inflate"]``, warned once;
+                               zstd, lz4 by pyarrow). A chunk pyarrow refuses (lone
                                surrogate escapes, a non-text value, invalid UTF-8) is parsed line
                                by line with :mod:`json` (recorded in ``stats`` and warned once),
                                so that each row gets today's treatment and errors name file:line
@@ -696,6 +699,11 @@ class FileReader(Reader):
         read_ahead_bytes: decompressed bytes that JSON Lines files after the one being read
             may hold ahead (their threads decompress in parallel; default
             :data:`DEFAULT_READ_AHEAD_BYTES`, 1/8 of the RAM, at most 4 GiB).
+        nice: added to the scheduling niceness of the reader's own threads (decompressing,
+            parsing; Linux sets it per thread, elsewhere it is ignored, said in
+            ``stats["nice"]``): with ``nice > 0`` the threads that feed the GPU get the cores
+            first when both want them, and the reader uses what is left (it reads ahead).
+            0 (default): as the calling thread.
     Raises:
         InputError: a file does not exist, has an unknown extension, or a bad option.
     """
@@ -703,8 +711,11 @@ class FileReader(Reader):
     def __init__(self, paths, text_column: str = "text", format: str | None = None,
                  sample_by: str = DEFAULT_SAMPLE_BY, threads: int | None = None,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 read_ahead_bytes: int | None = None) -> None:
+                 read_ahead_bytes: int | None = None, nice: int = 0) -> None:
         self.paths = expand_paths(paths)
+        if not isinstance(nice, int) or not 0 <= nice <= 19:
+            raise InputError(f"nice must be an int from 0 to 19, got {nice!r}")
+        self.nice = nice
         self.read_ahead_bytes = int(DEFAULT_READ_AHEAD_BYTES if read_ahead_bytes is None
                                     else read_ahead_bytes)
         if not text_column:
@@ -728,7 +739,8 @@ class FileReader(Reader):
 
     def _global(self, first: int) -> Iterator[tuple[pa.Array, int, _Origin]]:
         k = 0
-        pool = ThreadPoolExecutor(self.threads, thread_name_prefix="gpubpe-read")
+        pool = ThreadPoolExecutor(self.threads, thread_name_prefix="gpubpe-read",
+                                  initializer=self._lower_priority)
         try:
             i = 0
             while i < len(self.paths):
@@ -746,6 +758,22 @@ class FileReader(Reader):
                 i = j
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+
+    def _lower_priority(self) -> None:
+        """Raise this (reader) thread's niceness by ``self.nice`` (Linux: per thread)."""
+        if not self.nice:
+            return
+        tid = threading.get_native_id()
+        try:
+            if not os.uname().sysname == "Linux":
+                raise OSError("per-thread niceness is Linux only")
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid)
+                           + self.nice)
+            self.stats["nice"] = self.nice
+        except (OSError, AttributeError) as e:
+            self.stats["nice"] = f"not applied ({e})"
+            _warn_once(f"torch_gpubpe.readers: nice={self.nice} not applied to the reader "
+                       f"threads ({e})")
 
     # Each format reader yields (values, origin) for consecutive rows; ``skip`` rows at the start
     # may be returned as arrays of nulls (cheap) instead of read: nobody looks at them.
@@ -869,6 +897,7 @@ class FileReader(Reader):
         # buffers are np.empty (not bytearray: no zero-filling memset under the GIL, and numpy
         # asks for huge pages). (Bytes slicing, joining and counting would hold the GIL for
         # every byte of 16 files at once.) Chunks are memoryviews of those buffers.
+        self._lower_priority()  # (this generator runs on its file's own thread)
         tail = b""
         line = 1
         size = self.chunk_bytes
@@ -1403,6 +1432,7 @@ class TextSource:
             extension (:func:`infer_format`).
         sample_by: for plain-text files, what one document is: ``"line"`` (line breaks kept, so
             the documents joined give the file back), ``"paragraph"`` or ``"document"``.
+        threads, nice: :class:`FileReader`'s (``--read-threads``, ``--read-nice``).
     """
 
     dataset: str | None = None
@@ -1415,6 +1445,7 @@ class TextSource:
     sample_by: str = DEFAULT_SAMPLE_BY
     load_kwargs: dict = field(default_factory=dict, compare=False)
     threads: int | None = field(default=None, compare=False)
+    nice: int = field(default=0, compare=False)
 
     def __post_init__(self) -> None:
         files = self.data_files
@@ -1445,7 +1476,7 @@ class TextSource:
         """
         if self.data_files:
             return FileReader(self.data_files, self.text_column, self.file_format,
-                              self.sample_by, self.threads)
+                              self.sample_by, self.threads, nice=self.nice)
         return _LazyHF(self)
 
     def load(self):
