@@ -85,11 +85,13 @@ DEFAULT_LONG_WORD = 2048  # a walk this many bytes past its chunk hands the word
 MAX_LONG_TILE = 16384  # bytes per long-word tile (>= the longest token; lavapipe's loop cap)
 MAX_SLICE_POSITIONS = 1 << 31  # byte positions of a slice stay far below 2^32 (u32 in WGSL)
 _NO_TOKEN = 0xFFFFFFFF
-# Layout of the metadata readback (rb_meta): info[0:8], pass timestamps, the first regions
-# (first byte, end byte) of info[8:], then each document's first-token index.
+# Layout of the metadata readback (rb_meta): info[0:8], pass timestamps (3 walk passes, then 3
+# of a regex pre-tokenizer), the first regions (first byte, end byte) of info[8:], then each
+# document's first-token index.
 _META_HEAD = 32
 _TS_OFF = 32
-_REG_OFF = 80
+_TS_COUNT = 12
+_REG_OFF = _TS_OFF + 8 * _TS_COUNT
 _REG_INLINE = 256
 _DOC_OFF = _REG_OFF + 8 * _REG_INLINE
 
@@ -187,6 +189,7 @@ class _Slot:
         self.meta_promise = None
         self.tok_promise = None
         self.query_set = None
+        self.pt_timed = False  # the last slice's submit timed a regex pre-tokenizer's passes
         self.cap_long = 0  # long-word buffers: bytes (long indices) and regions per group
         self.cap_lreg = 0
         self.lbg = None
@@ -264,8 +267,9 @@ class _Slot:
         self.lbg = None  # bind groups of the long-word passes (they bind scratch and counts)
         if s.profile and self.query_set is None:
             self.query_set = g.device.create_query_set(label=f"{lab}.timestamps",
-                                                       type="timestamp", count=6)
-            self.ts_resolve = g.buffer(48, U.QUERY_RESOLVE | U.COPY_SRC, f"{lab}.ts_resolve")
+                                                       type="timestamp", count=_TS_COUNT)
+            self.ts_resolve = g.buffer(8 * _TS_COUNT, U.QUERY_RESOLVE | U.COPY_SRC,
+                                       f"{lab}.ts_resolve")
 
     def _settle(self) -> None:
         """Finish a readback that an exception (e.g. KeyboardInterrupt) left half done: the
@@ -300,7 +304,7 @@ class _Slot:
 
     # -- one slice -----------------------------------------------------------------------
     def start(self, data: np.ndarray, s: int, e: int, doc_rel: np.ndarray, end_bit: bool,
-              mask: np.ndarray | None = None) -> None:
+              mask: np.ndarray | None = None, before_submit=None) -> None:
         """Upload bytes ``data[s:e]`` (+ halo) and submit the three passes (no wait).
 
         ``data``: uint8 array of the batch, or the batch's unjoined UTF-8 parts (a list of
@@ -308,6 +312,8 @@ class _Slot:
 
         ``doc_rel``: uint32 starts (relative to ``s``) of the documents starting in ``[s, e)``;
         ``end_bit``: byte ``e`` does not continue the last document (or does not exist).
+        ``before_submit``: called once the upload is staged, right before the submit (the
+        Tokenizer queues the readback of the batch in flight there).
         """
         sess, g = self.sess, self.sess.gpu
         n = e - s
@@ -353,14 +359,20 @@ class _Slot:
             enc.copy_buffer_to_buffer(self.upload, self.off_docs, self.doc_starts, 0, 4 * ndocs)
         if sess.pretok is not None and mask is not None:
             enc.copy_buffer_to_buffer(self.upload, self.off_mask, self.pt.mask, 0, -(-n // 32) * 4)
-        elif sess.pretok is not None:  # whole documents: the split is computed here, on the GPU
-            sess.pretok.record(enc, self.pt, n)
         # (benchmarks: the passes recorded ``profile_repeat`` times, the last one timed, so that
         # the GPU runs at its loaded clock when it is timed; each repetition starts afresh)
         reps = sess.profile_repeat if self.query_set is not None else 1
+        self.pt_timed = False
         for r in range(reps):
+            if sess.pretok is not None and mask is None:  # the split is computed here, on the GPU
+                self.pt_timed = self.query_set is not None
+                ts = (self.query_set, 6) if self.pt_timed and r == reps - 1 else None
+                sess.pretok.record(enc, self.pt, n, timestamps=ts)
             self._record_passes(enc, first=True, continuations=0, timed=r == reps - 1)
-        dev.queue.submit([enc.finish()])
+        cmd = enc.finish()
+        if before_submit is not None:
+            before_submit()
+        dev.queue.submit([cmd])
         self.up_promise = self.upload.map_async("WRITE")
         self.meta_promise = self.rb_meta.map_async(_wi.map_read_mode(), 0, _DOC_OFF + 4 * ndocs)
 
@@ -417,8 +429,9 @@ class _Slot:
         cp.end()
         self._copy_meta(enc)
         if ts:
-            enc.resolve_query_set(self.query_set, 0, 6, self.ts_resolve, 0)
-            enc.copy_buffer_to_buffer(self.ts_resolve, 0, self.rb_meta, _TS_OFF, 48)
+            k = 6 + 2 * len(s.pretok.PASSES) if self.pt_timed else 6
+            enc.resolve_query_set(self.query_set, 0, k, self.ts_resolve, 0)
+            enc.copy_buffer_to_buffer(self.ts_resolve, 0, self.rb_meta, _TS_OFF, 8 * k)
         if self.ndocs:
             enc.copy_buffer_to_buffer(self.doc_tok, 0, self.rb_meta, _DOC_OFF, 4 * self.ndocs)
 
@@ -441,11 +454,13 @@ class _Slot:
         self.bad_tokens = int(head[6])  # merge-order mode: BAD_TOKENs written (encode_bpe.wgsl)
         self.reg_inline = np.frombuffer(raw, np.uint32, 2 * _REG_INLINE, offset=_REG_OFF)
         if self.query_set is not None:
-            t = np.frombuffer(raw, np.uint64, 6, offset=_TS_OFF).astype(np.int64)
+            t = np.frombuffer(raw, np.uint64, _TS_COUNT, offset=_TS_OFF).astype(np.int64)
+            names = ["trie_tokenizer_chunked", "trie_prefix_sum", "trie_tokenizer_compact"]
+            if self.pt_timed:  # the regex pre-tokenizer's passes ran too
+                names += list(self.sess.pretok.PASSES)
             self.sess.last_pass_us = {
                 name: (t[2 * k + 1] - t[2 * k]) * self.sess.ns_per_tick / 1e3
-                for k, name in enumerate(("trie_tokenizer_chunked", "trie_prefix_sum",
-                                          "trie_tokenizer_compact"))}
+                for k, name in enumerate(names)}
         doc_tok = np.frombuffer(raw, np.uint32, self.ndocs, offset=_DOC_OFF)
         # Blocks [lo, hi) hold every chunk whose walk ran out of budget (info[2], info[3]).
         self.cont_blocks = (0xFFFFFFFF - int(head[2]), int(head[3]))
@@ -591,6 +606,13 @@ class _Slot:
             document; without specials); with specials, ``seg`` (int64, ``ndocs + 1``): each
             document's first position in ``ids`` (its offsets, specials included), else None.
         """
+        self.submit_readback(specials)
+        return self.read_ids()
+
+    def submit_readback(self, specials: tuple[int, int] | None = None) -> None:
+        """:meth:`finish` up to the copy of the ids into the readback buffer, which is submitted
+        but not waited for (:meth:`read_ids` does that): waits for the slice's token count,
+        continues out-of-budget walks and long words."""
         g = self.sess.gpu
         total, unfinished, doc_tok = self._read_meta()
         k, dispatches = 1, 0
@@ -649,11 +671,21 @@ class _Slot:
             cp.end()
             src = self.sp_dst
         nbytes = (n_out * self.sess.id_size + 3) // 4 * 4
+        self._readback = (n_out, nbytes, total, doc_tok, seg, specials)
         if nbytes == 0:
-            return np.zeros(0, self.sess.id_dtype), doc_tok, seg
+            return
         enc.copy_buffer_to_buffer(src, 0, self.rb_tok, 0, nbytes)
         g.device.queue.submit([enc.finish()])
         self.tok_promise = self.rb_tok.map_async(_wi.map_read_mode(), 0, (nbytes + 7) // 8 * 8)
+
+    def read_ids(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Wait for the readback that :meth:`submit_readback` queued; returns what
+        :meth:`finish` returns."""
+        g = self.sess.gpu
+        n_out, nbytes, total, doc_tok, seg, specials = self._readback
+        self._readback = None
+        if nbytes == 0:
+            return np.zeros(0, self.sess.id_dtype), doc_tok, seg
         g.wait_promise(self.tok_promise, "token readback")
         self.tok_promise = None
         ids = np.empty(n_out, self.sess.id_dtype)
@@ -813,6 +845,8 @@ class PendingEncoding:
         self._result: BatchEncoding | None = None
         self._slot: _Slot | None = None
         self._specials = specials
+        self._readback_queued = False  # the slot's submit_readback ran (see Tokenizer)
+        self._error: Exception | None = None  # raised by result(): its readback failed early
 
     def done(self) -> bool:
         """Whether the result has been read back already."""
@@ -1364,7 +1398,7 @@ class Tokenizer:
             starts = offsets[:-1].astype(np.uint32)
             with sess.gpu.operation(f"encoding a batch of {len(offsets) - 1} documents "
                                     f"({total} bytes): upload and submit"):
-                p._slot.start(data, 0, total, starts, True)
+                p._slot.start(data, 0, total, starts, True, before_submit=self._queue_readbacks)
             self._inflight.append(p)
         else:
             if isinstance(data, list):
@@ -1389,14 +1423,35 @@ class Tokenizer:
             base += len(be.ids)
         return BatchEncoding(np.concatenate(ids), np.concatenate(offs))
 
+    def _queue_readbacks(self) -> None:
+        """Queue the id readback of each batch in flight before the next batch's passes are
+        submitted: queued after them (by ``result()``), it would wait for all of them, and the
+        GPU would idle while the host copies ids out and stages uploads. An error is kept for
+        that batch's ``result()``."""
+        for q in self._inflight:
+            if q._readback_queued or q._error is not None:
+                continue
+            try:
+                with q._slot.sess.gpu.operation(f"encoding a batch ({q._slot.n} bytes): "
+                                                "readback"):
+                    q._slot.submit_readback(q._specials)
+                q._readback_queued = True
+            except Exception as e:  # noqa: BLE001 (re-raised by q.result())
+                q._error = e
+
     def _complete(self, p: PendingEncoding) -> BatchEncoding:
         with self._lock:
             if p._result is not None:  # completed meanwhile by submit() in another thread
                 return p._result
             try:
+                if p._error is not None:
+                    raise p._error
                 with p._slot.sess.gpu.operation(f"encoding a batch ({p._slot.n} bytes): "
                                                 "readback"):
-                    ids, doc_tok, seg = p._slot.finish(p._specials)
+                    if not p._readback_queued:
+                        p._slot.submit_readback(p._specials)
+                    p._readback_queued = True
+                    ids, doc_tok, seg = p._slot.read_ids()
             finally:
                 if p in self._inflight:
                     self._inflight.remove(p)

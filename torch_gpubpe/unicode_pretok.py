@@ -188,19 +188,28 @@ class UnicodePreTokenizer:
         ``mask`` buffer receives the word starts."""
         return PreTokScratch(self, cap, text, bits, label)
 
+    PASSES = ("pt_classify", "pt_scan_blocks", "pt_mark")
+
     def record(self, enc, sc: PreTokScratch, n: int, c0: int = 0, c1: int | None = None,
-               f_in: int = 0, b_in: int = 0) -> None:
+               f_in: int = 0, b_in: int = 0, timestamps=None) -> None:
         """Write the parameters and record the three passes over ``n`` bytes into ``enc``
         (the caller submits); the automata read bytes ``[c0, c1)`` with states ``f_in`` before
-        ``c0`` and ``b_in`` at ``c1`` (both ignored at document starts)."""
+        ``c0`` and ``b_in`` at ``c1`` (both ignored at document starts). ``timestamps``:
+        ``(query_set, first)``: pass k writes its begin and end at ``first + 2k``, ``+ 2k + 1``
+        (the order of :attr:`PASSES`)."""
         g = self.gpu
         nb = -(-n // BLOCK)
         c1 = n if c1 is None else c1
         g.device.queue.write_buffer(sc.params, 0, np.array(
             [n, nb, self.family_id, c0, c1, f_in, b_in, 0], np.uint32))
-        for e, grid in (("pt_classify", g.grid(nb)), ("pt_scan_blocks", (1, 1)),
-                        ("pt_mark", g.grid(nb))):
-            cp = enc.begin_compute_pass(label=e)
+        for k, (e, grid) in enumerate((("pt_classify", g.grid(nb)), ("pt_scan_blocks", (1, 1)),
+                                       ("pt_mark", g.grid(nb)))):
+            kw = {}
+            if timestamps is not None:
+                kw["timestamp_writes"] = {"query_set": timestamps[0],
+                                          "beginning_of_pass_write_index": timestamps[1] + 2 * k,
+                                          "end_of_pass_write_index": timestamps[1] + 2 * k + 1}
+            cp = enc.begin_compute_pass(label=e, **kw)
             cp.set_pipeline(self.pipes[e])
             cp.set_bind_group(0, sc.bg[e])
             cp.dispatch_workgroups(*grid)
