@@ -93,6 +93,22 @@ def test_long_runs_across_chunks_and_blocks(family, unit):
     assert_same(_runs(unit, BOUNDARY), family)
 
 
+EDGE_TAILS = ["'s", "'ll", "'ve've", "''s", " 's", "中'S", "\u0301's", "é'llx", "'RE", "\n's",
+              "é", "中", "😀", "\xa0 x", "  \n", "1'd", ".'t", "x'", "a\r\n\r\n b"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_chunk_edges_at_every_offset(family):
+    """Contractions, multi-byte code points and runs at every offset across a thread's chunk
+    edge (pt_classify's text window and pt_mark's carried history start at each chunk), in
+    one document each and packed together (document starts at every offset)."""
+    docs = [pre * pad + tail for pad in range(CHUNK - 9, CHUNK + 3) for pre in ("x", "中", " ")
+            for tail in EDGE_TAILS]
+    assert_same(docs, family)
+    assert_same(["".join(docs)], family)
+    assert_same([d.encode()[: 2 * CHUNK - 1] + b"\xe4\xb8" for d in docs[::7]], family)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_slices_inside_documents(family):
     """Small slices: cuts inside documents, with halos and carried automaton states."""

@@ -106,7 +106,14 @@ var<workgroup> wb: array<u32, 256>;
 
 fn text_byte(i: u32) -> u32 { return (text[i >> 2u] >> ((i & 3u) * 8u)) & 0xFFu; }
 fn doc_start(i: u32) -> bool { return ((doc_bits[i >> 5u] >> (i & 31u)) & 1u) != 0u; }
-fn code_at(i: u32) -> u32 { return (codes[i >> 2u] >> ((i & 3u) * 8u)) & 0xFFu; }
+// codes: word w (bytes 4w..4w+3) of thread t = w / 8 (its 32-byte chunk) is stored at
+// (t / 256) * 2048 + (w % 8) * 256 + t % 256, so that the threads of a subgroup, each at the
+// same byte of its own chunk, touch consecutive words (coalesced) instead of words 8 apart.
+fn code_word(w: u32) -> u32 {
+    let t = w >> 3u;
+    return ((t >> 8u) << 11u) | ((w & 7u) << 8u) | (t & 255u);
+}
+fn code_at(i: u32) -> u32 { return (codes[code_word(i >> 2u)] >> ((i & 3u) * 8u)) & 0xFFu; }
 
 // ---- UTF-8 ------------------------------------------------------------------------------
 // Length of the valid UTF-8 sequence starting at byte j (Unicode Table 3-7: no overlong
@@ -138,6 +145,41 @@ fn seq_len(j: u32) -> u32 {
     return len;
 }
 
+// seq_len from registers: q = bytes j..j+3 (LE), d = doc-start bits of j..j+3 (bit k: j + k),
+// room = n - j.
+fn seq_len4(q: u32, d: u32, room: u32) -> u32 {
+    let b0 = q & 0xFFu;
+    if (b0 < 0x80u) { return 1u; }
+    var len = 0u;
+    var lo = 0x80u;
+    var hi = 0xBFu;
+    if (b0 >= 0xC2u && b0 <= 0xDFu) { len = 2u; }
+    else if (b0 >= 0xE0u && b0 <= 0xEFu) {
+        len = 3u;
+        if (b0 == 0xE0u) { lo = 0xA0u; }
+        if (b0 == 0xEDu) { hi = 0x9Fu; }
+    } else if (b0 >= 0xF0u && b0 <= 0xF4u) {
+        len = 4u;
+        if (b0 == 0xF0u) { lo = 0x90u; }
+        if (b0 == 0xF4u) { hi = 0x8Fu; }
+    } else { return 0u; }
+    if (len > room || (d & ((1u << len) - 2u)) != 0u) { return 0u; }
+    let b1 = (q >> 8u) & 0xFFu;
+    if (b1 < lo || b1 > hi) { return 0u; }
+    if (len >= 3u && ((q >> 16u) & 0xC0u) != 0x80u) { return 0u; }
+    if (len == 4u && ((q >> 24u) & 0xC0u) != 0x80u) { return 0u; }
+    return len;
+}
+fn decode4(q: u32, len: u32) -> u32 {
+    if (len == 1u) { return q & 0xFFu; }
+    if (len == 2u) { return ((q & 0x1Fu) << 6u) | ((q >> 8u) & 0x3Fu); }
+    if (len == 3u) {
+        return ((q & 0x0Fu) << 12u) | (((q >> 8u) & 0x3Fu) << 6u) | ((q >> 16u) & 0x3Fu);
+    }
+    return ((q & 0x07u) << 18u) | (((q >> 8u) & 0x3Fu) << 12u) | (((q >> 16u) & 0x3Fu) << 6u)
+         | ((q >> 24u) & 0x3Fu);
+}
+
 fn decode(j: u32, len: u32) -> u32 {
     let b0 = text_byte(j);
     if (len == 1u) { return b0; }
@@ -151,7 +193,10 @@ fn decode(j: u32, len: u32) -> u32 {
 }
 
 // Table class byte of code point cp (torch_gpubpe/_unicode_gen.py).
+// pt_classify: the class bytes of U+0000..U+007F (4 per u32), read once per workgroup.
+var<workgroup> ascii_cls: array<u32, 32>;
 fn cp_class(cp: u32) -> u32 {
+    if (cp < 0x80u) { return (ascii_cls[cp >> 2u] >> ((cp & 3u) * 8u)) & 0xFFu; }
     let block = table[cp >> 8u];
     let k = block * 256u + (cp & 0xFFu);
     return (table[STAGE1_LEN + (k >> 2u)] >> ((k & 3u) * 8u)) & 0xFFu;
@@ -191,6 +236,7 @@ fn f_get(f: u32, s: u32) -> u32 { return (f >> (3u * s)) & 7u; }
 fn f_const(s: u32) -> u32 { return s * 0x9249u; }  // s in all 6 entries
 // f, then the code point of class k
 fn f_then(f: u32, k: u32) -> u32 {
+    if (k != K_N && k != K_NL) { return f_const(f_step(k, 0u)); }  // the same from any state
     var out = 0u;
     for (var s = 0u; s < 6u; s++) { out |= f_step(k, f_get(f, s)) << (3u * s); }
     return out;
@@ -426,6 +472,8 @@ fn pt_classify(@builtin(workgroup_id) wid: vec3<u32>,
     let lo = t * CHUNK;
     let hi = min(lo + CHUNK, n);
     let o200k = params.pattern == PAT_O200K;
+    for (var k = lid; k < 32u; k += WG) { ascii_cls[k] = table[STAGE1_LEN + table[0] * 64u + k]; }
+    workgroupBarrier();
     var fa = fx_id();
     var ba = bx_id();
     if (lo < n) {
@@ -437,46 +485,60 @@ fn pt_classify(@builtin(workgroup_id) wid: vec3<u32>,
         for (var j = max(lo, 3u) - 3u; j < lo; j++) {
             l3 = l2; l2 = l1; l1 = seq_len(j);
         }
+        // Registers: the text words of bytes [i & ~3, +8) and the document-start bits of the
+        // chunk and the next 32 bytes (lo is a multiple of 32), read once per 4 / 32 bytes.
+        var w0 = text[lo >> 2u];
+        var w1 = text[(lo >> 2u) + 1u];
+        let d0 = doc_bits[lo >> 5u];
+        let d1 = doc_bits[(lo >> 5u) + 1u];
+        let c0 = params.c0;
+        let c1 = params.c1;
         var word = 0u;
         for (var i = lo; i < hi; i++) {
-            let ds = doc_start(i);
+            let r = i - lo;
+            let sh = (i & 3u) * 8u;
+            if (sh == 0u && r != 0u) { w0 = w1; w1 = text[(i >> 2u) + 1u]; }
+            let q = select((w0 >> sh) | (w1 << (32u - sh)), w0, sh == 0u);
+            let d = select((d0 >> r) | (d1 << (32u - r)), d0, r == 0u) & 0x1Fu;
+            let ds = (d & 1u) != 0u;
             let covered = l1 >= 2u || l2 >= 3u || l3 >= 4u;
-            let len = seq_len(i);
+            let len = seq_len4(q, d, n - i);
             var code = CONT;
             if (!covered) {
-                if (len == 0u) { code = K_O; } else { code = cp_code(decode(i, len)); }
+                if (len == 0u) { code = K_O; } else { code = cp_code(decode4(q, len)); }
             }
-            word |= code << ((i & 3u) * 8u);
-            if ((i & 3u) == 3u || i + 1u == hi) {
-                codes[i >> 2u] = word;
+            word |= code << sh;
+            if (sh == 24u || i + 1u == hi) {
+                codes[code_word(i >> 2u)] = word;
                 word = 0u;
             }
             l3 = l2; l2 = l1; l1 = len;
-            if (code != CONT && i >= params.c0 && i < params.c1) {
-                let k = code & 7u;
-                if (o200k) {  // the symbol reads up to 2 code points ahead (from the text)
+            if (i < c0 || i >= c1) { continue; }
+            let k = select(code & 7u, K_NONE, code == CONT);
+            let end = (d & 2u) != 0u;  // a document starts at i + 1: this one ends here
+            if (o200k) {
+                if (code != CONT) {  // the symbol reads up to 2 code points ahead (from the text)
                     let j1 = i + max(len, 1u);
-                    let c1 = text_code(j1);
+                    let cn = text_code(j1);
                     var cl = 0u;
-                    if (o_fold(code) == FOLD_APOS && (c1 & 7u) == K_L) {
-                        cl = o_contr(code, c1, text_code(text_next(j1)));
+                    if (o_fold(code) == FOLD_APOS && (cn & 7u) == K_L) {
+                        cl = o_contr(code, cn, text_code(text_next(j1)));
                     }
-                    if (ds) { fa = of_const(of_state_step(0u, code, c1, cl)); }
-                    else { fa = of_then(fa, code, c1, cl); }
-                } else if (ds) { fa = f_const(f_step(k, 0u)); } else { fa = f_then(fa, k); }
-            }
-            // B: this byte to the left of what follows; a document end is B_END
-            if (i >= params.c0 && i < params.c1) {
-                if (o200k) {
-                    var e = or_before(code, OR_ID);
-                    if (doc_start(i + 1u)) { e = or_const(or_step(code, OR_END)); }
-                    ba = or_compose(ba, e);
-                } else {
-                    var k = K_NONE;
-                    if (code != CONT) { k = code & 7u; }
-                    var e = b_before(k, B_ID);
-                    if (doc_start(i + 1u)) { e = b_const(b_step(k, B_END)); }
-                    ba = b_compose(ba, e);
+                    if (ds) { fa = of_const(of_state_step(0u, code, cn, cl)); }
+                    else { fa = of_then(fa, code, cn, cl); }
+                }
+                var e = or_before(code, OR_ID);
+                if (end) { e = or_const(or_step(code, OR_END)); }
+                ba = or_compose(ba, e);
+            } else {
+                if (code != CONT) {
+                    if (ds) { fa = f_const(f_step(k, 0u)); } else { fa = f_then(fa, k); }
+                }
+                // B: this byte to the left of what follows; a document end is B_END. A space
+                // (or no code point) passes the state through; anything else sets it.
+                if (end) { ba = b_const(b_get(ba, b_step(k, B_END))); }
+                else if (k != K_SP && k != K_WS && k != K_NONE) {
+                    ba = b_const(b_get(ba, b_step(k, B_END)));
                 }
             }
         }
@@ -626,13 +688,48 @@ fn b_after(i: u32, hi: u32, b_hi: u32) -> u32 {
     return b_hi;
 }
 
-// Whether the code point at i starts a match; fs = F state before it, b_hi = B state at hi.
-fn starts_word(i: u32, fs: u32, hi: u32, b_hi: u32) -> bool {
-    let p1 = prev_cp(i);
-    if (p1 == i) { return true; }
+// The code points p1, p2, p3 before the current one in its document, as pt_mark carries them
+// from one code point to the next: the codes of p1 and p2 (K_NONE: no such code point) and
+// contraction_at of p1, p2, p3 (0 where there is none).
+struct Hist {
+    c1: u32,
+    c2: u32,
+    t1: u32,
+    t2: u32,
+    t3: u32,
+}
+
+// The history before the code point that follows byte lo - 1 (lo: a chunk's first byte).
+fn hist_before(lo: u32) -> Hist {
+    var h = Hist(K_NONE, K_NONE, 0u, 0u, 0u);
+    if (lo == 0u || doc_start(lo)) { return h; }
+    let p1 = prev_cp(lo);  // the code point holding byte lo - 1
+    h.c1 = code_at(p1);
+    h.t1 = contraction_at(p1);
+    let p2 = prev_cp(p1);
+    if (p2 == p1) { return h; }
+    h.c2 = code_at(p2);
+    h.t2 = contraction_at(p2);
+    let p3 = prev_cp(p2);
+    if (p3 != p2) { h.t3 = contraction_at(p3); }
+    return h;
+}
+
+// contraction_at(i) for the code point i of code c after a code point of code cp (K_NONE: none).
+fn contraction_here(i: u32, c: u32, cp: u32) -> u32 {
+    if ((c & 7u) != K_O || ((c >> 3u) & 15u) != FOLD_APOS) { return 0u; }
+    let pk = cp & 7u;
+    if (pk == K_O || pk == K_SP) { return 0u; }  // !other_starts(i)
+    return contraction_len(i);
+}
+
+// Whether the code point at i (code c, history h) starts a match; fs = F state before it,
+// b_hi = B state at hi.
+fn starts_word(i: u32, c: u32, fs: u32, hi: u32, b_hi: u32, h: Hist) -> bool {
+    if (h.c1 == K_NONE) { return true; }
     let pat = params.pattern;
-    let k = code_at(i) & 7u;
-    let pk = code_at(p1) & 7u;
+    let k = c & 7u;
+    let pk = h.c1 & 7u;
     if (is_space(k)) {
         if (pat == PAT_GPT2) {
             if (!is_space(pk)) { return true; }
@@ -668,19 +765,14 @@ fn starts_word(i: u32, fs: u32, hi: u32, b_hi: u32) -> bool {
         return fs % 3u == 0u;  // \p{N}{1,3}+ from the left of the run
     }
     // a letter: inside or right after a contraction?
-    if (contraction_at(p1) >= 2u) { return false; }
-    let p2 = prev_cp(p1);
-    if (p2 != p1) {
-        let c2 = contraction_at(p2);
-        if (c2 == 3u) { return false; }
-        if (c2 == 2u) { return true; }
-        let p3 = prev_cp(p2);
-        if (p3 != p2 && contraction_at(p3) == 3u) { return true; }
-    }
+    if (h.t1 >= 2u || h.t2 == 3u) { return false; }
+    if (h.t2 == 2u || h.t3 == 3u) { return true; }
     if (pk == K_L) { return false; }
     if (pk == K_N) { return true; }
     if (pat == PAT_GPT2) { return true; }
-    return !other_starts(p1);  // a starting "other" takes the letters after it
+    // a starting "other" takes the letters after it: !other_starts(p1)
+    let ppk = h.c2 & 7u;
+    return h.c2 != K_NONE && (ppk == K_O || ppk == K_SP);
 }
 
 // o200k: whether the code point at i (code c, next code nx, contraction length cl) starts a
@@ -763,14 +855,23 @@ fn pt_mark(@builtin(workgroup_id) wid: vec3<u32>,
         mask[t] = o_mark(lo, chunk_end, hi, fs, b_end);
         return;
     }
+    // The codes word and the document starts of the chunk in registers; the code points
+    // before each one carried along (Hist) instead of being looked up again per byte.
+    let dw = doc_bits[lo >> 5u];
+    var h = hist_before(lo);
+    var cw = 0u;
     var bits = 0u;
     for (var i = lo; i < chunk_end; i++) {
-        let c = code_at(i);
+        if ((i & 3u) == 0u) { cw = codes[code_word(i >> 2u)]; }
+        let c = (cw >> ((i & 3u) * 8u)) & 0xFFu;
         if (c == CONT) { continue; }
+        let ds = ((dw >> (i - lo)) & 1u) != 0u;
+        if (ds) { h = Hist(K_NONE, K_NONE, 0u, 0u, 0u); }
         let in_core = i >= params.c0 && i < params.c1;
-        if (in_core && doc_start(i)) { fs = 0u; }
-        if (starts_word(i, fs, hi, b_end)) { bits |= 1u << (i - lo); }
+        if (in_core && ds) { fs = 0u; }
+        if (starts_word(i, c, fs, hi, b_end, h)) { bits |= 1u << (i - lo); }
         if (in_core) { fs = f_step(c & 7u, fs); }
+        h = Hist(c, h.c1, contraction_here(i, c, h.c1), h.t1, h.t2);
     }
     mask[t] = bits;
 }
