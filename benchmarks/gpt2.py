@@ -21,6 +21,18 @@ Rows, MB/s of UTF-8 input (``list[str]`` in → ids out):
   ``Split(Regex)``), ``encode_batch`` (Rust threads, ``RAYON_NUM_THREADS``).
 
 The GPU's ids must equal tiktoken's for every document (else exit 1); HF's are compared too.
+
+Then, where the GPU's time goes: the same batches once more, one at a time, with timestamp
+queries (``Tokenizer(profile=True)``): GPU ms per pass (the regex pre-tokenizer's
+``pt_classify``/``pt_scan_blocks``/``pt_mark``, the walk, prefix sum, compaction), the walks
+continued in further dispatches, the batches over one slice, and the SM clock during it.
+
+``--data-files`` (e.g. ``/tmp/ingest/parquet/*.parquet``): the same for what
+``python -m torch_gpubpe encode --output-format llmc`` does with those files, minus reading and
+writing: the files are read into packed batches of ``--files-batch-bytes`` first (not timed),
+then ``submit_packed(bos_id=<|endoftext|>)`` two in flight (the CLI's loop: wall clock, time
+in ``submit`` and in ``result``, GPU busy and clock), then one at a time with timestamps (GPU
+ms per pass and per batch, continuations, slices).
 Ends with the machine, date, command and SM clock.
 """
 
@@ -56,6 +68,93 @@ def gpu_pipelined(tok: Tokenizer, bs: list[list[str]]) -> tuple[float, list]:
     return time.perf_counter() - t0, out
 
 
+def pass_profile(tok: Tokenizer, bs: list, submit) -> dict:
+    """One batch at a time with timestamp queries (``tok`` has ``profile=True``): GPU µs per
+    pass summed over batches, each batch's GPU µs, continuation dispatches and slices taken."""
+    sess = tok._session()
+    cont0, slices0 = sess.continuation_dispatches, sess.slices
+    passes: dict[str, float] = {}
+    per_batch, multi, cont_batches = [], 0, 0
+    for b in bs:
+        c, s0 = sess.continuation_dispatches, sess.slices
+        submit(tok, b).result()
+        if sess.slices - s0 > 1:
+            multi += 1  # sliced: the pass times are the last slice's only
+        cont_batches += sess.continuation_dispatches > c
+        us = tok.last_pass_us
+        per_batch.append(sum(us.values()))
+        for k, v in us.items():
+            passes[k] = passes.get(k, 0.0) + v
+    return {"passes": passes, "per_batch": per_batch, "multi_slice": multi,
+            "continuations": sess.continuation_dispatches - cont0,
+            "cont_batches": cont_batches, "slices": sess.slices - slices0}
+
+
+def print_profile(prof: dict, nbytes: int, mon, what: str) -> None:
+    tot = sum(prof["passes"].values())
+    pb = prof["per_batch"]
+    print(f"\nGPU time per pass, {what}: {len(pb)} batches one at a time with timestamp "
+          f"queries ({mon.summary()})")
+    print("| GPU pass | ms | GB/s of input | share |\n|---|---:|---:|---:|")
+    for k, v in prof["passes"].items():
+        print(f"| {k} | {v / 1e3:,.2f} | {nbytes / max(v, 1e-9) / 1e3:,.2f} | "
+              f"{v / max(tot, 1e-9):.0%} |")
+    print(f"| all passes | {tot / 1e3:,.2f} | {nbytes / max(tot, 1e-9) / 1e3:,.2f} | 100% |")
+    if pb:
+        print(f"per batch: mean {tot / len(pb) / 1e3:,.2f} ms, max {max(pb) / 1e3:,.2f} ms; "
+              f"slices {prof['slices']} ({prof['multi_slice']} batches over one slice: their "
+              f"pre-tokenizer runs in its own submits, untimed); continuation dispatches "
+              f"{prof['continuations']} in {prof['cont_batches']} batches (not in the pass times)")
+
+
+def files_rows(args, pat_str: str) -> None:
+    """``--data-files``: the CLI's encode loop on packed batches held in memory (module docs)."""
+    import glob
+
+    from torch_gpubpe.readers import FileReader, documents
+
+    paths = sorted(p for g in args.data_files for p in glob.glob(g)) or args.data_files
+    for bb in args.files_batch_bytes:
+        t0 = time.perf_counter()
+        packed = [(p.data, p.offsets) for p in documents(FileReader(paths), batch_bytes=int(bb))]
+        read_s = time.perf_counter() - t0
+        nbytes = sum(len(d) for d, _ in packed)
+        ndocs = sum(len(o) - 1 for _, o in packed)
+        tok = Tokenizer.from_tiktoken(args.vocab, pattern=pat_str)
+        eot = tok.eot_token
+        tok.submit_packed(*packed[0], bos_id=eot).result()  # opens the GPU, compiles
+        print(f"\n--data-files: {len(paths)} files, {ndocs:,} documents, {nbytes / 1e6:,.1f} MB "
+              f"in {len(packed)} batches of {bb / 1e6:.0f} MB (read in {read_s:.1f} s, not timed); "
+              "submit_packed(bos_id=<|endoftext|>), 2 in flight (the CLI's loop, no file I/O)")
+        for rep in range(args.repeat):
+            t_sub = t_res = 0.0
+            ntok = 0
+            with GPUMonitor() as mon:
+                t0 = time.perf_counter()
+                pending = None
+                for d, o in packed:
+                    t = time.perf_counter()
+                    fut = tok.submit_packed(d, o, bos_id=eot)
+                    t1 = time.perf_counter()
+                    t_sub += t1 - t
+                    if pending is not None:
+                        ntok += len(pending.result().ids)
+                        t_res += time.perf_counter() - t1
+                    pending = fut
+                t = time.perf_counter()
+                ntok += len(pending.result().ids)
+                t_res += time.perf_counter() - t
+                wall = time.perf_counter() - t0
+            print(f"  run {rep + 1}: {wall:.2f} s = {nbytes / wall / 1e6:,.0f} MB/s, {ntok:,} ids; "
+                  f"in submit_packed {t_sub:.2f} s, in result() {t_res:.2f} s; {mon.summary()}")
+        tp = Tokenizer.from_tiktoken(args.vocab, pattern=pat_str, profile=True)
+        tp.submit_packed(*packed[0], bos_id=eot).result()
+        with GPUMonitor() as mon:
+            prof = pass_profile(tp, packed, lambda t, b: t.submit_packed(*b, bos_id=eot))
+        print_profile(prof, nbytes, mon, f"--data-files, batches of {bb / 1e6:.0f} MB")
+        del packed
+
+
 def hf_tokenizer(vocab, family: str):
     from tokenizers import Tokenizer as HFTokenizer
 
@@ -81,6 +180,12 @@ def main() -> None:
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--pattern", default=None,
                     help="split pattern family (gpt2, cl100k, qwen2, o200k); default: the sidecar's")
+    ap.add_argument("--data-files", nargs="*", default=[],
+                    help="parquet/jsonl.gz files or globs: also the CLI's encode loop on them")
+    ap.add_argument("--files-batch-bytes", nargs="*", type=float, default=[16e6],
+                    help="--data-files: batch sizes to try (the CLI's default: 16e6)")
+    ap.add_argument("--skip-memory", action="store_true",
+                    help="only the --data-files rows (no in-memory rows, no tiktoken)")
     args = ap.parse_args()
 
     import tiktoken
@@ -92,6 +197,10 @@ def main() -> None:
     else:
         pat_str = PATTERN_OF[resolve(args.pattern)]
     family = resolve(pat_str)
+    if args.skip_memory:
+        files_rows(args, pat_str)
+        print_footer()
+        return
     ranks = {base64.b64decode(t): int(r) for t, r in (ln.split() for ln in open(args.vocab))}
     enc = tiktoken.Encoding(args.vocab.stem, pat_str=pat_str, mergeable_ranks=ranks,
                             special_tokens={})
@@ -134,6 +243,13 @@ def main() -> None:
     print("\n| encoder | MB/s | tokens | GPU speed-up |\n|---|---:|---:|---:|")
     for name, s, ntok in rows:
         print(f"| {name} | {total / s / 1e6:,.1f} | {ntok:,} | {s / gpu_s:,.1f}x |")
+    tp = Tokenizer.from_tiktoken(args.vocab, pattern=pat_str, profile=True)
+    tp.encode_batch(bs[0][:64])
+    with GPUMonitor() as pmon:
+        prof = pass_profile(tp, bs, lambda t, b: t.submit(b))
+    print_profile(prof, total, pmon, f"in memory, batches of {args.batch_bytes / 1e6:.0f} MB")
+    if args.data_files:
+        files_rows(args, pat_str)
     print_footer()
     if bad:
         print(f"FAIL: documents {bad[:10]} differ from tiktoken")

@@ -149,9 +149,15 @@ def check_encode_bpe(docs, small=True):
     assert tok.encode_batch(docs).tolist() == [gpt2_tt.encode_ordinary(d) for d in docs]
 
 
-def check_pretokenize_unicode(docs, families=None):
+def check_pretokenize_unicode(docs, families=None, joined=False):
+    """``joined``: the documents as one of several workgroup blocks (8 KiB each: pt_local's
+    halo in workgroup memory is read only across a block edge)."""
     from torch_gpubpe.patterns import FAMILIES, reference_word_starts
     from torch_gpubpe.unicode_pretok import word_starts
+
+    if joined:
+        text = "".join(docs)
+        docs = [text * (30_000 // max(1, len(text)) + 1)]
 
     for family in families or FAMILIES:
         for kw in ({}, {"max_slice_bytes": 2048}):
@@ -193,6 +199,7 @@ def test_encode_bpe(poisoned):
 
 def test_pretokenize_unicode(poisoned):
     check_pretokenize_unicode(_docs(3_000))
+    check_pretokenize_unicode(_docs(3_000), ["gpt2"], joined=True)
 
 
 def test_wordcount(poisoned):
@@ -209,6 +216,8 @@ MUTATIONS = [
     ("encode_bpe", "if (lid == 0u) { atomicStore(&wg_count, 0u); }", check_encode_bpe,
      {"small": False}),
     ("pretokenize_unicode", "wf[lid] = fa;\n    wb[lid] = ba;", check_pretokenize_unicode, {}),
+    ("pretokenize_unicode", "tile[tile_word(j0)] = word;", check_pretokenize_unicode,
+     {"families": ["gpt2"], "joined": True}),
     ("wordcount", "if (lid == 0u) { atomicStore(&wg_count, 0u); }", check_wordcount, {}),
     ("train_table", "local_table_clear(lid);", check_trainer, {"algorithms": ["wordlist"]}),
     ("train_table", "sh_sg[0] = t.x;", check_trainer, {"algorithms": ["seed"]}),
@@ -216,7 +225,8 @@ MUTATIONS = [
 
 
 @pytest.mark.parametrize("shader,old,check,kw", MUTATIONS,
-                         ids=[f"{m[0]}-{m[3].get('algorithms', [''])[0]}" for m in MUTATIONS])
+                         ids=[f"{m[0]}-{m[3].get('algorithms', m[3].get('families', ['']))[0]}"
+                              for m in MUTATIONS])
 def test_a_removed_initialisation_is_caught(shader, old, check, kw, monkeypatch):
     from torch_gpubpe import shaders
     from torch_gpubpe.errors import GPUBPEError

@@ -67,7 +67,7 @@ from .shaders import parse_wgsl, shader_source
 
 _SHADER = "pretokenize_unicode"
 _C = parse_wgsl(shader_source(_SHADER)).consts
-WG = 256
+WG = 256                   # threads per workgroup (pt_local's tile is sized for 256)
 CHUNK = _C["CHUNK"]        # bytes per thread = bits of one mask word
 BLOCK = WG * CHUNK
 HALO = 64                  # context bytes on each side of a slice cut inside a document
@@ -138,7 +138,9 @@ def _o200k_cuts() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 class UnicodePreTokenizer:
-    """The three passes of wgsl/pretokenize_unicode.wgsl for one pattern family.
+    """The passes of wgsl/pretokenize_unicode.wgsl for one pattern family (:attr:`PASSES`:
+    ``pt_classify → pt_scan_blocks → pt_mark``; GPT-2, whose rules read only the code points
+    around a byte, one pass ``pt_local``).
 
     Args:
         pattern: a name or ``pat_str`` of :func:`torch_gpubpe.patterns.resolve`.
@@ -158,8 +160,9 @@ class UnicodePreTokenizer:
         self.family = fam
         self.family_id = FAMILIES.index(fam)
         self.gpu = g = gpu or get_gpu()
-        self.pipes = {e: g.pipeline(_SHADER, e, constants={"WG": WG})
-                      for e in ("pt_classify", "pt_scan_blocks", "pt_mark")}
+        # GPT-2's rules are local (no automata): one pass, pt_local; the others scan.
+        self.PASSES = ("pt_local",) if fam == "gpt2" else self.PASSES
+        self.pipes = {e: g.pipeline(_SHADER, e, constants={"WG": WG}) for e in self.PASSES}
         U = g.wgpu.BufferUsage
         tw = table_words()
         self.table = g.buffer(tw.nbytes, U.STORAGE | U.COPY_DST, "pretok_unicode.table")
@@ -192,7 +195,7 @@ class UnicodePreTokenizer:
 
     def record(self, enc, sc: PreTokScratch, n: int, c0: int = 0, c1: int | None = None,
                f_in: int = 0, b_in: int = 0, timestamps=None) -> None:
-        """Write the parameters and record the three passes over ``n`` bytes into ``enc``
+        """Write the parameters and record the passes over ``n`` bytes into ``enc``
         (the caller submits); the automata read bytes ``[c0, c1)`` with states ``f_in`` before
         ``c0`` and ``b_in`` at ``c1`` (both ignored at document starts). ``timestamps``:
         ``(query_set, first)``: pass k writes its begin and end at ``first + 2k``, ``+ 2k + 1``
@@ -202,8 +205,10 @@ class UnicodePreTokenizer:
         c1 = n if c1 is None else c1
         g.device.queue.write_buffer(sc.params, 0, np.array(
             [n, nb, self.family_id, c0, c1, f_in, b_in, 0], np.uint32))
-        for k, (e, grid) in enumerate((("pt_classify", g.grid(nb)), ("pt_scan_blocks", (1, 1)),
-                                       ("pt_mark", g.grid(nb)))):
+        grids = {"pt_classify": g.grid(nb), "pt_scan_blocks": (1, 1), "pt_mark": g.grid(nb),
+                 "pt_local": g.grid(nb)}
+        for k, e in enumerate(self.PASSES):
+            grid = grids[e]
             kw = {}
             if timestamps is not None:
                 kw["timestamp_writes"] = {"query_set": timestamps[0],
@@ -308,17 +313,19 @@ class PreTokScratch:
         g, U = pre.gpu, pre.gpu.wgpu.BufferUsage
         nb = -(-max(cap, 1) // BLOCK)
         self.cap = cap
-        self.codes = g.buffer(nb * BLOCK, U.STORAGE, f"{label}.codes")
-        self.thr = g.buffer(nb * WG * 8, U.STORAGE, f"{label}.thr")
-        self.blk = g.buffer(nb * 16, U.STORAGE, f"{label}.blk")
         self.mask = g.buffer(nb * WG * 4, U.STORAGE | U.COPY_SRC | U.COPY_DST, f"{label}.mask")
         self.params = g.buffer(32, U.UNIFORM | U.COPY_DST, f"{label}.params")
-        bind = {0: text, 1: bits, 2: pre.table, 3: self.codes, 4: self.thr, 5: self.blk,
-                6: self.mask, 7: self.params}
-        uses = {"pt_classify": (0, 1, 2, 3, 4, 5, 7), "pt_scan_blocks": (5, 7),
-                "pt_mark": (1, 3, 4, 5, 6, 7)}
-        self.bg = {e: g.bind_group(pre.pipes[e], {b: bind[b] for b in u}, label=f"{label}.{e}")
-                   for e, u in uses.items()}
+        bind = {0: text, 1: bits, 2: pre.table, 6: self.mask, 7: self.params}
+        if "pt_classify" in pre.PASSES:  # the scanned passes' codes and automaton functions
+            bind[3] = self.codes = g.buffer(nb * BLOCK, U.STORAGE, f"{label}.codes")
+            bind[4] = self.thr = g.buffer(nb * WG * 8, U.STORAGE, f"{label}.thr")
+            bind[5] = self.blk = g.buffer(nb * 16, U.STORAGE, f"{label}.blk")
+        else:  # pt_local keeps its codes in workgroup memory; `codes` is bound, never read
+            bind[3] = self.codes = g.buffer(16, U.STORAGE, f"{label}.codes_unused")
+        info = parse_wgsl(shader_source(_SHADER))
+        self.bg = {e: g.bind_group(pre.pipes[e],
+                                   {b: bind[b] for b in info.entry_bindings(e).values()},
+                                   label=f"{label}.{e}") for e in pre.PASSES}
 
 
 _CACHE: dict[tuple[str, int | None], UnicodePreTokenizer] = {}

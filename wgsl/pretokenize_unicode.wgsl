@@ -113,7 +113,25 @@ fn code_word(w: u32) -> u32 {
     let t = w >> 3u;
     return ((t >> 8u) << 11u) | ((w & 7u) << 8u) | (t & 255u);
 }
-fn code_at(i: u32) -> u32 { return (codes[code_word(i >> 2u)] >> ((i & 3u) * 8u)) & 0xFFu; }
+// pt_local (GPT-2: rules that read only the code points around a byte, no automata) keeps the
+// codes of its block and TILE_HALO bytes on each side in workgroup memory instead: byte i at
+// word w = (i + TILE_HALO - tile_b0) / 4, stored at w + w / 8 (a pad word per 8: the threads
+// of a subgroup, each at the same byte of its own 32-byte chunk, hit distinct banks).
+const TILE_HALO: u32 = 32u;
+const TILE_WORDS: u32 = (256u * CHUNK + 2u * TILE_HALO) / 4u * 9u / 8u + 1u;  // WG = 256
+var<workgroup> tile: array<u32, TILE_WORDS>;
+var<private> in_tile: bool;   // false but in pt_local
+var<private> tile_b0: u32;    // pt_local: the first byte of the workgroup's block
+fn tile_word(i: u32) -> u32 {
+    let w = (i + TILE_HALO - tile_b0) >> 2u;
+    return w + (w >> 3u);
+}
+// The codes word holding byte i.
+fn codes_word_at(i: u32) -> u32 {
+    if (in_tile) { return tile[tile_word(i)]; }
+    return codes[code_word(i >> 2u)];
+}
+fn code_at(i: u32) -> u32 { return (codes_word_at(i) >> ((i & 3u) * 8u)) & 0xFFu; }
 
 // ---- UTF-8 ------------------------------------------------------------------------------
 // Length of the valid UTF-8 sequence starting at byte j (Unicode Table 3-7: no overlong
@@ -461,6 +479,81 @@ fn text_code(j: u32) -> u32 {
 }
 fn text_next(j: u32) -> u32 { return j + max(seq_len(j), 1u); }
 
+// The codes of the bytes [lo, hi) of one thread's chunk (lo < hi), stored in codes or, with
+// `tiled`, in the workgroup's tile; without `tiled`, the chunk's F and B functions.
+fn chunk_codes(lo: u32, hi: u32, tiled: bool) -> vec2<u32> {
+    let n = params.n;
+    let o200k = params.pattern == PAT_O200K;
+    var fa = fx_id();
+    var ba = bx_id();
+    // valid-sequence lengths of the 3 bytes before the current one (same document)
+    var l1 = 0u;
+    var l2 = 0u;
+    var l3 = 0u;
+    // (seq_len never lets a sequence cross a document start, so no reset is needed)
+    for (var j = max(lo, 3u) - 3u; j < lo; j++) {
+        l3 = l2; l2 = l1; l1 = seq_len(j);
+    }
+    // Registers: the text words of bytes [i & ~3, +8) and the document-start bits of the
+    // chunk and the next 32 bytes (lo is a multiple of 32), read once per 4 / 32 bytes.
+    var w0 = text[lo >> 2u];
+    var w1 = text[(lo >> 2u) + 1u];
+    let d0 = doc_bits[lo >> 5u];
+    let d1 = doc_bits[(lo >> 5u) + 1u];
+    let c0 = params.c0;
+    let c1 = params.c1;
+    var word = 0u;
+    for (var i = lo; i < hi; i++) {
+        let r = i - lo;
+        let sh = (i & 3u) * 8u;
+        if (sh == 0u && r != 0u) { w0 = w1; w1 = text[(i >> 2u) + 1u]; }
+        let q = select((w0 >> sh) | (w1 << (32u - sh)), w0, sh == 0u);
+        let d = select((d0 >> r) | (d1 << (32u - r)), d0, r == 0u) & 0x1Fu;
+        let ds = (d & 1u) != 0u;
+        let covered = l1 >= 2u || l2 >= 3u || l3 >= 4u;
+        let len = seq_len4(q, d, n - i);
+        var code = CONT;
+        if (!covered) {
+            if (len == 0u) { code = K_O; } else { code = cp_code(decode4(q, len)); }
+        }
+        word |= code << sh;
+        if (sh == 24u || i + 1u == hi) {
+            if (tiled) { tile[tile_word(i)] = word; } else { codes[code_word(i >> 2u)] = word; }
+            word = 0u;
+        }
+        l3 = l2; l2 = l1; l1 = len;
+        if (tiled || i < c0 || i >= c1) { continue; }
+        let k = select(code & 7u, K_NONE, code == CONT);
+        let end = (d & 2u) != 0u;  // a document starts at i + 1: this one ends here
+        if (o200k) {
+            if (code != CONT) {  // the symbol reads up to 2 code points ahead (from the text)
+                let j1 = i + max(len, 1u);
+                let cn = text_code(j1);
+                var cl = 0u;
+                if (o_fold(code) == FOLD_APOS && (cn & 7u) == K_L) {
+                    cl = o_contr(code, cn, text_code(text_next(j1)));
+                }
+                if (ds) { fa = of_const(of_state_step(0u, code, cn, cl)); }
+                else { fa = of_then(fa, code, cn, cl); }
+            }
+            var e = or_before(code, OR_ID);
+            if (end) { e = or_const(or_step(code, OR_END)); }
+            ba = or_compose(ba, e);
+        } else {
+            if (code != CONT) {
+                if (ds) { fa = f_const(f_step(k, 0u)); } else { fa = f_then(fa, k); }
+            }
+            // B: this byte to the left of what follows; a document end is B_END. A space
+            // (or no code point) passes the state through; anything else sets it.
+            if (end) { ba = b_const(b_get(ba, b_step(k, B_END))); }
+            else if (k != K_SP && k != K_WS && k != K_NONE) {
+                ba = b_const(b_get(ba, b_step(k, B_END)));
+            }
+        }
+    }
+    return vec2<u32>(fa, ba);
+}
+
 // ---- pass 1 ------------------------------------------------------------------------------
 @compute @workgroup_size(WG)
 fn pt_classify(@builtin(workgroup_id) wid: vec3<u32>,
@@ -471,77 +564,14 @@ fn pt_classify(@builtin(workgroup_id) wid: vec3<u32>,
     let n = params.n;
     let lo = t * CHUNK;
     let hi = min(lo + CHUNK, n);
-    let o200k = params.pattern == PAT_O200K;
     for (var k = lid; k < 32u; k += WG) { ascii_cls[k] = table[STAGE1_LEN + table[0] * 64u + k]; }
     workgroupBarrier();
     var fa = fx_id();
     var ba = bx_id();
     if (lo < n) {
-        // valid-sequence lengths of the 3 bytes before the current one (same document)
-        var l1 = 0u;
-        var l2 = 0u;
-        var l3 = 0u;
-        // (seq_len never lets a sequence cross a document start, so no reset is needed)
-        for (var j = max(lo, 3u) - 3u; j < lo; j++) {
-            l3 = l2; l2 = l1; l1 = seq_len(j);
-        }
-        // Registers: the text words of bytes [i & ~3, +8) and the document-start bits of the
-        // chunk and the next 32 bytes (lo is a multiple of 32), read once per 4 / 32 bytes.
-        var w0 = text[lo >> 2u];
-        var w1 = text[(lo >> 2u) + 1u];
-        let d0 = doc_bits[lo >> 5u];
-        let d1 = doc_bits[(lo >> 5u) + 1u];
-        let c0 = params.c0;
-        let c1 = params.c1;
-        var word = 0u;
-        for (var i = lo; i < hi; i++) {
-            let r = i - lo;
-            let sh = (i & 3u) * 8u;
-            if (sh == 0u && r != 0u) { w0 = w1; w1 = text[(i >> 2u) + 1u]; }
-            let q = select((w0 >> sh) | (w1 << (32u - sh)), w0, sh == 0u);
-            let d = select((d0 >> r) | (d1 << (32u - r)), d0, r == 0u) & 0x1Fu;
-            let ds = (d & 1u) != 0u;
-            let covered = l1 >= 2u || l2 >= 3u || l3 >= 4u;
-            let len = seq_len4(q, d, n - i);
-            var code = CONT;
-            if (!covered) {
-                if (len == 0u) { code = K_O; } else { code = cp_code(decode4(q, len)); }
-            }
-            word |= code << sh;
-            if (sh == 24u || i + 1u == hi) {
-                codes[code_word(i >> 2u)] = word;
-                word = 0u;
-            }
-            l3 = l2; l2 = l1; l1 = len;
-            if (i < c0 || i >= c1) { continue; }
-            let k = select(code & 7u, K_NONE, code == CONT);
-            let end = (d & 2u) != 0u;  // a document starts at i + 1: this one ends here
-            if (o200k) {
-                if (code != CONT) {  // the symbol reads up to 2 code points ahead (from the text)
-                    let j1 = i + max(len, 1u);
-                    let cn = text_code(j1);
-                    var cl = 0u;
-                    if (o_fold(code) == FOLD_APOS && (cn & 7u) == K_L) {
-                        cl = o_contr(code, cn, text_code(text_next(j1)));
-                    }
-                    if (ds) { fa = of_const(of_state_step(0u, code, cn, cl)); }
-                    else { fa = of_then(fa, code, cn, cl); }
-                }
-                var e = or_before(code, OR_ID);
-                if (end) { e = or_const(or_step(code, OR_END)); }
-                ba = or_compose(ba, e);
-            } else {
-                if (code != CONT) {
-                    if (ds) { fa = f_const(f_step(k, 0u)); } else { fa = f_then(fa, k); }
-                }
-                // B: this byte to the left of what follows; a document end is B_END. A space
-                // (or no code point) passes the state through; anything else sets it.
-                if (end) { ba = b_const(b_get(ba, b_step(k, B_END))); }
-                else if (k != K_SP && k != K_WS && k != K_NONE) {
-                    ba = b_const(b_get(ba, b_step(k, B_END)));
-                }
-            }
-        }
+        let fb = chunk_codes(lo, hi, false);
+        fa = fb.x;
+        ba = fb.y;
     }
     // workgroup scans: inclusive prefix of F, inclusive suffix of B
     wf[lid] = fa;
@@ -848,21 +878,28 @@ fn pt_mark(@builtin(workgroup_id) wid: vec3<u32>,
     let lo = t * CHUNK;
     if (lo >= n || block >= params.num_blocks) { return; }
     let chunk_end = min(lo + CHUNK, n);
-    var fs = fx_get(thr[2u * t], blk[4u * block + 2u]);
+    let fs = fx_get(thr[2u * t], blk[4u * block + 2u]);
     let b_end = bx_get(thr[2u * t + 1u], blk[4u * block + 3u]);
     let hi = min(chunk_end, max(params.c1, lo));
     if (params.pattern == PAT_O200K) {
         mask[t] = o_mark(lo, chunk_end, hi, fs, b_end);
         return;
     }
-    // The codes word and the document starts of the chunk in registers; the code points
-    // before each one carried along (Hist) instead of being looked up again per byte.
+    mask[t] = mark_chunk(lo, chunk_end, hi, fs, b_end);
+}
+
+// The word starts of one thread's chunk [lo, chunk_end) (GPT-2, cl100k, Qwen2): F state fs_in
+// before lo, B state b_end at hi. The codes word and the document starts of the chunk are read
+// once per 4 / 32 bytes; the code points before each one are carried along (Hist) instead of
+// being looked up again per byte.
+fn mark_chunk(lo: u32, chunk_end: u32, hi: u32, fs_in: u32, b_end: u32) -> u32 {
+    var fs = fs_in;
     let dw = doc_bits[lo >> 5u];
     var h = hist_before(lo);
     var cw = 0u;
     var bits = 0u;
     for (var i = lo; i < chunk_end; i++) {
-        if ((i & 3u) == 0u) { cw = codes[code_word(i >> 2u)]; }
+        if ((i & 3u) == 0u) { cw = codes_word_at(i); }
         let c = (cw >> ((i & 3u) * 8u)) & 0xFFu;
         if (c == CONT) { continue; }
         let ds = ((dw >> (i - lo)) & 1u) != 0u;
@@ -873,5 +910,54 @@ fn pt_mark(@builtin(workgroup_id) wid: vec3<u32>,
         if (in_core) { fs = f_step(c & 7u, fs); }
         h = Hist(c, h.c1, contraction_here(i, c, h.c1), h.t1, h.t2);
     }
-    mask[t] = bits;
+    return bits;
+}
+
+// The code of byte j (CONT inside a code point) from the text alone.
+fn code_global(j: u32) -> u32 {
+    for (var k = 1u; k <= 3u; k++) {
+        if (j >= k && seq_len(j - k) > k) { return CONT; }
+    }
+    let len = seq_len(j);
+    if (len == 0u) { return K_O; }
+    return cp_code(decode(j, len));
+}
+
+// ---- GPT-2: one pass ---------------------------------------------------------------------
+// GPT-2's rules read only the code points around a byte (no automata: pt_mark ignores F and B
+// for it), so one pass does it all: the codes of the block and of TILE_HALO bytes on each side
+// into workgroup memory, then each thread's word starts from them.
+@compute @workgroup_size(WG)
+fn pt_local(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    let block = linear_workgroup(wid, nwg);
+    let t = block * WG + lid;
+    let n = params.n;
+    let lo = t * CHUNK;
+    let hi = min(lo + CHUNK, n);
+    let b0 = block * WG * CHUNK;
+    tile_b0 = b0;
+    for (var k = lid; k < 32u; k += WG) { ascii_cls[k] = table[STAGE1_LEN + table[0] * 64u + k]; }
+    workgroupBarrier();
+    if (lo < n) {
+        _ = chunk_codes(lo, hi, true);
+    }
+    // the halo: 2 * TILE_HALO / 4 words, one per thread (bytes past n or before 0: never read)
+    let hw = TILE_HALO / 4u;
+    if (lid < 2u * hw) {
+        var j0 = b0 + WG * CHUNK + 4u * (lid - hw);
+        if (lid < hw) { j0 = b0 + 4u * lid - TILE_HALO; }
+        var word = 0u;
+        if (lid >= hw || b0 >= TILE_HALO) {
+            for (var q = 0u; q < 4u; q++) {
+                if (j0 + q < n) { word |= code_global(j0 + q) << (8u * q); }
+            }
+        }
+        tile[tile_word(j0)] = word;
+    }
+    workgroupBarrier();
+    if (lo >= n || block >= params.num_blocks) { return; }
+    in_tile = true;
+    mask[t] = mark_chunk(lo, hi, hi, 0u, B_END);
 }
