@@ -24,8 +24,10 @@ The GPU's ids must equal tiktoken's for every document (else exit 1); HF's are c
 
 Then, where the GPU's time goes: the same batches once more, one at a time, with timestamp
 queries (``Tokenizer(profile=True)``): GPU ms per pass (the regex pre-tokenizer's
-``pt_classify``/``pt_scan_blocks``/``pt_mark``, the walk, prefix sum, compaction), the walks
-continued in further dispatches, the batches over one slice, and the SM clock during it.
+``pt_local`` for GPT-2, else ``pt_classify``/``pt_scan_blocks``/``pt_mark``; the walk
+``trie_tokenizer_chunked``, which is the merge-order walk in bpe mode; prefix sum,
+compaction), the walks continued in further dispatches, the batches over one slice, and the
+SM clock during it.
 
 ``--data-files`` (e.g. ``/tmp/ingest/parquet/*.parquet``): the same for what
 ``python -m torch_gpubpe encode --output-format llmc`` does with those files, minus reading and
@@ -97,9 +99,9 @@ def print_profile(prof: dict, nbytes: int, mon, what: str) -> None:
           f"queries ({mon.summary()})")
     print("| GPU pass | ms | GB/s of input | share |\n|---|---:|---:|---:|")
     for k, v in prof["passes"].items():
-        print(f"| {k} | {v / 1e3:,.2f} | {nbytes / max(v, 1e-9) / 1e3:,.2f} | "
+        print(f"| {k} | {v / 1e3:,.2f} | {nbytes / max(v, 1e-9) / 1e3:.3g} | "
               f"{v / max(tot, 1e-9):.0%} |")
-    print(f"| all passes | {tot / 1e3:,.2f} | {nbytes / max(tot, 1e-9) / 1e3:,.2f} | 100% |")
+    print(f"| all passes | {tot / 1e3:,.2f} | {nbytes / max(tot, 1e-9) / 1e3:.3g} | 100% |")
     if pb:
         print(f"per batch: mean {tot / len(pb) / 1e3:,.2f} ms, max {max(pb) / 1e3:,.2f} ms; "
               f"slices {prof['slices']} ({prof['multi_slice']} batches over one slice: their "

@@ -23,6 +23,8 @@
 //   pt_mark       one thread per 32 bytes: the states at its chunk, then each byte's word
 //                 start from the local rules, written as one u32 of the mask
 // Every loop is bounded by 32 bytes, 7 states or the number of blocks / WG (lavapipe's cap).
+// GPT-2's rules need neither automaton, so GPT-2 takes one pass instead, pt_local: the codes of
+// a block and of TILE_HALO bytes on each side into workgroup memory, then pt_mark's rules.
 //
 // o200k_base has automata of its own (section "o200k" below; derivation in
 // torch_gpubpe/unicode_pretok.py): F is the finditer process itself (7 states: which match the
