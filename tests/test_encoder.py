@@ -224,6 +224,33 @@ def test_async_submit_double_buffered(tok, merges):
     assert p1.result() is r1
 
 
+def test_readback_queued_before_the_next_batch(tok, merges, monkeypatch):
+    """Submitting batch k + 1 first queues batch k's readback (before k + 1's passes: queued
+    after them, it would wait for all of them); a readback that fails there is raised by batch
+    k's own result(), and the batches after it are unaffected."""
+    from torch_gpubpe.encoder import _Slot
+    from torch_gpubpe.errors import GPUOperationError
+
+    a, b, c = (corpus_docs(n, 4_000, max_doc_bytes=800)
+               for n in ("en_fortunes", "multi_xquad", "web_html"))
+    p1 = tok.submit(a)
+    assert not p1._readback_queued
+    p2 = tok.submit(b)
+    assert p1._readback_queued and not p2._readback_queued
+    assert p1.result().tolist() == ref_batch(a, merges)
+
+    def fail(self, specials=None):
+        raise GPUOperationError("injected readback failure")
+
+    with monkeypatch.context() as m:
+        m.setattr(_Slot, "submit_readback", fail)
+        p3 = tok.submit(c)  # queues p2's readback, which fails: kept for p2
+    with pytest.raises(GPUOperationError, match="injected"):
+        p2.result()
+    assert p3.result().tolist() == ref_batch(c, merges)
+    assert tok.encode_batch(b).tolist() == ref_batch(b, merges)
+
+
 def test_empty_batches(tok):
     for docs in ([], [""], ["", b"", ""]):
         be = tok.encode_batch(docs)
