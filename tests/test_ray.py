@@ -20,7 +20,7 @@ from torch_gpubpe.counts import read_counts, read_metadata
 from torch_gpubpe.encoder import Tokenizer
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.ray import (CountBatches, TokenizeBatches, WriteShards, count_dataset,
-                              merge_shard_lists)
+                              merge_shard_lists, tokenize_dataset)
 from torch_gpubpe.shards import read_llmc_shard, read_megatron
 from torch_gpubpe.vocab import Vocab
 
@@ -60,6 +60,22 @@ def test_tokenize_batches_equals_encode_batch_on_every_arrow_layout(vocab, docs)
             assert out.column("input_ids").to_pylist() == want
     sliced = pa.table({"text": pa.array(docs, pa.string())}).slice(5, 20)  # non-zero offset
     assert TokenizeBatches(vocab)(sliced).column("input_ids").to_pylist() == want[5:25]
+
+
+def test_tokenize_batches_two_calls_at_once_share_the_gpu_slots(vocab, docs):
+    """What tokenize_dataset's calls_per_actor=2 does: two threads in one actor, their
+    sub-batches interleaved in the Tokenizer's two slots; each call gets its own tokens."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fn = TokenizeBatches(vocab, sub_batch_bytes=700, append_eos=EOT)
+    assert set(fn.timings) == {"pin_gpu", "open_gpu", "warm_up"}      # opened in __init__
+    want = _expected(vocab, docs, vocab.token_to_id(EOT))
+    cuts = [(a, min(a + 9, len(docs))) for a in range(0, len(docs), 9)]
+    with ThreadPoolExecutor(2) as pool:
+        outs = list(pool.map(lambda c: fn(pa.table({"text": docs[c[0]:c[1]]})), cuts * 3))
+    for (a, b), out in zip(cuts * 3, outs):
+        assert out.column("input_ids").to_pylist() == want[a:b]
+    assert TokenizeBatches(vocab, open_gpu=False).timings == {}
 
 
 def test_tokenize_batches_options_and_errors(vocab, docs):
@@ -145,9 +161,9 @@ def parquet_files(tmp_path_factory, docs) -> list[str]:
 
 def test_ray_tokenize_equals_single_process_encode(ray_local, vocab, docs, parquet_files):
     ds = ray_local.data.read_parquet(parquet_files)
-    ds = ds.map_batches(TokenizeBatches, fn_constructor_kwargs={"vocab": vocab,
-                                                                "append_eos": EOT},
-                        batch_format="pyarrow", batch_size=7, concurrency=1)
+    # two calls at once in the actor, many sub-batches each
+    ds = tokenize_dataset(ds, vocab, num_gpus=0, batch_size=7, calls_per_actor=2,
+                          append_eos=EOT, sub_batch_bytes=500)
     rows = {r["id"]: list(r["input_ids"]) for r in ds.take_all()}
     want = _expected(vocab, docs, vocab.token_to_id(EOT))
     assert rows == dict(enumerate(want))
@@ -166,6 +182,7 @@ def test_ray_count_dataset_equals_whole_corpus_counts(ray_local, tmp_path, docs,
 def test_actor_with_a_ray_gpu_pins_its_adapter_by_uuid(monkeypatch):
     ray = pytest.importorskip("ray")
     from torch_gpubpe import devices
+    from torch_gpubpe import ray as tray
     from torch_gpubpe.ray import _pin_assigned_gpu
 
     # setenv first, so that monkeypatch restores the variable's absence after _pin_assigned_gpu
@@ -175,10 +192,27 @@ def test_actor_with_a_ray_gpu_pins_its_adapter_by_uuid(monkeypatch):
     monkeypatch.delenv("TORCH_GPUBPE_ADAPTER")
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(ray, "get_gpu_ids", lambda: [3])
-    u = "ab" * 16
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    u, nv = "ab" * 16, "cd" * 16
     monkeypatch.setattr(devices, "cuda_devices", lambda: [devices.CudaDevice(0, "H200", u)])
+    monkeypatch.setattr(tray, "_nvml_uuids", lambda: None)                  # no NVML: torch
     _pin_assigned_gpu()
     assert devices.os.environ["TORCH_GPUBPE_ADAPTER"] == f"uuid:{u}"
+    monkeypatch.delenv("TORCH_GPUBPE_ADAPTER")
+    monkeypatch.setattr(tray, "_nvml_uuids", lambda: [nv, "ef" * 16])       # 2 GPUs: torch
+    _pin_assigned_gpu()
+    assert devices.os.environ["TORCH_GPUBPE_ADAPTER"] == f"uuid:{u}"
+    monkeypatch.delenv("TORCH_GPUBPE_ADAPTER")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr(tray, "_nvml_uuids", lambda: [nv])        # the only GPU: NVML's UUID
+    _pin_assigned_gpu()
+    assert devices.os.environ["TORCH_GPUBPE_ADAPTER"] == f"uuid:{nv}"
+    monkeypatch.delenv("TORCH_GPUBPE_ADAPTER")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-12345678-9abc-def0-1234-56789abcdef0,1")
+    _pin_assigned_gpu()                                          # named by UUID: taken as is
+    assert devices.os.environ["TORCH_GPUBPE_ADAPTER"] == "uuid:123456789abcdef0123456789abcdef0"
+    monkeypatch.setattr(tray, "_nvml_uuids", lambda: None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     monkeypatch.setenv("TORCH_GPUBPE_ADAPTER", "#1")          # the user's choice stands
     _pin_assigned_gpu()
     assert devices.os.environ["TORCH_GPUBPE_ADAPTER"] == "#1"

@@ -9,7 +9,9 @@ two stateful callables, for ``Dataset.map_batches`` with ``batch_format="pyarrow
   :meth:`torch_gpubpe.encoder.Tokenizer.encode_batch` of the same documents. The text column is
   read zero copy (its UTF-8 buffer and offsets go to the encoder as they are), the batch is cut
   into sub-batches of ``sub_batch_bytes`` of which two are in flight on the GPU, and the token
-  column is built over the id array without a copy;
+  column is one list array per sub-batch over the GPU's id array (no copy, no per-row Python
+  objects). The GPU session opens in ``__init__`` (Ray's actor start), not on the first batch;
+  :func:`tokenize_dataset` applies it with the settings below;
 * :class:`WriteShards`: Arrow batches → token shards that training code reads (llm.c,
   Megatron-LM or flat, :mod:`torch_gpubpe.shards`), one set per batch; then
   :func:`merge_shard_lists` makes one shard list (the llm.c validation shard first, Megatron's
@@ -23,25 +25,41 @@ Ray's rules that apply (Ray Data docs, "Transforming data" / "Stateful transform
 class is constructed once per actor (``concurrency`` actors), so the GPU session lives as long
 as the actor; with ``num_gpus`` set, ``batch_size`` must be set too. An actor given a GPU
 (``num_gpus=1``) opens the Vulkan adapter of the CUDA device Ray assigned to it
-(``CUDA_VISIBLE_DEVICES``), matched by device UUID (:mod:`torch_gpubpe.devices`); on a machine
-without CUDA it opens the default adapter. ``ray`` is an optional dependency
+(``CUDA_VISIBLE_DEVICES``), matched by device UUID (:mod:`torch_gpubpe.devices`): NVML's when
+the machine has one NVIDIA GPU or ``CUDA_VISIBLE_DEVICES`` names it by UUID (no torch import),
+else torch.cuda's; on a machine without CUDA it opens the default adapter.
+
+Throughput (:func:`tokenize_dataset`, measured by ``benchmarks/ray_encode.py``): two calls per
+actor at once (``ActorPoolStrategy(max_concurrent_calls_per_actor=2,
+enable_true_multi_threading=True)``; the Tokenizer is thread-safe and has two GPU slots), so
+one batch's upload overlaps the other's readback and Ray's own per-batch work (slicing the
+input block, putting the output block in the object store) overlaps the GPU, where one call
+at a time leaves the GPU idle between batches. Ray 2.60's ``read_parquet`` starts 32
+footer-reading actors per read (``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS``), processes that compete
+with the GPU actor's start on a small machine; set that variable (e.g. to 2) in the job's
+``runtime_env`` when the files are few and local. ``ray`` is an optional dependency
 (``pip install torch_gpubpe[ray]``); this module imports it only inside functions.
 
 Example (one GPU, parquet files with a ``text`` column)::
 
     import ray
     from torch_gpubpe import Vocab
-    from torch_gpubpe.ray import TokenizeBatches
+    from torch_gpubpe.ray import tokenize_dataset
 
     ds = ray.data.read_parquet("corpus/")
-    ds = ds.map_batches(TokenizeBatches, fn_constructor_kwargs={"vocab": Vocab.load("v.json")},
-                        batch_format="pyarrow", batch_size=65_536, num_gpus=1, concurrency=1)
+    ds = tokenize_dataset(ds, Vocab.load("v.json"), num_gpus=1, actors=1)
+    # = ds.map_batches(TokenizeBatches, fn_constructor_kwargs={"vocab": ...},
+    #                  batch_format="pyarrow", batch_size=16_384, num_gpus=1,
+    #                  compute=ActorPoolStrategy(size=1, max_concurrent_calls_per_actor=2,
+    #                                            enable_true_multi_threading=True))
     ds.write_parquet("tokens/")        # columns: the input's, plus input_ids
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -53,6 +71,7 @@ from .errors import InputError
 from .vocab import Vocab
 
 DEFAULT_SUB_BATCH_BYTES = 16 << 20
+DEFAULT_BATCH_ROWS = 16_384
 
 
 def _vocab(vocab) -> Vocab:
@@ -64,9 +83,56 @@ def _vocab(vocab) -> Vocab:
     raise TypeError(f"vocab must be a Vocab or the path of a vocab.json, got {type(vocab).__name__}")
 
 
+def _nvml_uuids() -> list[str] | None:
+    """The UUIDs of the machine's NVIDIA GPUs in NVML's order (``libnvidia-ml.so.1`` by ctypes:
+    no torch import, no CUDA context), None when NVML is missing or fails."""
+    from .devices import norm_uuid
+
+    try:
+        nv = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    try:
+        if nv.nvmlInit_v2() != 0:
+            return None
+    except AttributeError:
+        return None
+    try:
+        n = ctypes.c_uint(0)
+        if nv.nvmlDeviceGetCount_v2(ctypes.byref(n)) != 0:
+            return None
+        out = []
+        for i in range(n.value):
+            h, buf = ctypes.c_void_p(), ctypes.create_string_buffer(96)
+            if nv.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h)) != 0 or \
+                    nv.nvmlDeviceGetUUID(h, buf, 96) != 0:
+                return None
+            out.append(norm_uuid(buf.value.decode("ascii", "replace")))
+        return out if all(out) else None
+    finally:
+        nv.nvmlShutdown()
+
+
+def _assigned_uuid_without_torch(visible: str) -> str | None:
+    """The UUID of CUDA device 0 under ``CUDA_VISIBLE_DEVICES=visible`` where that needs no
+    CUDA runtime: the variable names it (``GPU-…``), or NVML sees one GPU only (CUDA's order
+    cannot differ then); None otherwise (torch.cuda decides)."""
+    from .devices import norm_uuid
+
+    first = visible.split(",")[0].strip()
+    if first.upper().startswith("GPU-"):
+        return norm_uuid(first)
+    uuids = _nvml_uuids()
+    if uuids is not None and len(uuids) == 1 and first in ("0", ""):
+        return uuids[0]
+    return None
+
+
 def _pin_assigned_gpu() -> None:
     """In a Ray actor given a GPU: open the Vulkan adapter of that GPU (CUDA device 0 under the
     ``CUDA_VISIBLE_DEVICES`` Ray set), by UUID, unless ``TORCH_GPUBPE_ADAPTER`` says otherwise.
+    The UUID comes from :func:`_assigned_uuid_without_torch` where it can (importing torch and
+    starting CUDA take seconds), else from ``torch.cuda``.
     """
     from .devices import ENV_ADAPTER, cuda_devices
 
@@ -79,6 +145,10 @@ def _pin_assigned_gpu() -> None:
     except Exception:  # noqa: BLE001 - not in a Ray worker
         assigned = []
     if not assigned:
+        return
+    fast = _assigned_uuid_without_torch(os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+    if fast:
+        os.environ[ENV_ADAPTER] = f"uuid:{fast}"
         return
     devs = cuda_devices()
     if devs and devs[0].uuid:
@@ -102,15 +172,18 @@ def _packed(column) -> tuple[np.ndarray, np.ndarray]:
     return arrow_to_packed(column, nulls="error")
 
 
-def _token_column(ids: np.ndarray, offsets: np.ndarray):
-    """Flat ids + int64 token offsets → ``list<id dtype>`` (``large_list`` past 2^31 tokens),
-    over the ids without a copy."""
+def _token_column(parts: Sequence[tuple[np.ndarray, np.ndarray]], id_dtype):
+    """Sub-batches' (flat ids, int64 token offsets from 0) → one ``list<id dtype>`` chunked
+    array, a chunk per sub-batch over its ids without a copy (``large_list`` when a sub-batch
+    passes 2^31 tokens)."""
     import pyarrow as pa
 
-    values = pa.array(ids)
-    if offsets[-1] < 1 << 31:
-        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
-    return pa.LargeListArray.from_arrays(pa.array(offsets), values)
+    large = any(int(o[-1]) >= 1 << 31 for _, o in parts)
+    make = pa.LargeListArray if large else pa.ListArray
+    chunks = [make.from_arrays(pa.array(o if large else o.astype(np.int32)), pa.array(i))
+              for i, o in parts]
+    typ = (pa.large_list if large else pa.list_)(pa.from_numpy_dtype(np.dtype(id_dtype)))
+    return pa.chunked_array(chunks, typ)
 
 
 class TokenizeBatches:
@@ -122,17 +195,26 @@ class TokenizeBatches:
         text_column: the column with the documents (string or binary; no nulls).
         output_column: the token column added (``list<uint16>``, or ``list<uint32>`` for a
             vocab of more than 65,536 tokens).
-        append_eos: append this special token (e.g. ``"<|endoftext|>"``) to every document.
+        append_eos: append this special token (e.g. ``"<|endoftext|>"``) to every document
+            (put in by the GPU at readback, ``Tokenizer.submit_packed(eos_id=...)``).
         keep_columns: input columns kept in the output (default: all; ``()`` keeps only the
             token column).
         sub_batch_bytes: text per GPU submit; two are in flight, so the host packs one while the
             GPU encodes the other.
         pre_tokenizer: the word split (``Tokenizer(vocab, pre_tokenizer=...)``; default the
             vocab's, DESIGN.md §2).
+        open_gpu: open the GPU session in ``__init__`` (default; in a Ray actor that is the
+            actor's start, which overlaps the first read instead of delaying the first batch),
+            with a warm-up encode that builds every pipeline a batch uses; ``False``: on the
+            first batch.
 
     ``__call__(batch: pyarrow.Table) -> pyarrow.Table``; the tokens equal
     ``Tokenizer(vocab).encode_batch`` of the column's documents (DESIGN.md §4), whatever the
-    batch size. The GPU session is opened on the first batch, in the actor's process.
+    batch size. Thread-safe: two calls may run at once (:func:`tokenize_dataset`), their
+    sub-batches sharing the Tokenizer's two GPU slots.
+
+    Attributes:
+        timings: seconds of the start-up steps (``"pin_gpu"``, ``"open_gpu"``, ``"warm_up"``).
 
     Raises (from ``__call__``):
         InputError: the column is missing, not text, or holds a null (names the row).
@@ -141,7 +223,7 @@ class TokenizeBatches:
     def __init__(self, vocab, *, text_column: str = "text", output_column: str = "input_ids",
                  append_eos: str | None = None, keep_columns: Sequence[str] | None = None,
                  sub_batch_bytes: int = DEFAULT_SUB_BATCH_BYTES,
-                 pre_tokenizer: str | None = None) -> None:
+                 pre_tokenizer: str | None = None, open_gpu: bool = True) -> None:
         from .encoder import Tokenizer
 
         self._tok = vocab if isinstance(vocab, Tokenizer) else None   # pickled without a session
@@ -153,11 +235,22 @@ class TokenizeBatches:
         self.keep_columns = None if keep_columns is None else list(keep_columns)
         self.sub_batch_bytes = int(sub_batch_bytes)
         self.eos = None if append_eos is None else self.vocab.token_to_id(append_eos)
+        self.timings: dict[str, float] = {}
         self._pinned = False
+        if open_gpu:
+            tok = self._tokenizer()
+            t = time.perf_counter()
+            tok.open()
+            t1 = time.perf_counter()
+            tok.submit_packed(np.frombuffer(b"warm up", np.uint8), np.array([0, 4, 7]),
+                              eos_id=self.eos).result()
+            self.timings.update(open_gpu=t1 - t, warm_up=time.perf_counter() - t1)
 
     def _tokenizer(self):
         if not self._pinned:
+            t = time.perf_counter()
             _pin_assigned_gpu()          # before the session opens the device
+            self.timings["pin_gpu"] = time.perf_counter() - t
             self._pinned = True
         if self._tok is None:
             from .encoder import Tokenizer
@@ -166,34 +259,40 @@ class TokenizeBatches:
             self._tok = Tokenizer(self.vocab, **kw)
         return self._tok
 
-    def encode_packed(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Token ids and int64 token offsets of packed documents, in sub-batches of about
-        ``sub_batch_bytes`` with two on the GPU at once."""
+    def encode_parts(self, data: np.ndarray, offsets: np.ndarray
+                     ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Packed documents (uint8 ``data``, int64 ``offsets`` from 0) → per sub-batch of about
+        ``sub_batch_bytes``: (token ids, int64 token offsets from 0), two sub-batches on the
+        GPU at once."""
         tok = self._tokenizer()
         n = len(offsets) - 1
         cuts = [0]
         while cuts[-1] < n:
             target = offsets[cuts[-1]] + self.sub_batch_bytes
             cuts.append(max(cuts[-1] + 1, min(n, int(np.searchsorted(offsets, target, "right")) - 1)))
-        pending, ids, offs, base = [], [], [np.zeros(1, np.int64)], 0
+        pending, parts = [], []
         for a, b in zip(cuts[:-1], cuts[1:]):
             o = offsets[a:b + 1]
-            pending.append(tok.submit_packed(data[o[0]:o[-1]], o - o[0]))
+            pending.append(tok.submit_packed(data[o[0]:o[-1]], o - o[0], eos_id=self.eos))
             if len(pending) == 2:
-                base = self._drain(pending.pop(0), ids, offs, base)
-        for p in pending:
-            base = self._drain(p, ids, offs, base)
-        return (np.concatenate(ids) if ids else np.zeros(0, tok.id_dtype)), np.concatenate(offs)
+                parts.append(self._result(pending.pop(0)))
+        parts += [self._result(p) for p in pending]
+        return parts
 
-    def _drain(self, p, ids, offs, base) -> int:
+    @staticmethod
+    def _result(p) -> tuple[np.ndarray, np.ndarray]:
         enc = p.result()
-        i, o = np.asarray(enc.ids), np.asarray(enc.offsets, np.int64)
-        if self.eos is not None:
-            i = np.insert(i, o[1:], self.eos).astype(i.dtype, copy=False)
-            o = o + np.arange(len(o), dtype=np.int64)
-        ids.append(i)
-        offs.append(o[1:] + base)
-        return base + len(i)
+        return np.asarray(enc.ids), np.asarray(enc.offsets, np.int64)
+
+    def encode_packed(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids and int64 token offsets of packed documents (:meth:`encode_parts` joined)."""
+        parts = self.encode_parts(data, offsets)
+        if not parts:
+            return np.zeros(0, self._tokenizer().id_dtype), np.zeros(1, np.int64)
+        ids = np.concatenate([i for i, _ in parts])
+        base = np.cumsum([0] + [len(i) for i, _ in parts[:-1]])
+        offs = np.concatenate([np.zeros(1, np.int64)] + [o[1:] + b for (_, o), b in zip(parts, base)])
+        return ids, offs
 
     def __call__(self, batch):
         import pyarrow as pa
@@ -203,10 +302,45 @@ class TokenizeBatches:
         if self.text_column not in batch.column_names:
             raise InputError(f"the batch has no column {self.text_column!r} (columns: "
                              f"{batch.column_names}); pass text_column=")
-        ids, offsets = self.encode_packed(*_packed(batch.column(self.text_column)))
+        parts = self.encode_parts(*_packed(batch.column(self.text_column)))
         keep = batch.column_names if self.keep_columns is None else self.keep_columns
         out = batch.select([c for c in keep if c != self.output_column])
-        return out.append_column(self.output_column, _token_column(ids, offsets))
+        return out.append_column(self.output_column,
+                                 _token_column(parts, self._tokenizer().id_dtype))
+
+
+def tokenize_dataset(ds, vocab, *, num_gpus: float | None = 1, actors: int = 1,
+                     batch_size: int = DEFAULT_BATCH_ROWS, calls_per_actor: int = 2,
+                     ray_remote_args: dict | None = None, **kwargs):
+    """``ds.map_batches(TokenizeBatches, ...)`` with the settings that keep the GPU busy.
+
+    Args:
+        ds: a ``ray.data.Dataset`` with a text column.
+        vocab: as :class:`TokenizeBatches`; ``kwargs`` go to it too (``text_column``,
+            ``append_eos``, ``keep_columns``, ...).
+        num_gpus: GPUs per actor (Ray assigns them; ``None`` or 0: none, e.g. lavapipe).
+        actors: the fixed actor pool size (one GPU session each).
+        batch_size: rows per call (Ray's docs: required with GPUs).
+        calls_per_actor: calls running at once in an actor (``max_concurrent_calls_per_actor``
+            with ``enable_true_multi_threading``, Ray >= 2.51; before, the actor's
+            ``max_concurrency``): 2 overlaps one batch's upload with the other's readback and
+            with Ray's slicing and output puts.
+        ray_remote_args: more actor options (``num_cpus``, ``runtime_env``, ...).
+    Returns:
+        the mapped ``Dataset`` (lazy), the input's columns plus the token column.
+    """
+    from ray.data import ActorPoolStrategy
+
+    remote = dict(ray_remote_args or {})
+    try:
+        compute = ActorPoolStrategy(size=actors, max_concurrent_calls_per_actor=calls_per_actor,
+                                    enable_true_multi_threading=calls_per_actor > 1)
+    except TypeError:   # Ray < 2.51: calls run at once by the actor's thread count
+        compute = ActorPoolStrategy(size=actors)
+        remote.setdefault("max_concurrency", calls_per_actor)
+    return ds.map_batches(TokenizeBatches, fn_constructor_kwargs={"vocab": vocab, **kwargs},
+                          batch_format="pyarrow", batch_size=batch_size, compute=compute,
+                          **({"num_gpus": num_gpus} if num_gpus else {}), **remote)
 
 
 class WriteShards:
