@@ -1,28 +1,41 @@
-"""Benchmark: the Ray Data pipeline (torch_gpubpe.ray.TokenizeBatches, one GPU actor) against
-the single-process encoder on the same parquet files.
+"""Benchmark: the Ray Data pipeline (torch_gpubpe.ray.tokenize_dataset = TokenizeBatches on one
+GPU actor) against the single-process encoder on the same parquet files, with a timeline of
+where the Ray run's time goes.
 
     python3 benchmarks/ray_encode.py --help
-    python3 benchmarks/ray_encode.py --parquet /tmp/pq --repeat 8        # H200: ~7 GB of text
-    python3 benchmarks/ray_encode.py --parquet /tmp/pq --num-gpus 0 --max-files 2   # lavapipe
+    # H200: >= 3 GB of parquet made from the repo's own corpus (repeated), ~4 minutes in all
+    python3 benchmarks/ingest.py --make-data --corpora torch_gpubpe/corpus --target-bytes 3.2e9 \\
+        --files 16 --formats parquet --data /tmp/ingest
+    python3 benchmarks/ray_encode.py --parquet /tmp/ingest/parquet
+    # lavapipe (no GPU): small files, Ray actor without a GPU
+    python3 benchmarks/ray_encode.py --parquet /tmp/ingest-small/parquet --num-gpus 0 \\
+        --vocab-size 1024 --train-bytes 2e6
 
 Both sides read the same files (``--repeat`` lists them K times) and produce the same tokens
 (total token count checked equal):
 
 * single process: ``pyarrow.parquet`` row batches (read one ahead on a thread) →
   ``Tokenizer.submit_arrow`` (zero copy Arrow → packed), two batches in flight;
-* Ray: ``ray.data.read_parquet`` → ``map_batches(TokenizeBatches, batch_format="pyarrow",
-  num_gpus=1, concurrency=1)`` → the driver iterates the token batches (counts tokens).
+* Ray: ``ray.data.read_parquet`` → ``tokenize_dataset`` (``map_batches(TokenizeBatches,
+  batch_format="pyarrow", num_gpus=1)``, one actor, ``--calls-per-actor`` calls at once) → the
+  driver iterates the token batches (counts tokens).
 
-Prints MB/s of text for both, the ratio, the SM clock and GPU busy share while each ran, Ray's
-per-operator stats (where the rest of the time goes), which adapter the actor opened and why
-(``torch_gpubpe.devices``), then the machine / date / command footer.
+Prints: ``ray.init`` (cluster start-up, not in the Ray run's time), the Ray run end to end
+(from ``read_parquet`` to the last token batch at the driver), a timeline (driver planning,
+actor process start, the actor's ``__init__``: GPU pin/open/warm-up, first batch in, first
+batch out at the driver, last batch), the steady state (the actor's encoding window: first call
+start → last call end, bytes/s, share of the window with a call running), GPU busy and SM clock
+(nvidia-smi) over the whole run and over the steady window, Ray's per-operator stats, then the
+machine / date / command footer.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,9 +47,10 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
-from _report import GPUMonitor, print_footer, sm_clock_now  # noqa: E402
+from _report import GPUMonitor, gpu_sample, print_footer, sm_clock_now  # noqa: E402
 
 from torch_gpubpe.encoder import Tokenizer  # noqa: E402
+from torch_gpubpe.ray import TokenizeBatches, tokenize_dataset  # noqa: E402
 from torch_gpubpe.vocab import Vocab  # noqa: E402
 
 
@@ -46,7 +60,7 @@ def parquet_files(paths: list[str]) -> list[str]:
         q = Path(p)
         out += sorted(str(f) for f in q.glob("*.parquet")) if q.is_dir() else [str(q)]
     if not out:
-        sys.exit(f"no parquet files in {paths}")
+        sys.exit(f"no parquet files in {paths} (make some: benchmarks/ingest.py --make-data)")
     return out
 
 
@@ -80,11 +94,31 @@ def get_vocab(a, files: list[str]) -> Vocab:
     return v
 
 
-def single_process(vocab: Vocab, files: list[str], a) -> tuple[int, float, str]:
+class StampedMonitor(GPUMonitor):
+    """GPUMonitor whose samples carry their wall time: ``(time, clock, util)`` in ``stamped``."""
+
+    def _run(self) -> None:
+        self.stamped = []
+        while not self._stop.is_set():
+            s = gpu_sample()
+            if s is None:
+                return
+            self.samples.append(s)
+            self.stamped.append((time.time(), *s))
+            self._stop.wait(self.period)
+
+    def window(self, t0: float, t1: float) -> str:
+        w = [(c, u) for t, c, u in getattr(self, "stamped", []) if t0 <= t <= t1]
+        if not w:
+            return "GPU busy n/a"
+        return (f"GPU busy {sum(u for _, u in w) / len(w):.0f}%, SM clock mean "
+                f"{sum(c for c, _ in w) / len(w):,.0f} MHz ({len(w)} samples)")
+
+
+def single_process(vocab: Vocab, files: list[str], a) -> tuple[int, float]:
     """Tokens and seconds of the plain single-process encode (two batches in flight)."""
     tok = Tokenizer(vocab)
     tok.encode_batch(["warm up the session"])
-    how, submit = "Tokenizer.submit_arrow", tok.submit_arrow
 
     def batches():
         for f in files:
@@ -103,50 +137,137 @@ def single_process(vocab: Vocab, files: list[str], a) -> tuple[int, float, str]:
             if col is None:
                 break
             nxt = pool.submit(next, it, None)
-            pending.append(submit(col))
+            pending.append(tok.submit_arrow(col))
             if len(pending) == 2:
                 tokens += len(pending.pop(0).result().ids)
         for p in pending:
             tokens += len(p.result().ids)
-    return tokens, time.perf_counter() - t0, how
+    return tokens, time.perf_counter() - t0
 
 
-def ray_pipeline(ray, vocab: Vocab, files: list[str], a) -> tuple[int, float, float, int, str]:
-    """Tokens, seconds (after ray.init), seconds to the first token batch and its tokens,
-    Ray's stats."""
-    from torch_gpubpe.ray import TokenizeBatches
+def _process_start() -> float | None:
+    """This process's start (wall time, s) from /proc; None where there is no /proc."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        btime = next(int(x.split()[1]) for x in Path("/proc/stat").read_text().splitlines()
+                     if x.startswith("btime"))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
-    t0 = time.perf_counter()
+
+class TracedTokenizeBatches(TokenizeBatches):
+    """TokenizeBatches that appends its start-up and per-call wall times to a JSON-lines file
+    (the benchmark's timeline; same tokens)."""
+
+    def __init__(self, vocab, *, trace: str, **kw) -> None:
+        t = time.time()
+        self._trace = trace
+        self._log({"ev": "process", "t": _process_start()})
+        self._log({"ev": "init_start", "t": t})
+        super().__init__(vocab, **kw)
+        self._log({"ev": "init_end", "t": time.time(), "timings": self.timings,
+                   "adapter": _adapter_name()})
+
+    def _log(self, rec: dict) -> None:
+        with open(self._trace, "a") as f:
+            f.write(json.dumps({"pid": os.getpid(), **rec}) + "\n")
+
+    def __call__(self, batch):
+        t = time.time()
+        out = super().__call__(batch)
+        nbytes = pc.sum(pc.binary_length(batch.column(self.text_column))).as_py() or 0
+        self._log({"ev": "call", "t": t, "t_end": time.time(), "rows": batch.num_rows,
+                   "bytes": nbytes})
+        return out
+
+
+def _adapter_name() -> str:
+    from torch_gpubpe import devices
+    from torch_gpubpe.gpu import get_gpu
+
+    c = devices.last_choice
+    return (f"{get_gpu().adapter_name}; CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES')}; {c.reason if c else 'wgpu default'}")
+
+
+def ray_pipeline(ray, vocab: Vocab, files: list[str], a, trace: str) -> dict:
+    """The Ray run: tokens, driver times (wall), Ray's stats."""
+    r: dict = {"t0": time.time()}
     ds = ray.data.read_parquet(files, columns=[a.text_column])
-    ds = ds.map_batches(TokenizeBatches,
-                        fn_constructor_kwargs={"vocab": vocab, "text_column": a.text_column,
-                                               "keep_columns": []},
-                        batch_format="pyarrow", batch_size=a.batch_size,
-                        concurrency=a.concurrency,
-                        **({"num_gpus": a.num_gpus} if a.num_gpus else {}))
-    tokens, first, first_tokens = 0, None, 0
+    ds = tokenize_dataset(ds, vocab, num_gpus=a.num_gpus or None, actors=a.concurrency,
+                          batch_size=a.ray_batch_size, calls_per_actor=a.calls_per_actor,
+                          text_column=a.text_column, keep_columns=[], trace=trace,
+                          cls=TracedTokenizeBatches)
+    r["planned"] = time.time()
+    tokens = 0
     for b in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
         col = b.column("input_ids")
         tokens += sum(len(c.values) for c in col.chunks)
-        if first is None:
-            first, first_tokens = time.perf_counter() - t0, tokens
-    return tokens, time.perf_counter() - t0, first or 0.0, first_tokens, ds.stats()
+        r.setdefault("first_out", time.time())
+    r["end"], r["tokens"], r["stats"] = time.time(), tokens, ds.stats()
+    return r
 
 
-def actor_adapter(ray, a) -> str:
-    """Which adapter a GPU actor opens, and why (devices.last_choice)."""
-    def probe():
-        from torch_gpubpe import devices
-        from torch_gpubpe.gpu import get_gpu
-        from torch_gpubpe.ray import _pin_assigned_gpu
+def intervals_union(iv: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -1e30
+    for s, e in sorted(iv):
+        if e > end:
+            total += e - max(s, end)
+            end = e
+    return total
 
-        _pin_assigned_gpu()
-        g = get_gpu()
-        c = devices.last_choice
-        return (f"{g.adapter_name}; CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}"
-                f"; {c.reason if c else 'wgpu default'}")
 
-    return ray.get(ray.remote(num_gpus=a.num_gpus or 0)(probe).remote())
+def report_timeline(r: dict, trace: str, nbytes: int, single_rate: float, mon) -> None:
+    evs = [json.loads(x) for x in Path(trace).read_text().splitlines()]
+    calls = [e for e in evs if e["ev"] == "call"]
+    init_s = next((e["t"] for e in evs if e["ev"] == "init_start"), None)
+    init_e = next((e for e in evs if e["ev"] == "init_end"), None)
+    proc = next((e["t"] for e in evs if e["ev"] == "process" and e["t"]), None)
+    t0 = r["t0"]
+
+    def at(t):
+        return "n/a" if t is None else f"{t - t0:7.2f} s"
+
+    print("\ntimeline of the Ray run (s after read_parquet was called):")
+    print(f"  {at(r['planned'])}  driver: read_parquet + map_batches planned")
+    print(f"  {at(proc)}  actor process started (Ray spawns it when execution starts)")
+    print(f"  {at(init_s)}  actor __init__ starts (after the worker imported ray, ray.data, "
+          "torch_gpubpe and unpickled the class)")
+    if init_e:
+        tm = ", ".join(f"{k} {v:.2f} s" for k, v in init_e["timings"].items())
+        print(f"  {at(init_e['t'])}  actor __init__ done ({tm}); adapter: {init_e['adapter']}")
+    if calls:
+        first, last = min(calls, key=lambda c: c["t"]), max(calls, key=lambda c: c["t_end"])
+        print(f"  {at(first['t'])}  first batch reaches the actor ({first['rows']:,} rows)")
+        print(f"  {at(r.get('first_out'))}  first token batch at the driver")
+        print(f"  {at(last['t_end'])}  last call ends ({len(calls)} calls)")
+    print(f"  {at(r['end'])}  driver has every token batch")
+    if not calls:
+        return
+    win = last["t_end"] - first["t"]
+    busy = intervals_union([(c["t"], c["t_end"]) for c in calls])
+    inside = sum(c["t_end"] - c["t"] for c in calls)
+    rate = nbytes / max(win, 1e-9)
+    print(f"\nsteady state (actor's window, first call start → last call end): {win:.2f} s, "
+          f"{rate / 1e6:,.1f} MB/s = {rate / single_rate:.0%} of the single process; a call "
+          f"running {busy / max(win, 1e-9):.0%} of the window (calls overlap: "
+          f"{inside / max(busy, 1e-9):.2f} at once on average), per call "
+          f"{inside / len(calls) * 1e3:.1f} ms for {nbytes / len(calls) / 1e6:.1f} MB; "
+          f"{mon.window(first['t'], last['t_end'])}")
+    e2e = r["end"] - t0
+    lost = {"before the first batch reached the actor": first["t"] - t0,
+            "steady window beyond the single-process time": win - nbytes / single_rate,
+            "after the last call (output to the driver)": r["end"] - last["t_end"]}
+    print(f"where the {e2e - nbytes / single_rate:.2f} s beyond the single-process time go: "
+          + "; ".join(f"{k} {v:.2f} s" for k, v in lost.items()))
+
+
+def ray_stats_summary(stats: str) -> str:
+    keep = ("Operator", "Remote wall time", "Remote cpu time", "Block transform",
+            "Output size bytes per block", "Ray Data throughput", "Dataset throughput",
+            "iterator", "Total time", "waiting", "blocked", "User time", "batch")
+    return "\n".join(x for x in stats.splitlines() if any(k in x for k in keep))
 
 
 def main() -> None:
@@ -158,7 +279,12 @@ def main() -> None:
     ap.add_argument("--vocab", help="vocab.json (default: train one on --train-bytes)")
     ap.add_argument("--vocab-size", type=int, default=32_768)
     ap.add_argument("--train-bytes", type=float, default=100e6)
-    ap.add_argument("--batch-size", type=int, default=4096, help="rows per batch (both sides)")
+    ap.add_argument("--batch-size", type=int, default=4096, help="single process: rows per batch")
+    ap.add_argument("--ray-batch-size", type=int, default=32_768, help="Ray: rows per call")
+    ap.add_argument("--calls-per-actor", type=int, default=2,
+                    help="Ray: calls at once in the actor (1: one at a time)")
+    ap.add_argument("--footer-actors", type=int, default=2,
+                    help="RAY_DATA_PARQUET_FOOTER_NUM_ACTORS (Ray 2.60's default: 32)")
     ap.add_argument("--num-gpus", type=float, default=1, help="GPUs per Ray actor (0: lavapipe)")
     ap.add_argument("--concurrency", type=int, default=1, help="Ray GPU actors")
     ap.add_argument("--cpus", type=int, default=os.cpu_count(), help="CPUs for ray.init")
@@ -166,8 +292,6 @@ def main() -> None:
 
     files = parquet_files(a.parquet)[: a.max_files]
     if a.repeat > 1:   # distinct names (ray.data.read_parquet reads a path listed twice once)
-        import tempfile
-
         links = Path(tempfile.mkdtemp(prefix="ray_encode_"))
         rep = []
         for k in range(a.repeat):
@@ -176,47 +300,52 @@ def main() -> None:
                 rep.append(str(links / f"{k:03d}_{i:05d}.parquet"))
         files = rep
     nbytes = text_bytes(files, a.text_column)
-    print(f"input: {len(files)} parquet files (x{a.repeat}), "
-          f"{nbytes / 1e9:.3f} GB of text; batch {a.batch_size:,} rows; SM clock before "
-          f"{sm_clock_now()}")
+    print(f"input: {len(files)} parquet files (x{a.repeat}), {nbytes / 1e9:.3f} GB of text; "
+          f"batch {a.batch_size:,} rows (single process), {a.ray_batch_size:,} rows (Ray, "
+          f"{a.calls_per_actor} call(s) at once); SM clock before {sm_clock_now()}; load "
+          f"average {os.getloadavg()[0]:.1f}")
     vocab = get_vocab(a, files)
 
     with GPUMonitor() as mon1:
-        tok1, s1, how = single_process(vocab, files, a)
+        tok1, s1 = single_process(vocab, files, a)
     print(f"single process: {tok1:,} tokens in {s1:.2f} s = {nbytes / s1 / 1e6:,.1f} MB/s "
-          f"({how}); {mon1.summary()}")
+          f"(Tokenizer.submit_arrow); {mon1.summary()}")
 
-    import ray
-
+    # Workers inherit the driver's environment through the raylet it starts: no runtime_env
+    # (which would start workers of their own), the package on the path, few footer actors.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    os.environ["RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"] = str(a.footer_actors)
     t0 = time.perf_counter()
+    import ray
+    import ray.data  # noqa: F401 - the driver's import, timed with the cluster start
+
+    t_imp = time.perf_counter() - t0
     ray.init(num_cpus=a.cpus, num_gpus=a.num_gpus and max(1, int(a.num_gpus + 0.999)),
-             include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", str(REPO))}})
-    print(f"ray {ray.__version__}: init {time.perf_counter() - t0:.1f} s, resources "
-          f"{ray.cluster_resources()}")
-    print(f"actor adapter: {actor_adapter(ray, a)}")
-    with GPUMonitor() as mon2:
-        tok2, s2, first, tok_first, stats = ray_pipeline(ray, vocab, files, a)
-    # steady state: the text after the first token batch (its share estimated from tokens)
-    rest = nbytes * (1 - tok_first / max(tok2, 1))
-    steady = rest / max(s2 - first, 1e-9)
-    print(f"ray pipeline: {tok2:,} tokens in {s2:.2f} s = {nbytes / s2 / 1e6:,.1f} MB/s "
-          f"(first token batch after {first:.1f} s: actor start, GPU open, first batch; "
-          f"after it {steady / 1e6:,.1f} MB/s); {mon2.summary()}")
+             include_dashboard=False, log_to_driver=False)
+    print(f"ray {ray.__version__}: import ray + ray.data {t_imp:.1f} s, ray.init (cluster "
+          f"start-up) {time.perf_counter() - t0 - t_imp:.1f} s; resources "
+          f"{ray.cluster_resources()}; RAY_DATA_PARQUET_FOOTER_NUM_ACTORS={a.footer_actors}")
+    trace = tempfile.mktemp(prefix="ray_encode_trace_", suffix=".jsonl")
+    with StampedMonitor() as mon2:
+        r = ray_pipeline(ray, vocab, files, a, trace)
+    s2, tok2 = r["end"] - r["t0"], r["tokens"]
+    print(f"ray pipeline: {tok2:,} tokens in {s2:.2f} s = {nbytes / s2 / 1e6:,.1f} MB/s end to "
+          f"end (after ray.init); {mon2.summary()}")
     with GPUMonitor() as mon3:
-        tok3, s3, _ = single_process(vocab, files, a)
+        tok3, s3 = single_process(vocab, files, a)
     print(f"single process again: {s3:.2f} s = {nbytes / s3 / 1e6:,.1f} MB/s; {mon3.summary()}")
     ray.shutdown()
     best = min(s1, s3)
+    report_timeline(r, trace, nbytes, nbytes / best, mon2)
+    first = r.get("first_out", r["end"]) - r["t0"]
     print("\n| path | seconds | MB/s | tokens |\n|---|---:|---:|---:|")
     print(f"| single process (best of 2) | {best:.2f} | {nbytes / best / 1e6:,.1f} | {tok1:,} |")
-    print(f"| Ray Data, {a.concurrency} GPU actor(s) | {s2:.2f} | {nbytes / s2 / 1e6:,.1f} | "
-          f"{tok2:,} |")
-    print(f"| Ray Data, after the first token batch | {s2 - first:.2f} | {steady / 1e6:,.1f} | "
-          f"{tok2 - tok_first:,} |")
-    print(f"\nRay / single process: {best / s2:.0%} of the single-process throughput end to "
-          f"end, {steady / (nbytes / best):.0%} in steady state")
-    print("\nRay Data stats (where the time goes):\n" + stats)
+    print(f"| Ray Data, {a.concurrency} GPU actor(s), end to end | {s2:.2f} | "
+          f"{nbytes / s2 / 1e6:,.1f} | {tok2:,} |")
+    print(f"\nRay / single process: {best / s2:.0%} end to end; first token batch at the driver "
+          f"after {first:.2f} s")
+    print("\nRay Data stats (per operator):\n" + ray_stats_summary(r["stats"]))
     if not tok1 == tok2 == tok3:
         sys.exit(f"token counts differ: {tok1} / {tok2} / {tok3}")
     print_footer()

@@ -140,8 +140,11 @@ def test_count_batches_writes_one_counts_file(tmp_path, docs):
 @pytest.fixture(scope="module")
 def ray_local():
     ray = pytest.importorskip("ray")   # the test extra installs ray; CI fails on any skip
+    # Ray 2.60's read_parquet starts 32 footer-reading actors (processes) per read: 2 are
+    # plenty for a few local files on 2 cores (torch_gpubpe.ray's docstring)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT),
+                                       "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS": "2"}})
     yield ray
     ray.shutdown()
 

@@ -311,7 +311,7 @@ class TokenizeBatches:
 
 def tokenize_dataset(ds, vocab, *, num_gpus: float | None = 1, actors: int = 1,
                      batch_size: int = DEFAULT_BATCH_ROWS, calls_per_actor: int = 2,
-                     ray_remote_args: dict | None = None, **kwargs):
+                     ray_remote_args: dict | None = None, cls: type | None = None, **kwargs):
     """``ds.map_batches(TokenizeBatches, ...)`` with the settings that keep the GPU busy.
 
     Args:
@@ -326,6 +326,7 @@ def tokenize_dataset(ds, vocab, *, num_gpus: float | None = 1, actors: int = 1,
             ``max_concurrency``): 2 overlaps one batch's upload with the other's readback and
             with Ray's slicing and output puts.
         ray_remote_args: more actor options (``num_cpus``, ``runtime_env``, ...).
+        cls: :class:`TokenizeBatches` (default) or a subclass of it.
     Returns:
         the mapped ``Dataset`` (lazy), the input's columns plus the token column.
     """
@@ -338,7 +339,7 @@ def tokenize_dataset(ds, vocab, *, num_gpus: float | None = 1, actors: int = 1,
     except TypeError:   # Ray < 2.51: calls run at once by the actor's thread count
         compute = ActorPoolStrategy(size=actors)
         remote.setdefault("max_concurrency", calls_per_actor)
-    return ds.map_batches(TokenizeBatches, fn_constructor_kwargs={"vocab": vocab, **kwargs},
+    return ds.map_batches(cls or TokenizeBatches, fn_constructor_kwargs={"vocab": vocab, **kwargs},
                           batch_format="pyarrow", batch_size=batch_size, compute=compute,
                           **({"num_gpus": num_gpus} if num_gpus else {}), **remote)
 
