@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -164,7 +165,7 @@ class TracedTokenizeBatches(TokenizeBatches):
         t = time.time()
         self._trace = trace
         self._log({"ev": "process", "t": _process_start()})
-        self._log({"ev": "init_start", "t": t})
+        self._log({"ev": "init_start", "t": t, "cpu": time.process_time()})
         super().__init__(vocab, **kw)
         self._log({"ev": "init_end", "t": time.time(), "timings": self.timings,
                    "adapter": _adapter_name()})
@@ -191,12 +192,12 @@ def _adapter_name() -> str:
             f"{os.environ.get('CUDA_VISIBLE_DEVICES')}; {c.reason if c else 'wgpu default'}")
 
 
-def ray_pipeline(ray, vocab: Vocab, files: list[str], a, trace: str) -> dict:
+def ray_pipeline(ray, vocab: Vocab, files: list[str], a, calls: int, trace: str) -> dict:
     """The Ray run: tokens, driver times (wall), Ray's stats."""
     r: dict = {"t0": time.time()}
-    ds = ray.data.read_parquet(files, columns=[a.text_column])
+    ds = ray.data.read_parquet(files).select_columns([a.text_column])
     ds = tokenize_dataset(ds, vocab, num_gpus=a.num_gpus or None, actors=a.concurrency,
-                          batch_size=a.ray_batch_size, calls_per_actor=a.calls_per_actor,
+                          batch_size=a.ray_batch_size, calls_per_actor=calls,
                           text_column=a.text_column, keep_columns=[], trace=trace,
                           cls=TracedTokenizeBatches)
     r["planned"] = time.time()
@@ -232,8 +233,10 @@ def report_timeline(r: dict, trace: str, nbytes: int, single_rate: float, mon) -
     print("\ntimeline of the Ray run (s after read_parquet was called):")
     print(f"  {at(r['planned'])}  driver: read_parquet + map_batches planned")
     print(f"  {at(proc)}  actor process started (Ray spawns it when execution starts)")
+    cpu = next((e.get("cpu") for e in evs if e["ev"] == "init_start"), None)
     print(f"  {at(init_s)}  actor __init__ starts (after the worker imported ray, ray.data, "
-          "torch_gpubpe and unpickled the class)")
+          f"torch_gpubpe and unpickled the class; process CPU so far "
+          f"{'n/a' if cpu is None else f'{cpu:.2f} s'})")
     if init_e:
         tm = ", ".join(f"{k} {v:.2f} s" for k, v in init_e["timings"].items())
         print(f"  {at(init_e['t'])}  actor __init__ done ({tm}); adapter: {init_e['adapter']}")
@@ -281,10 +284,14 @@ def main() -> None:
     ap.add_argument("--train-bytes", type=float, default=100e6)
     ap.add_argument("--batch-size", type=int, default=4096, help="single process: rows per batch")
     ap.add_argument("--ray-batch-size", type=int, default=32_768, help="Ray: rows per call")
-    ap.add_argument("--calls-per-actor", type=int, default=2,
-                    help="Ray: calls at once in the actor (1: one at a time)")
+    ap.add_argument("--calls-per-actor", type=int, nargs="+", default=[2],
+                    help="Ray: calls at once in the actor (1: one at a time); several values: "
+                         "one Ray run each, in the same cluster")
     ap.add_argument("--footer-actors", type=int, default=2,
                     help="RAY_DATA_PARQUET_FOOTER_NUM_ACTORS (Ray 2.60's default: 32)")
+    ap.add_argument("--read-unit-mb", type=int, default=128,
+                    help="RAY_DATA_PARQUET_BIN_PACKING_BYTES in MiB: parquet read per block "
+                         "(Ray 2.60's default: 128)")
     ap.add_argument("--num-gpus", type=float, default=1, help="GPUs per Ray actor (0: lavapipe)")
     ap.add_argument("--concurrency", type=int, default=1, help="Ray GPU actors")
     ap.add_argument("--cpus", type=int, default=os.cpu_count(), help="CPUs for ray.init")
@@ -300,10 +307,11 @@ def main() -> None:
                 rep.append(str(links / f"{k:03d}_{i:05d}.parquet"))
         files = rep
     nbytes = text_bytes(files, a.text_column)
+    shm = shutil.disk_usage("/dev/shm").free / 1e9 if os.path.isdir("/dev/shm") else 0.0
     print(f"input: {len(files)} parquet files (x{a.repeat}), {nbytes / 1e9:.3f} GB of text; "
-          f"batch {a.batch_size:,} rows (single process), {a.ray_batch_size:,} rows (Ray, "
-          f"{a.calls_per_actor} call(s) at once); SM clock before {sm_clock_now()}; load "
-          f"average {os.getloadavg()[0]:.1f}")
+          f"batch {a.batch_size:,} rows (single process), {a.ray_batch_size:,} rows (Ray); SM "
+          f"clock before {sm_clock_now()}; load average {os.getloadavg()[0]:.1f}; /dev/shm "
+          f"free {shm:.1f} GB (Ray's object store; it falls back to /tmp when too small)")
     vocab = get_vocab(a, files)
 
     with GPUMonitor() as mon1:
@@ -316,6 +324,7 @@ def main() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     os.environ["RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"] = str(a.footer_actors)
+    os.environ["RAY_DATA_PARQUET_BIN_PACKING_BYTES"] = str(a.read_unit_mb << 20)
     t0 = time.perf_counter()
     import ray
     import ray.data  # noqa: F401 - the driver's import, timed with the cluster start
@@ -325,29 +334,40 @@ def main() -> None:
              include_dashboard=False, log_to_driver=False)
     print(f"ray {ray.__version__}: import ray + ray.data {t_imp:.1f} s, ray.init (cluster "
           f"start-up) {time.perf_counter() - t0 - t_imp:.1f} s; resources "
-          f"{ray.cluster_resources()}; RAY_DATA_PARQUET_FOOTER_NUM_ACTORS={a.footer_actors}")
-    trace = tempfile.mktemp(prefix="ray_encode_trace_", suffix=".jsonl")
-    with StampedMonitor() as mon2:
-        r = ray_pipeline(ray, vocab, files, a, trace)
-    s2, tok2 = r["end"] - r["t0"], r["tokens"]
-    print(f"ray pipeline: {tok2:,} tokens in {s2:.2f} s = {nbytes / s2 / 1e6:,.1f} MB/s end to "
-          f"end (after ray.init); {mon2.summary()}")
+          f"{ray.cluster_resources()}; RAY_DATA_PARQUET_FOOTER_NUM_ACTORS={a.footer_actors}, "
+          f"RAY_DATA_PARQUET_BIN_PACKING_BYTES={a.read_unit_mb} MiB")
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    runs = []
+    for calls in a.calls_per_actor:
+        trace = tempfile.mktemp(prefix="ray_encode_trace_", suffix=".jsonl")
+        with StampedMonitor() as mon2:
+            r = ray_pipeline(ray, vocab, files, a, calls, trace)
+        s2 = r["end"] - r["t0"]
+        print(f"ray pipeline, {calls} call(s) at once: {r['tokens']:,} tokens in {s2:.2f} s = "
+              f"{nbytes / s2 / 1e6:,.1f} MB/s end to end (after ray.init); {mon2.summary()}")
+        runs.append((calls, r, trace, mon2))
     with GPUMonitor() as mon3:
         tok3, s3 = single_process(vocab, files, a)
     print(f"single process again: {s3:.2f} s = {nbytes / s3 / 1e6:,.1f} MB/s; {mon3.summary()}")
     ray.shutdown()
     best = min(s1, s3)
-    report_timeline(r, trace, nbytes, nbytes / best, mon2)
-    first = r.get("first_out", r["end"]) - r["t0"]
-    print("\n| path | seconds | MB/s | tokens |\n|---|---:|---:|---:|")
-    print(f"| single process (best of 2) | {best:.2f} | {nbytes / best / 1e6:,.1f} | {tok1:,} |")
-    print(f"| Ray Data, {a.concurrency} GPU actor(s), end to end | {s2:.2f} | "
-          f"{nbytes / s2 / 1e6:,.1f} | {tok2:,} |")
-    print(f"\nRay / single process: {best / s2:.0%} end to end; first token batch at the driver "
-          f"after {first:.2f} s")
-    print("\nRay Data stats (per operator):\n" + ray_stats_summary(r["stats"]))
-    if not tok1 == tok2 == tok3:
-        sys.exit(f"token counts differ: {tok1} / {tok2} / {tok3}")
+    print("\n| path | seconds | MB/s | tokens | first token batch at the driver |\n"
+          "|---|---:|---:|---:|---:|")
+    print(f"| single process (best of 2) | {best:.2f} | {nbytes / best / 1e6:,.1f} | {tok1:,} "
+          "| |")
+    for calls, r, _, _ in runs:
+        s2 = r["end"] - r["t0"]
+        print(f"| Ray Data, {a.concurrency} GPU actor(s), {calls} call(s) at once, end to end | "
+              f"{s2:.2f} | {nbytes / s2 / 1e6:,.1f} | {r['tokens']:,} | "
+              f"{r.get('first_out', r['end']) - r['t0']:.2f} s |")
+    for calls, r, trace, mon2 in runs:
+        print(f"\n=== Ray run, {calls} call(s) at once: {best / (r['end'] - r['t0']):.0%} of the "
+              "single-process throughput end to end ===")
+        report_timeline(r, trace, nbytes, nbytes / best, mon2)
+        print("\nRay Data stats (per operator):\n" + ray_stats_summary(r["stats"]))
+    counts = {tok1, tok3, *(r["tokens"] for _, r, _, _ in runs)}
+    if len(counts) != 1:
+        sys.exit(f"token counts differ: {tok1} / {tok3} / {[r['tokens'] for _, r, _, _ in runs]}")
     print_footer()
 
 
