@@ -63,35 +63,77 @@ def common_words() -> list[bytes]:
     return sorted(out)
 
 
-def common_draws(args, d: int) -> np.ndarray:
-    """Indices of the common words of document ``d`` (Zipf over N_COMMON, seeded per doc)."""
-    rng = np.random.default_rng(1_000 + d)
-    z = rng.zipf(1.3, args.common_per_doc * 2)
-    return (z[z <= N_COMMON] - 1)[: args.common_per_doc]
+def common_table() -> tuple[np.ndarray, np.ndarray]:
+    """The common words as a zero-padded ``(N_COMMON, 7)`` uint8 table and their lengths."""
+    words = common_words()
+    table = np.zeros((N_COMMON, 7), np.uint8)
+    for i, w in enumerate(words):
+        table[i, : len(w)] = np.frombuffer(w, np.uint8)
+    return table, np.array([len(w) for w in words], np.int64)
+
+
+def chunk_docs(args) -> int:
+    """Documents generated at once (about a million random words: vectorised, bounded)."""
+    return max(1, 1_000_000 // args.per_doc)
+
+
+_ZIPF_CDF = np.cumsum(np.arange(1, N_COMMON + 1, dtype=np.float64) ** -1.3)
+_ZIPF_CDF /= _ZIPF_CDF[-1]
+
+
+def common_draws(args, c: int, ndocs: int) -> np.ndarray:
+    """Indices, shape ``(ndocs, common_per_doc)``, of the common words of the documents of
+    chunk ``c``: Zipf(1.3) truncated to N_COMMON (inverse CDF), one generator per chunk."""
+    rng = np.random.default_rng([1_000, c])
+    u = rng.random((ndocs, args.common_per_doc))
+    return np.minimum(np.searchsorted(_ZIPF_CDF, u, side="right"), N_COMMON - 1)
+
+
+def _chunks(args):
+    """``(chunk index, first document, documents)`` of the corpus."""
+    ndocs = -(-int(args.words) // args.per_doc)
+    per_chunk = chunk_docs(args)
+    for c, d0 in enumerate(range(0, ndocs, per_chunk)):
+        yield c, d0, min(per_chunk, ndocs - d0)
 
 
 def unique_docs(args):
-    """Document texts: ``per_doc`` distinct random words + common words."""
-    common = np.array(common_words(), dtype=object)
-    per = args.per_doc
-    ndocs = -(-int(args.words) // per)
-    powers = 26 ** np.arange(8, dtype=np.int64)
-    for d in range(ndocs):
-        ids = np.arange(d * per, min((d + 1) * per, int(args.words)), dtype=np.int64)
+    """Document texts: ``per_doc`` distinct random words (" " + 8 letters: word ``i`` is
+    ``i * A_MUL + 12,345 mod 26^8`` in base 26, so all differ) + ``common_per_doc`` common
+    words; made a chunk of documents at a time with numpy (no Python loop per word)."""
+    table, tlen = common_table()
+    per, cpd = args.per_doc, args.common_per_doc
+    # base-26 digits, four at a time: digits k of code are LUT4[code % 26^4] (k < 4), then
+    # LUT4[code // 26^4]
+    lut4 = ((np.arange(26 ** 4)[:, None] // 26 ** np.arange(4)) % 26 + 97).astype(np.uint8)
+    total = int(args.words)
+    for c, d0, nd in _chunks(args):
+        ids = np.arange(d0 * per, (d0 + nd) * per, dtype=np.int64).reshape(nd, per)
         code = (ids * A_MUL + 12_345) % SPACE26
-        letters = ((code[:, None] // powers) % 26 + 97).astype(np.uint8)
-        words = np.concatenate([np.full((len(ids), 1), 32, np.uint8), letters], axis=1)
-        text = words.tobytes() + b"".join(common[common_draws(args, d)].tolist())
-        yield {"text": text.decode("ascii")}
+        tok = np.zeros((nd, per + cpd, 9), np.uint8)
+        tok[:, :per, 0] = 32
+        tok[:, :per, 1:5] = lut4[code % 26 ** 4]
+        tok[:, :per, 5:] = lut4[code // 26 ** 4]
+        draws = common_draws(args, c, nd)
+        tok[:, per:, :7] = table[draws]
+        lens = np.empty((nd, per + cpd), np.int64)
+        lens[:, :per] = np.where(ids < total, 9, 0)       # the last document may be short
+        lens[:, per:] = tlen[draws]
+        flat = tok[np.arange(9) < lens[:, :, None]]
+        off = np.zeros(nd + 1, np.int64)
+        np.cumsum(lens.sum(axis=1), out=off[1:])
+        text = flat.tobytes().decode("ascii")
+        for k in range(nd):
+            yield {"text": text[off[k]: off[k + 1]]}
 
 
 def common_counts(args) -> dict[bytes, int]:
+    """How often each common word occurs in :func:`unique_docs`'s corpus (same draws)."""
     common = common_words()
     counts = np.zeros(N_COMMON, np.int64)
-    ndocs = -(-int(args.words) // args.per_doc)
-    for d in range(ndocs):
-        counts += np.bincount(common_draws(args, d), minlength=N_COMMON)
-    return {w: int(c) for w, c in zip(common, counts.tolist()) if c}
+    for c, _, nd in _chunks(args):
+        counts += np.bincount(common_draws(args, c, nd).ravel(), minlength=N_COMMON)
+    return {w: int(n) for w, n in zip(common, counts.tolist()) if n}
 
 
 def long_docs(args):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from conftest import corpus_docs
@@ -24,7 +25,8 @@ from hypothesis import strategies as hst
 
 from torch_gpubpe import cli, reference
 from torch_gpubpe.counts import (META_KEY, count_packed, count_to_file, merge_counts,
-                                 read_counts, read_metadata, train_from_counts_file, write_counts)
+                                 read_counts, read_metadata, sort_order, train_from_counts_file,
+                                 write_counts)
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.trainer import train
 from torch_gpubpe.vocab import Vocab
@@ -124,6 +126,25 @@ def test_merge_equals_counter_sum(tmp_path_factory, shards, batch_rows, fan_in):
     assert got.to_dict() == dict(want)
     assert [bytes(w) for w in _table(m).column("word").to_pylist()] == sorted(want)
     assert stats["peak_rows_held"] <= fan_in * batch_rows
+
+
+_PREFIXES = [b"", b"\0", b"a", b"\0" * 9, b"abcdefgh", b"abcdefghijklmnop", b"\xff" * 17]
+
+
+@settings(max_examples=200, deadline=None)
+@given(hst.lists(hst.binary(max_size=40), max_size=50),
+       hst.lists(hst.sampled_from(_PREFIXES), max_size=4))
+def test_sort_order_is_arrows_binary_order(words, prefixes):
+    # Shared prefixes of 0, 8, 16 and 17+ bytes and zero bytes (the padding of the u64 keys)
+    # hit each tie-breaking stage of sort_order; equal words keep their input order.
+    words = [p + w for p in prefixes for w in words] + words
+    off = np.zeros(len(words) + 1, np.int64)
+    np.cumsum([len(w) for w in words], out=off[1:])
+    order = sort_order(np.frombuffer(b"".join(words), np.uint8), off)
+    assert order.tolist() == sorted(range(len(words)), key=lambda i: words[i])
+    if len(words) > 1:
+        arr = pa.array(words, pa.large_binary())
+        assert order.tolist() == pc.sort_indices(arr).to_pylist()
 
 
 def test_count_packed_gpu_equals_cpu_equals_reference(docs):

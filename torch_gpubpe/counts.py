@@ -102,6 +102,58 @@ def _packed(words) -> tuple[np.ndarray, np.ndarray]:
     return data, offs - base
 
 
+def sort_order(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Indices (int64, shape ``(num_words,)``) that sort the words ``data[offsets[k]:
+    offsets[k + 1]]`` in the counts file's order (unsigned bytes, ``memcmp``; shorter first on
+    a common prefix: Arrow's binary order), equal words in input order.
+
+    Faster than Arrow's ``sort_indices`` on binary (≈3 µs per word, one thread): a stable
+    numpy sort of each word's first 8 bytes as a big-endian ``uint64`` (zero-padded), then the
+    words that tie there by (bytes 8–15, length up to 17), then the few that still tie (the
+    same first 16 bytes, both longer) by Arrow's binary sort.
+    """
+    from .wordcount import _LEN_MASK, _u64_at
+
+    pa, pc, _ = _pa()
+    offsets = np.asarray(offsets, np.int64)
+    n = len(offsets) - 1
+    if n <= 1:
+        return np.arange(max(n, 0), dtype=np.int64)
+    lens = np.diff(offsets)
+    padded = np.zeros(len(data) + 24, np.uint8)
+    padded[: len(data)] = data
+    starts = offsets[:-1]
+    k0 = (_u64_at(padded, starts) & _LEN_MASK[np.minimum(lens, 8)]).byteswap()
+    order = np.argsort(k0, kind="stable")
+    s0 = k0[order]
+    eq = s0[1:] == s0[:-1]
+    if not eq.any():
+        return order
+    tie = np.zeros(n, bool)
+    tie[1:] |= eq
+    tie[:-1] |= eq
+    pos = np.flatnonzero(tie)
+    sub = order[pos]
+    k1 = (_u64_at(padded, starts[sub] + 8)
+          & _LEN_MASK[np.clip(lens[sub] - 8, 0, 8)]).byteswap()
+    ln = np.minimum(lens[sub], 17)
+    o2 = np.lexsort((ln, k1, k0[sub]))          # (stable: ties keep the input order)
+    sub, k1, ln = sub[o2], k1[o2], ln[o2]
+    same = (k0[sub][1:] == k0[sub][:-1]) & (k1[1:] == k1[:-1]) & (ln[1:] == 17) & (ln[:-1] == 17)
+    if same.any():
+        # same first 16 bytes, both longer: Arrow's binary sort of these words (the prefix
+        # order above groups them, so their positions take them sorted)
+        t2 = np.zeros(len(sub), bool)
+        t2[1:] |= same
+        t2[:-1] |= same
+        p2 = np.flatnonzero(t2)
+        items = sub[p2]
+        arr = _words_array(data, offsets).take(pa.array(items))
+        sub[p2] = items[pc.sort_indices(arr).to_numpy()]
+    order[pos] = sub
+    return order
+
+
 def to_table(wc, pre_tokenizer: str = PRE_TOKENIZER):
     """:class:`~torch_gpubpe.wordcount.WordCounts` → an Arrow table of the counts-file schema,
     rows sorted by word bytes.
@@ -112,7 +164,7 @@ def to_table(wc, pre_tokenizer: str = PRE_TOKENIZER):
     pa, pc, _ = _pa()
     words = _words_array(wc.data, wc.offsets())
     counts = pa.array(np.ascontiguousarray(wc.counts, np.uint64))
-    order = pc.sort_indices(words)
+    order = pa.array(sort_order(wc.data, wc.offsets()))
     words, counts = words.take(order), counts.take(order)
     if len(words) > 1 and pc.any(pc.equal(words[1:], words[:-1])).as_py():
         raise InputError("the word counts hold a word twice")
@@ -458,8 +510,8 @@ def _merge_group(paths: Sequence[PathLike], out: Path, *, pre_tokenizer: str,
             parts = [p for p in (i.take_upto(frontier) for i in live) if p is not None]
             words = pa.concat_arrays([p[0] for p in parts])
             counts = np.concatenate([p[1] for p in parts])
-            order = pc.sort_indices(words)
-            words, counts = _sum_sorted(words.take(order), counts[order.to_numpy()])
+            order = sort_order(*_packed(words))
+            words, counts = _sum_sorted(words.take(pa.array(order)), counts[order])
             num_words += len(words)
             total += _exact_sum(counts)
             w.write(pa.Table.from_arrays([words, pa.array(counts, pa.uint64())],
