@@ -145,7 +145,11 @@ def train_gaps(nbytes: int, vocab_size: int) -> list[dict]:
         train(["ab abc abd " * 50, "a" * 3000], 300, min_frequency=1, progress=False)
     print(f"\ntrainer on {get_gpu().adapter_name}; SM clock {sm_clock_now()}")
     print(f"{'train on':<12} {'MB':>5} {'words':>8} {'merges':>7} {'submits':>8} "
-          f"{'max gap':>9} {'before':>9} {'merge s':>8} {'total s':>8}  target <= 50 ms")
+          f"{'max gap':>9} {'after':>9} {'before':>9} {'waited':>8} {'merge s':>8} "
+          f"{'total s':>8}  target <= 50 ms")
+    print("  (max gap: the longest interval between two submits; after/before: the kinds of "
+          "the submits around it; waited: of it, the host blocked on a GPU readback, the rest "
+          "host work, or in the submit call (a CPU adapter runs the work there))")
     rows = []
     for name, make in TRAIN_CASES.items():
         doc = make(nbytes)
@@ -156,11 +160,18 @@ def train_gaps(nbytes: int, vocab_size: int) -> list[dict]:
         gap = st.get("max_submit_gap_s", 0.0)
         print(f"{name:<12} {len(doc) / 1e6:>5.1f} {st['unique_words']:>8,} "
               f"{len(vocab.merges):>7,} {st.get('submits', 0):>8} {gap * 1e3:>7.1f}ms "
-              f"{st.get('max_submit_gap_before', '-'):>9} {st['seconds_merge']:>8.2f} "
+              f"{st.get('max_submit_gap_after', '-'):>9} "
+              f"{st.get('max_submit_gap_before', '-'):>9} "
+              f"{st.get('max_submit_gap_wait_s', 0.0) * 1e3:>6.1f}ms {st['seconds_merge']:>8.2f} "
               f"{total:>8.2f}  {'ok' if gap <= 0.050 else 'ABOVE'}", flush=True)
-        rows.append({"case": name, "bytes": len(doc), "max_submit_gap_s": gap, **{
-            k: st.get(k) for k in ("submits", "max_submit_gap_before", "seconds_merge",
-                                   "walks_paused", "continuation_dispatches")}})
+        keys = ("submits", "max_submit_gap_after", "max_submit_gap_before",
+                "max_submit_gap_wait_s", "max_submit_gap_in_submit_s", "seconds_merge", "seconds_upload", "walks_paused",
+                "continuation_dispatches", "continue_s_per_dispatch",
+                "seconds_gpu_per_merge_max", "walk_budget")
+        print("    " + ", ".join(f"{k}={st[k]:.4g}" if isinstance(st.get(k), float)
+                                 else f"{k}={st.get(k)}" for k in keys[4:]), flush=True)
+        rows.append({"case": name, "bytes": len(doc), "max_submit_gap_s": gap,
+                     **{k: st.get(k) for k in keys}})
     return rows
 
 

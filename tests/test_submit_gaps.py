@@ -4,6 +4,7 @@ largest gap between submits with them; benchmarks/long_word.py --train prints it
 from __future__ import annotations
 
 import pytest
+from conftest import corpus_docs
 
 from torch_gpubpe import reference
 from torch_gpubpe.trainer import train
@@ -21,3 +22,26 @@ def test_submit_gaps_are_recorded(algorithm):
     assert st["submits"] >= 5
     assert 0 < st["max_submit_gap_s"] <= st["seconds_merge"] + st["seconds_upload"]
     assert st["max_submit_gap_before"] in ("count", "merges", "continue")
+    assert st["max_submit_gap_after"] in ("count", "merges", "continue")
+    assert 0 <= st["max_submit_gap_wait_s"] <= st["max_submit_gap_s"]
+
+
+def test_gpu_time_caps_merges_and_continuations_per_submit(monkeypatch):
+    # A target below any measurable GPU time: every batch after the first measured one holds
+    # one merge and every submit of a pause one wl_continue dispatch (the 40,000-byte word
+    # outlasts a walk budget: lavapipe 3,750, a GPU 32,768 steps); the merges stay exact.
+    import torch_gpubpe.trainer as tr
+
+    docs = corpus_docs("en_fortunes", 8_000) + ["a" * 40_000, "ab" * 700]
+    want = reference.train(docs, 256 + 150, 2)
+    assert len(want) == 150
+    base: dict = {}
+    assert list(train(docs, 256 + 150, stats=base, batch=16).merges) == want
+    assert base["continuation_dispatches"] > base["continue_submits"] > 0   # doubling
+    monkeypatch.setattr(tr, "TARGET_SUBMIT_S", 1e-9)
+    st: dict = {}
+    assert list(train(docs, 256 + 150, stats=st, batch=16).merges) == want
+    assert st["seconds_gpu_per_merge_max"] > 0
+    # the first two batches (16, then up to 32, in flight before a measurement), then 1 each
+    assert st["submits"] >= len(want) - 48 > base["submits"]
+    assert st["continuation_dispatches"] == st["continue_submits"] > 0

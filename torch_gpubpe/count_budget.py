@@ -58,6 +58,7 @@ SPILL_BYTES_PER_BYTE = 6
 CPU_BYTES_PER_ROW = 48
 MIN_WORKING_BYTES = 32 << 20      # the least the budget must leave for the words themselves
 MIN_TABLE_WORDS = 1 << 12
+LONG_SHARE = 4                    # 1/LONG_SHARE of the budget's free part for the long words
 
 
 def _gb(x: float) -> str:
@@ -89,6 +90,11 @@ class CountBudget:
         # staging (text + bitmap) + pieces held by the packer and queued + read-ahead
         self.fixed = int(stages * batch_bytes * 1.13 + 2 * batch_bytes + prefetch_bytes)
         self.free = self.limit - self.rss0 - self.fixed
+        # Words longer than the GPU table takes (or than the CPU counter's 15-byte keys) are
+        # held as bytes: a share of the budget bounds them (grouping them needs ~4x their bytes
+        # for a moment: the held words, their joined copy, Arrow's group-by and its output).
+        self.long_cap = max(self.free // (4 * LONG_SHARE), 1 << 20)
+        self.long_seen = 1 << 20        # long-word bytes at the last grouping (at least 1 MB)
         self.spill_dir = spill_dir
         self.st = {} if stats is None else stats
         self.runs: list[Path] = []
@@ -111,7 +117,7 @@ class CountBudget:
         """Words a table may hold before it is spilled (the host's share, for a word of the
         average length 8 B)."""
         per = SPILL_BYTES_PER_WORD + 8 * SPILL_BYTES_PER_BYTE
-        return max(MIN_TABLE_WORDS, self.free // per)
+        return max(MIN_TABLE_WORDS, (self.free - 4 * self.long_cap) // per)
 
     @property
     def max_cpu_rows(self) -> int:
@@ -119,6 +125,11 @@ class CountBudget:
         return max(MIN_TABLE_WORDS, self.free // CPU_BYTES_PER_ROW)
 
     # -- 3. early refusal --------------------------------------------------------------------------
+    def _over(self, words: int, nbytes: int) -> bool:
+        from .trainer import estimate_merge_memory
+
+        return self.rss0 + estimate_merge_memory(words, nbytes) > self.limit
+
     def check_distinct(self, words: int, nbytes: int, done_bytes: int | None = None) -> None:
         """``words`` distinct words of ``nbytes`` bytes in all are known to be in the corpus:
         without pruning, refuse now if the merge phase cannot take them."""
@@ -143,16 +154,40 @@ class CountBudget:
         (what the estimates miss: on a CPU adapter the GPU's buffers are host memory too)."""
         from .trainer import _rss_bytes
 
-        if not counter.occupied:
-            return
         nbytes = max(counter.occupied,
                      4 * (counter.store_words - counter.occupied) - 3 * counter.occupied)
+        lb = counter.long_bytes
+        if lb and (lb > self.long_cap or _rss_bytes() + 3 * lb > self.limit
+                   or (self.prune_below <= 1 and lb >= 2 * self.long_seen
+                       and self._over(counter.occupied, nbytes + lb))):
+            # (the last: were the long words distinct, the merge phase could not fit; grouped
+            # to see, again only once they doubled)
+            self.on_long_words(counter, nbytes, done_bytes)
+        if not counter.occupied:
+            return
         if self.prune_below <= 1:
             words = max(counter.occupied, max(self.run_words, default=0))
             self.check_distinct(words, max(nbytes, words), done_bytes)
         readback = SPILL_BYTES_PER_WORD * counter.occupied + SPILL_BYTES_PER_BYTE * nbytes
         if counter.spill is not None and _rss_bytes() + readback > self.limit:
             counter._spill_table()
+
+    def on_long_words(self, counter, table_bytes: int = 0, done_bytes: int | None = None) -> None:
+        """The GPU counter's long words (over ``MAXW`` bytes, held on the host) passed their
+        share: grouped (exact); without pruning, refused now if they and the table's words
+        prove the merge phase cannot fit; still over half the share once grouped: spilled as
+        a sorted run (``stats['spilled_long_words']``)."""
+        wc = counter.group_long()
+        lb = int(wc.lengths.sum())
+        self.long_seen = max(lb, 1 << 20)
+        self.st["long_word_groupings"] = self.st.get("long_word_groupings", 0) + 1
+        if self.prune_below <= 1:
+            words = max(counter.occupied, max(self.run_words, default=0))
+            self.check_distinct(words + len(wc), max(table_bytes, words) + lb, done_bytes)
+        if lb > self.long_cap // 2:
+            wc = counter.take_long()
+            self.st["spilled_long_words"] = self.st.get("spilled_long_words", 0) + len(wc)
+            self.spill(wc)
 
     # -- 2. spilling -------------------------------------------------------------------------------
     def spill(self, wc) -> None:
@@ -306,10 +341,12 @@ def count_cpu(documents, budget: CountBudget, info: dict):
     def take(part) -> None:
         nonlocal total
         total.add(part)
-        if total.entries() > limit:
+        # (words of 16+ bytes are held as bytes objects, each once: their bytes count too)
+        long_bytes = sum(map(len, total.long))
+        if total.entries() > limit or long_bytes > budget.long_cap:
             wc = total.to_word_counts()
             total = _Partial()
-            if len(wc) * 2 > limit:        # still large once grouped: to disk
+            if len(wc) * 2 > limit or long_bytes > budget.long_cap // 2:   # to disk
                 budget.spill(wc)
             else:                           # grouping was enough: keep it as one partial
                 total = _from_word_counts(wc)

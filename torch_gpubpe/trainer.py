@@ -66,6 +66,11 @@ from .vocab import MAX_VOCAB_SIZE, Vocab
 PREFETCH_BYTES = 512 << 20
 ALGORITHMS = ("wordlist", "seed")    # the default first
 MAX_CONTINUATIONS_PER_SUBMIT = 64    # wl_continue dispatches per submit (doubling from 1)
+# GPU time aimed at per submit of the merge loop: merges per batch and wl_continue dispatches
+# per submit are capped by the GPU time measured per merge / per dispatch, so the interval
+# between two submits stays near this (issue 17 §1: at most 50 ms on a single 5 MB word, where
+# one merge's walk over the word takes many dispatches; 64 of them were 381 ms on the H200).
+TARGET_SUBMIT_S = 0.020
 
 
 @dataclass
@@ -787,7 +792,7 @@ class GPUTrainer:
             algorithm = other[0]
         lens = np.asarray(lengths, np.int64)
         st.update(algorithm=algorithm, restarts=0, rebuilds=0, walks_paused=0,
-                  continuation_dispatches=0)
+                  continuation_dispatches=0, continue_submits=0)
         if not len(lens) or num_merges <= 0:
             st.update(stream_symbols=int(lens.sum()), seconds_merge=0.0)
             return []
@@ -904,8 +909,12 @@ class _MergeLoop:
         self.profiler = (_Profiler(g, mod.STEP) if profile and g.has_timestamps else None)
         self.occ_mark = 0       # table occupancy at the last readback / rebuild
         self._last_submit: float | None = None   # perf_counter at the last submit (_submit)
+        self._last_kind = "-"       # what the last submit was
+        self._waited = 0.0          # seconds blocked on the GPU since the last submit
+        self._in_submit = 0.0       # seconds the last queue.submit call took
         self.key_rate = 0.0     # most new table keys per merge seen in a batch
         self.words = c["STATE_WORDS"]
+        self.continue_reps = 1      # wl_continue dispatches in the first submit of a pause
         self.done_word = c.get("S_DONE")   # word list: a recorded merge not yet committed
         self.pause_word = c.get("S_PAUSE")
         self._gpu_bytes()
@@ -917,19 +926,39 @@ class _MergeLoop:
     # -- submits and readbacks ------------------------------------------------------------------
     def _submit(self, enc, what: str) -> None:
         """Submit ``enc``; keep the largest interval between the starts of two submits of the
-        run (``stats["max_submit_gap_s"]`` and ``["max_submit_gap_before"]``, the submit that
-        ended it; ``["submits"]`` counts them): the longest the GPU waited for the host or one
-        submit ran (issue 17 §1: at most 50 ms on a single 5 MB word)."""
+        run (``stats["max_submit_gap_s"]``; ``["max_submit_gap_after"]`` / ``["_before"]``, the
+        kinds of the submits that opened and ended it: count, merges, continue;
+        ``["max_submit_gap_wait_s"]``, of it the host blocked on GPU readbacks, and
+        ``["max_submit_gap_in_submit_s"]``, in the submit call that opened it (a CPU adapter
+        runs the work there); the rest is host work; ``["submits"]`` counts them): the longest
+        the GPU waited for the host or one submit ran (issue 17 §1: at most 50 ms on a single
+        5 MB word; :data:`TARGET_SUBMIT_S` caps the GPU work per submit)."""
         t = time.perf_counter()
         st, last = self.st, self._last_submit
         if last is not None and t - last > st.get("max_submit_gap_s", 0.0):
+            # (after: the submit that opened the gap; wait: of the gap, the host blocked on
+            # the GPU (readbacks: GPU work and latency); in_submit: in that submit call; the
+            # rest host work)
             st["max_submit_gap_s"], st["max_submit_gap_before"] = t - last, what
-        self._last_submit = t
+            st["max_submit_gap_after"] = self._last_kind
+            st["max_submit_gap_wait_s"] = self._waited
+            st["max_submit_gap_in_submit_s"] = self._in_submit
+        self._last_submit, self._last_kind, self._waited = t, what, 0.0
         st["submits"] = st.get("submits", 0) + 1
         self.g.device.queue.submit([enc.finish()])
+        # (a CPU adapter runs the work inside submit: that time is GPU work there)
+        self._in_submit = time.perf_counter() - t
+
+    def _wait(self, promise, what: str) -> None:
+        t = time.perf_counter()
+        self.g.wait_promise(promise, what)
+        self._waited += time.perf_counter() - t
 
     def _state(self) -> np.ndarray:
-        return self.g.read_u32(self.table.buffers["state"], 0, self.words, what="training state")
+        t = time.perf_counter()
+        v = self.g.read_u32(self.table.buffers["state"], 0, self.words, what="training state")
+        self._waited += time.perf_counter() - t
+        return v
 
     def _count(self, merges_done: int, n: int, setup: bool = False) -> None:
         """clear_table + pair_count over the current stream (``setup``: first the
@@ -972,19 +1001,27 @@ class _MergeLoop:
     def _continue_walks(self) -> np.ndarray:
         """Run wl_continue until no walk is carried (1, 2, 4, … up to
         MAX_CONTINUATIONS_PER_SUBMIT dispatches per submit); release the hold; the state."""
-        reps = 1
+        reps = self.continue_reps
         self.st["walks_paused"] += 1
         while True:
             enc = self.g.device.create_command_encoder(label="train.continue")
             cp = enc.begin_compute_pass(label="train.continue")
             self.k.record_continue(cp, reps)
             cp.end()
+            t = time.perf_counter()
             self._submit(enc, "continue")
             self.st["continuation_dispatches"] += reps
+            self.st["continue_submits"] = self.st.get("continue_submits", 0) + 1
             stv = self._state()
+            # (submit → state read: the dispatches' GPU time plus one round trip)
+            per = (time.perf_counter() - t) / reps
+            self.st["continue_s_per_dispatch"] = per
+            cap = max(1, int(TARGET_SUBMIT_S / per)) if per > 0 else MAX_CONTINUATIONS_PER_SUBMIT
             if not stv[self.pause_word]:
                 break
-            reps = min(2 * reps, MAX_CONTINUATIONS_PER_SUBMIT)
+            reps = max(1, min(2 * reps, MAX_CONTINUATIONS_PER_SUBMIT, cap))
+        # the next pause starts where this one's time per dispatch allows
+        self.continue_reps = max(1, min(reps, cap))
         self.table.set_state_word("S_HOLD", 0)
         return stv
 
@@ -999,8 +1036,8 @@ class _MergeLoop:
             self.walk_last[key] = v
 
     def _drain(self, inflight: list) -> None:
-        for b2, p2, _, _ in inflight:
-            self.g.wait_promise(p2, "training state readback")
+        for b2, p2, *_ in inflight:
+            self._wait(p2, "training state readback")
             b2.unmap()
         inflight.clear()
 
@@ -1018,19 +1055,22 @@ class _MergeLoop:
         nbytes = 4 * self.words
         staging = [g.buffer(nbytes + 16 * self.batch, U.MAP_READ | U.COPY_DST,
                             f"train.readback{i}") for i in (0, 1)]
-        inflight: list = []   # (buffer, promise, k0, cnt), oldest first, at most 2
+        inflight: list = []   # (buffer, promise, k0, cnt, submitted at), oldest first, ≤ 2
         recorded = done = last_count = nbatches = n_now = 0
         stopped = need_rebuild = False
         size = min(16, self.batch)
+        cap = self.batch        # merges per batch the GPU time per merge allows
+        prev_done = 0.0         # when the last batch's readback completed
         while True:
             if need_rebuild and not inflight:
                 self._rebuild(done, n_now)
                 need_rebuild = False
             if (not stopped and not need_rebuild and recorded < self.num_merges
                     and len(inflight) < 2):
-                cnt = min(size, self.num_merges - recorded)
+                cnt = min(size, cap, self.num_merges - recorded)
                 buf = staging[nbatches % 2]
-                inflight.append((buf, self._record(recorded, cnt, buf), recorded, cnt))
+                t_sub = time.perf_counter()
+                inflight.append((buf, self._record(recorded, cnt, buf), recorded, cnt, t_sub))
                 recorded += cnt
                 nbatches += 1
                 size = min(self.batch, size * 2)
@@ -1038,8 +1078,13 @@ class _MergeLoop:
                     continue        # keep one batch queued behind the one being read
             if not inflight:
                 break
-            buf, promise, k0, cnt = inflight.pop(0)
-            g.wait_promise(promise, "training state readback")
+            buf, promise, k0, cnt, t_sub = inflight.pop(0)
+            self._wait(promise, "training state readback")
+            t_done = time.perf_counter()
+            # the batch's GPU time: from its submit, or from the end of the one before it
+            # (batches queue back to back), to its readback
+            gpu_s = t_done - max(t_sub, prev_done)
+            prev_done = t_done
             raw = np.frombuffer(buf.read_mapped(0, nbytes + 16 * cnt), np.uint32).copy()
             buf.unmap()
             stv = raw[:self.words]
@@ -1057,6 +1102,12 @@ class _MergeLoop:
             done = int(stv[c["S_K"]]) + (int(stv[self.done_word]) if self.done_word else 0)
             stopped = stopped or bool(stv[c["S_STOP"]])
             got = min(cnt, max(0, done - k0))
+            if got == cnt and not (self.pause_word is not None and raw[self.pause_word]):
+                per = gpu_s / cnt
+                st["seconds_gpu_per_merge_max"] = max(st.get("seconds_gpu_per_merge_max", 0.0),
+                                                      per)
+                cap = max(1, min(self.batch, int(TARGET_SUBMIT_S / per) if per > 0
+                                 else self.batch))
             if got:
                 mm = raw[self.words:].reshape(-1, 4)[got - 1]
                 last_count = int(mm[2]) | (int(mm[3]) << 32)

@@ -450,7 +450,8 @@ class GPUWordCounter:
         self._bind = None
         # Words longer than MAXW, per batch: (bytes back to back, lengths) — grouped at the end
         # (result), never one Python object per word.
-        self.long_words: list[tuple[np.ndarray, np.ndarray]] = []
+        self.long_words: list[tuple] = []     # (bytes, lengths[, counts]) per batch/group
+        self.long_bytes = 0                   # bytes of the words in long_words
         # Spilling (count_budget): with ``spill`` set, a table that holds more than ``max_words``
         # words, or that the adapter's limits stop from growing, is handed to ``spill`` (a
         # sorted run on disk) and emptied, instead of counting the rest on the CPU.
@@ -774,7 +775,9 @@ class GPUWordCounter:
             # Words longer than MAXW: their ends from the word-start bitmap (bit n is set).
             pos = g.read_u32(self.longs, 0, nlong, what="long words").astype(np.int64)
             bits = g.read_u32(self.starts, 0, n // 32 + 1, what="word starts")
-            self.long_words.append(host.words(np.sort(pos), _ends_after(bits, np.sort(pos))))
+            words = host.words(np.sort(pos), _ends_after(bits, np.sort(pos)))
+            self.long_words.append(words)
+            self.long_bytes += len(words[0])
         self.peak_gpu_bytes = max(self.peak_gpu_bytes, self.gpu_bytes())
         if self.on_batch is not None:
             self.on_batch(self)
@@ -819,6 +822,21 @@ class GPUWordCounter:
         del mark
         return WordCounts(store.view(np.uint8)[mask], lengths, counts)
 
+    def group_long(self) -> WordCounts:
+        """Group the long words held (words over ``MAXW`` bytes, exact counts) and keep them
+        grouped; returns them (:class:`WordCounts`, distinct words). ``long_bytes`` is then
+        their distinct bytes (count_budget: what they prove about the corpus)."""
+        wc = group_words(self.long_words)
+        self.long_words = [(wc.data, wc.lengths, wc.counts)] if len(wc) else []
+        self.long_bytes = len(wc.data)
+        return wc
+
+    def take_long(self) -> WordCounts:
+        """The long words held, grouped, and no longer held (count_budget spills them)."""
+        wc = group_words(self.long_words)
+        self.long_bytes = 0
+        return wc
+
     def result(self) -> WordCounts:
         """The distinct words counted so far with their counts (those not handed to ``spill``)."""
         if self.slots:
@@ -826,7 +844,7 @@ class GPUWordCounter:
         else:
             nout = 0
         wc = self._table_words(nout)
-        parts, self.long_words = self.long_words, []
+        parts, self.long_words, self.long_bytes = self.long_words, [], 0
         longs = group_words(parts)                  # > MAXW bytes: not in the table
         if not self.extra:
             return concat_counts([wc, longs])
@@ -912,23 +930,28 @@ def _ends_after(bits: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return (w << 5) + np.log2(low.astype(np.float64)).astype(np.int64)
 
 
-def group_words(parts: list[tuple[np.ndarray, np.ndarray]]) -> WordCounts:
-    """Exact counts of words given as ``[(bytes back to back, int64 lengths)]``: Arrow's hash
-    group-by over the bytes (no Python object per word)."""
+def group_words(parts: list[tuple]) -> WordCounts:
+    """Exact counts of words given as ``[(bytes back to back, int64 lengths[, uint64
+    counts])]`` (a part without counts: each word once): Arrow's hash group-by over the bytes
+    (no Python object per word)."""
     import pyarrow as pa
 
     if not parts:
         return _empty_counts()
-    lens = np.concatenate([ln for _, ln in parts]).astype(np.int64)
+    lens = np.concatenate([p[1] for p in parts]).astype(np.int64)
     if not len(lens):
         return _empty_counts()
-    data = np.concatenate([d for d, _ in parts])
+    data = np.concatenate([p[0] for p in parts])
+    counts = np.concatenate([p[2] if len(p) > 2 else np.ones(len(p[1]), np.uint64)
+                             for p in parts]).astype(np.uint64)
     parts.clear()                                   # (the caller's list: its arrays freed)
     off = np.zeros(len(lens) + 1, np.int64)
     np.cumsum(lens, out=off[1:])
     arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(lens),
                                            [None, pa.py_buffer(off), pa.py_buffer(data)])
-    t = pa.table({"w": arr, "c": pa.array(np.ones(len(lens), np.uint64))})
+    del data
+    t = pa.table({"w": arr, "c": pa.array(counts)})
+    del arr, counts
     g = t.group_by("w").aggregate([("c", "sum")])
     words = g.column("w").combine_chunks()
     bufs = words.buffers()

@@ -1,0 +1,65 @@
+"""The memory budget holds for MB-long words (issue 17 §2: 1,000 documents that are each one
+1 MB word).
+
+Each case runs train() in a child process (its peak RSS, ``ru_maxrss``, is its own) on
+documents that are each ONE word of 1 MB of random letters, under ``max_memory``. Exact
+training on them cannot fit (the merge phase needs ~40 B per symbol), so train() must refuse
+with InputError *while counting*, and the child's peak RSS must stay within ``max_memory``.
+Before the fix the long words were held raw until the end (lavapipe: 1.97 GB peak under a
+0.7 GB budget on 300 MB, 114 s; the H200 6.96 GB under 6 GB on 1 GB).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import subprocess_env
+
+CHILD = r"""
+import json, resource, sys, time
+import numpy as np
+import torch_gpubpe
+from torch_gpubpe.errors import InputError
+
+n_docs, budget, count_on = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+read = []
+
+def docs():
+    for d in range(n_docs):
+        rng = np.random.default_rng(d)
+        read.append(d)
+        yield (rng.integers(0, 26, 1_000_000) + 97).astype(np.uint8).tobytes()
+
+out = {}
+t0 = time.perf_counter()
+try:
+    torch_gpubpe.train(docs(), 300, max_memory=budget, count_on=count_on)
+    out["error"] = None
+except InputError as e:
+    out["error"] = str(e)
+out["seconds"] = time.perf_counter() - t0
+out["docs_read"] = len(read)
+out["peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps(out))
+"""
+
+BUDGET = 800_000_000
+DOCS = 300          # 300 MB: held whole, they alone would pass the budget
+
+
+@pytest.mark.parametrize("count_on", ["gpu", "cpu"])
+def test_one_mb_words_refused_while_counting_within_budget(count_on):
+    r = subprocess.run([sys.executable, "-c", CHILD, str(DOCS), str(BUDGET), count_on],
+                       capture_output=True, text=True, timeout=300, env=subprocess_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["error"] is not None and "unique words" in out["error"], out
+    assert "max_memory" in out["error"] and "prune_below" in out["error"], out
+    # refused early: well before the corpus was read (the exact estimate passes the budget
+    # after ~20 MB of distinct long words)
+    assert out["docs_read"] < DOCS // 2, out
+    assert out["peak_rss"] <= BUDGET, (f"peak RSS {out['peak_rss'] / 1e9:.3f} GB above "
+                                       f"max_memory {BUDGET / 1e9:.2f} GB", out)
