@@ -4,8 +4,10 @@ is its own.
 
 Cases (``--cases``, default all):
 
-``unique``   ``--words`` (default 50 M) distinct random 8-letter words, each once, plus common
-             words (2,000 of 2–6 letters, Zipf-distributed, ``--common-per-doc`` per document),
+``unique``   ``--words`` (default 50 M) distinct random 8-letter words, each once
+             (``--per-doc`` per document), plus common words (2,000 of 2–6 letters,
+             Zipf-distributed, ``--common-per-doc`` per document; made with numpy a chunk of
+             documents at a time),
              streamed from a Hugging Face ``IterableDataset`` made with
              ``IterableDataset.from_generator`` (generated, no network):
              (a) ``prune_below=0`` under ``--max-memory``: exact training cannot fit, so it must
@@ -15,8 +17,9 @@ Cases (``--cases``, default all):
                  equal ``train_from_word_counts`` of the common words' counts (computed
                  separately from the same seed).
 ``longword`` ``--long-docs`` (default 1,000) documents, each ONE word of ``--long-mb`` MB (random
-             letters): (c) ``longword-budget``, under ``--max-memory``: counted exactly, then
-             refused before the merges (the estimate is ~40 GB); (d) ``longword-default``
+             letters): (c) ``longword-budget``, under ``--max-memory``: refused while
+             counting, once the long words held prove that the merge phase (~40 GB) cannot
+             fit, the peak RSS within the budget; (d) ``longword-default``
              (only when named in ``--cases``): the default budget, trained (1 GB of symbols:
              slow) or the named error it gives.
 
@@ -260,8 +263,9 @@ def main() -> None:
                     help="comma-separated; also longword-default (trains on 1 GB of distinct "
                          "1 MB words with the default budget: long, not in the default set)")
     ap.add_argument("--words", type=float, default=50e6, help="distinct random words (50 M)")
-    ap.add_argument("--per-doc", type=int, default=500, help="random words per document")
-    ap.add_argument("--common-per-doc", type=int, default=500)
+    ap.add_argument("--per-doc", type=int, default=2_000,
+                    help="random words per document (datasets costs ~100-300 us per row)")
+    ap.add_argument("--common-per-doc", type=int, default=2_000)
     ap.add_argument("--long-docs", type=int, default=1_000)
     ap.add_argument("--long-mb", type=float, default=1.0)
     ap.add_argument("--max-memory", default="6G", help="the budget of the budgeted cases")

@@ -209,7 +209,7 @@ class CountBudget:
                 f"holds); they are written as sorted runs to {self.tmp} and merged at the end "
                 "(exact, slower; recorded in stats['spilled_runs'])", stacklevel=4)
         path = Path(self.tmp) / f"run-{len(self.runs):05d}.parquet"
-        write_counts(wc, path)
+        write_counts(wc, path, compression="lz4")
         self.runs.append(path)
         self.run_words.append(len(wc))
         self.st["spilled_runs"] = len(self.runs)
@@ -221,7 +221,7 @@ class CountBudget:
         """The corpus's word counts: ``wc`` (the last table) when nothing was spilled (pruning
         is then the caller's), else the runs and ``wc`` merged, with ``prune_below`` applied
         as they stream (``stats['pruned_words']``, warned once)."""
-        from .counts import iter_count_batches, merge_counts
+        from .counts import DEFAULT_FAN_IN, iter_count_batches, iter_merged, merge_counts
         from .trainer import _rss_bytes, estimate_merge_memory
         from .wordcount import WordCounts
 
@@ -230,10 +230,15 @@ class CountBudget:
         self.spill(wc)
         del wc
         t0 = time.perf_counter()
-        merged = Path(self.tmp) / "merged.parquet"
-        merge_counts(self.runs, merged)
-        for p in self.runs:
-            p.unlink()
+        merged = None
+        if len(self.runs) <= DEFAULT_FAN_IN:     # merged as they stream, no merged file
+            stream = iter_merged(self.runs, 1 << 16)
+        else:
+            merged = Path(self.tmp) / "merged.parquet"
+            merge_counts(self.runs, merged)
+            for p in self.runs:
+                p.unlink()
+            stream = iter_count_batches(merged, 1 << 18)
         keep_from = max(self.prune_below, 1)
         datas, lens, counts = [], [], []
         kept = kept_bytes = total = 0
@@ -248,7 +253,7 @@ class CountBudget:
 
             bar = tqdm(total=None, desc="merge spilled counts", unit="word", unit_scale=True,
                        dynamic_ncols=True)
-        for words, c in iter_count_batches(merged, 1 << 18):
+        for words, c in stream:
             from .counts import _packed
 
             d, o = _packed(words)
@@ -277,7 +282,8 @@ class CountBudget:
                 datas, lens, counts = [], [], []
         if bar is not None:
             bar.close()
-        merged.unlink()
+        for p in self.runs if merged is None else [merged]:
+            p.unlink()
         self.st["seconds_merge_runs"] = time.perf_counter() - t0
         if over:
             self._refuse(hist_w, hist_b, base)

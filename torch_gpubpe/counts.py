@@ -182,7 +182,7 @@ def _exact_sum(counts: np.ndarray) -> int:
 
 
 def write_counts(wc, path: PathLike, *, num_documents: int = 0, corpus_bytes: int = 0,
-                 pre_tokenizer: str = PRE_TOKENIZER) -> Path:
+                 pre_tokenizer: str = PRE_TOKENIZER, compression: str = "zstd") -> Path:
     """Write word counts to a counts file (format: module docstring).
 
     Args:
@@ -190,6 +190,7 @@ def write_counts(wc, path: PathLike, *, num_documents: int = 0, corpus_bytes: in
         path: the ``.parquet`` file to write (replaced if it exists; written to a temporary
             name beside it first, so a killed run leaves no half file under ``path``).
         num_documents, corpus_bytes: what was counted (stored in the metadata).
+        compression: the Parquet codec (count_budget's temporary runs: ``"lz4"``, faster).
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
     Raises:
@@ -199,11 +200,11 @@ def write_counts(wc, path: PathLike, *, num_documents: int = 0, corpus_bytes: in
     meta = {"num_words": table.num_rows, "total_count": _exact_sum(wc.counts),
             "num_documents": int(num_documents), "corpus_bytes": int(corpus_bytes),
             "num_shards": 1}
-    return _write_table_atomic(table, Path(path), meta)
+    return _write_table_atomic(table, Path(path), meta, compression)
 
 
-def _write_table_atomic(table, path: Path, totals: dict) -> Path:
-    with _AtomicWriter(path, table.schema) as w:
+def _write_table_atomic(table, path: Path, totals: dict, compression: str = "zstd") -> Path:
+    with _AtomicWriter(path, table.schema, compression) as w:
         w.write(table)
         w.totals = totals
     return path
@@ -213,7 +214,8 @@ class _AtomicWriter:
     """Parquet writer to ``path.tmp-*``, renamed to ``path`` on a clean exit; output rows are
     gathered into row groups of ``ROW_GROUP_ROWS``; ``totals`` go to the footer metadata."""
 
-    def __init__(self, path: Path, schema) -> None:
+    def __init__(self, path: Path, schema, compression: str = "zstd") -> None:
+        self.compression = compression
         self.path, self.schema = Path(path), schema
         self.pending: list = []
         self.rows = 0
@@ -224,7 +226,7 @@ class _AtomicWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, self.tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.tmp-")
         os.close(fd)
-        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression="zstd")
+        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression=self.compression)
         return self
 
     def write(self, table) -> None:
@@ -487,37 +489,54 @@ class _Input:
         return part
 
 
-def _merge_group(paths: Sequence[PathLike], out: Path, *, pre_tokenizer: str,
-                 batch_rows: int, totals: dict, stats: dict) -> None:
+def iter_merged(paths: Sequence[PathLike], batch_rows: int = DEFAULT_BATCH_ROWS,
+                stats: dict | None = None) -> Iterator[tuple]:
+    """The streaming k-way merge of sorted counts files ``paths`` (all read at once: no
+    fan-in rounds), as ``(words, counts)`` batches in word order: ``words`` an Arrow
+    ``large_binary`` array, ``counts`` uint64 (equal words' counts added, exact). What
+    :func:`merge_counts` writes, without the file (count_budget reads the runs this way).
+
+    Raises:
+        InputError: an input is not a valid counts file, or a summed count reaches 2^64.
+    """
     pa, pc, _ = _pa()
     inputs = [_Input(p, batch_rows) for p in paths]
-    num_words = 0
-    total = 0
     peak = 0
-    with _AtomicWriter(out, _schema(pre_tokenizer)) as w:
-        while True:
-            live = [i for i in inputs if i.words is not None]
-            if not live:
-                break
-            # Every word ≤ the smallest last word of the inputs' current batches has all its
-            # occurrences in those batches (each input is sorted and unique): sum and emit them.
-            frontier = None
-            if any(not i.done for i in live):
-                frontier = min((i.words[-1] for i in live if not i.done),
-                               key=lambda s: s.as_py())
-            held = sum(len(i.words) for i in live)
-            peak = max(peak, held)
-            parts = [p for p in (i.take_upto(frontier) for i in live) if p is not None]
-            words = pa.concat_arrays([p[0] for p in parts])
-            counts = np.concatenate([p[1] for p in parts])
+    while True:
+        live = [i for i in inputs if i.words is not None]
+        if not live:
+            break
+        # Every word ≤ the smallest last word of the inputs' current batches has all its
+        # occurrences in those batches (each input is sorted and unique): sum and emit them.
+        frontier = None
+        if any(not i.done for i in live):
+            frontier = min((i.words[-1] for i in live if not i.done), key=lambda s: s.as_py())
+        held = sum(len(i.words) for i in live)
+        peak = max(peak, held)
+        parts = [p for p in (i.take_upto(frontier) for i in live) if p is not None]
+        words = pa.concat_arrays([p[0] for p in parts])
+        counts = np.concatenate([p[1] for p in parts])
+        del parts
+        if len(live) > 1:
             order = sort_order(*_packed(words))
             words, counts = _sum_sorted(words.take(pa.array(order)), counts[order])
+        if stats is not None:
+            stats["peak_rows_held"] = max(stats.get("peak_rows_held", 0), peak)
+        yield words, counts
+
+
+def _merge_group(paths: Sequence[PathLike], out: Path, *, pre_tokenizer: str,
+                 batch_rows: int, totals: dict, stats: dict) -> None:
+    pa, _, _ = _pa()
+    num_words = 0
+    total = 0
+    with _AtomicWriter(out, _schema(pre_tokenizer)) as w:
+        for words, counts in iter_merged(paths, batch_rows, stats):
             num_words += len(words)
             total += _exact_sum(counts)
             w.write(pa.Table.from_arrays([words, pa.array(counts, pa.uint64())],
                                          schema=w.schema))
         w.totals = {**totals, "num_words": num_words, "total_count": total}
-    stats["peak_rows_held"] = max(stats.get("peak_rows_held", 0), peak)
 
 
 def merge_counts(paths: Sequence[PathLike], out: PathLike, *,
