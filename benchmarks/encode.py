@@ -342,7 +342,7 @@ def pipelined_breakdown(tok: Tokenizer, bs: list[list[str]]) -> tuple[float, dic
                             "ids copy", "readback, rest", "other")}
     where = [None]
     saved = {"_pack": E._pack, "copy_parts": E.copy_parts, "parallel_copy": E.parallel_copy}
-    saved_slot = {"start": E._Slot.start, "finish": E._Slot.finish, "_read_meta": E._Slot._read_meta}
+    saved_slot = {k: getattr(E._Slot, k) for k in ("start", "finish", "_read_meta")}
 
     def timed(fn, key=None, set_where=None):
         def w(*a, **kw):
@@ -353,7 +353,8 @@ def pipelined_breakdown(tok: Tokenizer, bs: list[list[str]]) -> tuple[float, dic
             finally:
                 where[0] = old
                 dt = time.perf_counter() - t0
-                k = key if key is not None else ("upload copy" if where[0] == "start" else "ids copy")
+                k = key if key is not None else (
+                    "ids copy" if where[0] == "finish" else "upload copy")
                 acc[k] += dt
                 if where[0] == "start" and key is None:
                     acc["submit, rest"] -= dt
@@ -465,8 +466,12 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
         print(f"| {k} | " + " | ".join(f"{b[1][k]:.4f}" for b in breakdown.values()) + " |")
     print("| total | " + " | ".join(f"{b[0]:.4f}" for b in breakdown.values()) + " |")
     print()
-    print(f"SM clock after each timed batch: bpe mode {', '.join(bpe_clk)}; greedy mode "
-          f"{', '.join(gr_clk)} (each batch's passes run {args.repeat_passes}x back to back, "
+    from collections import Counter
+
+    def clocks(c):
+        return ", ".join(f"{v} ({k} of {len(c)})" for v, k in Counter(c).most_common())
+    print(f"SM clock after each timed batch: bpe mode {clocks(bpe_clk)}; greedy mode "
+          f"{clocks(gr_clk)} (each batch's passes run {args.repeat_passes}x back to back, "
           "the last one timed)")
     print("| GPU pass (timestamp queries) | bpe mode ms | greedy mode ms (same vocab) | ratio |")
     print("|---|---:|---:|---:|")
