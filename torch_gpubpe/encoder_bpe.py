@@ -37,6 +37,12 @@ WORK_COUNTERS = {k[2:].lower(): v for k, v in _WGSL.consts.items()
                  if k.startswith("W_") and k != "W_COUNT"}
 
 
+PREFETCH_ROWS = True
+"""Whether the walk loads a longer match's tokinfo/bounds rows in the step that finds it (its
+loads overlap the next steps'; ``wgsl/encode_bpe.wgsl`` ``PREFETCH_ROWS``) rather than in the
+try. Read when a session opens; benchmarks/encode.py times both."""
+
+
 def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
     """(UNWIND, STEP_MAX): iterations of ``valid_pair``'s loop, and the most loop iterations one
     step of the walk can take (see the module docstring)."""
@@ -94,7 +100,8 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False
         g.device.queue.write_buffer(sess.pairs, 0, pairs)
         g.device.queue.write_buffer(sess.bounds, 0, bounds)
     consts = {"WG": 256, "CHUNK": chunk, "PAIR_MASK": t.pair_mask, "PAIR_PROBES": t.max_probe,
-              "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable)}
+              "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable),
+              "PREFETCH_ROWS": int(PREFETCH_ROWS)}
     src = None
     flags = set(g.flags)
     if sess.pretok is not None:  # word starts from a regex pre-tokenizer's mask (binding 16)

@@ -67,6 +67,8 @@ override PAIR_PROBES: u32 = 1u;    // most probes of any lookup
 override UNWIND: u32 = 4u;         // most iterations of valid_pair (2 * max split height + 2)
 override STEP_MAX: u32 = 64u;      // most loop iterations of one step of the walk (a trie walk
                                    // and its try, or one try): host bound
+override PREFETCH_ROWS: bool = true;  // load a longer match's rows in the walk step that finds it
+                                      // (else in the try; benchmarks compare the two)
 override ALL_REACHABLE: bool = false;  // no unreachable token (GPT-2, Qwen2, vocabs trained by
                                        // merges): skip the per-node check and whole-word rule
 
@@ -295,6 +297,7 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     // match, or the next iteration's, overlap them), so that the try waits for no row of cand.
     var ci = vec4<u32>(0u);
     var cb = vec4<u32>(0u);
+    var rows_ok = true;  // ci, cb are cand's (always, with PREFETCH_ROWS)
     if (cs < n) {
         if (params.resume == 0u) {
             state[2u * c] = 0u;
@@ -383,8 +386,12 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                     if (last_tid != NO_TOKEN) {
                         cand = last_tid;
                         cand_len = q - pos;
-                        ci = tokinfo[cand];
-                        cb = bounds[cand];
+                        if (PREFETCH_ROWS) {
+                            ci = tokinfo[cand];
+                            cb = bounds[cand];
+                        } else {
+                            rows_ok = false;
+                        }
                     }
                 } else if (last_tid != NO_TOKEN) {
                     let li = tokinfo[last_tid];
@@ -392,7 +399,11 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                         cand = last_tid;
                         cand_len = q - pos;
                         ci = li;
-                        cb = bounds[cand];
+                        if (PREFETCH_ROWS) {
+                            cb = bounds[cand];
+                        } else {
+                            rows_ok = false;
+                        }
                     }
                 }
                 fc = nodes[3u * child];
@@ -414,6 +425,11 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         }
         // Try cand (in the iteration that ended its walk: lanes stay in step).
         work_count(W_TRIES, 1u);
+        if (!rows_ok) {
+            ci = tokinfo[cand];
+            cb = bounds[cand];
+            rows_ok = true;
+        }
         if (cand_len == 0u) { cand_len = ci.w >> RANK_BITS; }
         let end = pos + cand_len;
         var ok = !(dead_any && is_dead(end));
