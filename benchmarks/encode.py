@@ -330,51 +330,49 @@ def kernel_us(tok: Tokenizer, packed: list, repeat_passes: int
 
 def pipelined_breakdown(tok: Tokenizer, bs: list[list[str]]) -> tuple[float, dict[str, float]]:
     """One more end-to-end run as :func:`run_gpu_pipelined`, with the main thread's time split
-    by what it was doing (seconds): ``pack`` (``str`` → UTF-8 parts: the encoding of the
-    non-ASCII documents), ``upload copy`` (into the mapped staging buffer, several threads),
-    ``submit, rest`` (bit arrays, recording, ``queue.submit``), ``wait for the GPU`` (the
-    token-count readback), ``ids copy`` (out of the mapped readback, several threads, into
-    fresh memory), ``readback, rest`` and ``other`` (the loop, offsets). Wraps the encoder's
-    private steps, so it is a separate run from the timed one."""
+    by what it was doing (seconds, each step's own time, nested steps taken out): ``pack``
+    (``str`` → UTF-8 parts: the encoding of the non-ASCII documents), ``upload copy`` (into the
+    mapped staging buffer, several threads), ``submit, rest`` (bit arrays, recording,
+    ``queue.submit``), ``wait for the GPU`` (the token-count readback), ``ids copy`` (out of
+    the mapped readback, several threads, into fresh memory), ``readback, rest`` (waiting for
+    the ids' copy to land, continuation submits) and ``other``
+    (the loop, offsets). Wraps the encoder's private steps, so it is a separate run from the
+    timed one."""
     import torch_gpubpe.encoder as E
 
     acc = {k: 0.0 for k in ("pack", "upload copy", "submit, rest", "wait for the GPU",
                             "ids copy", "readback, rest", "other")}
-    where = [None]
-    saved = {"_pack": E._pack, "copy_parts": E.copy_parts, "parallel_copy": E.parallel_copy}
-    saved_slot = {k: getattr(E._Slot, k) for k in ("start", "finish", "_read_meta")}
+    stack: list[list] = []  # [key, time of nested steps]
 
-    def timed(fn, key=None, set_where=None):
+    def timed(fn, key):
         def w(*a, **kw):
+            k = key
+            if k is None:  # parallel_copy: the ids out of the readback, or an upload
+                k = "ids copy" if any(f[0] == "readback, rest" for f in stack) else "upload copy"
+            stack.append([k, 0.0])
             t0 = time.perf_counter()
-            old, where[0] = where[0], (set_where or where[0])
             try:
                 return fn(*a, **kw)
             finally:
-                where[0] = old
                 dt = time.perf_counter() - t0
-                k = key if key is not None else (
-                    "ids copy" if where[0] == "finish" else "upload copy")
-                acc[k] += dt
-                if where[0] == "start" and key is None:
-                    acc["submit, rest"] -= dt
-                if where[0] == "finish" and key in (None, "wait for the GPU"):
-                    acc["readback, rest"] -= dt
+                _, inner = stack.pop()
+                acc[k] += dt - inner
+                if stack:
+                    stack[-1][1] += dt
         return w
 
-    E._pack = timed(saved["_pack"], "pack")
-    E.copy_parts = timed(saved["copy_parts"])
-    E.parallel_copy = timed(saved["parallel_copy"])
-    E._Slot.start = timed(saved_slot["start"], "submit, rest", "start")
-    E._Slot.finish = timed(saved_slot["finish"], "readback, rest", "finish")
-    E._Slot._read_meta = timed(saved_slot["_read_meta"], "wait for the GPU")
+    hooks = [(E, "_pack", "pack"), (E, "copy_parts", "upload copy"), (E, "parallel_copy", None),
+             (E._Slot, "start", "submit, rest"), (E._Slot, "_read_meta", "wait for the GPU"),
+             (E._Slot, "submit_readback", "readback, rest"),
+             (E._Slot, "read_ids", "readback, rest")]
+    saved = [(obj, name, getattr(obj, name)) for obj, name, _ in hooks]
+    for obj, name, key in hooks:
+        setattr(obj, name, timed(getattr(obj, name), key))
     try:
         total, _ = run_gpu_pipelined(tok, bs)
     finally:
-        for k, v in saved.items():
-            setattr(E, k, v)
-        for k, v in saved_slot.items():
-            setattr(E._Slot, k, v)
+        for obj, name, fn in saved:
+            setattr(obj, name, fn)
     acc["other"] = total - sum(v for k, v in acc.items() if k != "other")
     return total, acc
 
