@@ -113,3 +113,24 @@ def test_nice_lowers_only_the_reader_threads(tmp_path):
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine
     with pytest.raises(InputError, match="nice must be"):
         FileReader(p, nice=-1)
+
+
+def test_batches_held_while_chunk_buffers_are_reused(tmp_path):
+    """Chunk arrays go back to a pool once parsed: the batches (and their error locations)
+    must not refer to them. All batches are held until the end, with a read-ahead so small
+    that the decompressing threads reuse the arrays many times."""
+    docs = [f"doc {k} é " * (k % 40) for k in range(30_000)]
+    files = []
+    for i in range(3):
+        p, _ = docs_file(tmp_path, docs[i::3], name=f"f{i}.jsonl.gz", blank_every=7 if i else 0)
+        files.append(p)
+    r = FileReader(files, chunk_bytes=1 << 14, threads=3, read_ahead_bytes=1 << 16)
+    held = list(r.batches())
+    got = [v for b in held for v in b.values.cast(pa.large_binary()).to_pylist()]
+    assert got == [x.encode() for i in range(3) for x in docs[i::3]]
+    # row r of a file without blank lines is line r + 1; with them, the lines are counted
+    first = [b for b in held if str(files[0]) in b.where(0)]
+    assert first[-1].where(len(first[-1]) - 1) == f"{files[0]}:{len(docs[0::3])}"
+    last = held[-1]
+    n2 = len(docs[2::3])
+    assert last.where(len(last) - 1) == f"{files[2]}:{n2 + -(-n2 // 7)}"

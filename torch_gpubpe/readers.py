@@ -640,6 +640,29 @@ def prefetch(items: Iterator, depth: int = 2, name: str = "torch_gpubpe prefetch
     yield from _Pump(iter(items), depth, name)
 
 
+class _BufferPool:
+    """Chunk arrays of ``size`` bytes for reuse: a decompressing thread takes one (or makes a
+    new one), the chunk's parser gives it back once nothing refers to its bytes (reused
+    memory is not faulted in and zeroed by the kernel again). At most ``keep`` arrays wait
+    here; more are freed."""
+
+    def __init__(self, size: int, keep: int) -> None:
+        self.size, self.keep = size, keep
+        self._free: deque = deque()
+
+    def get(self) -> np.ndarray | None:
+        try:
+            return self._free.pop()
+        except IndexError:
+            return None
+
+    def put(self, chunk: memoryview) -> None:
+        arr = chunk.obj if isinstance(chunk, memoryview) else None
+        if (isinstance(arr, np.ndarray) and arr.nbytes == self.size
+                and len(self._free) < self.keep):
+            self._free.append(arr)
+
+
 def _rfind_newline(mv: memoryview, lo: int, hi: int) -> int:
     """Index of the last ``\\n`` in ``mv[lo:hi]`` (absolute), or -1; scans back in 64 KiB
     windows (lines are short; a longer one costs a copy of itself)."""
@@ -887,8 +910,10 @@ class FileReader(Reader):
                 base += len(col)
 
     # -- JSON Lines ----------------------------------------------------------------------------
-    def _raw_chunks(self, path: str) -> Iterator[tuple[int, memoryview]]:
-        """``(first line number, bytes)`` chunks of a (decompressed) file, cut after a ``\\n``.
+    def _raw_chunks(self, path: str, buffers: _BufferPool | None = None
+                    ) -> Iterator[tuple[int, memoryview, int]]:
+        """``(first line number, bytes, line ends in them)`` chunks of a (decompressed) file,
+        cut after a ``\\n``; into arrays from ``buffers`` (given back by the chunk's parser).
 
         Raises:
             InputError: the file cannot be decompressed (corrupt or truncated), naming it.
@@ -905,7 +930,10 @@ class FileReader(Reader):
         try:
             with _open_raw(path, self.stats) as f:
                 while True:
-                    buf = np.empty(max(size, 2 * len(tail)), np.uint8)
+                    want = max(size, 2 * len(tail))
+                    buf = buffers.get() if buffers is not None and want == size else None
+                    if buf is None:
+                        buf = np.empty(want, np.uint8)
                     mv = memoryview(buf)
                     mv[: len(tail)] = tail
                     got = len(tail)
@@ -922,15 +950,19 @@ class FileReader(Reader):
                         continue
                     chunk = mv[:cut]
                     tail = bytes(mv[cut:got])
-                    yield line, chunk
-                    line += _count_newlines(buf[:cut])
+                    # (counted before it is handed on: its parser may give the array back)
+                    nl = _count_newlines(buf[:cut])
+                    yield line, chunk, nl
+                    line += nl
         except _decompress_errors() as e:
             raise _read_failed(path, e) from e
         if tail:
-            yield line, memoryview(tail)
+            yield line, memoryview(tail), tail.count(b"\n")
 
-    def _files_chunks(self, paths, fmt: str) -> Iterator[tuple[str, int, bytes]]:
-        """Raw chunks of ``paths`` in order; up to ``threads`` files decompressed at once."""
+    def _files_chunks(self, paths, fmt: str, buffers: _BufferPool | None = None
+                      ) -> Iterator[tuple[str, int, memoryview, int]]:
+        """Raw chunks ``(path, first line, bytes, line ends in it)`` of ``paths`` in order; up
+        to ``threads`` files decompressed at once (into ``buffers``' arrays)."""
         for p in paths:
             _sniff(p, fmt)
         live: deque = deque()
@@ -945,17 +977,18 @@ class FileReader(Reader):
         def start_next() -> bool:
             p = next(it, None)
             if p is not None:
-                live.append((p, _Pump(self._raw_chunks(p), depth, f"gpubpe-decompress {p}")))
+                live.append((p, _Pump(self._raw_chunks(p, buffers), depth,
+                                      f"gpubpe-decompress {p}")))
             return p is not None
 
         start_next()  # the others once the first file gave its first chunk (it is awaited)
         try:
             while live:
                 p, pump = live[0]
-                for line, chunk in pump:
+                for line, chunk, nl in pump:
                     while len(live) < live_max and start_next():
                         pass
-                    yield p, line, chunk
+                    yield p, line, chunk, nl
                 live.popleft()
                 start_next()
         finally:
@@ -963,8 +996,10 @@ class FileReader(Reader):
                 pump.close()
 
     def _jsonl(self, paths, pool, skip):
-        tasks = ((lambda p=p, line=line, chunk=chunk: self._parse_jsonl(p, line, chunk))
-                 for p, line, chunk in self._files_chunks(paths, "JSON Lines"))
+        buffers = _BufferPool(self.chunk_bytes, 4 * self.threads)
+        tasks = ((lambda p=p, line=line, chunk=chunk, nl=nl:
+                  self._parse_jsonl(p, line, chunk, nl, buffers))
+                 for p, line, chunk, nl in self._files_chunks(paths, "JSON Lines", buffers))
         first_chunk: set[str] = set()
         for p, values, origin, lines in _ordered(tasks, pool, 2 * self.threads):
             if p not in first_chunk:
@@ -983,19 +1018,34 @@ class FileReader(Reader):
             keys = list(obj) if isinstance(obj, dict) else []
             raise self._missing_column(f"{p}:{lines(0)[0]}", keys)
 
-    def _parse_jsonl(self, path: str, line0: int, chunk: bytes):
+    def _parse_jsonl(self, path: str, line0: int, chunk: memoryview, newlines: int,
+                     buffers: _BufferPool | None = None):
+        """Parse one chunk: ``(path, values, origin, lines)``. ``chunk`` (``newlines`` line
+        ends in it) goes back to ``buffers`` once parsed: the batch keeps a copy of its bytes
+        only when its rows may need them (null/missing values, blank lines shifting line
+        numbers) — else row ``r`` is line ``line0 + r``."""
+        try:
+            return self._parse_jsonl_chunk(path, line0, chunk, newlines)
+        finally:
+            if buffers is not None:
+                buffers.put(chunk)
+
+    def _parse_jsonl_chunk(self, path: str, line0: int, chunk: memoryview, newlines: int):
         import pyarrow.json as pj
 
         col = self.text_column
         schema = pa.schema([(col, pa.large_string())])
         popts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
         lines_cache: list = []
+        kept: list = [chunk]  # the bytes lines() reads (dropped or copied before returning)
 
-        def lines(r: int) -> tuple[int, bytes]:
+        def lines(r: int) -> tuple[int, bytes | None]:
             """(line number, bytes) of the r-th non-blank line of the chunk."""
+            if kept[0] is None:  # no blank lines: row r is line line0 + r (bytes not kept)
+                return line0 + r, None
             if not lines_cache:
                 lines_cache.append([(line0 + i, ln) for i, ln in
-                                    enumerate(bytes(chunk).split(b"\n"))
+                                    enumerate(bytes(kept[0]).split(b"\n"))
                                     if ln.strip()])
             return lines_cache[0][r]
 
@@ -1010,6 +1060,7 @@ class FileReader(Reader):
             return f"no {col!r} field (found {keys})"
 
         if not bytes(chunk[:4096]).strip() and not bytes(chunk).strip():
+            kept[0] = None
             return path, pa.array([], pa.large_binary()), _Origin(describe), lines
         try:
             # The chunk as one block on this thread: the reader's pool parses chunks in
@@ -1017,11 +1068,15 @@ class FileReader(Reader):
             t = pj.read_json(pa.py_buffer(chunk), parse_options=popts,
                              read_options=pj.ReadOptions(use_threads=False,
                                                          block_size=len(chunk) + 1))
-            arr = t.column(0).combine_chunks()
+            parsed = t.column(0)  # one block: one chunk (combine_chunks would copy it)
+            arr = parsed.chunk(0) if parsed.num_chunks == 1 else parsed.combine_chunks()
             arr.validate(full=True)  # pyarrow.json does not check UTF-8; JSON is UTF-8
+            n_lines = newlines + (1 if len(chunk) and chunk[-1] != 10 else 0)
+            kept[0] = (bytes(chunk) if arr.null_count or len(arr) != n_lines else None)
             return path, arr, _Origin(describe, None, missing), lines
         except (UnicodeDecodeError, pa.ArrowException):
             pass
+        kept[0] = chunk = bytes(chunk)
         # pyarrow refused the chunk (lone surrogate escapes, a value that is not a string,
         # invalid UTF-8, a broken line): parse it line by line, each row treated as before.
         self.stats["jsonl_python_chunks"] = self.stats.get("jsonl_python_chunks", 0) + 1
@@ -1032,7 +1087,7 @@ class FileReader(Reader):
         valid: list[bool] = []
         bad: dict[int, str] = {}
         miss: dict[int, str] = {}
-        for i, ln in enumerate(bytes(chunk).split(b"\n")):
+        for i, ln in enumerate(chunk.split(b"\n")):
             if not ln.strip():
                 continue
             r = len(parts)
