@@ -214,8 +214,11 @@ fn pair_delta(a: u32, b: u32, lo: u32, hi: u32, negative: bool) {
 // table_slot of up to 4 keys (stored, col) at once, lane i when on[i]: their probe sequences
 // advance together, so a round's loads of different keys are in flight together (one memory
 // round trip per probe step, not one per key). Keys may repeat (the first lane inserts, the
-// other finds it). EMPTY for a lane that is off or ran out of probes (overflow flag raised).
-fn table_slots4(st: vec4<u32>, col: vec4<u32>, on: vec4<bool>) -> vec4<u32> {
+// other finds it). A lane with cas[i] (a key that is most likely new: the caller knows) probes
+// with atomicCompareExchange straight away, which inserts it or returns the slot's key in the
+// same round trip (a load first would see EMPTY and need a second one). EMPTY for a lane that
+// is off or ran out of probes (overflow flag raised).
+fn table_slots4(st: vec4<u32>, col: vec4<u32>, on: vec4<bool>, cas: vec4<bool>) -> vec4<u32> {
     let mask = P.rows - 1u;
     var row = vec4<u32>(row_home(st.x), row_home(st.y), row_home(st.z), row_home(st.w))
               & vec4<u32>(mask);
@@ -225,9 +228,17 @@ fn table_slots4(st: vec4<u32>, col: vec4<u32>, on: vec4<bool>) -> vec4<u32> {
         if (!any(todo)) { break; }
         probe_rounds += 1u;
         var cur = vec4<u32>(EMPTY);
+        var ins = vec4<bool>(false);      // lane i inserted its key this round
         for (var i = 0u; i < 4u; i++) {
             if (todo[i]) {
-                cur[i] = atomicLoad(&tkeys[row[i] * COLS + col[i]]);
+                let s = row[i] * COLS + col[i];
+                if (cas[i]) {
+                    let r = atomicCompareExchangeWeak(&tkeys[s], EMPTY, st[i]);
+                    cur[i] = r.old_value;
+                    ins[i] = r.exchanged;
+                } else {
+                    cur[i] = atomicLoad(&tkeys[s]);
+                }
                 probes += 1u;
             }
         }
@@ -235,7 +246,10 @@ fn table_slots4(st: vec4<u32>, col: vec4<u32>, on: vec4<bool>) -> vec4<u32> {
             if (!todo[i]) { continue; }
             let s = row[i] * COLS + col[i];
             var c = cur[i];
-            if (c == EMPTY) {
+            if (ins[i]) {
+                atomicAdd(&state[S_OCC], 1u);
+                c = st[i];
+            } else if (c == EMPTY) {          // a load saw EMPTY, or a spurious weak-CAS failure
                 let r = atomicCompareExchangeWeak(&tkeys[s], EMPTY, st[i]);
                 c = r.old_value;
                 if (r.exchanged) {

@@ -399,6 +399,7 @@ fn final_best_super(lid: u32, sg: vec3<u32>) -> vec4<u32> {
 // loaded together: ~2 memory round trips instead of ~8 one key after the other.
 fn pair_deltas4(x: vec4<u32>, y: vec4<u32>, neg: vec4<bool>, on: vec4<bool>, lo: u32,
                 hi: u32) {
+    // The added pairs (X, C), (C, Y) hold the new token C: probed by compare-exchange at once.
     var st = vec4<u32>(0u);
     var col = vec4<u32>(0u);
     for (var i = 0u; i < 4u; i++) {
@@ -406,7 +407,7 @@ fn pair_deltas4(x: vec4<u32>, y: vec4<u32>, neg: vec4<bool>, on: vec4<bool>, lo:
         st[i] = k.x;
         col[i] = k.y;
     }
-    let slot = table_slots4(st, col, on);
+    let slot = table_slots4(st, col, on, !neg);
     var ok = on & (slot != vec4<u32>(EMPTY));
     var mark = vec4<u32>(0u);
     for (var i = 0u; i < 4u; i++) {
@@ -578,6 +579,9 @@ fn walk(s0: Walk, m: Merge) -> Walk {
             let rr = select(r, 0u, r == NONE);
             let sr = lsym[rr];          // Y, and whether r starts the chain's next occurrence
             let nr = nxt[rr];
+            // C's list entry taken before the probes: the atomic's round trip overlaps theirs
+            // (nobody reads C's list in this merge).
+            let at = atomicAdd(&tlist[2u * m.c + 1u], 1u);
             probes = 0u;
             probe_rounds = 0u;
             // −(X, A) + (X, C), −(B, Y) + (C, Y); (A, B) itself skipped (A = B runs)
@@ -592,7 +596,7 @@ fn walk(s0: Walk, m: Merge) -> Walk {
             lsym[p] = m.c | (sp & TWS);
             lsym[q] = m.tag;
             nxt[p] = r;
-            pool[m.top + atomicAdd(&tlist[2u * m.c + 1u], 1u)] = p;
+            pool[m.top + at] = p;
             s.prev = m.c;
             s.p = r;
             sp = sr;                    // r is this chain's (or nobody's): still current
