@@ -465,12 +465,15 @@ fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
 //#endif
     let g = linear_id(wid, nwg);
     let groups = nwg.x * nwg.y;
+    var first_blk = 0u;
     if (lid == 0u) {
         // The grid's last workgroup is the hook's `first`: the one with the fewest blocks to
         // scan (grid-stride), so its extra work is not in series with block 0's.
         // The blocks first: their loads need not wait for step_blocked's branches (the two
-        // hooks read and write disjoint state words).
+        // hooks read and write disjoint state words); this workgroup's first block is looked
+        // up beside them (unused when g ≥ the count).
         let sb = scan_blocks();
+        first_blk = scan_block(g, sb.y);
         sh_u = step_blocked(g == groups - 1u);
         sh_w = sb.x;
         sh_x = sb.y;
@@ -481,7 +484,8 @@ fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
     if (blocked != 0u) { return; }
     for (var i = g; i < nscan; i += groups) {
         if (lid == 0u) {
-            let blk = scan_block(i, list);
+            var blk = first_blk;
+            if (i != g) { blk = scan_block(i, list); }
             sh_v = 0u;
             if (blk < P.nblocks && (block_listed(list) || dirty[blk] != 0u)) { sh_v = blk + 1u; }
         }

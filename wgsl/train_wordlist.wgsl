@@ -538,6 +538,14 @@ fn walk(s0: Walk, m: Merge) -> Walk {
         var sp = 0u;           // lsym[s.p] and nxt[s.p] (carried along the chain)
         var q = NONE;
         var w = 0u;
+        // lsym[q] and nxt[q] of the chain's first occurrence when already loaded (`known`):
+        // B's list: the entry is q; A's list: loaded beside lead_of's loads. Nobody else
+        // writes them in this merge while q holds B (q is then only this chain's), and
+        // whether q holds B does not change during it (other threads write C or DEAD | k only
+        // into symbols of their own occurrences, which hold A or B: q holds neither, or B).
+        var known = false;
+        var sq0 = 0u;
+        var r0 = NONE;
         if (s.p == NONE) {
             let e = pool[m.off + s.j];
             entries += 1u;
@@ -547,6 +555,13 @@ fn walk(s0: Walk, m: Merge) -> Walk {
             let ne = nxt[e];
             w = wid_in[e];     // p is in e's word
             cost.depth += 2u;  // the entry, its loads
+            if (m.from_b) {
+                sq0 = se;
+                r0 = ne;
+            } else if (ne != NONE && (se & LIVE) == m.a) {
+                sq0 = lsym[ne];
+                r0 = nxt[ne];
+            }
             let l = lead_of(e, se, pe, ne, m, &cost);
             if (l.x == PAUSED) { break; }
             if (l.x == NONE) {
@@ -557,6 +572,7 @@ fn walk(s0: Walk, m: Merge) -> Walk {
             s.prev = l.y;
             sp = l.z;
             q = l.w;
+            known = true;
         } else {               // resumed from a carry
             sp = lsym[s.p];
             q = nxt[s.p];
@@ -568,10 +584,15 @@ fn walk(s0: Walk, m: Merge) -> Walk {
         loop {
             if (s.p == NONE || cost.spent >= P.budget) { break; }
             let p = s.p;
-            let qq = select(q, 0u, q == NONE);
-            let sq = lsym[qq];
-            let r = nxt[qq];
-            cost.depth += 1u;
+            var sq = sq0;
+            var r = r0;
+            if (!known) {
+                let qq = select(q, 0u, q == NONE);
+                sq = lsym[qq];
+                r = nxt[qq];
+                cost.depth += 1u;
+            }
+            known = false;
             if ((sp & LIVE) != m.a || q == NONE || (sq & LIVE) != m.b) {
                 s.p = NONE;
                 break;
@@ -653,15 +674,18 @@ fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
     // S_K, S_STOP, S_TOP and the lists of A and B only change in this dispatch to what every
     // workgroup derives itself (or not at all: appends go to C's list only). S_HOLD was set by
     // an earlier dispatch (S_PAUSE may rise during this one: it is not read here).
-    if (lid == 0u) {
+    // The state is loaded by the last thread (which has no super-block best to load while
+    // there are fewer than WG groups) and the bests reduced before it is looked at: the two
+    // round trips overlap (a stopped or held step reduces for nothing).
+    if (lid == WG - 1u) {
         sh_u = atomicLoad(&state[S_STOP]) | atomicLoad(&state[S_HOLD]);
         sh_v = atomicLoad(&state[S_K]);
         sh_w = atomicLoad(&state[S_TOP]);
     }
+    let r = final_best_super(lid, sg);
     if (workgroupUniformLoad(&sh_u) != 0u) { return; }
     let k = workgroupUniformLoad(&sh_v);
     let top = workgroupUniformLoad(&sh_w);
-    let r = final_best_super(lid, sg);
     let stop = training_done(r, k);
     let wg = linear_id(wid, nwg);
     let a = r.z;
