@@ -51,7 +51,7 @@ import pyarrow.parquet as pq  # noqa: E402
 from _report import GPUMonitor, gpu_sample, print_footer, sm_clock_now  # noqa: E402
 
 from torch_gpubpe.encoder import Tokenizer  # noqa: E402
-from torch_gpubpe.ray import TokenizeBatches, tokenize_dataset  # noqa: E402
+from torch_gpubpe.ray import DEFAULT_BATCH_ROWS, TokenizeBatches, tokenize_dataset  # noqa: E402
 from torch_gpubpe.vocab import Vocab  # noqa: E402
 
 
@@ -283,10 +283,11 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=32_768)
     ap.add_argument("--train-bytes", type=float, default=100e6)
     ap.add_argument("--batch-size", type=int, default=4096, help="single process: rows per batch")
-    ap.add_argument("--ray-batch-size", type=int, default=32_768, help="Ray: rows per call")
+    ap.add_argument("--ray-batch-size", type=int, default=DEFAULT_BATCH_ROWS,
+                    help="Ray: rows per batch (TokenizeBatches call)")
     ap.add_argument("--calls-per-actor", type=int, nargs="+", default=[2],
-                    help="Ray: calls at once in the actor (1: one at a time); several values: "
-                         "one Ray run each, in the same cluster")
+                    help="Ray: tasks (input blocks) at once in the actor (1: one at a time); "
+                         "several values: one Ray run each, in the same cluster")
     ap.add_argument("--footer-actors", type=int, default=2,
                     help="RAY_DATA_PARQUET_FOOTER_NUM_ACTORS (Ray 2.60's default: 32)")
     ap.add_argument("--read-unit-mb", type=int, default=128,

@@ -29,15 +29,17 @@ as the actor; with ``num_gpus`` set, ``batch_size`` must be set too. An actor gi
 the machine has one NVIDIA GPU or ``CUDA_VISIBLE_DEVICES`` names it by UUID (no torch import),
 else torch.cuda's; on a machine without CUDA it opens the default adapter.
 
-Throughput (:func:`tokenize_dataset`, measured by ``benchmarks/ray_encode.py``): two calls per
-actor at once (``ActorPoolStrategy(max_concurrent_calls_per_actor=2,
-enable_true_multi_threading=True)``; the Tokenizer is thread-safe and has two GPU slots), so
-one batch's upload overlaps the other's readback and Ray's own per-batch work (slicing the
-input block, putting the output block in the object store) overlaps the GPU, where one call
-at a time leaves the GPU idle between batches. Ray 2.60's ``read_parquet`` starts 32
-footer-reading actors per read (``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS``), processes that compete
-with the GPU actor's start on a small machine; set that variable (e.g. to 2) in the job's
-``runtime_env`` when the files are few and local. ``ray`` is an optional dependency
+Throughput (:func:`tokenize_dataset`; ``benchmarks/ray_encode.py`` measures it, with 1 and 2
+calls at once): Ray Data hands an actor one task per input block and runs the task's batches
+one after another, so with one task at a time the GPU idles while Ray slices the next block
+and puts the last output block in the object store. ``ActorPoolStrategy(
+max_concurrent_calls_per_actor=2, enable_true_multi_threading=True)`` runs two tasks at once
+(the Tokenizer is thread-safe and has two GPU slots): one block's upload overlaps the other's
+readback and Ray's per-block work. Ray 2.60's ``read_parquet`` starts 32 footer-reading actors
+per read (``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS``), 32 processes that compete with the GPU
+actor's start on a small machine; set that variable (e.g. to 2) in the environment of the
+workers (the job's ``runtime_env``, or the driver's before ``ray.init`` starts a local
+cluster) when the files are few and local. ``ray`` is an optional dependency
 (``pip install torch_gpubpe[ray]``); this module imports it only inside functions.
 
 Example (one GPU, parquet files with a ``text`` column)::
@@ -49,7 +51,7 @@ Example (one GPU, parquet files with a ``text`` column)::
     ds = ray.data.read_parquet("corpus/")
     ds = tokenize_dataset(ds, Vocab.load("v.json"), num_gpus=1, actors=1)
     # = ds.map_batches(TokenizeBatches, fn_constructor_kwargs={"vocab": ...},
-    #                  batch_format="pyarrow", batch_size=16_384, num_gpus=1,
+    #                  batch_format="pyarrow", batch_size=32_768, num_gpus=1,
     #                  compute=ActorPoolStrategy(size=1, max_concurrent_calls_per_actor=2,
     #                                            enable_true_multi_threading=True))
     ds.write_parquet("tokens/")        # columns: the input's, plus input_ids
@@ -71,7 +73,7 @@ from .errors import InputError
 from .vocab import Vocab
 
 DEFAULT_SUB_BATCH_BYTES = 16 << 20
-DEFAULT_BATCH_ROWS = 16_384
+DEFAULT_BATCH_ROWS = 32_768
 
 
 def _vocab(vocab) -> Vocab:
@@ -321,10 +323,10 @@ def tokenize_dataset(ds, vocab, *, num_gpus: float | None = 1, actors: int = 1,
         num_gpus: GPUs per actor (Ray assigns them; ``None`` or 0: none, e.g. lavapipe).
         actors: the fixed actor pool size (one GPU session each).
         batch_size: rows per call (Ray's docs: required with GPUs).
-        calls_per_actor: calls running at once in an actor (``max_concurrent_calls_per_actor``
-            with ``enable_true_multi_threading``, Ray >= 2.51; before, the actor's
-            ``max_concurrency``): 2 overlaps one batch's upload with the other's readback and
-            with Ray's slicing and output puts.
+        calls_per_actor: Ray tasks (input blocks) running at once in an actor
+            (``max_concurrent_calls_per_actor`` with ``enable_true_multi_threading``, Ray >=
+            2.51; before, the actor's ``max_concurrency``): 2 overlaps one block's upload with
+            the other's readback and with Ray's slicing and output puts.
         ray_remote_args: more actor options (``num_cpus``, ``runtime_env``, ...).
         cls: :class:`TokenizeBatches` (default) or a subclass of it.
     Returns:
