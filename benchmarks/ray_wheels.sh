@@ -31,6 +31,8 @@ cat > .raywhl/env.sh <<'ENV'
 # source after .gl/env.sh in a device run that carries .raywhl
 mkdir -p /tmp/site && tar -xJf .raywhl/ray-trim.tar.xz -C /tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .raywhl/*.whl
+# bytecode once, here, rather than in every Ray worker at once (each would compile ray.data)
+python3 -m compileall -q -j 0 /tmp/site >/dev/null 2>&1 || true
 
 export PATH=/tmp/site/bin:$PATH RAY_USAGE_STATS_ENABLED=0
 ENV
