@@ -13,11 +13,21 @@ find_max_super keeps a level of super-block bests so that the reduction every wl
 workgroup repeats is one load per thread). (Sennrich et al. 2016's incremental update with
 its token → occurrences index, made parallel.)
 
-Long chains: a thread's work is bounded by ``budget`` steps + hops + table probes per dispatch
+Long walks: a thread's work is bounded by ``budget`` steps + hops + table probes per dispatch
 (lavapipe stops a thread's loops at 65,535 iterations). A thread out of budget saves its place
 and pauses the merge loop on the GPU; the driver then dispatches :meth:`record_continue` until
 every carried walk is done (as the encoder continues a long word), and training goes on: any
 word length, any adapter, the same algorithm.
+
+Long chains (issue 17 §1: ``b"a" * 5_000_000`` is ONE chain, 2.5 M serial steps in its first
+merge): a thread that has merged :data:`LONG_MIN_CHAIN` occurrences of one chain hands the rest
+to ``wgsl/train_long.wgsl`` (a table of up to :data:`LONG_CAP` chains at once; past it the walk
+goes on serially, ``stats["long_chains_serial"]``), which the continue submits merge in
+parallel, in rounds of a window of :data:`LONG_WINDOW` stream positions per chain: a break
+search, per-block counts and their prefix sums give each A its offset in the chain (A = B: its
+parity is left or right of a pair, left-to-right pairing), then every pair merges at once with
+the serial walk's pair-count deltas summed per segment. Same merges; ~5 dispatches per window
+instead of one dependent step per occurrence.
 
 :class:`WordListKernels` is built once per run; ``record_*`` only record into a compute pass.
 """
@@ -47,6 +57,26 @@ def default_budget(gpu, is_cpu: bool) -> int:
         return DEFAULT_BUDGET
     lanes = gpu.subgroup_size or 16   # (no subgroups requested: assume a wide vector)
     return max(256, CPU_LOOP_ITERATIONS // lanes)
+# Long chains (train_long.wgsl): a chain's occurrences one thread merges before it hands the
+# rest over (a few ms of serial steps on the H200 at ~1 µs each; tests force small values;
+# NEVER: off), the stream positions per chain per round, and the chains handed over at once
+# (≤ the shader's LC_CAP). Read at each run (tests monkeypatch them).
+LONG_MIN_CHAIN = 1024
+LONG_WINDOW = 1 << 20
+LONG_CAP = 4096
+NEVER = 0xFFFFFFFF
+# The long-chain kernels' grid (grid-stride over the round's blocks: ≤ LC_ITEMS / grid
+# iterations per thread, under lavapipe's loop cap).
+LONG_WORKGROUPS = 1056
+CPU_LONG_WORKGROUPS = 16
+
+
+def long_params() -> dict:
+    """The Params fields of the long-chain path (module constants, read now)."""
+    return {"long_min": int(LONG_MIN_CHAIN), "long_window": int(LONG_WINDOW),
+            "long_cap": int(LONG_CAP)}
+
+
 # wl_merge's grid on a GPU: at least 132 workgroups (a sweep of 66–528 on the H200 at 95 MB,
 # when every workgroup still reduced all the block maxima: 66–132 best, 528 22% slower); with
 # the super-block level a workgroup's share of that reduction is one load per thread, so large
@@ -91,12 +121,14 @@ class WordListKernels:
 
     def __init__(self, gpu, pipes: dict, info, table: PairTable, sym: np.ndarray,
                  wid: np.ndarray, starts: np.ndarray, lens: np.ndarray, num_merges: int,
-                 workgroups: int) -> None:
+                 workgroups: int, is_cpu: bool = False) -> None:
         self.g, self.pipes, self.info, self.table = gpu, pipes, info, table
         c = info.consts
         self.n = n = len(sym)
         nwords = len(lens)
-        self.workgroups = max(1, min(workgroups, -(-nwords // c["WG"])))
+        # (clamped by symbols, not words: one word of 5 MB has lists of millions of entries)
+        self.workgroups = max(1, min(workgroups, -(-n // c["WG"])))
+        self.long_grid = gpu.grid(CPU_LONG_WORKGROUPS if is_cpu else LONG_WORKGROUPS)
         # The links (nxt, prv) and the byte lists (tlist, pool) are built on the GPU from lsym
         # (record_setup); tlist and carry start as new buffers do: zero.
         pool_size = n + (n - nwords) + 16
@@ -113,6 +145,11 @@ class WordListKernels:
             "pool": gpu.buffer(4 * pool_size, S | C, "train_wordlist.pool"),
             "carry": gpu.buffer(16 * threads, S | C, "train_wordlist.carry"),
         }
+        self.own.update(
+            lchain=gpu.buffer(4 * (c["LC_HEAD"] + c["LC_REC"] * c["LC_CAP"]), S | C,
+                              "train_long.lchain"),
+            lblk=gpu.buffer(4 * c["LC_ITEMS"], S | C, "train_long.lblk"))
+        gpu.device.queue.write_buffer(self.own["lchain"], 0, np.zeros(c["LC_HEAD"], np.uint32))
         q = gpu.device.queue
         q.write_buffer(self.own["lsym"], 0, sym)
         q.write_buffer(self.own["wid_in"], 0, wid)
@@ -160,6 +197,22 @@ class WordListKernels:
         raw_recorder().plan(cp, [s[1:] for s in self.steps(k0)])(cnt)
 
     def record_continue(self, cp, reps: int) -> None:
-        """Record ``reps`` wl_continue dispatches (each resumes every carried walk)."""
-        raw_recorder().plan(cp, [(self.pipes["wl_continue"], self.bg["wl_continue"],
-                                  self.g.grid(self.workgroups))])(reps)
+        """Record ``reps`` × (wl_continue: each carried walk resumed; a round of the long
+        chains: lc_plan, lc_break, lc_scan, lc_apply), then lc_plan (drops the chains that
+        ended, so S_PAUSE says whether anything is left)."""
+        p, bg, lg = self.pipes, self.bg, self.long_grid
+        plan = (p["lc_plan"], bg["lc_plan"], (1, 1))
+        rec = raw_recorder()
+        rec.plan(cp, [(p["wl_continue"], bg["wl_continue"], self.g.grid(self.workgroups)),
+                      plan, *((p[e], bg[e], lg) for e in ("lc_break", "lc_scan", "lc_apply"))]
+                 )(reps)
+        rec.plan(cp, [plan])(1)
+
+    def long_stats(self) -> dict:
+        """The long-chain path's totals of the run (u32 counters, wrapping): chains handed
+        over, chains walked serially because the table was full, rounds that merged."""
+        c = self.info.consts
+        h = self.g.read_u32(self.own["lchain"], 0, c["LC_HEAD"], what="long-chain counters")
+        return {"long_chains": int(h[c["LH_CHAINS"]]),
+                "long_chains_serial": int(h[c["LH_REFUSED"]]),
+                "long_rounds": int(h[c["LH_ROUNDS"]])}

@@ -891,7 +891,7 @@ class _MergeLoop:
             params = {"tile_cap": mod.SeedKernels.tile_cap(n, c["TILE"])}
         else:
             budget = int(budget or mod.default_budget(g, trainer.is_cpu))
-            params = {"budget": budget}
+            params = {"budget": budget, **mod.long_params()}
             st["walk_budget"] = budget
         self.table = PairTable(g, info, num_merges, min_frequency, wts, rows, params,
                                f"train_{algorithm}")
@@ -901,7 +901,7 @@ class _MergeLoop:
         else:
             wgs = mod.grid_workgroups(len(lens), trainer.is_cpu)
             self.k = mod.WordListKernels(g, pipes, info, self.table, sym, wid, starts, lens,
-                                         num_merges, wgs)
+                                         num_merges, wgs, trainer.is_cpu)
             state = self.k.initial_state()
             st["walk_workgroups"] = self.k.workgroups
         self.table.write_state(**state)
@@ -1130,6 +1130,12 @@ class _MergeLoop:
         st["seconds_merge"] = time.perf_counter() - t_up
         if self.profiler is not None:
             st["gpu_us_per_merge"] = self.profiler.per_merge_us()
+        if hasattr(self.k, "long_stats"):
+            st.update(self.k.long_stats())
+            if st["long_chains_serial"]:
+                _notice_once("torch_gpubpe.train: more long chains than the long-chain table "
+                             "holds in one merge; the rest were walked by one thread each "
+                             "(stats['long_chains_serial'])")
         if self.walk_counters and done:
             for key, total in self.walk_totals.items():
                 st[f"walk_{key}_per_merge"] = total / done

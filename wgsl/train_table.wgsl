@@ -56,9 +56,10 @@ struct Params {     // 48 bytes
     tile_cap: u32,      // seed: capacity of each half of `tiles` (≥ stream tiles + 1)
     budget: u32,        // word list: walk steps + table probes per thread per dispatch
     nsupers: u32,       // word list: groups of SUPER blocks (find_max_super)
-    _pad1: u32,
-    _pad2: u32,
-    _pad3: u32,
+    long_min: u32,      // word list: a chain's occurrences walked before train_long.wgsl
+                        // takes the rest (0xFFFFFFFF: never)
+    long_window: u32,   // word list: stream positions per long chain per round
+    long_cap: u32,      // word list: long chains at once (≤ LC_CAP)
     _pad4: u32,
 }
 

@@ -86,6 +86,7 @@
 //  19 scnt   : storage, read_write  array<atomic<u32>>  per super-block: its blocks in dlist's
 //                                               half h at h · nsupers (counted down by find_max4)
 //#include train_table
+//#include train_long
 
 @group(0) @binding(2) var<storage, read> wid_in: array<u32>;
 @group(0) @binding(3) var<storage, read_write> lsym: array<u32>;
@@ -536,6 +537,7 @@ fn walk(s0: Walk, m: Merge) -> Walk {
     loop {
         if (s.j >= m.len || cost.spent >= P.budget) { break; }
         var sp = 0u;           // lsym[s.p] and nxt[s.p] (carried along the chain)
+        var chain = 0u;        // occurrences of this chain merged here (train_long.wgsl)
         var q = NONE;
         var w = 0u;
         // lsym[q] and nxt[q] of the chain's first occurrence when already loaded (`known`):
@@ -574,6 +576,7 @@ fn walk(s0: Walk, m: Merge) -> Walk {
             q = l.w;
             known = true;
         } else {               // resumed from a carry
+            chain = P.long_min;    // (a chain that took a whole budget is long)
             sp = lsym[s.p];
             q = nxt[s.p];
             w = wid_in[s.p];
@@ -597,6 +600,11 @@ fn walk(s0: Walk, m: Merge) -> Walk {
                 s.p = NONE;
                 break;
             }
+            if (chain == P.long_min && chain != NONE && long_handoff(p, s.prev)) {
+                s.p = NONE;    // the rest of this long chain is merged in parallel
+                break;
+            }
+            chain += 1u;
             let rr = select(r, 0u, r == NONE);
             let sr = lsym[rr];          // Y, and whether r starts the chain's next occurrence
             let nr = nxt[rr];
