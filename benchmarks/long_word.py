@@ -14,10 +14,12 @@ digits, ``=``, ``ş``, emoji, ``ab`` alternating) and the same character(s) spli
 ``long_word_bytes=None`` (each word walked by one GPU thread, the pre-issue-17 path) and the ids
 are compared. Every long-word result is checked against a run oracle (one-byte runs) or the
 serial path on its first MB. With ``--train``, ``torch_gpubpe.train`` also runs on one document
-of ``--mb`` MB that is one word (``b"a" * 5_000_000``) and on a base64 blob of random bytes (one
-document; the DESIGN.md §2 rule cuts it where letters and digits meet), and prints the merge
-phase's submits and the largest interval between two of them (``stats["max_submit_gap_s"]``;
-issue 17's target: at most 50 ms). Ends with the SM clock, the machine, the date and the command.
+of ``--mb`` MB that is one word (``b"a" * 5_000_000``; ``b"abab…"``) and on a base64 blob of
+random bytes (one document; the DESIGN.md §2 rule cuts it where letters and digits meet), and
+prints the merge phase's submits, the largest interval between two of them
+(``stats["max_submit_gap_s"]``; issue 17's target: at most 50 ms), its seconds, and the chains
+the long-chain path (``wgsl/train_long.wgsl``) took and its rounds. Ends with the SM clock, the
+machine, the date and the command.
 
 ``--mode bpe`` (issue 15): the same cases in merge-order mode (``Tokenizer(vocab, mode="bpe")``,
 default vocab GPT-2's ``tests/data/vocabs/gpt2.tiktoken``). A merge-order word is walked by ONE
@@ -130,6 +132,7 @@ def _greedy(word: bytes, lookup: dict[bytes, int]) -> list[bytes]:
 
 TRAIN_CASES = {  # name: document of n bytes
     "a": lambda n: b"a" * n,
+    "ab": lambda n: (b"ab" * (n // 2 + 1))[:n],
     "base64": lambda n: base64.b64encode(np.random.default_rng(17).bytes(n * 3 // 4 + 3))[:n],
 }
 
@@ -167,7 +170,8 @@ def train_gaps(nbytes: int, vocab_size: int) -> list[dict]:
         keys = ("submits", "max_submit_gap_after", "max_submit_gap_before",
                 "max_submit_gap_wait_s", "max_submit_gap_in_submit_s", "seconds_merge", "seconds_upload", "walks_paused",
                 "continuation_dispatches", "continue_s_per_dispatch",
-                "seconds_gpu_per_merge_max", "walk_budget")
+                "seconds_gpu_per_merge_max", "walk_budget", "long_chains",
+                "long_chains_serial", "long_rounds")
         print("    " + ", ".join(f"{k}={st[k]:.4g}" if isinstance(st.get(k), float)
                                  else f"{k}={st.get(k)}" for k in keys[4:]), flush=True)
         rows.append({"case": name, "bytes": len(doc), "max_submit_gap_s": gap,
