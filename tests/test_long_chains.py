@@ -18,6 +18,7 @@ one), several runs per word, runs next to other text, more long chains than the 
 | random runs, thresholds, windows, budgets | test_random_runs_equal_reference |
 | off (NEVER) vs on: same merges, far fewer continue dispatches | test_long_path_replaces_the_serial_walk |
 | 1 MB runs, odd and even, in text (heavy) | test_heavy_megabyte_runs |
+| workgroup memory poisoned before each kernel: still exact | test_poisoned_workgroup_memory |
 """
 
 from __future__ import annotations
@@ -124,3 +125,19 @@ def test_heavy_megabyte_runs(docs):
     """1 MB runs at the default threshold and window: exact, through the long path."""
     st = _check(docs, 40)
     assert st["long_chains"] >= 3 and st["long_chains_serial"] == 0
+
+
+def test_poisoned_workgroup_memory(monkeypatch):
+    """The long-chain kernels initialise the workgroup memory they read: with every variable
+    filled with 0xDEADBEEF first (tests/test_poison_workgroup.py's build), still exact."""
+    from torch_gpubpe import gpu as gpumod
+    from torch_gpubpe.shaders import POISON_FLAG
+
+    g = gpumod.get_gpu()
+    base = g.flags
+    monkeypatch.setattr(type(g), "flags", property(lambda self: base | {POISON_FLAG}))
+    monkeypatch.setattr(g, "_modules", {})
+    monkeypatch.setattr(g, "_pipelines", {})
+    _set(monkeypatch, min_chain=2, window=300)
+    st = _check(_runs(4)["several per word"] + ["ab" * 700, "a" * 2049], 24)
+    assert st["long_chains"] >= 1
