@@ -542,8 +542,7 @@ def test_walk_grid_does_not_change_the_merges(monkeypatch, workgroups):
     words = [w for w in counts if len(w) > 1]
     st: dict = {}
     got = GPUTrainer().run(words, [counts[w] for w in words], 90, 1, stats=st, budget=64)
-    symbols = sum(len(w) for w in words)      # ≤ 1 thread per symbol (lists: per symbol)
-    assert st["walk_workgroups"] == min(workgroups, -(-symbols // 256))
+    assert st["walk_workgroups"] == min(workgroups, -(-len(words) // 256))   # ≤ 1 per word
     assert got == ref_merges(docs, 346, 1)
 
 

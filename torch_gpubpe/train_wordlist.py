@@ -126,8 +126,9 @@ class WordListKernels:
         c = info.consts
         self.n = n = len(sym)
         nwords = len(lens)
-        # (clamped by symbols, not words: one word of 5 MB has lists of millions of entries)
-        self.workgroups = max(1, min(workgroups, -(-n // c["WG"])))
+        # ≤ 1 thread per word, or per 64 symbols where that is more: one word of 5 MB has lists
+        # of millions of entries, one workgroup would look at them for tens of ms per merge
+        self.workgroups = max(1, min(workgroups, -(-max(nwords, n // 64) // c["WG"])))
         self.long_grid = gpu.grid(CPU_LONG_WORKGROUPS if is_cpu else LONG_WORKGROUPS)
         # The links (nxt, prv) and the byte lists (tlist, pool) are built on the GPU from lsym
         # (record_setup); tlist and carry start as new buffers do: zero.
