@@ -1058,7 +1058,7 @@ class _MergeLoop:
         inflight: list = []   # (buffer, promise, k0, cnt, submitted at), oldest first, ≤ 2
         recorded = done = last_count = nbatches = n_now = 0
         stopped = need_rebuild = False
-        size = min(16, self.batch)
+        size = 1                # doubles per batch (to self.batch) while the GPU time allows
         cap = self.batch        # merges per batch the GPU time per merge allows
         prev_done = 0.0         # when the last batch's readback completed
         while True:
