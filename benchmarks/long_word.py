@@ -17,9 +17,12 @@ serial path on its first MB. With ``--train``, ``torch_gpubpe.train`` also runs 
 of ``--mb`` MB that is one word (``b"a" * 5_000_000``; ``b"abab…"``) and on a base64 blob of
 random bytes (one document; the DESIGN.md §2 rule cuts it where letters and digits meet), and
 prints the merge phase's submits, the largest interval between two of them
-(``stats["max_submit_gap_s"]``; issue 17's target: at most 50 ms), its seconds, and the chains
-the long-chain path (``wgsl/train_long.wgsl``) took and its rounds. Ends with the SM clock, the
-machine, the date and the command.
+(``stats["max_submit_gap_s"]``; issue 17's target: at most 50 ms), the kinds of the two submits
+around it (count, merges, continue, ...), how much of it the host was blocked on a GPU readback
+or inside the submit call (a CPU adapter runs the work there), the GPU time measured per merge /
+per continuation dispatch (what caps the work per submit: ``trainer.TARGET_SUBMIT_S``), its
+seconds, and the chains the long-chain path (``wgsl/train_long.wgsl``) took and its rounds. Ends
+with the SM clock, the machine, the date and the command.
 
 ``--mode bpe`` (issue 15): the same cases in merge-order mode (``Tokenizer(vocab, mode="bpe")``,
 default vocab GPT-2's ``tests/data/vocabs/gpt2.tiktoken``). A merge-order word is walked by ONE
