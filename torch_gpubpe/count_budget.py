@@ -62,6 +62,7 @@ SPILL_BYTES_PER_BYTE = 6
 CPU_BYTES_PER_ROW = 48
 MIN_WORKING_BYTES = 32 << 20      # the least the budget must leave for the words themselves
 MIN_TABLE_WORDS = 1 << 12
+LONG_ENTRY_BYTES = 100            # a Counter entry of the CPU counter's long words, past its bytes
 LONG_SHARE = 4                    # 1/LONG_SHARE of the budget's free part for the long words
 
 
@@ -348,16 +349,22 @@ def count_cpu(documents, budget: CountBudget, info: dict):
     total = _Partial()
     limit = budget.max_cpu_rows
 
+    long_bytes = 0      # bytes the words of 16+ bytes hold (at most: repeats across batches)
+
     def take(part) -> None:
-        nonlocal total
+        nonlocal total, long_bytes
         total.add(part)
-        # (words of 16+ bytes are held as bytes objects, each once: their bytes count too)
-        long_bytes = sum(map(len, total.long))
+        # (words of 16+ bytes are held as bytes objects in a Counter: their bytes and ~100 B
+        # per entry count too; summed per batch, an upper bound until the next grouping)
+        long_bytes += sum(map(len, part.long)) + LONG_ENTRY_BYTES * len(part.long)
         if total.entries() > limit or long_bytes > budget.long_cap:
             wc = total.to_word_counts()
             total = _Partial()
+            long_ = wc.lengths >= 16
+            long_bytes = int(wc.lengths[long_].sum()) + LONG_ENTRY_BYTES * int(long_.sum())
             if len(wc) * 2 > limit or long_bytes > budget.long_cap // 2:   # to disk
                 budget.spill(wc)
+                long_bytes = 0
             else:                           # grouping was enough: keep it as one partial
                 total = _from_word_counts(wc)
 
