@@ -10,7 +10,10 @@ left), whether a CR/LF run follows an "other" (then ``[\\r\\n]*`` of the punctua
 it), and what ends a run of spaces (a non-space, CR/LF, or the document's end: ``\\s+(?!\\S)``,
 ``\\s*[\\r\\n]``, ``\\s++$``). Those are carried by two finite automata, scanned across threads,
 workgroups and blocks by composing their transition functions (associative), so no rule
-depends on where a chunk, workgroup or slice begins.
+depends on where a chunk, workgroup or slice begins. GPT-2's pattern has none of the three
+(its digit runs are not grouped, its punctuation takes no CR/LF, and ``\s+(?!\S)`` only
+looks at the code point after a space), so GPT-2 runs one pass, ``pt_local``, from the codes of
+its workgroup's block and a 32-byte halo kept in workgroup memory.
 
 o200k_base (derivation; checked against ``regex`` on every string of up to 5 code points over
 13 classes, tests/test_unicode_pretok.py). Classes: u = ``[\\p{Lu}\\p{Lt}]``, l = ``\\p{Ll}``,
