@@ -999,8 +999,10 @@ class _MergeLoop:
         return buf.map_async(map_read_mode(), 0, nbytes + 16 * cnt)
 
     def _continue_walks(self) -> np.ndarray:
-        """Run wl_continue until no walk is carried (1, 2, 4, … up to
-        MAX_CONTINUATIONS_PER_SUBMIT dispatches per submit); release the hold; the state."""
+        """Run wl_continue until no walk is carried (doubling the dispatches per submit up to
+        MAX_CONTINUATIONS_PER_SUBMIT, and to what TARGET_SUBMIT_S allows at the GPU time
+        measured per dispatch; a pause starts at the last one's count); release the hold; the
+        state."""
         reps = self.continue_reps
         self.st["walks_paused"] += 1
         while True:
