@@ -90,7 +90,10 @@ def test_corrupt_or_truncated_gzip_names_the_file(tmp_path, inflate, name):
     bad = bytearray(whole)
     bad[len(bad) // 2 : len(bad) // 2 + 8] = b"\xff" * 8
     p.write_bytes(bytes(bad))
-    with pytest.raises(InputError, match=rf"{name}: cannot be decompressed as gzip"):
+    # Inflate may give garbage for a while before it sees the damage (at worst at the CRC):
+    # then a chunk parsed meanwhile is refused first, naming its line.
+    with pytest.raises(InputError, match=rf"{name}(: cannot be decompressed as gzip|:\d+: not a "
+                                         rf"JSON Lines record)"):
         list(documents(FileReader(p, chunk_bytes=1 << 16)))
 
 
