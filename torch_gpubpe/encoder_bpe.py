@@ -41,6 +41,10 @@ PREFETCH_ROWS = True
 """Whether the walk loads a longer match's tokinfo/bounds rows in the step that finds it (its
 loads overlap the next steps'; ``wgsl/encode_bpe.wgsl`` ``PREFETCH_ROWS``) rather than in the
 try. Read when a session opens; benchmarks/encode.py times both."""
+OVERLAP_TRY = True
+"""Whether a lane that tries a candidate issues its pair check's first loads before the walking
+lanes' loads of the same iteration (``wgsl/encode_bpe.wgsl`` ``OVERLAP_TRY``), so that they wait
+together. Read when a session opens; benchmarks/encode.py times both."""
 
 
 def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
@@ -101,7 +105,7 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False
         g.device.queue.write_buffer(sess.bounds, 0, bounds)
     consts = {"WG": 256, "CHUNK": chunk, "PAIR_MASK": t.pair_mask, "PAIR_PROBES": t.max_probe,
               "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable),
-              "PREFETCH_ROWS": int(PREFETCH_ROWS)}
+              "PREFETCH_ROWS": int(PREFETCH_ROWS), "OVERLAP_TRY": int(OVERLAP_TRY)}
     src = None
     flags = set(g.flags)
     if sess.pretok is not None:  # word starts from a regex pre-tokenizer's mask (binding 16)

@@ -69,6 +69,8 @@ override STEP_MAX: u32 = 64u;      // most loop iterations of one step of the wa
                                    // and its try, or one try): host bound
 override PREFETCH_ROWS: bool = true;  // load a longer match's rows in the walk step that finds it
                                       // (else in the try; benchmarks compare the two)
+override OVERLAP_TRY: bool = true;    // a try's first pair-check loads issued beside the walking
+                                      // lanes' child-row loads (benchmarks compare)
 override ALL_REACHABLE: bool = false;  // no unreachable token (GPT-2, Qwen2, vocabs trained by
                                        // merges): skip the per-node check and whole-word rule
 
@@ -177,8 +179,45 @@ fn pair_find(a: u32, b: u32, h: u32, e0: vec4<u32>, steps: ptr<function, u32>) -
 // of the unwound part from the rows already there (b1.z = R[right(t1)], b2.w = L[left(t2)]). The
 // first step has limit = NO_TOKEN, so any merge (t1, t2) fails the pair without its rank. Most
 // pairs end in 1 step.
+struct Step {
+    h: u32,           // the home slot of pair (t1, t2)
+    nt: u32,          // the token unwound to
+    next_limit: u32,  // the limit after this step
+    move1: bool,      // unwind t1 (to its right part), else t2 (to its left part)
+    last: bool,       // neither can unwind: valid unless (t1, t2) merges too early
+}
+
+// What one step of valid_pair loads and does next, from the rows at hand (ALU only).
+fn plan_step(t1: u32, i1: vec4<u32>, t2: u32, i2: vec4<u32>) -> Step {
+    let q1 = i1.w & RANK_MASK;
+    let q2 = i2.w & RANK_MASK;
+    var p: Step;
+    p.last = false;
+    if (q1 > q2) {
+        p.next_limit = q1;
+        p.move1 = i1.z != t1;
+        if (!p.move1) {
+            p.next_limit = q2 + 1u;
+            p.last = i2.y == t2;
+        }
+    } else {
+        p.next_limit = q2 + 1u;
+        p.move1 = i2.y == t2;
+        if (p.move1) {
+            p.next_limit = q1;
+            p.last = i1.z == t1;
+        }
+    }
+    p.nt = select(i2.y, i1.z, p.move1);
+    p.h = pair_home(t1, t2);
+    return p;
+}
+
+// pre: the first step's loads (e0: the pair's slot row, ni0/nb0: the rows of the token unwound
+// to, as plan_step says) were issued by the caller.
 fn valid_pair(t1_in: u32, i1_in: vec4<u32>, b1_in: vec4<u32>, t2_in: u32, i2_in: vec4<u32>,
-              b2_in: vec4<u32>, steps: ptr<function, u32>) -> bool {
+              b2_in: vec4<u32>, pre: bool, e0: vec4<u32>, ni0: vec4<u32>, nb0: vec4<u32>,
+              steps: ptr<function, u32>) -> bool {
     work_count(W_CHECKS, 1u);
     var t1 = t1_in;
     var t2 = t2_in;
@@ -192,44 +231,28 @@ fn valid_pair(t1_in: u32, i1_in: vec4<u32>, b1_in: vec4<u32>, t2_in: u32, i2_in:
         *steps += 1u;
         if (g == 1u) { work_count(W_CHECK_LOOP, 1u); }
         if (g >= 1u) { work_count(W_UNWIND, 1u); }
-        let q1 = i1.w & RANK_MASK;
-        let q2 = i2.w & RANK_MASK;
-        var move1 = false;  // unwind t1 (to its right part), else t2 (to its left part)
-        var last = false;   // neither can unwind: valid unless (t1, t2) merges too early
-        var next_limit = 0u;
-        if (q1 > q2) {
-            next_limit = q1;
-            move1 = i1.z != t1;
-            if (!move1) {
-                next_limit = q2 + 1u;
-                last = i2.y == t2;
-            }
-        } else {
-            next_limit = q2 + 1u;
-            move1 = i2.y == t2;
-            if (move1) {
-                next_limit = q1;
-                last = i1.z == t1;
-            }
+        let p = plan_step(t1, i1, t2, i2);
+        var e = e0;
+        var ni = ni0;
+        var nb = nb0;
+        if (g != 0u || !pre) {
+            e = pairs[p.h];
+            ni = tokinfo[p.nt];
+            nb = bounds[p.nt];
         }
-        let nt = select(i2.y, i1.z, move1);
-        let h = pair_home(t1, t2);
-        let e = pairs[h];
-        let ni = tokinfo[nt];
-        let nb = bounds[nt];
-        let c = pair_find(t1, t2, h, e, steps);
+        let c = pair_find(t1, t2, p.h, e, steps);
         if (c.x != NO_TOKEN && (limit == NO_TOKEN || c.y < limit)) { return false; }
-        if (last) { return true; }
-        limit = next_limit;
+        if (p.last) { return true; }
+        limit = p.next_limit;
         var bound = 0u;
-        if (move1) {
+        if (p.move1) {
             bound = max(b1.z, b2.y);
-            t1 = nt;
+            t1 = p.nt;
             i1 = ni;
             b1 = nb;
         } else {
             bound = max(b1.x, b2.w);
-            t2 = nt;
+            t2 = p.nt;
             i2 = ni;
             b2 = nb;
         }
@@ -368,12 +391,30 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             break;
         }
         iters += 1u;
+        // One trie step: the longest reachable token at pos so far (cand); the whole word if it
+        // is a token and pos starts the word.
+        var child = NO_TOKEN;
+        var ws_q = false;
         if (in_walk) {
-            // One trie step: the longest reachable token at pos so far (cand); the whole word
-            // if it is a token and pos starts the word.
-            var child = NO_TOKEN;
-            let ws_q = q >= n || word_start_at(q);
+            ws_q = q >= n || word_start_at(q);
             if (!ws_q) { child = find_child(fc, nc, text_byte(q)); }
+        }
+        // A lane that tries in this iteration issues its pair check's first loads here, before
+        // the walking lanes' loads of their child's row and cand's rows below: the two wait
+        // together, not one after the other (issue 15: lanes walking and lanes trying share
+        // each iteration).
+        var pre = false;
+        var pe = vec4<u32>(0u);
+        var pni = vec4<u32>(0u);
+        var pnb = vec4<u32>(0u);
+        if (OVERLAP_TRY && child == NO_TOKEN && prev != NO_TOKEN && rows_ok) {
+            let p = plan_step(prev, prev_i, cand, ci);
+            pe = pairs[p.h];
+            pni = tokinfo[p.nt];
+            pnb = bounds[p.nt];
+            pre = true;
+        }
+        if (in_walk) {
             if (child != NO_TOKEN) {
                 work_count(W_STEPS, 1u);
                 // Interiors of tokens hold NO_TOKEN: every byte inside an accepted token was
@@ -381,6 +422,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                 // cleared again when that token was popped.
                 scratch[q] = NO_TOKEN;
                 q += 1u;
+                let next_fc = nodes[3u * child];  // the child's row, loaded together
+                let next_nc = nodes[3u * child + 1u];
                 last_tid = nodes[3u * child + 2u];
                 if (ALL_REACHABLE) {
                     if (last_tid != NO_TOKEN) {
@@ -406,8 +449,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                         }
                     }
                 }
-                fc = nodes[3u * child];
-                nc = nodes[3u * child + 1u];
+                fc = next_fc;
+                nc = next_nc;
                 continue;
             }
             in_walk = false;
@@ -433,7 +476,9 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         if (cand_len == 0u) { cand_len = ci.w >> RANK_BITS; }
         let end = pos + cand_len;
         var ok = !(dead_any && is_dead(end));
-        if (ok && prev != NO_TOKEN) { ok = valid_pair(prev, prev_i, prev_b, cand, ci, cb, &steps); }
+        if (ok && prev != NO_TOKEN) {
+            ok = valid_pair(prev, prev_i, prev_b, cand, ci, cb, pre, pe, pni, pnb, &steps);
+        }
         let shorter = ci.x;
         if (ok || (prev == NO_TOKEN && shorter == NO_TOKEN)) {
             work_count(W_TOKENS, 1u);
