@@ -171,7 +171,8 @@ def train_gaps(nbytes: int, vocab_size: int) -> list[dict]:
               f"{st.get('max_submit_gap_wait_s', 0.0) * 1e3:>6.1f}ms {st['seconds_merge']:>8.2f} "
               f"{total:>8.2f}  {'ok' if gap <= 0.050 else 'ABOVE'}", flush=True)
         keys = ("submits", "max_submit_gap_after", "max_submit_gap_before",
-                "max_submit_gap_wait_s", "max_submit_gap_in_submit_s", "seconds_merge", "seconds_upload", "walks_paused",
+                "max_submit_gap_wait_s", "max_submit_gap_in_submit_s", "seconds_merge",
+                "seconds_upload", "walks_paused",
                 "continuation_dispatches", "continue_s_per_dispatch",
                 "seconds_gpu_per_merge_max", "walk_budget", "long_chains",
                 "long_chains_serial", "long_rounds")

@@ -15,16 +15,17 @@
    the words kept are ever held (:meth:`CountBudget.finish`). Words too long for the GPU table
    (or the CPU counter's keys), held as bytes, have their own share (``long_cap``, a sixteenth
    of what the buffers leave): past it they are grouped, checked (3. below) and, still large,
-   spilled as a run (:meth:`CountBudget.on_long_words`; e.g. one-word documents of 1 MB). Counts stay exact:
-   the result equals counting without a budget. Spilling is recorded in ``stats``
-   (``spilled_runs``, ``spill_bytes``, ``seconds_spill``, ``seconds_merge_runs``) and warned once;
+   spilled as a run (:meth:`CountBudget.on_long_words`; e.g. one-word documents of 1 MB).
+   Counts stay exact: the result equals counting without a budget. Spilling is recorded in
+   ``stats`` (``spilled_runs``, ``spill_bytes``, ``seconds_spill``, ``seconds_merge_runs``,
+   ``spilled_long_words``, ``long_word_groupings``) and warned once;
 3. **refuses early** what cannot fit: without ``prune_below``, as soon as the words counted so
    far prove that the merge phase (:func:`~torch_gpubpe.trainer.estimate_merge_memory`) would
    exceed the budget — the table's words are distinct, so they are a lower bound of the
    corpus's; so are the long words once grouped, which is done as soon as their raw bytes
-   alone could prove it — the rest of the corpus is not read; with ``prune_below``, when the words kept
-   after the merge still do not fit, the message names the ``prune_below`` that would fit
-   (from the count histogram of the merged runs).
+   alone could prove it — the rest of the corpus is not read; with ``prune_below``, when the
+   words kept after the merge still do not fit, the message names the ``prune_below`` that
+   would fit (from the count histogram of the merged runs).
 
 This is the approach of trainers that count out of core (sorted runs + a k-way merge, as
 external sorting does; sentencepiece and HF ``tokenizers`` instead hold every word in memory).
