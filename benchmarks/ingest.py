@@ -378,7 +378,9 @@ def job_encode(args, data: Path, nbytes: int, work: Path, vocab_dir: Path | None
             label = f" {variant}" if variant else ""
             for run in range(args.encode_runs):
                 with GPUMonitor() as mon:
-                    wall, stdout, _ = timed_cmd(cmd + extra)
+                    wall, stdout, stderr = timed_cmd(cmd + extra)
+                for ln in dict.fromkeys(x for x in stderr.splitlines() if "Warning" in x):
+                    print(f"    the CLI warned: {ln.strip()}")  # e.g. python-isal missing
                 walls.append(wall)
                 own = stdout.split(" in ")[1].split(")")[0] + ")" if " in " in stdout else ""
                 stages = next((ln.strip() for ln in stdout.splitlines() if "seconds:" in ln),
