@@ -518,7 +518,8 @@ fn block_best(blk: u32, lid: u32, sg: vec3<u32>) {
         let slot = blk * BLOCK + j * WG + lid;
         let st = atomicLoad(&tkeys[slot]);       // key and count loaded together
         let lo = atomicLoad(&tcounts[2u * slot]);
-        let hi = atomicLoad(&tcounts[2u * slot + 1u]);
+        var hi = 0u;                              // (always 0 with 32-bit counts)
+        if (WIDE != 0u) { hi = atomicLoad(&tcounts[2u * slot + 1u]); }
         if (st == EMPTY || (lo | hi) == 0u) { continue; }
         let ab = key_unpack(st, slot % COLS);
         let c = vec4<u32>(lo, hi, ab.x, ab.y);

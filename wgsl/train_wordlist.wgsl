@@ -101,6 +101,7 @@
 @group(0) @binding(18) var<storage, read_write> dmark: array<atomic<u32>>;
 @group(0) @binding(19) var<storage, read_write> scnt: array<atomic<u32>>;
 const SUPER: u32 = 256u;    // blocks per super-block (= WG: one per find_max_super thread)
+var<workgroup> sh_heads: array<u32, 4>;   // wl_merge: A's and B's (list offset, length)
 
 const DEAD: u32 = 0x40000000u;   // lsym of a symbol merged away (the right half of a pair),
                                  // | the merge's index k (IDM bits)
@@ -648,10 +649,14 @@ fn walk(s0: Walk, m: Merge) -> Walk {
 
 // The list walked for (a, b): the shorter of A's and B's; C's list begins at `top`.
 fn merge_of(a: u32, b: u32, c: u32, top: u32, stride: u32) -> Merge {
-    let la = atomicLoad(&tlist[2u * a + 1u]);
-    let lb = atomicLoad(&tlist[2u * b + 1u]);
-    let oa = atomicLoad(&tlist[2u * a]);
-    let ob = atomicLoad(&tlist[2u * b]);
+    return merge_with(a, b, c, top, stride, atomicLoad(&tlist[2u * a]),
+                      atomicLoad(&tlist[2u * a + 1u]), atomicLoad(&tlist[2u * b]),
+                      atomicLoad(&tlist[2u * b + 1u]));
+}
+
+// merge_of with A's and B's list heads (offset, length) given.
+fn merge_with(a: u32, b: u32, c: u32, top: u32, stride: u32, oa: u32, la: u32, ob: u32,
+              lb: u32) -> Merge {
     let from_b = lb < la && a != b;
     return Merge(a, b, c, DEAD | ((c - 256u) & IDM), select(oa, ob, from_b), min(la, lb), top,
                  stride, from_b);
@@ -722,9 +727,20 @@ fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
     }
     // `stop` is the same in every thread (it comes from the reduction); broadcast through a
     // uniform load so that the barrier is in uniform control flow by WGSL's rules.
-    if (lid == 0u) { sh_x = select(0u, 1u, stop); }
+    // The list heads are loaded by one thread and shared: every thread loading them would be
+    // (workgroups × WG / subgroup size) requests for the same 4 words at one L2 slice.
+    if (lid == 0u) {
+        sh_x = select(0u, 1u, stop);
+        if (!stop) {
+            sh_heads[0] = atomicLoad(&tlist[2u * a]);
+            sh_heads[1] = atomicLoad(&tlist[2u * a + 1u]);
+            sh_heads[2] = atomicLoad(&tlist[2u * b]);
+            sh_heads[3] = atomicLoad(&tlist[2u * b + 1u]);
+        }
+    }
     if (workgroupUniformLoad(&sh_x) != 0u) { return; }
-    let m = merge_of(a, b, c, top, nwg.x * nwg.y * WG);
+    let m = merge_with(a, b, c, top, nwg.x * nwg.y * WG, sh_heads[0], sh_heads[1], sh_heads[2],
+                       sh_heads[3]);
     let t = wg * WG + lid;
     let s = walk(Walk(t, NONE, NONE), m);
     if (s.j < m.len) {
