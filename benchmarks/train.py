@@ -222,7 +222,7 @@ def breakdown(wall: float, st: dict) -> str:
     """Where one training's wall seconds went (trainer stats ``seconds_*``): the main thread's
     phases in order, then what the device-opening thread did meanwhile."""
     g = st.get
-    main = [("count", "seconds_count"), ("init wait", "seconds_gpu_init_wait"),
+    main = [("setup", "seconds_setup"), ("count", "seconds_count"), ("init wait", "seconds_gpu_init_wait"),
             ("compile wait", "seconds_compile_wait"), ("prepare", "seconds_prepare"),
             ("upload", "seconds_upload"), ("merge", "seconds_merge")]
     parts = [(name, float(g(k) or 0.0)) for name, k in main]

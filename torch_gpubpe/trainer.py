@@ -164,7 +164,8 @@ def train(
             nothing.
         stats: if a dict, filled with ``corpus_bytes``, ``num_documents``, ``unique_words``,
             ``stream_symbols``, ``num_merges``, ``count_on``, the time breakdown (seconds, in
-            the order they happen): ``seconds_count`` (word counting, including
+            the order they happen): ``seconds_setup`` (before ``seconds_total`` starts:
+            imports on the first call, argument checks), ``seconds_count`` (word counting, including
             ``seconds_prefetch``, the first ``prefetch_bytes`` packed while the device opened,
             and without ``seconds_gpu_init_wait``: waiting for the device and the counting
             pipelines, opened on a thread), ``seconds_compile_wait`` (after counting, for the
@@ -231,6 +232,7 @@ def train(
     is not an error: the vocab is smaller than ``vocab_size`` (never larger), a
     ``RuntimeWarning`` says so and ``stats["stopped_early"]`` gives the reason.
     """
+    t_start = time.perf_counter()
     from .readers import _is_hf, open_source
 
     if _is_hf(documents, "Dataset") or _is_hf(documents, "IterableDataset"):
@@ -259,6 +261,7 @@ def train(
     check_documents(documents)
     st = {} if stats is None else stats
     t0 = time.perf_counter()
+    st["seconds_setup"] = t0 - t_start     # (imports on the first call, argument checks)
     info: dict = {"num_documents": 0, "corpus_bytes": 0}
     count_stats: dict = {}
     # The memory budget of counting (count_budget): refused at once when it cannot work;

@@ -34,10 +34,10 @@
 //               (list entry, its symbol, its neighbours' symbols, the deltas' table probes),
 //               not a walk of the whole word: the longest word of a list no longer sets the
 //               merge's latency (it did: ~2 dependent loads per live symbol of the word).
-// The links and byte lists are built on the GPU (wl_links, wl_list_offsets, wl_byte_lists: see
-// "set-up" below); after clear_table + pair_count the host records find_max4 over every block (S_ALL) and
-// find_max_super (every group with a changed block; it clears S_ALL): the merge steps then
-// only see lists.
+// The links and byte lists are built on the GPU (wl_links, wl_list_offsets, wl_byte_lists:
+// "set-up" below); after clear_table + pair_count the host records find_max4 over every block
+// (S_ALL) and find_max_super (every group with a changed block; it clears S_ALL): the merge
+// steps then only see lists.
 // Race-free without a grid barrier: a thread writes only its own chain's symbols (lsym, nxt of
 // the chain's p's) and reads other threads' chain symbols only to learn "is my left neighbour
 // part of an occurrence of this merge", which both their old and their new values answer:
