@@ -54,6 +54,9 @@
 // step does nothing (find_max4 latches S_HOLD, wl_merge returns) until the host has run
 // wl_continue — same grid, each thread resuming its own slot — until S_PAUSE is 0, as the
 // encoder continues a long word. So any word (a 1 MB run of one byte) takes this algorithm.
+// A chain longer than P.long_min occurrences (or one resumed from a carry) is not walked on:
+// its thread hands the rest to train_long.wgsl (long_handoff, counted in S_PAUSE too), whose
+// rounds in the host's continue submits merge it in parallel with the same deltas.
 // Deltas of one occurrence X A B Y → X C Y, X the live left neighbour after the previous
 // occurrences of the chain were merged (possibly C), Y the right one before: −(X, A) + (X, C),
 // −(B, Y) + (C, Y); a pair (X, C) made by one occurrence and undone by the next cancels. Deltas
