@@ -86,3 +86,16 @@ def timed(fn, *args, **kwargs):
     t0 = time.perf_counter()
     out = fn(*args, **kwargs)
     return out, time.perf_counter() - t0
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory in bytes: ``VmHWM`` of /proc/self/status (its own
+    memory map's high-water mark). Not ``ru_maxrss``: in a child process Linux keeps the larger of
+    the forking parent's peak and its own across execve, so a child of a big parent reports the
+    parent's RSS. Falls back to ``ru_maxrss`` where /proc is absent."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -23,7 +23,7 @@ Cases (``--cases``, default all):
              (only when named in ``--cases``): the default budget, trained (1 GB of symbols:
              slow) or the named error it gives.
 
-Each line: wall time, peak RSS (``ru_maxrss`` of the child), the GPU memory used (``nvidia-smi``
+Each line: wall time, peak RSS (``VmHWM`` of the child, ``_report.peak_rss_bytes``), the GPU memory used (``nvidia-smi``
 ``memory.used`` sampled every 0.2 s, peak minus the idle value; n/a without it), the SM clock
 and busy %, the stats that matter (spilled runs, pruned words, unique words) or the error.
 
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import subprocess
 import sys
@@ -50,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from _report import GPUMonitor, print_footer, sm_clock_now  # noqa: E402
+from _report import GPUMonitor, peak_rss_bytes, print_footer, sm_clock_now  # noqa: E402
 
 A_MUL = 1_000_003          # odd, not a multiple of 13: i -> i*A mod 26^8 is a bijection
 SPACE26 = 26 ** 8
@@ -175,7 +174,7 @@ def child(args) -> None:
     except InputError as e:
         out["error"] = str(e)
     out["seconds"] = time.perf_counter() - t0
-    out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    out["peak_rss_bytes"] = peak_rss_bytes()
     for k in ("corpus_bytes", "num_documents", "unique_words", "spilled_runs", "spill_bytes",
               "seconds_spill", "seconds_merge_runs", "pruned_words", "seconds_count",
               "seconds_merge", "gpu_memory_bytes", "count_gpu_memory_bytes",

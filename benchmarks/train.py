@@ -2,7 +2,7 @@
 
 Same documents, same pre-tokenizer (DESIGN.md §2 regex, vocab.SPLIT_PATTERN), same vocab size.
 Each method runs in its own child process (fresh interpreter) so that its peak host memory
-(``ru_maxrss``) is its own; the child loads the documents itself.
+(``VmHWM``, see ``_report.peak_rss_bytes``) is its own; the child loads the documents itself.
 
 Usage::
 
@@ -32,7 +32,6 @@ import gzip
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -73,7 +72,9 @@ def load_docs(names: list[str], max_bytes: int | None, jsonl: str | None = None,
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    from benchmarks._report import peak_rss_bytes
+
+    return peak_rss_bytes() / 2**20
 
 
 # -- methods (run inside a child process) --------------------------------------------------------

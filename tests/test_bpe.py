@@ -312,14 +312,15 @@ def test_gpu_profile_repeat_same_ids(gpt2, gpt2_tt):
 
 @gpu
 @pytest.mark.parametrize("flag", ["PREFETCH_ROWS", "OVERLAP_TRY"])
-def test_gpu_walk_build_flags_off(gpt2, gpt2_tt, monkeypatch, flag):
-    """The walk with PREFETCH_ROWS off (candidate rows loaded in the try) or OVERLAP_TRY off (the
-    pair check's first loads in the try), as benchmarks/encode.py compares, is exact too, on text
+def test_gpu_walk_build_flags_flipped(gpt2, gpt2_tt, monkeypatch, flag):
+    """The walk with PREFETCH_ROWS or OVERLAP_TRY flipped from its default (PREFETCH_ROWS off:
+    candidate rows loaded in the try; OVERLAP_TRY on: the trying lane's first pair-check loads
+    issued before the walking lanes'), as benchmarks/encode.py compares, is exact too, on text
     that backtracks and on pathological words."""
     import torch_gpubpe.encoder_bpe as EB
     from torch_gpubpe.encoder import Tokenizer
 
-    monkeypatch.setattr(EB, flag, False)
+    monkeypatch.setattr(EB, flag, not getattr(EB, flag))
     tok = Tokenizer(gpt2, thread_budget=8_000)
     docs = corpus_docs("multi_udhr", 20_000, max_doc_bytes=4_000) + PATHOLOGICAL
     assert_same(tok.encode_batch(docs).tolist(), [gpt2_tt.encode_ordinary(d) for d in docs])

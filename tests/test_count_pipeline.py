@@ -231,7 +231,8 @@ def test_a_small_real_budget_is_kept_and_exact():
     # for the 1 M-word table's readback: it must spill.
     probe = ("import datasets, resource, warnings, torch_gpubpe.trainer as t; "
              "warnings.simplefilter('ignore'); t.train(['ab ab abc abcd'] * 10, 260, "
-             "min_frequency=1); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+             "min_frequency=1); print(next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') "
+             "if l.startswith('VmHWM:')))")
     base = int(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                               env=subprocess_env(), timeout=300, check=True).stdout.split()[-1])
     budget = base + 600_000_000

@@ -71,7 +71,7 @@ def test_transform_fills_every_variable(name, flags):
         head = src[start:src.index("workgroupBarrier();", start)] if reached else ""
         for var in reached:  # the fill before the first barrier stores to each of them
             assert re.search(rf"(\b{var}(\[poison_i\])? = |&{var}(\[poison_i\])?, )"
-                             rf"(bitcast<\w+>\()?0xdeadbeefu", head), (name, e, var)
+                             rf"((bitcast|vec[234])<\w+>\()?0xdeadbeefu", head), (name, e, var)
 
 
 _READ_BEFORE_WRITE = """
@@ -111,9 +111,14 @@ def test_poison_is_seen():
 
 
 def test_unsupported_types_are_named():
-    with pytest.raises(ValueError, match="vec4"):
-        poison_workgroup("var<workgroup> v: vec4<u32>;\n@compute @workgroup_size(1)\n"
-                         "fn main() { v = vec4<u32>(0u); }\n")
+    with pytest.raises(ValueError, match="mat2x2"):
+        poison_workgroup("var<workgroup> v: mat2x2<f32>;\n@compute @workgroup_size(1)\n"
+                         "fn main() { v = mat2x2<f32>(); }\n")
+    filled = poison_workgroup("var<workgroup> v: array<vec4<u32>, 8>;\n"
+                              "@compute @workgroup_size(1)\n"
+                              "fn main(@builtin(local_invocation_index) lid: u32) "
+                              "{ v[0] = vec4<u32>(0u); }\n")
+    assert "v[poison_i] = vec4<u32>(0xdeadbeefu);" in filled
 
 
 # -- every pipeline under poison -----------------------------------------------------------------

@@ -29,12 +29,15 @@ def test_submit_gaps_are_recorded(algorithm):
 def test_gpu_time_caps_merges_and_continuations_per_submit(monkeypatch):
     # A target below any measurable GPU time: every batch after the first measured one holds
     # one merge and every submit of a pause one wl_continue dispatch (the 40,000-byte word
-    # outlasts a walk budget: lavapipe 3,750, a GPU 32,768 steps); the merges stay exact.
-    # (The long-chain hand-over off: it merges the run in one round per pause, no doubling.)
+    # outlasts a walk budget several times: lavapipe's 3,750 steps, and on a GPU the same
+    # budget forced (its 32,768 needed one continue per pause on the H200: nothing to double);
+    # the merges stay exact. (The long-chain hand-over off: it merges the run in one round per
+    # pause, no doubling.)
     import torch_gpubpe.train_wordlist as tw
     import torch_gpubpe.trainer as tr
 
     monkeypatch.setattr(tw, "LONG_MIN_CHAIN", tw.NEVER)
+    monkeypatch.setattr(tw, "DEFAULT_BUDGET", 3_750)
     docs = corpus_docs("en_fortunes", 8_000) + ["a" * 40_000, "ab" * 700]
     want = reference.train(docs, 256 + 150, 2)
     assert len(want) == 150

@@ -41,10 +41,12 @@ PREFETCH_ROWS = True
 """Whether the walk loads a longer match's tokinfo/bounds rows in the step that finds it (its
 loads overlap the next steps'; ``wgsl/encode_bpe.wgsl`` ``PREFETCH_ROWS``) rather than in the
 try. Read when a session opens; benchmarks/encode.py times both."""
-OVERLAP_TRY = True
+OVERLAP_TRY = False
 """Whether a lane that tries a candidate issues its pair check's first loads before the walking
 lanes' loads of the same iteration (``wgsl/encode_bpe.wgsl`` ``OVERLAP_TRY``), so that they wait
-together. Read when a session opens; benchmarks/encode.py times both."""
+together. Off: on the H200 (2026-12-01 15:15 UTC, GPT-2, 102 MB, ``benchmarks/encode.py``) the
+walk took 9.10 ms with it off and 17.8 ms with it on (greedy 3.9 ms); the lockstep model had
+predicted a gain. Read when a session opens; benchmarks/encode.py times both."""
 
 
 def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:

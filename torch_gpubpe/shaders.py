@@ -329,6 +329,10 @@ def _poison_stores(name: str, ty: str, lid: str, threads: str) -> list[str]:
             return f"{ref} = {poison};"
         if elem in ("i32", "f32"):
             return f"{ref} = bitcast<{elem}>({poison});"
+        v = _re.fullmatch(r"(vec[234])<\s*(u32|i32|f32)\s*>", elem)
+        if v:
+            one = poison if v.group(2) == "u32" else f"bitcast<{v.group(2)}>({poison})"
+            return f"{ref} = {v.group(1)}<{v.group(2)}>({one});"
         raise ValueError(f"poison_workgroup: unsupported workgroup type {elem!r} of {name}")
 
     m = _re.fullmatch(r"array<(.+)>", ty.strip())
