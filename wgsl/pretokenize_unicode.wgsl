@@ -106,7 +106,6 @@ const B_END: u32 = 2u;
 var<workgroup> wf: array<u32, 256>;
 var<workgroup> wb: array<u32, 256>;
 
-fn text_byte(i: u32) -> u32 { return (text[i >> 2u] >> ((i & 3u) * 8u)) & 0xFFu; }
 fn doc_start(i: u32) -> bool { return ((doc_bits[i >> 5u] >> (i & 31u)) & 1u) != 0u; }
 // codes: word w (bytes 4w..4w+3) of thread t = w / 8 (its 32-byte chunk) is stored at
 // (t / 256) * 2048 + (w % 8) * 256 + t % 256, so that the threads of a subgroup, each at the
@@ -139,30 +138,20 @@ fn code_at(i: u32) -> u32 { return (codes_word_at(i) >> ((i & 3u) * 8u)) & 0xFFu
 // Length of the valid UTF-8 sequence starting at byte j (Unicode Table 3-7: no overlong
 // forms, no surrogates, at most U+10FFFF) within its document and the buffer; 0 if none.
 fn seq_len(j: u32) -> u32 {
-    let n = params.n;
-    let b0 = text_byte(j);
-    if (b0 < 0x80u) { return 1u; }
-    var len = 0u;
-    var lo = 0x80u;
-    var hi = 0xBFu;
-    if (b0 >= 0xC2u && b0 <= 0xDFu) { len = 2u; }
-    else if (b0 >= 0xE0u && b0 <= 0xEFu) {
-        len = 3u;
-        if (b0 == 0xE0u) { lo = 0xA0u; }
-        if (b0 == 0xEDu) { hi = 0x9Fu; }
-    } else if (b0 >= 0xF0u && b0 <= 0xF4u) {
-        len = 4u;
-        if (b0 == 0xF0u) { lo = 0x90u; }
-        if (b0 == 0xF4u) { hi = 0x8Fu; }
-    } else { return 0u; }
-    if (j + len > n) { return 0u; }
-    for (var k = 1u; k < len; k++) {
-        let b = text_byte(j + k);
-        if (doc_start(j + k)) { return 0u; }
-        if (k == 1u) { if (b < lo || b > hi) { return 0u; } }
-        else if (b < 0x80u || b > 0xBFu) { return 0u; }
-    }
-    return len;
+    // the doc-start bits of j..j+4 as the block loops hold them in registers (reads past the
+    // buffers' ends are bounds-checked by wgpu and masked by `room`)
+    let r = j & 31u;
+    let d0 = doc_bits[j >> 5u];
+    let d1 = doc_bits[(j >> 5u) + 1u];
+    let d = select((d0 >> r) | (d1 << (32u - r)), d0, r == 0u) & 0x1Fu;
+    return seq_len4(text4(j), d, params.n - j);
+}
+
+// Bytes j..j+3 (little endian) in one u32.
+fn text4(j: u32) -> u32 {
+    let sh = (j & 3u) * 8u;
+    let w0 = text[j >> 2u];
+    return select((w0 >> sh) | (text[(j >> 2u) + 1u] << (32u - sh)), w0, sh == 0u);
 }
 
 // seq_len from registers: q = bytes j..j+3 (LE), d = doc-start bits of j..j+3 (bit k: j + k),
@@ -200,17 +189,7 @@ fn decode4(q: u32, len: u32) -> u32 {
          | ((q >> 24u) & 0x3Fu);
 }
 
-fn decode(j: u32, len: u32) -> u32 {
-    let b0 = text_byte(j);
-    if (len == 1u) { return b0; }
-    if (len == 2u) { return ((b0 & 0x1Fu) << 6u) | (text_byte(j + 1u) & 0x3Fu); }
-    if (len == 3u) {
-        return ((b0 & 0x0Fu) << 12u) | ((text_byte(j + 1u) & 0x3Fu) << 6u)
-             | (text_byte(j + 2u) & 0x3Fu);
-    }
-    return ((b0 & 0x07u) << 18u) | ((text_byte(j + 1u) & 0x3Fu) << 12u)
-         | ((text_byte(j + 2u) & 0x3Fu) << 6u) | (text_byte(j + 3u) & 0x3Fu);
-}
+fn decode(j: u32, len: u32) -> u32 { return decode4(text4(j), len); }
 
 // Table class byte of code point cp (torch_gpubpe/_unicode_gen.py).
 // pt_classify: the class bytes of U+0000..U+007F (4 per u32), read once per workgroup.
