@@ -909,3 +909,15 @@ def test_heavy_trainer_large_vocab_sizes(vocab_size):
     tk = Tokenizer(vocab)
     sample = [d[:5000] for d in docs[:: max(1, len(docs) // 10)]]
     assert tk.encode_batch(sample).tolist() == [reference.encode(d, vocab.merges) for d in sample]
+
+
+def test_train_given_a_file_name_says_to_use_a_file_reader(tmp_path):
+    # a new user's try: train("corpus.parquet", ...) is one str, not files
+    from torch_gpubpe import train
+
+    p = tmp_path / "corpus.txt"
+    p.write_text("ab ab abc\n")
+    with pytest.raises(InputError, match=r"FileReader\("):
+        train(str(p), 300)
+    with pytest.raises(InputError, match=r"pass \[text\] for one document"):
+        train("just some text, not a file", 300)

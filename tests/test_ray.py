@@ -172,6 +172,15 @@ def test_ray_tokenize_equals_single_process_encode(ray_local, vocab, docs, parqu
     assert rows == dict(enumerate(want))
 
 
+def test_ray_gpus_asked_of_a_cluster_without_them_are_refused(ray_local, vocab, parquet_files):
+    # ray.init(num_cpus=2) has no GPU: num_gpus=1 (the default) would wait forever
+    ds = ray_local.data.read_parquet(parquet_files)
+    assert ray_local.cluster_resources().get("GPU", 0) == 0
+    with pytest.raises(InputError, match="num_gpus=0"):
+        tokenize_dataset(ds, vocab)
+    tokenize_dataset(ds, vocab, check_gpus=False)   # lazy: nothing runs, nothing refused
+
+
 def test_ray_count_dataset_equals_whole_corpus_counts(ray_local, tmp_path, docs, parquet_files):
     ds = ray_local.data.read_parquet(parquet_files)
     st: dict = {}

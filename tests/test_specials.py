@@ -7,6 +7,7 @@ there)."""
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -86,6 +87,12 @@ def test_specials_empty_and_errors(vocab):
         tok.submit(["a"], bos_id=70_000)  # above u16 ids
     with pytest.raises(InputError, match="eos_id"):
         tok.submit(["a"], eos_id=-1)
+    # inside the output dtype but not an id of this vocab (a fresh user's find: it was written)
+    with pytest.raises(InputError, match=f"n_vocab {tok.n_vocab}"):
+        tok.encode_arrow(pa.array(["hi"]), eos_id=tok.n_vocab)
+    with pytest.raises(InputError, match="bos_id"):
+        tok.submit_packed(np.frombuffer(b"hi", np.uint8), np.array([0, 2]), bos_id=tok.n_vocab)
+    assert tok.encode_arrow(pa.array(["hi"]), eos_id=tok.n_vocab - 1)[0][-1] == tok.n_vocab - 1
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))

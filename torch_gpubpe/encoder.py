@@ -1016,7 +1016,8 @@ class Tokenizer:
             if pattern is None:
                 raise InputError(f"{path}: no split pattern (no sidecar {path}.json with "
                                  "\"pattern\"); pass pattern='gpt2', 'cl100k', 'qwen2', "
-                                 "'o200k' or a pat_str")
+                                 "'o200k' or a pat_str, or 'bytes-classes' for a file that "
+                                 "`train --out` wrote (this project's split, DESIGN.md §2)")
         return cls(vocab, pre_tokenizer=pattern, **kwargs)
 
     @classmethod
@@ -1323,12 +1324,12 @@ class Tokenizer:
     def _specials_arg(self, bos_id, eos_id) -> tuple[int, int] | None:
         if bos_id is None and eos_id is None:
             return None
-        top = np.iinfo(self.id_dtype).max
+        top = self.n_vocab - 1   # ≤ the output dtype's maximum
         for name, v in (("bos_id", bos_id), ("eos_id", eos_id)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))
                                   or not 0 <= int(v) <= top):
-                raise InputError(f"{name} must be a token id in 0..{top} (the output dtype "
-                                 f"{np.dtype(self.id_dtype).name}), got {v!r}")
+                raise InputError(f"{name} must be a token id of this vocab, 0..{top} "
+                                 f"(n_vocab {self.n_vocab}), got {v!r}")
         return (_NO_TOKEN if bos_id is None else int(bos_id),
                 _NO_TOKEN if eos_id is None else int(eos_id))
 

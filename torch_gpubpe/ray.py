@@ -313,7 +313,8 @@ class TokenizeBatches:
 
 def tokenize_dataset(ds, vocab, *, num_gpus: float | None = 1, actors: int = 1,
                      batch_size: int = DEFAULT_BATCH_ROWS, calls_per_actor: int = 2,
-                     ray_remote_args: dict | None = None, cls: type | None = None, **kwargs):
+                     ray_remote_args: dict | None = None, cls: type | None = None,
+                     check_gpus: bool = True, **kwargs):
     """``ds.map_batches(TokenizeBatches, ...)`` with the settings that keep the GPU busy.
 
     Args:
@@ -329,10 +330,25 @@ def tokenize_dataset(ds, vocab, *, num_gpus: float | None = 1, actors: int = 1,
             the other's readback and with Ray's slicing and output puts.
         ray_remote_args: more actor options (``num_cpus``, ``runtime_env``, ...).
         cls: :class:`TokenizeBatches` (default) or a subclass of it.
+        check_gpus: refuse ``num_gpus`` > 0 on a running Ray cluster that has fewer GPUs than
+            one actor needs (Ray would wait for them forever); ``False`` for a cluster whose
+            autoscaler adds GPU nodes later.
     Returns:
         the mapped ``Dataset`` (lazy), the input's columns plus the token column.
+    Raises:
+        InputError: ``num_gpus`` asks for more GPUs than the running cluster has.
     """
+    import ray
     from ray.data import ActorPoolStrategy
+
+    if check_gpus and num_gpus and ray.is_initialized():
+        have = ray.cluster_resources().get("GPU", 0)
+        if have < num_gpus:
+            raise InputError(
+                f"tokenize_dataset: num_gpus={num_gpus} per actor, but the Ray cluster has "
+                f"{have:g} GPU(s), so Ray would wait for one forever; pass num_gpus=0 to use a "
+                "CPU adapter (lavapipe), start Ray with GPUs, or check_gpus=False if an "
+                "autoscaler adds GPU nodes")
 
     remote = dict(ray_remote_args or {})
     try:

@@ -288,9 +288,17 @@ def check_documents(documents) -> None:
     """Raise :class:`InputError` when ``documents`` is one ``str``/``bytes`` (an iterable of
     documents is expected)."""
     if isinstance(documents, (str, bytes, bytearray, memoryview)):
+        hint = "pass [text] for one document"
+        if isinstance(documents, str) and len(documents) < 4096:
+            import glob
+            import os
+
+            if os.path.exists(documents) or glob.glob(documents):
+                hint = (f"{documents!r} names files: pass "
+                        f"torch_gpubpe.readers.FileReader({documents!r}) to read them")
         raise InputError(
             "expected an iterable of documents, got one str/bytes (it would be read as one "
-            "document per character); pass [text] for one document"
+            f"document per character); {hint}"
         )
     try:
         iter(documents)
