@@ -200,7 +200,11 @@ def test_never_overwritten_and_killed_run_resumes(capsys, tmp_path, vocab_dir, i
             # the same settings (another batch size: the bytes do not depend on it): resumed
             code = cli.main(["encode", "--vocab", str(vocab_dir), "--data-files", *files,
                              "--out", str(out), "--no-progress", *args[:-1], "5K"])
-            assert code == 0 and "continuing an unfinished run" in capsys.readouterr().err
+            cap = capsys.readouterr()
+            assert code == 0 and "continuing an unfinished run" in cap.err
+            assert "resumed an unfinished run after its first" in cap.out
+            meta = json.loads((out / "meta.json").read_text())
+            assert 0 < meta["resumed_after_documents"] < meta["num_documents"]
             assert _tree(out) == _tree(ref), (fmt, kill_after)
 
 

@@ -753,7 +753,9 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
         raise InputError(f"empty corpus: {source.describe()} gave no documents to encode")
     meta = writer.close({
         "num_documents": writer.resume_documents + n_docs,
+        # this run's bytes: after a resume, those of the documents it encoded
         "text_bytes": n_bytes,
+        "resumed_after_documents": writer.resume_documents,
         "vocab_file": str(_vocab_path(args.vocab).resolve()),
         "vocab_size": len(vocab),
         "pre_tokenizer": tok.pre_tokenizer,
@@ -775,6 +777,9 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
         f"({bpt} bytes/token) in {seconds:.2f} s ({rate:.2f} MB/s, "
         f"{n_tokens / max(seconds, 1e-9):,.0f} tokens/s) on {_adapter_name()}\n"
         f"  wrote {args.output_format} output in {out}: {shown}, {META_JSON}"
+        + (f"\n  resumed an unfinished run after its first {writer.resume_documents:,} "
+           f"documents ({writer.resume_tokens:,} tokens); the figures above are this run's"
+           if writer.resume_documents else "")
     )
     if getattr(args, "debug", False):
         print("  seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in meta["seconds"].items())
