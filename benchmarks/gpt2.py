@@ -173,7 +173,7 @@ def hf_tokenizer(vocab, family: str):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--vocab", type=Path, default=REPO.parent / "shared" / "vocabs" / "gpt2.tiktoken")
+    ap.add_argument("--vocab", type=Path, default=REPO / "tests" / "data" / "vocabs" / "gpt2.tiktoken")
     ap.add_argument("--corpora", nargs="*", default=DEFAULT_CORPORA)
     ap.add_argument("--max-bytes", type=int, default=102_000_000)
     ap.add_argument("--batch-bytes", type=int, default=32_000_000)
