@@ -19,8 +19,8 @@ from torch_gpubpe import reference
 from torch_gpubpe.counts import read_counts, read_metadata
 from torch_gpubpe.encoder import Tokenizer
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.ray import (CountBatches, TokenizeBatches, WriteShards, count_dataset,
-                              merge_shard_lists, tokenize_dataset)
+from torch_gpubpe.ray import (CountBatches, TokenizeBatches, TokenizeFiles, WriteShards,
+                              count_dataset, merge_shard_lists, tokenize_dataset, tokenize_files)
 from torch_gpubpe.shards import read_llmc_shard, read_megatron
 from torch_gpubpe.vocab import Vocab
 
@@ -68,7 +68,7 @@ def test_tokenize_batches_two_calls_at_once_share_the_gpu_slots(vocab, docs):
     from concurrent.futures import ThreadPoolExecutor
 
     fn = TokenizeBatches(vocab, sub_batch_bytes=700, append_eos=EOT)
-    assert set(fn.timings) == {"pin_gpu", "open_gpu", "warm_up"}      # opened in __init__
+    assert set(fn.ready().timings) == {"pin_gpu", "open_gpu", "warm_up"}   # opened by __init__
     want = _expected(vocab, docs, vocab.token_to_id(EOT))
     cuts = [(a, min(a + 9, len(docs))) for a in range(0, len(docs), 9)]
     with ThreadPoolExecutor(2) as pool:
@@ -100,6 +100,60 @@ def test_tokenize_batches_options_and_errors(vocab, docs):
         TokenizeBatches(vocab, text_column="body")(t)
     with pytest.raises(InputError, match="got int64"):
         TokenizeBatches(vocab, text_column="id")(t)
+
+
+def test_tokenize_batches_takes_a_chunked_column_chunk_by_chunk(vocab, docs):
+    """A batch Ray joined from blocks has several chunks: each is encoded in place (no
+    concatenation), sub-batches run across the chunks' ends, and a null's row is the batch's."""
+    want = _expected(vocab, docs)
+    cuts = [0, 0, 3, 4, 30, 30, 31, len(docs)]                 # empty chunks, one-row chunks
+    col = pa.chunked_array([pa.array(docs[a:b], pa.string()) for a, b in zip(cuts, cuts[1:])])
+    for sub in (10**9, 700):
+        out = TokenizeBatches(vocab, sub_batch_bytes=sub)(pa.table({"text": col}))
+        assert out.column("input_ids").to_pylist() == want
+    bad = pa.chunked_array([docs[:5], [docs[5], None]], pa.string())
+    with pytest.raises(InputError, match="document 6 is null"):
+        TokenizeBatches(vocab)(pa.table({"text": bad}))
+
+
+@pytest.fixture(scope="module")
+def text_files(tmp_path_factory, docs) -> list[str]:
+    """Two parquet files (small row groups, a null row) and a JSON Lines file."""
+    import json
+
+    d = tmp_path_factory.mktemp("files")
+    a = d / "a.parquet"
+    pq.write_table(pa.table({"text": docs[:30] + [None] + docs[30:40]}), a, row_group_size=4)
+    b = d / "b.parquet"
+    pq.write_table(pa.table({"text": docs[40:]}), b, row_group_size=9)
+    c = d / "c.jsonl"
+    c.write_text("".join(json.dumps({"text": t}) + "\n" for t in docs[:25]), encoding="utf-8")
+    return [str(a), str(b), str(c)]
+
+
+def _files_expected(vocab, docs, eos=None):
+    """(path index, row, tokens) that text_files should give."""
+    want = _expected(vocab, docs, eos)
+    rows = [(0, r, want[r]) for r in range(30)] + [(0, 31 + k, want[30 + k]) for k in range(10)]
+    rows += [(1, r, want[40 + r]) for r in range(len(docs) - 40)]
+    return rows + [(2, r, want[r]) for r in range(25)]
+
+
+def test_tokenize_files_reads_in_the_actor_equal_to_encode_batch(vocab, docs, text_files):
+    eos = vocab.token_to_id(EOT)
+    for kw in ({}, {"batch_bytes": 600, "read_threads": 1}):
+        fn = TokenizeFiles(vocab, append_eos=EOT, **kw)
+        tables = list(fn(pa.table({"path": text_files, "other": [1, 2, 3]})))
+        assert len(tables) >= (3 if not kw else 10)          # one table per GPU batch
+        got = [(text_files.index(r["path"]), r["row"], r["input_ids"])
+               for t in tables for r in t.to_pylist()]
+        assert got == _files_expected(vocab, docs, eos)
+        assert tables[0].schema.field("input_ids").type == pa.list_(pa.uint16())
+        assert fn.stats["skipped_none"] == 1                  # the null row, as the CLI
+    with pytest.raises(InputError, match="no column 'path'"):
+        list(TokenizeFiles(vocab)(pa.table({"file": text_files})))
+    with pytest.raises(InputError, match="does not exist|no such|not found"):
+        list(TokenizeFiles(vocab)(pa.table({"path": [text_files[0] + ".missing"]})))
 
 
 @pytest.mark.parametrize("fmt", ["llmc", "megatron", "flat"])
@@ -170,6 +224,17 @@ def test_ray_tokenize_equals_single_process_encode(ray_local, vocab, docs, parqu
     rows = {r["id"]: list(r["input_ids"]) for r in ds.take_all()}
     want = _expected(vocab, docs, vocab.token_to_id(EOT))
     assert rows == dict(enumerate(want))
+
+
+def test_ray_tokenize_files_equals_single_process_encode(ray_local, vocab, docs, text_files):
+    # the actor reads the files; two calls (files) at once, many GPU batches each
+    ds = tokenize_files(text_files, vocab, num_gpus=0, calls_per_actor=2, append_eos=EOT,
+                        batch_bytes=600)
+    got = sorted((text_files.index(r["path"]), r["row"], list(r["input_ids"]))
+                 for r in ds.take_all())
+    assert got == _files_expected(vocab, docs, vocab.token_to_id(EOT))
+    with pytest.raises(InputError, match="num_gpus=0"):
+        tokenize_files(text_files, vocab)                    # the cluster has no GPU
 
 
 def test_ray_gpus_asked_of_a_cluster_without_them_are_refused(ray_local, vocab, parquet_files):

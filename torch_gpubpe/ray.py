@@ -174,6 +174,20 @@ def _packed(column) -> tuple[np.ndarray, np.ndarray]:
     return arrow_to_packed(column, nulls="error")
 
 
+def _packed_chunks(column) -> list[tuple[np.ndarray, np.ndarray]]:
+    """An Arrow string/binary column → its chunks as :func:`_packed` pairs, each zero copy
+    (a batch Ray joined from several blocks stays in pieces; empty chunks dropped).
+
+    Raises:
+        InputError: as :func:`_packed` (a null's row counted over the whole column).
+    """
+    import pyarrow as pa
+
+    if not isinstance(column, pa.ChunkedArray) or column.num_chunks <= 1 or column.null_count:
+        return [_packed(column)]       # one piece, or the null's row named over the column
+    return [_packed(c) for c in column.chunks if len(c)]
+
+
 def _token_column(parts: Sequence[tuple[np.ndarray, np.ndarray]], id_dtype):
     """Sub-batches' (flat ids, int64 token offsets from 0) → one ``list<id dtype>`` chunked
     array, a chunk per sub-batch over its ids without a copy (``large_list`` when a sub-batch
@@ -239,16 +253,42 @@ class TokenizeBatches:
         self.eos = None if append_eos is None else self.vocab.token_to_id(append_eos)
         self.timings: dict[str, float] = {}
         self._pinned = False
+        self._opening = None
         if open_gpu:
-            tok = self._tokenizer()
+            import threading
+
+            self._make_tokenizer()
+            # On a thread: Ray sends the first batch once __init__ returns, so the device opens
+            # while that batch travels (or, in TokenizeFiles, while its first file is read).
+            self._opening = threading.Thread(target=self._open, name="torch_gpubpe ray open",
+                                             daemon=True)
+            self._open_error: BaseException | None = None
+            self._opening.start()
+
+    def _open(self) -> None:
+        try:
+            tok = self._tok
             t = time.perf_counter()
             tok.open()
             t1 = time.perf_counter()
             tok.submit_packed(np.frombuffer(b"warm up", np.uint8), np.array([0, 4, 7]),
                               eos_id=self.eos).result()
             self.timings.update(open_gpu=t1 - t, warm_up=time.perf_counter() - t1)
+        except BaseException as e:  # noqa: BLE001 - re-raised by the first call (ready())
+            self._open_error = e
 
-    def _tokenizer(self):
+    def ready(self):
+        """Wait until the GPU session that ``__init__`` opens on a thread is open (and its
+        warm-up encode done); returns ``self``. Raises what opening raised (e.g.
+        :class:`~torch_gpubpe.errors.NoAdapterError`)."""
+        if self._opening is not None:
+            self._opening.join()
+            self._opening = None
+            if self._open_error is not None:
+                raise self._open_error
+        return self
+
+    def _make_tokenizer(self):
         if not self._pinned:
             t = time.perf_counter()
             _pin_assigned_gpu()          # before the session opens the device
@@ -261,23 +301,41 @@ class TokenizeBatches:
             self._tok = Tokenizer(self.vocab, **kw)
         return self._tok
 
+    def _tokenizer(self):
+        tok = self._make_tokenizer()
+        self.ready()
+        return tok
+
+    def __getstate__(self) -> dict:
+        self.ready()
+        return dict(self.__dict__, _opening=None)
+
     def encode_parts(self, data: np.ndarray, offsets: np.ndarray
                      ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Packed documents (uint8 ``data``, int64 ``offsets`` from 0) → per sub-batch of about
         ``sub_batch_bytes``: (token ids, int64 token offsets from 0), two sub-batches on the
         GPU at once."""
+        return self.encode_chunks([(data, offsets)])
+
+    def encode_chunks(self, chunks: Sequence[tuple[np.ndarray, np.ndarray]]
+                      ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`encode_parts` of several packed chunks back to back (an Arrow column's
+        chunks, each zero copy: no concatenation), two sub-batches on the GPU at once across
+        the chunks' ends."""
         tok = self._tokenizer()
-        n = len(offsets) - 1
-        cuts = [0]
-        while cuts[-1] < n:
-            target = offsets[cuts[-1]] + self.sub_batch_bytes
-            cuts.append(max(cuts[-1] + 1, min(n, int(np.searchsorted(offsets, target, "right")) - 1)))
         pending, parts = [], []
-        for a, b in zip(cuts[:-1], cuts[1:]):
-            o = offsets[a:b + 1]
-            pending.append(tok.submit_packed(data[o[0]:o[-1]], o - o[0], eos_id=self.eos))
-            if len(pending) == 2:
-                parts.append(self._result(pending.pop(0)))
+        for data, offsets in chunks:
+            n = len(offsets) - 1
+            cuts = [0]
+            while cuts[-1] < n:
+                target = offsets[cuts[-1]] + self.sub_batch_bytes
+                cuts.append(max(cuts[-1] + 1,
+                                min(n, int(np.searchsorted(offsets, target, "right")) - 1)))
+            for a, b in zip(cuts[:-1], cuts[1:]):
+                o = offsets[a:b + 1]
+                pending.append(tok.submit_packed(data[o[0]:o[-1]], o - o[0], eos_id=self.eos))
+                if len(pending) == 2:
+                    parts.append(self._result(pending.pop(0)))
         parts += [self._result(p) for p in pending]
         return parts
 
@@ -304,7 +362,7 @@ class TokenizeBatches:
         if self.text_column not in batch.column_names:
             raise InputError(f"the batch has no column {self.text_column!r} (columns: "
                              f"{batch.column_names}); pass text_column=")
-        parts = self.encode_parts(*_packed(batch.column(self.text_column)))
+        parts = self.encode_chunks(_packed_chunks(batch.column(self.text_column)))
         keep = batch.column_names if self.keep_columns is None else self.keep_columns
         out = batch.select([c for c in keep if c != self.output_column])
         return out.append_column(self.output_column,
@@ -338,17 +396,16 @@ def tokenize_dataset(ds, vocab, *, num_gpus: float | None = 1, actors: int = 1,
     Raises:
         InputError: ``num_gpus`` asks for more GPUs than the running cluster has.
     """
-    import ray
-    from ray.data import ActorPoolStrategy
+    _check_gpus(num_gpus, check_gpus)
+    return _map_on_gpus(ds, cls or TokenizeBatches, {"vocab": vocab, **kwargs}, batch_size,
+                        num_gpus, actors, calls_per_actor, ray_remote_args)
 
-    if check_gpus and num_gpus and ray.is_initialized():
-        have = ray.cluster_resources().get("GPU", 0)
-        if have < num_gpus:
-            raise InputError(
-                f"tokenize_dataset: num_gpus={num_gpus} per actor, but the Ray cluster has "
-                f"{have:g} GPU(s), so Ray would wait for one forever; pass num_gpus=0 to use a "
-                "CPU adapter (lavapipe), start Ray with GPUs, or check_gpus=False if an "
-                "autoscaler adds GPU nodes")
+
+def _map_on_gpus(ds, cls, ctor_kwargs: dict, batch_size: int, num_gpus, actors: int,
+                 calls_per_actor: int, ray_remote_args: dict | None):
+    """``ds.map_batches(cls, ...)`` on a fixed pool of ``actors`` actors, ``calls_per_actor``
+    Ray tasks at once in each (true multi-threading where Ray has it)."""
+    from ray.data import ActorPoolStrategy
 
     remote = dict(ray_remote_args or {})
     try:
@@ -357,9 +414,168 @@ def tokenize_dataset(ds, vocab, *, num_gpus: float | None = 1, actors: int = 1,
     except TypeError:   # Ray < 2.51: calls run at once by the actor's thread count
         compute = ActorPoolStrategy(size=actors)
         remote.setdefault("max_concurrency", calls_per_actor)
-    return ds.map_batches(cls or TokenizeBatches, fn_constructor_kwargs={"vocab": vocab, **kwargs},
-                          batch_format="pyarrow", batch_size=batch_size, compute=compute,
+    return ds.map_batches(cls, fn_constructor_kwargs=ctor_kwargs, batch_format="pyarrow",
+                          batch_size=batch_size, compute=compute,
                           **({"num_gpus": num_gpus} if num_gpus else {}), **remote)
+
+
+def _check_gpus(num_gpus, check_gpus: bool) -> None:
+    import ray
+
+    if check_gpus and num_gpus and ray.is_initialized():
+        have = ray.cluster_resources().get("GPU", 0)
+        if have < num_gpus:
+            raise InputError(
+                f"num_gpus={num_gpus} per actor, but the Ray cluster has {have:g} GPU(s), so "
+                "Ray would wait for one forever; pass num_gpus=0 to use a CPU adapter "
+                "(lavapipe), start Ray with GPUs, or check_gpus=False if an autoscaler adds "
+                "GPU nodes")
+
+
+class TokenizeFiles:
+    """Ray Data callable class: rows naming files → the token ids of the files' documents,
+    the files read by the actor itself with the ``encode`` CLI's reader.
+
+    The rows carry paths only, so the text never passes through Ray's object store: each call
+    reads its files with :class:`torch_gpubpe.readers.FileReader` (parquet row groups / JSON
+    Lines chunks read ahead on threads; the Arrow text buffers go to the GPU as they are) and
+    runs the CLI's loop (two GPU batches in flight) on a thread of its own, so Ray's puts of
+    the token blocks overlap the GPU's work. With ``ray.data.read_parquet`` +
+    :class:`TokenizeBatches` instead, Ray tasks read every byte, put it in the object store
+    and the actor takes it from there (:func:`tokenize_files` says what that costs).
+
+    Args:
+        vocab, output_column, append_eos, pre_tokenizer, open_gpu: as
+            :class:`TokenizeBatches`.
+        path_column: the input column with the file paths (on a file system every node
+            mounts, for a cluster).
+        text_column: the column / JSON field holding the documents.
+        format: one of :data:`torch_gpubpe.readers.FORMATS` for every file (default: from each
+            file's extension).
+        batch_bytes: text per GPU submit (the CLI's ``--batch-bytes``).
+        read_threads: FileReader threads per call (default: the CPU count, at most 16).
+
+    ``__call__(batch: pyarrow.Table) -> Iterator[pyarrow.Table]`` (a generator: Ray makes
+    blocks of what it yields as it goes), one table per GPU batch, in file and row order:
+    ``path`` (string), ``row`` (int64: the document's row in its file; rows whose text is None
+    are skipped, as the ``encode`` CLI skips them) and ``output_column`` (``list<uint16>``, or
+    ``list<uint32>`` above 65,536 tokens). The tokens equal ``Tokenizer(vocab).encode_batch``
+    of the documents (DESIGN.md §4).
+
+    Raises (from ``__call__``):
+        InputError: the path column is missing; a file cannot be read or a value is not text
+            (FileReader's messages name the file and row).
+    """
+
+    def __init__(self, vocab, *, path_column: str = "path", text_column: str = "text",
+                 format: str | None = None, output_column: str = "input_ids",
+                 append_eos: str | None = None, batch_bytes: int = DEFAULT_SUB_BATCH_BYTES,
+                 read_threads: int | None = None, pre_tokenizer: str | None = None,
+                 open_gpu: bool = True) -> None:
+        self.enc = TokenizeBatches(vocab, text_column=text_column, output_column=output_column,
+                                   append_eos=append_eos, sub_batch_bytes=batch_bytes,
+                                   pre_tokenizer=pre_tokenizer, open_gpu=open_gpu)
+        self.vocab, self.timings = self.enc.vocab, self.enc.timings
+        self.path_column, self.text_column, self.format = path_column, text_column, format
+        self.output_column, self.batch_bytes = output_column, int(batch_bytes)
+        self.read_threads = read_threads
+        self.stats: dict = {"skipped_none": 0}
+
+    def ready(self):
+        """:meth:`TokenizeBatches.ready`: wait for the GPU session; returns ``self``."""
+        self.enc.ready()
+        return self
+
+    def __call__(self, batch):
+        import pyarrow as pa
+
+        from .readers import prefetch
+
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
+        if self.path_column not in batch.column_names:
+            raise InputError(f"the batch has no column {self.path_column!r} (columns: "
+                             f"{batch.column_names}); pass path_column=")
+        paths = [os.fspath(p) for p in batch.column(self.path_column).to_pylist()]
+        yield from prefetch(self._tables(paths), 2, "torch_gpubpe ray encode")
+
+    def _tables(self, paths: list[str]):
+        """On the prefetch thread: read → GPU (two batches in flight) → token tables."""
+        from .readers import FileReader, documents, prefetch
+
+        tok = self.enc._tokenizer()
+
+        def packed():
+            for path in paths:
+                st: dict = {}
+                reader = FileReader([path], text_column=self.text_column, format=self.format,
+                                    threads=self.read_threads)
+                for p in documents(reader, stats=st, batch_bytes=self.batch_bytes):
+                    yield path, p
+                self.stats["skipped_none"] += st.get("skipped_none", 0)
+
+        pending = []
+        for path, p in prefetch(packed(), 2, "torch_gpubpe ray read"):
+            pending.append((path, p.indices,
+                            tok.submit_packed(p.data, p.offsets, eos_id=self.enc.eos)))
+            if len(pending) == 2:
+                yield self._table(*pending.pop(0))
+        for x in pending:
+            yield self._table(*x)
+
+    def _table(self, path: str, rows: np.ndarray, fut):
+        import pyarrow as pa
+
+        ids, offsets = TokenizeBatches._result(fut)
+        n = len(rows)
+        return pa.table({"path": pa.array([path]).take(pa.array(np.zeros(n, np.int32))),
+                         "row": pa.array(np.asarray(rows, np.int64)),
+                         self.output_column: _token_column([(ids, offsets)],
+                                                           self.enc._tok.id_dtype)})
+
+
+def tokenize_files(paths, vocab, *, num_gpus: float | None = 1, actors: int = 1,
+                   files_per_call: int = 1, calls_per_actor: int = 2,
+                   ray_remote_args: dict | None = None, cls: type | None = None,
+                   check_gpus: bool = True, **kwargs):
+    """The token ids of files' documents as a Ray ``Dataset``: a dataset of the paths
+    (``ray.data.from_items``, one block per file) mapped by :class:`TokenizeFiles`, which
+    reads the files in the actor itself (the ``encode`` CLI's reader and loop).
+
+    Args:
+        paths: files or glob patterns (:func:`torch_gpubpe.readers.expand_paths`; each must
+            exist where the driver runs, and on every node at the same path).
+        vocab: as :class:`TokenizeBatches`; ``kwargs`` go to :class:`TokenizeFiles`
+            (``text_column``, ``format``, ``append_eos``, ``batch_bytes``, ...).
+        num_gpus, actors, calls_per_actor, ray_remote_args, check_gpus: as
+            :func:`tokenize_dataset` (two calls at once: one file's start and end overlap the
+            other's GPU work).
+        files_per_call: files per :class:`TokenizeFiles` call (Ray's ``batch_size``; the unit
+            of scheduling and of retry).
+        cls: :class:`TokenizeFiles` (default) or a subclass of it.
+    Returns:
+        the ``Dataset`` (lazy) of ``path``, ``row`` and the token column.
+    Raises:
+        InputError: no such file, or ``num_gpus`` more than the running cluster has.
+
+    Why a dataset of paths instead of ``ray.data.read_parquet`` (which spreads the reading
+    over Ray tasks, the usual way): one GPU encodes faster than Ray moves text through its
+    object store into an actor (``benchmarks/ray_encode.py`` measures both on the same files);
+    reading in the actor keeps each file's bytes in one process from disk to GPU, as the CLI
+    does. Use ``read_parquet`` + :func:`tokenize_dataset` when the dataset comes from another
+    Ray Data step (filters, joins) or when the readers need more CPUs than a GPU node has.
+    """
+    import ray
+
+    from .readers import expand_paths
+
+    _check_gpus(num_gpus, check_gpus)
+    files = expand_paths(paths)
+    if not files:
+        raise InputError(f"tokenize_files: no files in {paths!r}")
+    ds = ray.data.from_items([{"path": f} for f in files], override_num_blocks=len(files))
+    return _map_on_gpus(ds, cls or TokenizeFiles, {"vocab": vocab, **kwargs}, files_per_call,
+                        num_gpus, actors, calls_per_actor, ray_remote_args)
 
 
 class WriteShards:
