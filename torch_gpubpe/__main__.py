@@ -1,7 +1,5 @@
 """``python -m torch_gpubpe train|encode`` — see :mod:`torch_gpubpe.cli`."""
 
-import sys
+from .cli import run
 
-from .cli import main
-
-sys.exit(main())
+run()

@@ -41,9 +41,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .errors import GPUBPEError, InputError, NoAdapterError
-from .readers import FORMATS, SAMPLE_BY, TextSource, documents, prefetch
-from .sources import shipped_corpus
 from .vocab import MAX_VOCAB_SIZE, Vocab
+
+# (the readers — pyarrow, ~0.3 s to import — are imported once the GPU has begun to open)
 
 PROG = "torch_gpubpe"
 DEFAULT_VOCAB_SIZE = 2048
@@ -81,6 +81,8 @@ def _positive_int(text: str) -> int:
 
 # -- argument parser -----------------------------------------------------------------------------
 def _add_source_args(p: argparse.ArgumentParser, *, default_note: str) -> None:
+    from .readers import FORMATS, SAMPLE_BY
+
     g = p.add_argument_group("input (" + default_note + ")")
     g.add_argument("--dataset", metavar="NAME",
                    help="Hugging Face dataset name (e.g. allenai/c4) or local dataset folder")
@@ -257,6 +259,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 # -- shared helpers ------------------------------------------------------------------------------
 def source_from_args(args: argparse.Namespace) -> TextSource:
     """The :class:`TextSource` named by the input options; the shipped corpus when none is."""
+    from .readers import TextSource
+    from .sources import shipped_corpus
+
     if args.dataset and args.data_files:
         raise InputError("give --dataset or --data-files, not both")
     if not args.dataset and not args.data_files:
@@ -287,7 +292,30 @@ def prepare_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:
     return out
 
 
+class _NoBar:
+    """What ``--no-progress`` shows (tqdm's interface, without importing it: ~0.1 s)."""
+
+    n = 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def update(self, k=1) -> None:
+        self.n += k
+
+    def set_postfix_str(self, *a, **kw) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _progress(args, **kw):
+    if args.no_progress:
+        return _NoBar()
     from tqdm.auto import tqdm
 
     return tqdm(disable=True if args.no_progress else None, file=sys.stderr, dynamic_ncols=True,
@@ -377,6 +405,8 @@ class CorpusReader:
 
     def packed_batches(self, batch_bytes: int):
         import numpy as np
+
+        from .readers import documents, prefetch
 
         a = self.args
         every, cap = a.holdout_every, a.holdout_max_bytes
@@ -631,23 +661,64 @@ def _skip_documents(stream, n: int):
 def cmd_encode(args: argparse.Namespace) -> int:
     from concurrent.futures import ThreadPoolExecutor
 
-    from .gpu import get_gpu
-
-    # Open the device (≈0.6 s on the H200) while the vocab loads and the first batch is read.
+    # The device (≈0.6 s on the H200) has been opening since main() began (_open_gpu_early),
+    # while Python imported the readers; the session (pipelines, trie) opens on this thread
+    # once the vocab is loaded, while the first batch is read.
+    device = getattr(args, "_gpu_future", None)
     opener = ThreadPoolExecutor(1, thread_name_prefix="torch_gpubpe open")
+    if device is None:
+        from .gpu import get_gpu
+
+        device = opener.submit(get_gpu)
     try:
-        return _encode(args, opener, opener.submit(get_gpu))
+        return _encode(args, opener, device)
     finally:
         opener.shutdown(wait=True)
 
 
 def _encode(args: argparse.Namespace, opener, device) -> int:
-    from .shards import ShardWriter
+    from .readers import _Pump, documents
 
     t_epoch = time.time()
-    vocab = load_vocab_arg(args.vocab)
-    out = prepare_out_dir(args.out)
+    t0 = time.perf_counter()
+    # Where the time goes (seconds; meta.json "seconds", printed with --debug). Before the
+    # loop: loading the vocab, opening the output, building the encoder — while the reader
+    # threads read the first batch and the GPU opens. In the loop, the main thread: waiting for
+    # the reader threads, uploading + submitting, waiting for the GPU + reading the ids back,
+    # waiting for the writer thread; the writer thread's own busy time; after it, closing the
+    # output (the last shard written and flushed to disk, meta.json).
+    stages = dict.fromkeys(("vocab_load", "output_open", "encoder_init", "wait_reader",
+                            "upload_and_submit", "wait_gpu_and_readback", "wait_writer",
+                            "writer_busy"), 0.0)
     source = source_from_args(args)
+    read_stats: dict = {}
+    # Reading starts now, on other threads (readers._Pump): the first batch is read while the
+    # vocab loads and the GPU opens.
+    stream = documents(source.reader(), max_docs=args.max_docs, max_bytes=args.max_bytes,
+                       stats=read_stats, batch_bytes=args.batch_bytes)
+    pump = _Pump(iter(stream), 2, "torch_gpubpe encode read")
+    batches = iter(pump)
+    try:
+        return _encode_run(args, opener, device, source, batches, read_stats, stages,
+                           t0, t_epoch)
+    finally:
+        batches.close()
+        pump.close()
+
+
+def _encode_run(args, opener, device, source, batches, read_stats, stages, t0,
+                t_epoch) -> int:
+    from .shards import ShardWriter
+
+    def lap(name: str, since: float) -> float:
+        now = time.perf_counter()
+        stages[name] += now - since
+        return now
+
+    t = time.perf_counter()
+    vocab = load_vocab_arg(args.vocab)
+    t = lap("vocab_load", t)
+    out = prepare_out_dir(args.out)
     fmt = {"bin": "flat", "npy": "flat"}.get(args.output_format, args.output_format)
     eos = None
     if args.output_format == "llmc" or args.append_eos:
@@ -657,35 +728,28 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
                          shard_tokens=args.shard_tokens,
                          fingerprint=_fingerprint(args, source, vocab),
                          overwrite=args.overwrite, flat_npy=args.output_format == "npy")
+    t = lap("output_open", t)
     from .encoder import Tokenizer  # the GPU encoder (DESIGN.md §4)
 
     tok = Tokenizer(vocab, pre_tokenizer=args.pre_tokenizer or implied_pre_tokenizer(args.vocab),
                     mode=args.mode)
+    # The session (pipelines, trie upload) on the device opening since main() began, in the
+    # background; both are waited for before the first submit.
+    opening = opener.submit(lambda: (device.result(), tok.open()))
+    lap("encoder_init", t)
     specials = {} if eos is None else (
         {"bos_id": eos} if args.output_format == "llmc" else {"eos_id": eos})
     n_docs = n_bytes = n_tokens = 0
-    # Where the main thread's time goes (seconds; meta.json "seconds", printed with --debug):
-    # waiting for the reader threads, uploading + submitting, waiting for the GPU + reading the
-    # ids back, waiting for the writer thread; and the writer thread's own busy time.
-    stages = dict.fromkeys(("wait_reader", "upload_and_submit", "wait_gpu_and_readback",
-                            "wait_writer", "writer_busy"), 0.0)
-    t0 = time.perf_counter()
-    read_stats: dict = {}
-    stream = documents(source.reader(), max_docs=args.max_docs, max_bytes=args.max_bytes,
-                       stats=read_stats, batch_bytes=args.batch_bytes)
     if writer.resume_documents:
         print(f"{PROG} encode: continuing an unfinished run in {out} after "
               f"{len(writer.shards)} complete shard(s) ({writer.resume_documents:,} documents)",
               file=sys.stderr)
-        stream = _skip_documents(stream, writer.resume_documents)
+        batches = _skip_documents(batches, writer.resume_documents)
     with _progress(args, desc="encode", unit="B", unit_scale=True, unit_divisor=1000) as bar:
 
         from concurrent.futures import ThreadPoolExecutor
 
         write_pool = ThreadPoolExecutor(1, thread_name_prefix="torch_gpubpe write")
-        # The session (pipelines, trie upload) on the device opened above, also in the
-        # background; both are waited for before the first submit.
-        opening = opener.submit(tok.open)
         writing = None  # the batch being written while the GPU encodes the next one
 
         def timed_add(ids, offsets) -> None:
@@ -714,10 +778,9 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
 
         try:
             pending = None
-            # Reading, decompressing and packing run on other threads (readers.prefetch); the GPU
+            # Reading, decompressing and packing run on other threads (readers._Pump); the GPU
             # encodes batch i (two in flight, Tokenizer's double buffering) while batch i - 1 is
             # written.
-            batches = prefetch(stream, 2, "torch_gpubpe encode read")
             while True:
                 t = time.perf_counter()
                 p = next(batches, None)
@@ -726,12 +789,11 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
                 if p is None:
                     break
                 if "first_batch_read" not in stages:
-                    stages["first_batch_read"] = t1 - t0
-                    t2 = time.perf_counter()
-                    device.result()
+                    stages["first_batch_read"] = t1 - t0  # since reading began
                     opening.result()  # the GPU session, opened while the first batch was read
-                    stages["wait_gpu_open"] = time.perf_counter() - t2
-                    t1 = time.perf_counter()
+                    t2 = time.perf_counter()
+                    stages["wait_gpu_open"] = t2 - t1
+                    t1 = t2
                 # The GPU puts the end-of-text token in while reading the ids back: before
                 # every document for llm.c, after it for the others (--append-eos).
                 fut = tok.submit_packed(p.data, p.offsets, **specials)
@@ -748,9 +810,10 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
             t = time.perf_counter()
             writer.wait_flushed()  # also when stopped early: complete shards stay resumable
             stages["wait_fsync"] = time.perf_counter() - t
-    seconds = time.perf_counter() - t0
     if n_docs == 0 and not writer.resume_documents:
         raise InputError(f"empty corpus: {source.describe()} gave no documents to encode")
+    t_close = time.perf_counter()
+    meta_seconds: dict = {}  # filled in below, before meta.json is written (by close)
     meta = writer.close({
         "num_documents": writer.resume_documents + n_docs,
         # this run's bytes: after a resume, those of the documents it encoded
@@ -763,10 +826,10 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
         # Rows whose text is None (missing) are not documents: document k is not row k then.
         "skipped_none_rows": read_stats.get("skipped_none", 0),
         "skipped_none_row_indices": read_stats.get("skipped_none_rows", []),
-        "seconds": {"total": round(time.perf_counter() - t0, 4),
-                    **{k: round(v, 4) for k, v in stages.items()},
-                    **{f"writer_{k}": round(v, 4) for k, v in writer.seconds.items()}},
-    })
+        "seconds": meta_seconds,
+    }, before_meta=lambda: meta_seconds.update(_encode_seconds(
+        stages, writer, t0, t_close)))
+    seconds = meta_seconds["total"]
     rate = n_bytes / seconds / 1e6 if seconds > 0 else float("inf")
     bpt = f"{n_bytes / n_tokens:.3f}" if n_tokens else "-"
     files = meta.get("shards") or meta.get("prefixes") or [meta.get("ids_file"), "offsets.npy"]
@@ -782,8 +845,11 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
            if writer.resume_documents else "")
     )
     if getattr(args, "debug", False):
+        since = _seconds_since_process_start()
         print("  seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in meta["seconds"].items())
-              + f"; started at epoch {t_epoch:.3f}, done at {time.time():.3f}")
+              + f"; process start → main() {_fmt_s(getattr(args, '_main_since_start', None))}"
+              f", → done {_fmt_s(since)}; started at epoch {t_epoch:.3f}, done at "
+              f"{time.time():.3f}")
     if read_stats.get("skipped_none"):
         rows = read_stats["skipped_none_rows"]
         print(f"  skipped {read_stats['skipped_none']:,} rows whose text is None (missing), "
@@ -792,15 +858,69 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
     return 0
 
 
+def _encode_seconds(stages: dict, writer, t0: float, t_close: float) -> dict:
+    """meta.json's ``seconds``: ``total`` (the command from reading's start to meta.json),
+    the stages, ``close`` (the last shard written and on disk) and the writer's own times."""
+    now = time.perf_counter()
+    return {"total": round(now - t0, 4), **{k: round(v, 4) for k, v in stages.items()},
+            "close": round(now - t_close, 4),
+            **{f"writer_{k}": round(v, 4) for k, v in writer.seconds.items()}}
+
+
+def _fmt_s(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f} s"
+
+
+def _seconds_since_process_start() -> float | None:
+    """Seconds since this process started (Linux: ``/proc/self/stat`` field 22, in clock
+    ticks of boot time, 10 ms resolution), else None."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22; fields[0] is field 3
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - start
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
 # -- entry point ---------------------------------------------------------------------------------
+def _open_gpu_early(argv: Sequence[str]):
+    """For ``encode`` and ``train``: start opening the process's GPU (:func:`get_gpu`, ≈0.6 s
+    on the H200, mostly in the driver, without the GIL) on a daemon thread before the parser
+    imports the readers (pyarrow); a ``Future`` of it, or None for other commands. A failure
+    (no adapter) is raised where the device is first needed, as without this."""
+    import threading
+    from concurrent.futures import Future
+
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in ("encode", "train") or {"-h", "--help"} & set(argv):
+        return None
+    fut: Future = Future()
+
+    def run() -> None:
+        try:
+            from .gpu import get_gpu
+
+            fut.set_result(get_gpu())
+        except BaseException as e:  # noqa: BLE001 - raised by fut.result() where it is needed
+            fut.set_exception(e)
+
+    threading.Thread(target=run, name="torch_gpubpe open early", daemon=True).start()
+    return fut
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 2 usage or input error, 130
     interrupted)."""
+    since_start = _seconds_since_process_start()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    gpu_future = _open_gpu_early(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    args._gpu_future, args._main_since_start = gpu_future, since_start
     from .cli_counts import HANDLERS
 
     handler = {"train": cmd_train, "encode": cmd_encode, "doctor": cmd_doctor,
@@ -825,5 +945,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def run() -> None:
+    """The console entry point (``python -m torch_gpubpe``, the ``torch_gpubpe`` script):
+    :func:`main`, then, with everything written, flushed and closed, ``os._exit``: the
+    interpreter's teardown (wgpu's device, pyarrow's and numpy's GBs of buffers, the threads)
+    would add ~0.3-0.5 s after the work is done. ``TORCH_GPUBPE_NO_FAST_EXIT=1``: a normal
+    exit (for tools that run at interpreter exit, e.g. coverage)."""
+    status = main()
+    if os.environ.get("TORCH_GPUBPE_NO_FAST_EXIT"):
+        sys.exit(status)
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+            pass
+    os._exit(status)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

@@ -53,6 +53,10 @@ OUTPUT_FORMATS = ("llmc", "megatron", "flat")
 DEFAULT_SHARD_TOKENS = 10**8
 PROGRESS = ".torch_gpubpe-progress.json"
 META_JSON = "meta.json"
+REPLACED_PREFIX = ".torch_gpubpe-replaced-"
+"""``--overwrite``: the old output is moved into a folder of this name (a rename, at once) and
+deleted on a thread while the new one is written; a folder left by a killed run goes the same
+way at the next run."""
 
 
 def llmc_shard_name(name: str, index: int) -> str:
@@ -136,6 +140,13 @@ def _write_atomic(path: Path, *chunks) -> None:
     os.replace(tmp, path)
 
 
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:  # (gone, or not ours to delete: the folder stays; rmtree retries it)
+        pass
+
+
 class ShardWriter:
     """Writes the token ids of a document stream in one of :data:`OUTPUT_FORMATS`.
 
@@ -198,6 +209,7 @@ class ShardWriter:
         self.seconds = {"write": 0.0, "fsync": 0.0}  # time spent writing / flushing to disk
         self._flush_pool = None  # one thread: fsync of complete shards, then the progress file
         self._flushing: list = []
+        self._deleting = None  # thread deleting a replaced output (--overwrite)
         self._begin(overwrite)
         self._stream_docs = self.resume_documents  # documents of the stream added so far
 
@@ -211,17 +223,55 @@ class ShardWriter:
         found += list(self.out.glob("*.tmp"))
         return sorted(set(found))
 
+    def _delete_in_background(self, paths: list[Path]) -> None:
+        """Move ``paths`` (and folders left by earlier runs) into a fresh
+        :data:`REPLACED_PREFIX` folder and delete it on a thread (:meth:`close` waits for it).
+        Deleting GBs of shards takes the kernel ~0.1-0.2 s per 200 MB file (their cached pages
+        are dropped); renaming them is immediate, so the new run starts at once."""
+        import shutil
+        import threading
+
+        trash = [p for p in self.out.glob(REPLACED_PREFIX + "*") if p.is_dir()]
+        if paths:
+            k = 0
+            while (self.out / f"{REPLACED_PREFIX}{os.getpid()}-{k}").exists():
+                k += 1
+            folder = self.out / f"{REPLACED_PREFIX}{os.getpid()}-{k}"
+            folder.mkdir()
+            trash.append(folder)
+            for p in paths:
+                try:
+                    os.replace(p, folder / p.name)
+                except OSError:  # (cannot be moved: deleted here)
+                    p.unlink()
+        if not trash:
+            return
+
+        def delete() -> None:  # the files by 4 threads (the kernel's work per file is serial)
+            from concurrent.futures import ThreadPoolExecutor
+
+            files = [f for d in trash for f in d.rglob("*") if not f.is_dir()]
+            with ThreadPoolExecutor(4, thread_name_prefix="torch_gpubpe delete") as pool:
+                list(pool.map(_unlink_quietly, files))
+            for d in trash:
+                shutil.rmtree(d, ignore_errors=True)
+
+        self._deleting = threading.Thread(target=delete, daemon=True,
+                                          name="torch_gpubpe delete replaced output")
+        self._deleting.start()
+
     def _begin(self, overwrite: bool) -> None:
         existing = self._ours()
         prog = self.out / PROGRESS
         if existing and all(p.name.endswith(".tmp") for p in existing):
             for p in existing:  # only the temporary files of a run that failed: not an output
                 p.unlink()
+            self._delete_in_background([])
             return
         if existing and overwrite:
-            for p in existing:
-                p.unlink()
+            self._delete_in_background(existing)
             return
+        self._delete_in_background([])
         if not existing:
             return
         if prog.exists() and self.fmt != "flat":
@@ -441,9 +491,10 @@ class ShardWriter:
         self.tokens += self._buf_tokens
         self._buf, self._buf_tokens = [], 0
 
-    def close(self, meta: dict | None = None) -> dict:
+    def close(self, meta: dict | None = None, before_meta=None) -> dict:
         """Write what is left (the last shard, the index, ``meta.json``); returns the metadata
-        written to ``meta.json``."""
+        written to ``meta.json``. ``before_meta``: called once every file but ``meta.json`` is
+        on disk (the CLI times the close there)."""
         info: dict = {"format": f"torch_gpubpe.{self.fmt}", "version": 1}
         if self.fmt == "llmc":
             if self._buf_tokens or not self.shards:
@@ -479,6 +530,12 @@ class ShardWriter:
         self.seconds["wait_fsync_at_close"] = time.perf_counter() - t
         if self._flush_pool is not None:
             self._flush_pool.shutdown()
+        if self._deleting is not None:  # the replaced output (--overwrite) is gone
+            t = time.perf_counter()
+            self._deleting.join()
+            self.seconds["wait_delete_at_close"] = time.perf_counter() - t
+        if before_meta is not None:
+            before_meta()
         info.update(meta or {})
         tmp = self.out / (META_JSON + ".tmp")
         tmp.write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
