@@ -150,6 +150,28 @@ def timed_cmd(cmd: list[str], env=None) -> tuple[float, str, str]:
     return wall, r.stdout, r.stderr
 
 
+def whole_command_phases(debug_line: str, e0: float, e1: float) -> str:
+    """Where the whole command's wall clock went, from the CLI's --debug line (its own
+    process-start figure and epochs) and this process's epochs around the run."""
+    import re
+
+    def num(pat):
+        m = re.search(pat, debug_line)
+        return float(m.group(1)) if m else None
+
+    to_main = num(r"process start → main\(\) ([0-9.]+) s")
+    started, done = num(r"started at epoch ([0-9.]+)"), num(r"done at ([0-9.]+)")
+    if started is None or done is None:
+        return "n/a (no epochs in the CLI's --debug line)"
+    launch = started - e0
+    parts = [f"launch + imports until encode began {launch:.3f} s"]
+    if to_main is not None:
+        parts[0] += (f" (process start → main() {to_main:.3f} s, then the parser, pyarrow "
+                     f"{launch - to_main:.3f} s)")
+    parts += [f"encode {done - started:.3f} s", f"exit {e1 - done:.3f} s"]
+    return ", ".join(parts)
+
+
 def row(name: str, seconds: float, nbytes: int, mon: GPUMonitor | None, extra: str = "") -> None:
     rate = nbytes / seconds / 1e6 if seconds > 0 else float("inf")
     gpu = mon.summary() if mon is not None else ""
@@ -378,7 +400,9 @@ def job_encode(args, data: Path, nbytes: int, work: Path, vocab_dir: Path | None
             label = f" {variant}" if variant else ""
             for run in range(args.encode_runs):
                 with GPUMonitor() as mon:
+                    e0 = time.time()
                     wall, stdout, stderr = timed_cmd(cmd + extra)
+                    e1 = time.time()
                 for ln in dict.fromkeys(x for x in stderr.splitlines() if "Warning" in x):
                     print(f"    the CLI warned: {ln.strip()}")  # e.g. python-isal missing
                 walls.append(wall)
@@ -390,6 +414,7 @@ def job_encode(args, data: Path, nbytes: int, work: Path, vocab_dir: Path | None
                     f"{ours_tok:,} tokens; the CLI's own timing: {own}")
                 if stages:
                     print(f"    where the CLI's time went: {stages}")
+                    print(f"    the whole command: {whole_command_phases(stages, e0, e1)}")
         wall = walls[0]
         if args.skip_peer:
             continue
