@@ -816,7 +816,12 @@ class GPUWordCounter:
         # In store order, the words' bytes are one boolean selection of the store's bytes (1 B
         # of mask per store byte, not an int64 index per byte: this runs on tables of 10^7+
         # words under a memory budget).
-        order = np.argsort(out[:, 0], kind="stable")
+        # rows in store order: the keys are distinct store offsets < top, so a scatter into
+        # a top-long array and a selection sort them in O(top) (argsort: 3-10x slower)
+        slot = np.zeros(top, np.int32)
+        slot[out[:, 0]] = np.arange(1, nout + 1, dtype=np.int32)
+        order = slot[slot > 0] - 1
+        del slot
         o = out[order, 0].astype(np.int64)
         counts = (out[order, 1].astype(np.uint64)
                   | (out[order, 2].astype(np.uint64) << np.uint64(32)))
@@ -942,13 +947,13 @@ def group_words(parts: list[tuple]) -> WordCounts:
     """Exact counts of words given as ``[(bytes back to back, int64 lengths[, uint64
     counts])]`` (a part without counts: each word once): Arrow's hash group-by over the bytes
     (no Python object per word)."""
-    import pyarrow as pa
-
     if not parts:
         return _empty_counts()
     lens = np.concatenate([p[1] for p in parts]).astype(np.int64)
     if not len(lens):
         return _empty_counts()
+    import pyarrow as pa    # (here, not above: 0.3-0.6 s in a fresh process, mostly not needed)
+
     data = np.concatenate([p[0] for p in parts])
     counts = np.concatenate([p[2] if len(p) > 2 else np.ones(len(p[1]), np.uint64)
                              for p in parts]).astype(np.uint64)
