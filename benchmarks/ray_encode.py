@@ -20,10 +20,12 @@ Every path reads the same files (``--repeat`` lists them K times) and gives the 
   already open (the encoder's ceiling on these files: no process start, nothing written);
 * Ray ``files``: ``tokenize_files`` (a dataset of the paths; the actor reads its files with
   FileReader and runs the CLI's loop; token tables to the driver);
+* Ray ``shards``: ``tokenize_files(out_dir=...)``: the actor writes a Megatron part per file
+  (ShardWriter, as the CLI), then ``merge_shard_lists`` (renames) makes one list;
 * Ray ``parquet``: ``ray.data.read_parquet`` → ``tokenize_dataset`` (Ray tasks read, the
   object store carries the text to the actor).
 
-``--runs files:2 parquet:2`` says which Ray runs (``pipeline:calls at once in the actor``), one
+``--runs files:2 shards:2 parquet:2`` says which Ray runs (``pipeline:calls at once in the actor``), one
 after another in the same cluster; the first run also pays Ray's cold workers (importing
 ray.data), as a user's first job does. Each Ray run is timed from the call that builds the
 dataset to the last token batch at the driver (``ray.init`` apart: a cluster is already up where
@@ -57,7 +59,7 @@ from _report import GPUMonitor, gpu_sample, print_footer, sm_clock_now  # noqa: 
 
 from torch_gpubpe.encoder import Tokenizer  # noqa: E402
 from torch_gpubpe.ray import (DEFAULT_BATCH_ROWS, TokenizeBatches, TokenizeFiles,  # noqa: E402
-                              tokenize_dataset, tokenize_files)
+                              merge_shard_lists, tokenize_dataset, tokenize_files)
 from torch_gpubpe.vocab import Vocab  # noqa: E402
 
 
@@ -251,9 +253,23 @@ def ray_pipeline(ray, vocab: Vocab, files: list[str], a, kind: str, calls: int,
     r: dict = {"t0": time.time()}
     common = dict(num_gpus=a.num_gpus or None, actors=a.concurrency, calls_per_actor=calls,
                   text_column=a.text_column, trace=trace)
-    if kind == "files":
+    if kind in ("files", "shards"):
+        out = None
+        if kind == "shards":   # each actor writes a Megatron part per file (no EOT: the
+            out = Path(tempfile.mkdtemp(prefix="ray_encode_shards_", dir=a.cli_out_dir))
+            common.update(out_dir=str(out / ".parts"), fmt="megatron", eot=None)  # CLI's count)
         ds = tokenize_files(files, vocab, files_per_call=a.files_per_call,
                             cls=TracedTokenizeFiles, **common)
+        r["planned"] = time.time()
+        if out is not None:
+            (out / ".parts").mkdir()
+            rows = ds.take_all()
+            r["last_part"] = time.time()
+            info = merge_shard_lists(rows, out, fmt="megatron")
+            r["end"], r["tokens"], r["stats"] = time.time(), info["num_tokens"], ds.stats()
+            r["first_out"] = None
+            shutil.rmtree(out, ignore_errors=True)
+            return r
     else:
         ds = ray.data.read_parquet(files).select_columns([a.text_column])
         ds = tokenize_dataset(ds, vocab, batch_size=a.ray_batch_size, keep_columns=[],
@@ -310,9 +326,12 @@ def report_timeline(r: dict, trace: str, nbytes: int, base: dict, mon) -> None:
         firsts = [c["t_first"] for c in calls if c.get("t_first")]
         if firsts:
             lines.append((min(firsts), "first token table ready in the actor"))
-        lines += [(r.get("first_out"), "first token batch at the driver"),
-                  (last["t_end"], f"last call ends ({len(calls)} calls)"),
-                  (r["end"], "driver has every token batch")]
+        if r.get("last_part"):
+            lines.append((r["last_part"], "driver has every part's row; merge starts"))
+        if r.get("first_out"):
+            lines.append((r["first_out"], "first token batch at the driver"))
+        lines += [(last["t_end"], f"last call ends ({len(calls)} calls)"),
+                  (r["end"], "driver done (every token batch / the shard list merged)")]
     print("\ntimeline (s after the dataset was built):")
     for t, what in sorted(lines, key=lambda x: -1e30 if x[0] is None else x[0]):
         print(f"  {at(t)}  {what}")
@@ -340,10 +359,11 @@ def report_timeline(r: dict, trace: str, nbytes: int, base: dict, mon) -> None:
           f"is {base['whole'] / e2e:.0%} of the CLI's throughput end to end")
     fixed = first["t"] - t0 + r["end"] - last["t_end"]
     fixed_cli = base["whole"] - base["inside"]
-    # Ray at size S: fixed + S / rate; CLI: fixed_cli + S / cli_rate; 80%: CLI >= 0.8 Ray
-    den = 0.8 / cli_rate - 1 / rate
+    # Ray at S bytes: fixed + S / rate; the CLI: fixed_cli + S / cli_rate; 80% where
+    # CLI time >= 0.8 Ray time, i.e. S (1 / cli_rate - 0.8 / rate) >= 0.8 fixed - fixed_cli
+    den = 1 / cli_rate - 0.8 / rate
     if den > 0:
-        need = (fixed - 0.8 * fixed_cli) / den
+        need = (0.8 * fixed - fixed_cli) / den
         print(f"with {fixed:.2f} s fixed (start-up + tail) against the CLI's {fixed_cli:.2f} s, "
               f"and the steady rates, Ray reaches 80% of the CLI end to end from "
               f"{max(need, 0) / 1e9:,.1f} GB of text")
@@ -368,10 +388,12 @@ def main() -> None:
     ap.add_argument("--vocab", help="vocab.json (default: train one on --train-bytes)")
     ap.add_argument("--vocab-size", type=int, default=32_768)
     ap.add_argument("--train-bytes", type=float, default=100e6)
-    ap.add_argument("--runs", nargs="+", default=["files:2", "parquet:2"],
+    ap.add_argument("--runs", nargs="+", default=["files:2", "shards:2", "parquet:2"],
                     help="Ray runs, in order, each PIPELINE:CALLS (files = tokenize_files, "
-                         "parquet = read_parquet + tokenize_dataset; CALLS: calls at once in "
-                         "the actor)")
+                         "token tables to the driver; shards = tokenize_files(out_dir=): the "
+                         "actor writes Megatron parts, merged after (as the CLI, tokens on "
+                         "disk); parquet = read_parquet + tokenize_dataset; CALLS: calls at "
+                         "once in the actor)")
     ap.add_argument("--ray-batch-size", type=int, default=DEFAULT_BATCH_ROWS,
                     help="parquet runs: rows per batch (TokenizeBatches call)")
     ap.add_argument("--files-per-call", type=int, default=1, help="files runs: files per call")
@@ -390,8 +412,8 @@ def main() -> None:
     runs = []
     for spec in a.runs:
         kind, _, calls = spec.partition(":")
-        if kind not in ("files", "parquet") or not calls.isdigit() or int(calls) < 1:
-            sys.exit(f"--runs: {spec!r} is not files:N or parquet:N")
+        if kind not in ("files", "shards", "parquet") or not calls.isdigit() or int(calls) < 1:
+            sys.exit(f"--runs: {spec!r} is not files:N, shards:N or parquet:N")
         runs.append((kind, int(calls)))
 
     files = parquet_files(a.parquet)[: a.max_files]

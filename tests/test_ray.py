@@ -20,7 +20,8 @@ from torch_gpubpe.counts import read_counts, read_metadata
 from torch_gpubpe.encoder import Tokenizer
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.ray import (CountBatches, TokenizeBatches, TokenizeFiles, WriteShards,
-                              count_dataset, merge_shard_lists, tokenize_dataset, tokenize_files)
+                              count_dataset, merge_shard_lists, tokenize_dataset, tokenize_files,
+                              write_shards_from_files)
 from torch_gpubpe.shards import read_llmc_shard, read_megatron
 from torch_gpubpe.vocab import Vocab
 
@@ -156,6 +157,36 @@ def test_tokenize_files_reads_in_the_actor_equal_to_encode_batch(vocab, docs, te
         list(TokenizeFiles(vocab)(pa.table({"path": [text_files[0] + ".missing"]})))
 
 
+def _read_shards(out, info, fmt) -> list[int] | list[list[int]]:
+    if fmt == "llmc":
+        return np.concatenate([read_llmc_shard(out / s) for s in info["shards"]]).tolist()
+    return [d.tolist() for p in info["prefixes"] for d in read_megatron(out / p)]
+
+
+@pytest.mark.parametrize("fmt", ["llmc", "megatron"])
+def test_tokenize_files_writes_a_part_per_file_then_one_shard_list(tmp_path, vocab, docs,
+                                                                  text_files, fmt):
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), empty)
+    files = [*text_files, str(empty)]
+    eot = EOT if fmt == "llmc" else None
+    fn = TokenizeFiles(vocab, out_dir=tmp_path / "parts", fmt=fmt, eot=eot, batch_bytes=600)
+    batch = pa.table({"path": files[::-1], "index": [3, 2, 1, 0]})   # the index gives the order
+    rows = [r for t in fn(batch) for r in t.to_pylist()]
+    assert [r["path"] for r in rows] == files[::-1]
+    assert [r["num_documents"] for r in rows] == [0, 25, len(docs) - 40, 40]
+    info = merge_shard_lists(rows, tmp_path / "out", fmt=fmt)
+    want = [w for _, _, w in _files_expected(vocab, docs)]
+    got = _read_shards(tmp_path / "out", info, fmt)
+    if fmt == "llmc":        # <|endoftext|> before every document, put in by the GPU
+        assert got == [t for w in want for t in [vocab.token_to_id(EOT), *w]]
+    else:
+        assert got == want
+    assert info["num_documents"] == len(want)
+    with pytest.raises(ValueError, match="eot="):
+        TokenizeFiles(vocab, out_dir=tmp_path, fmt="llmc", eot=None, open_gpu=False)
+
+
 @pytest.mark.parametrize("fmt", ["llmc", "megatron", "flat"])
 def test_write_shards_per_batch_then_one_shard_list(tmp_path, vocab, docs, fmt):
     eot = vocab.token_to_id(EOT)
@@ -235,6 +266,17 @@ def test_ray_tokenize_files_equals_single_process_encode(ray_local, vocab, docs,
     assert got == _files_expected(vocab, docs, vocab.token_to_id(EOT))
     with pytest.raises(InputError, match="num_gpus=0"):
         tokenize_files(text_files, vocab)                    # the cluster has no GPU
+
+
+def test_ray_write_shards_from_files_equals_single_process(ray_local, tmp_path, vocab, docs,
+                                                           text_files):
+    info = write_shards_from_files(text_files, vocab, tmp_path / "out", fmt="llmc",
+                                   num_gpus=0, batch_bytes=600)
+    want = [w for _, _, w in _files_expected(vocab, docs)]
+    eot = vocab.token_to_id(EOT)
+    assert _read_shards(tmp_path / "out", info, "llmc") == [t for w in want for t in [eot, *w]]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == \
+        sorted(info["shards"] + ["meta.json"])                  # parts merged and removed
 
 
 def test_ray_gpus_asked_of_a_cluster_without_them_are_refused(ray_local, vocab, parquet_files):

@@ -440,45 +440,79 @@ class TokenizeFiles:
     reads its files with :class:`torch_gpubpe.readers.FileReader` (parquet row groups / JSON
     Lines chunks read ahead on threads; the Arrow text buffers go to the GPU as they are) and
     runs the CLI's loop (two GPU batches in flight) on a thread of its own, so Ray's puts of
-    the token blocks overlap the GPU's work. With ``ray.data.read_parquet`` +
-    :class:`TokenizeBatches` instead, Ray tasks read every byte, put it in the object store
-    and the actor takes it from there (:func:`tokenize_files` says what that costs).
+    the token blocks (or the shard writes) overlap the GPU's work. With
+    ``ray.data.read_parquet`` + :class:`TokenizeBatches` instead, Ray tasks read every byte,
+    put it in the object store and the actor takes it from there.
 
     Args:
         vocab, output_column, append_eos, pre_tokenizer, open_gpu: as
             :class:`TokenizeBatches`.
         path_column: the input column with the file paths (on a file system every node
             mounts, for a cluster).
+        index_column: an input column of int file numbers naming the shard parts (what
+            :func:`tokenize_files` gives: the file's position), so :func:`merge_shard_lists`
+            puts them in file order; default (or absent): a hash of the path.
         text_column: the column / JSON field holding the documents.
         format: one of :data:`torch_gpubpe.readers.FORMATS` for every file (default: from each
             file's extension).
         batch_bytes: text per GPU submit (the CLI's ``--batch-bytes``).
         read_threads: FileReader threads per call (default: the CPU count, at most 16).
+        out_dir: write shards instead of returning tokens: one part per file,
+            ``out_dir/part-<index>`` (:class:`torch_gpubpe.shards.ShardWriter`, as the
+            ``encode`` CLI writes them; a folder every node can write to); then
+            :func:`merge_shard_lists` makes one shard list.
+        fmt, name, eot, shard_tokens: with ``out_dir``: the shard format (``"llmc"``,
+            ``"megatron"``, ``"flat"``), file prefix, end-of-text token (llm.c: before each
+            document, required; the others: after it, or ``None`` for none; put in by the GPU),
+            tokens per shard.
 
     ``__call__(batch: pyarrow.Table) -> Iterator[pyarrow.Table]`` (a generator: Ray makes
-    blocks of what it yields as it goes), one table per GPU batch, in file and row order:
-    ``path`` (string), ``row`` (int64: the document's row in its file; rows whose text is None
-    are skipped, as the ``encode`` CLI skips them) and ``output_column`` (``list<uint16>``, or
-    ``list<uint32>`` above 65,536 tokens). The tokens equal ``Tokenizer(vocab).encode_batch``
-    of the documents (DESIGN.md §4).
+    blocks of what it yields as it goes). Without ``out_dir``: one table per GPU batch, in file
+    and row order: ``path`` (string), ``row`` (int64: the document's row in its file; rows whose
+    text is None are skipped, as the ``encode`` CLI skips them) and ``output_column``
+    (``list<uint16>``, or ``list<uint32>`` above 65,536 tokens). With ``out_dir``: one row per
+    file: ``path``, ``part``, ``key`` (str), ``num_documents``, ``num_tokens`` (int64). The
+    tokens equal ``Tokenizer(vocab).encode_batch`` of the documents (DESIGN.md §4).
 
     Raises (from ``__call__``):
         InputError: the path column is missing; a file cannot be read or a value is not text
             (FileReader's messages name the file and row).
     """
 
-    def __init__(self, vocab, *, path_column: str = "path", text_column: str = "text",
-                 format: str | None = None, output_column: str = "input_ids",
-                 append_eos: str | None = None, batch_bytes: int = DEFAULT_SUB_BATCH_BYTES,
-                 read_threads: int | None = None, pre_tokenizer: str | None = None,
-                 open_gpu: bool = True) -> None:
+    def __init__(self, vocab, *, path_column: str = "path", index_column: str = "index",
+                 text_column: str = "text", format: str | None = None,
+                 output_column: str = "input_ids", append_eos: str | None = None,
+                 batch_bytes: int = DEFAULT_SUB_BATCH_BYTES, read_threads: int | None = None,
+                 pre_tokenizer: str | None = None, open_gpu: bool = True, out_dir=None,
+                 fmt: str = "llmc", name: str = "data", eot: str | None = "<|endoftext|>",
+                 shard_tokens: int | None = None) -> None:
+        from .shards import DEFAULT_SHARD_TOKENS, OUTPUT_FORMATS
+
+        if out_dir is not None and fmt not in OUTPUT_FORMATS:
+            raise ValueError(f"fmt must be one of {OUTPUT_FORMATS}, got {fmt!r}")
+        if out_dir is not None and append_eos is not None:
+            raise ValueError("with out_dir, the shards' end-of-text token is eot=, not "
+                             "append_eos=")
         self.enc = TokenizeBatches(vocab, text_column=text_column, output_column=output_column,
                                    append_eos=append_eos, sub_batch_bytes=batch_bytes,
                                    pre_tokenizer=pre_tokenizer, open_gpu=open_gpu)
         self.vocab, self.timings = self.enc.vocab, self.enc.timings
-        self.path_column, self.text_column, self.format = path_column, text_column, format
+        self.path_column, self.index_column = path_column, index_column
+        self.text_column, self.format = text_column, format
         self.output_column, self.batch_bytes = output_column, int(batch_bytes)
         self.read_threads = read_threads
+        self.out_dir = None if out_dir is None else Path(out_dir)
+        self.fmt, self.name = fmt, name
+        self.shard_tokens = DEFAULT_SHARD_TOKENS if shard_tokens is None else int(shard_tokens)
+        self.eot_id = None
+        if self.out_dir is not None:
+            self.eot_id = None if eot is None else self.vocab.token_to_id(eot)
+            if fmt == "llmc" and self.eot_id is None:
+                raise ValueError("fmt='llmc' puts eot before every document: pass eot=")
+            self._specials = ({} if self.eot_id is None else
+                              {"bos_id" if fmt == "llmc" else "eos_id": self.eot_id})
+        else:
+            self._specials = {} if self.enc.eos is None else {"eos_id": self.enc.eos}
         self.stats: dict = {"skipped_none": 0}
 
     def ready(self):
@@ -497,10 +531,54 @@ class TokenizeFiles:
             raise InputError(f"the batch has no column {self.path_column!r} (columns: "
                              f"{batch.column_names}); pass path_column=")
         paths = [os.fspath(p) for p in batch.column(self.path_column).to_pylist()]
-        yield from prefetch(self._tables(paths), 2, "torch_gpubpe ray encode")
+        keys = None
+        if self.index_column in batch.column_names:
+            keys = [f"{int(k):012d}" for k in batch.column(self.index_column).to_pylist()]
+        encoded = prefetch(self._encoded(paths), 2, "torch_gpubpe ray encode")
+        if self.out_dir is None:
+            id_dtype = self.enc._tokenizer().id_dtype
+            for path, rows, ids, offsets in encoded:
+                if rows is None:
+                    continue                   # the end of a file
+                yield pa.table({"path": pa.array([path]).take(pa.array(np.zeros(len(rows),
+                                                                                np.int32))),
+                                "row": pa.array(np.asarray(rows, np.int64)),
+                                self.output_column: _token_column([(ids, offsets)], id_dtype)})
+            return
+        yield from self._write(paths, keys, encoded)
 
-    def _tables(self, paths: list[str]):
-        """On the prefetch thread: read → GPU (two batches in flight) → token tables."""
+    def _write(self, paths: list[str], keys: list[str] | None, encoded):
+        """Shards mode: one ShardWriter per file (the part), written on the calling thread
+        while the prefetch thread keeps the GPU busy; a row per file, in order."""
+        import hashlib
+
+        import pyarrow as pa
+
+        from .shards import ShardWriter
+
+        if keys is None:
+            keys = [hashlib.blake2b(os.path.abspath(p).encode(), digest_size=12).hexdigest()
+                    for p in paths]
+        key_of = dict(zip(paths, keys))
+        w, n_docs = None, 0
+        for path, _rows, ids, offsets in encoded:
+            part = self.out_dir / f"part-{key_of[path]}"
+            if w is None:
+                w = ShardWriter(part, self.fmt, len(self.vocab), name=self.name,
+                                eot_id=self.eot_id, shard_tokens=self.shard_tokens,
+                                overwrite=True)
+            if ids is not None:
+                w.add(ids, offsets, eot_included=self.eot_id is not None)
+                n_docs += len(offsets) - 1
+                continue
+            info = w.close({"num_documents": n_docs, "source": path})       # the file's end
+            yield pa.table({"path": [path], "part": [str(part)], "key": [key_of[path]],
+                            "num_documents": [n_docs], "num_tokens": [int(info["num_tokens"])]})
+            w, n_docs = None, 0
+
+    def _encoded(self, paths: list[str]):
+        """On the prefetch thread: read → GPU, two batches in flight → (path, rows, ids,
+        offsets) per GPU batch, and (path, None, None, None) at the end of each file."""
         from .readers import FileReader, documents, prefetch
 
         tok = self.enc._tokenizer()
@@ -513,25 +591,24 @@ class TokenizeFiles:
                 for p in documents(reader, stats=st, batch_bytes=self.batch_bytes):
                     yield path, p
                 self.stats["skipped_none"] += st.get("skipped_none", 0)
+                yield path, None
 
         pending = []
         for path, p in prefetch(packed(), 2, "torch_gpubpe ray read"):
-            pending.append((path, p.indices,
-                            tok.submit_packed(p.data, p.offsets, eos_id=self.enc.eos)))
-            if len(pending) == 2:
-                yield self._table(*pending.pop(0))
+            pending.append((path, None, None) if p is None else
+                           (path, p.indices, tok.submit_packed(p.data, p.offsets,
+                                                               **self._specials)))
+            while sum(x[2] is not None for x in pending) >= 2:   # two GPU batches in flight
+                yield self._done(*pending.pop(0))
         for x in pending:
-            yield self._table(*x)
+            yield self._done(*x)
 
-    def _table(self, path: str, rows: np.ndarray, fut):
-        import pyarrow as pa
-
+    @staticmethod
+    def _done(path: str, rows: np.ndarray | None, fut):
+        if fut is None:
+            return path, None, None, None
         ids, offsets = TokenizeBatches._result(fut)
-        n = len(rows)
-        return pa.table({"path": pa.array([path]).take(pa.array(np.zeros(n, np.int32))),
-                         "row": pa.array(np.asarray(rows, np.int64)),
-                         self.output_column: _token_column([(ids, offsets)],
-                                                           self.enc._tok.id_dtype)})
+        return path, rows, ids, offsets
 
 
 def tokenize_files(paths, vocab, *, num_gpus: float | None = 1, actors: int = 1,
@@ -554,16 +631,19 @@ def tokenize_files(paths, vocab, *, num_gpus: float | None = 1, actors: int = 1,
             of scheduling and of retry).
         cls: :class:`TokenizeFiles` (default) or a subclass of it.
     Returns:
-        the ``Dataset`` (lazy) of ``path``, ``row`` and the token column.
+        the ``Dataset`` (lazy) of ``path``, ``row`` and the token column; with ``out_dir=``
+        (shards written by the actor), of one row per file for :func:`merge_shard_lists`
+        (:func:`write_shards_from_files` runs both).
     Raises:
         InputError: no such file, or ``num_gpus`` more than the running cluster has.
 
     Why a dataset of paths instead of ``ray.data.read_parquet`` (which spreads the reading
-    over Ray tasks, the usual way): one GPU encodes faster than Ray moves text through its
-    object store into an actor (``benchmarks/ray_encode.py`` measures both on the same files);
-    reading in the actor keeps each file's bytes in one process from disk to GPU, as the CLI
-    does. Use ``read_parquet`` + :func:`tokenize_dataset` when the dataset comes from another
-    Ray Data step (filters, joins) or when the readers need more CPUs than a GPU node has.
+    over Ray tasks, the usual way): there every byte of text goes from a read task through
+    Ray's object store into the actor, which then waits for Ray's reads and slicing; here each
+    file's bytes stay in one process from disk to GPU, as in the CLI
+    (``benchmarks/ray_encode.py`` measures both on the same files). Use ``read_parquet`` +
+    :func:`tokenize_dataset` when the dataset comes from another Ray Data step (filters,
+    joins) or when the readers need more CPUs than a GPU node has.
     """
     import ray
 
@@ -573,9 +653,37 @@ def tokenize_files(paths, vocab, *, num_gpus: float | None = 1, actors: int = 1,
     files = expand_paths(paths)
     if not files:
         raise InputError(f"tokenize_files: no files in {paths!r}")
-    ds = ray.data.from_items([{"path": f} for f in files], override_num_blocks=len(files))
+    ds = ray.data.from_items([{"path": f, "index": k} for k, f in enumerate(files)],
+                             override_num_blocks=len(files))
     return _map_on_gpus(ds, cls or TokenizeFiles, {"vocab": vocab, **kwargs}, files_per_call,
                         num_gpus, actors, calls_per_actor, ray_remote_args)
+
+
+def write_shards_from_files(paths, vocab, out, *, fmt: str = "llmc", name: str = "data",
+                            eot: str | None = "<|endoftext|>", **kwargs) -> dict:
+    """Tokenize files on a Ray cluster into one shard list, the ``encode`` CLI's output
+    formats: :func:`tokenize_files` with ``out_dir`` (each actor writes one part per file,
+    ``out/.parts/part-<file number>``), then :func:`merge_shard_lists` (file order; llm.c's
+    validation shard first).
+
+    Args:
+        paths, vocab, kwargs: as :func:`tokenize_files` (``num_gpus``, ``actors``, ...).
+        out: the output folder (every node writes into it: a shared file system on a cluster).
+        fmt, name, eot: as :class:`TokenizeFiles`.
+    Returns:
+        the merged ``meta.json`` (format, shards or prefixes, token and document counts).
+    """
+    import shutil
+
+    out = Path(out)
+    parts = out / ".parts"
+    shutil.rmtree(parts, ignore_errors=True)
+    parts.mkdir(parents=True)
+    ds = tokenize_files(paths, vocab, out_dir=str(parts), fmt=fmt, name=name, eot=eot,
+                        **kwargs)
+    info = merge_shard_lists(ds.take_all(), out, fmt=fmt, name=name)
+    shutil.rmtree(parts, ignore_errors=True)
+    return info
 
 
 class WriteShards:
