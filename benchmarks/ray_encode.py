@@ -366,7 +366,7 @@ def report_timeline(r: dict, trace: str, nbytes: int, base: dict, mon) -> None:
         need = (0.8 * fixed - fixed_cli) / den
         print(f"with {fixed:.2f} s fixed (start-up + tail) against the CLI's {fixed_cli:.2f} s, "
               f"and the steady rates, Ray reaches 80% of the CLI end to end from "
-              f"{max(need, 0) / 1e9:,.1f} GB of text")
+              f"{max(need, 0) / 1e9:,.2f} GB of text")
     else:
         print(f"the steady rate is below 80% of the CLI's inside rate: the 80% is out of reach "
               f"at any size (Ray end to end tends to {rate / cli_rate:.0%})")

@@ -2,16 +2,23 @@
 session per actor.
 
 Ray Data runs the batch job (reading, scheduling, retries, spilling); this module gives it the
-two stateful callables, for ``Dataset.map_batches`` with ``batch_format="pyarrow"``:
+stateful callables, for ``Dataset.map_batches`` with ``batch_format="pyarrow"``:
 
+* :class:`TokenizeFiles` (:func:`tokenize_files`, :func:`write_shards_from_files`): a dataset
+  of file paths (``ray.data.from_items``) → the files' token ids, each actor reading its files
+  itself with the ``encode`` CLI's reader and loop (no text through Ray's object store): token
+  tables with ``path`` and ``row``, or shard parts written by the actor (one per file) merged
+  into one shard list. The fastest way for files on disk (``benchmarks/ray_encode.py``);
 * :class:`TokenizeBatches`: Arrow batches of documents → the same rows with a token column
   (``list<uint16>``, ``list<uint32>`` above 65,536 tokens), equal to
   :meth:`torch_gpubpe.encoder.Tokenizer.encode_batch` of the same documents. The text column is
   read zero copy (its UTF-8 buffer and offsets go to the encoder as they are), the batch is cut
   into sub-batches of ``sub_batch_bytes`` of which two are in flight on the GPU, and the token
   column is one list array per sub-batch over the GPU's id array (no copy, no per-row Python
-  objects). The GPU session opens in ``__init__`` (Ray's actor start), not on the first batch;
-  :func:`tokenize_dataset` applies it with the settings below;
+  objects); a batch Ray joined from several blocks is encoded chunk by chunk (no
+  concatenation). The GPU session opens from ``__init__`` (Ray's actor start) on a thread, so
+  the first batch travels meanwhile; :func:`tokenize_dataset` applies it with the settings
+  below. For a dataset from another Ray Data step (``read_parquet``, filters, joins);
 * :class:`WriteShards`: Arrow batches → token shards that training code reads (llm.c,
   Megatron-LM or flat, :mod:`torch_gpubpe.shards`), one set per batch; then
   :func:`merge_shard_lists` makes one shard list (the llm.c validation shard first, Megatron's
@@ -42,14 +49,23 @@ workers (the job's ``runtime_env``, or the driver's before ``ray.init`` starts a
 cluster) when the files are few and local. ``ray`` is an optional dependency
 (``pip install torch_gpubpe[ray]``); this module imports it only inside functions.
 
-Example (one GPU, parquet files with a ``text`` column)::
+Examples (one GPU, parquet files with a ``text`` column)::
+
+    from torch_gpubpe import Vocab
+    from torch_gpubpe.ray import tokenize_files, write_shards_from_files
+
+    vocab = Vocab.load("v.json")
+    # llm.c shards of every file, each actor writing its files' parts; one shard list after
+    info = write_shards_from_files("corpus/*.parquet", vocab, "tokens/", fmt="llmc",
+                                   num_gpus=1, actors=1)
+    # or token tables (path, row, input_ids) for more Ray Data steps
+    ds = tokenize_files("corpus/*.parquet", vocab, num_gpus=1, actors=1)
 
     import ray
-    from torch_gpubpe import Vocab
     from torch_gpubpe.ray import tokenize_dataset
 
     ds = ray.data.read_parquet("corpus/")
-    ds = tokenize_dataset(ds, Vocab.load("v.json"), num_gpus=1, actors=1)
+    ds = tokenize_dataset(ds, vocab, num_gpus=1, actors=1)
     # = ds.map_batches(TokenizeBatches, fn_constructor_kwargs={"vocab": ...},
     #                  batch_format="pyarrow", batch_size=32_768, num_gpus=1,
     #                  compute=ActorPoolStrategy(size=1, max_concurrent_calls_per_actor=2,
