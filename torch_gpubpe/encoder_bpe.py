@@ -47,6 +47,25 @@ lanes' loads of the same iteration (``wgsl/encode_bpe.wgsl`` ``OVERLAP_TRY``), s
 together. Off: on the H200 (2026-12-01 15:15 UTC, GPT-2, 102 MB, ``benchmarks/encode.py``) the
 walk took 9.10 ms with it off and 17.8 ms with it on (greedy 3.9 ms); the lockstep model had
 predicted a gain. Read when a session opens; benchmarks/encode.py times both."""
+SHORT_SEARCH = False
+"""Whether a trie child search stops once one edge is left (``ceil(log2 nc)`` edge loads for a
+node of ``nc`` children instead of 8; ``wgsl/encode_bpe.wgsl`` ``SHORT_SEARCH``). Read when a
+session opens; benchmarks/encode.py times each of these switches flipped, and all four new
+ones together."""
+FUSED_EDGES = False
+"""Whether the walk steps through ``fedges`` (:func:`fused_edges`: each edge row holds its
+child's node row, one 16-byte load per trie step instead of an edge and then a node row;
+``FUSED_EDGES``)."""
+D2_LUT = False
+"""Whether a walk's first trie step (the search among the up to 256 children of the token's
+first byte) is one load of the two-byte table :func:`depth2_table` (``D2_LUT``)."""
+LAZY_ROWS = False
+"""Whether a candidate at a word start (no previous token: no pair check) skips its
+tokinfo/bounds row loads; an accepted token's rows are then loaded only when its word goes on
+(``LAZY_ROWS``)."""
+WALK_SWITCHES = ("PREFETCH_ROWS", "OVERLAP_TRY", "SHORT_SEARCH", "FUSED_EDGES", "D2_LUT",
+                 "LAZY_ROWS")
+"""The module-level build switches of the walk (each exact; tests flip each one)."""
 
 
 def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
@@ -56,6 +75,39 @@ def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
     walk = max_depth + 2
     tried = unwind * (t.max_probe + 1) + 2 * max_depth + 4
     return unwind, walk + tried + 1  # one iteration may walk and then try
+
+
+def fused_edges(trie) -> np.ndarray:
+    """``(max(edges, 1), 4)`` uint32 rows, one per trie edge ``e``: ``(byte | nc << 8, fc,
+    token, 0)`` with ``(fc, nc, token)`` the node row of the edge's child
+    (:mod:`torch_gpubpe.trie`), so that the walk's trie step is one load (``FUSED_EDGES``)."""
+    e = trie.edges.reshape(-1, 2)
+    out = np.zeros((max(len(e), 1), 4), np.uint32)
+    if len(e):
+        nodes = trie.nodes.reshape(-1, 3)
+        child = nodes[e[:, 1].astype(np.int64)]
+        out[: len(e), 0] = e[:, 0] | (child[:, 1] << np.uint32(8))
+        out[: len(e), 1] = child[:, 0]
+        out[: len(e), 2] = child[:, 2]
+    return out
+
+
+def depth2_table(trie) -> np.ndarray:
+    """``(65536, 4)`` uint32: row ``b0 << 8 | b1`` is the node spelled by the bytes ``b0 b1`` as
+    a :func:`fused_edges` row (``x = nc << 8 | b1``), all ``NO_TOKEN`` where no token starts
+    with them (``D2_LUT``). The root's children are edges ``nodes[0] .. + 256``, one per byte."""
+    out = np.full((65536, 4), NO_TOKEN, np.uint32)
+    nodes = trie.nodes.reshape(-1, 3)
+    e = trie.edges.reshape(-1, 2)
+    fe = fused_edges(trie)
+    root_fc = int(nodes[0, 0])
+    for b0 in range(256):
+        d1 = int(e[root_fc + b0, 1])
+        fc, nc = int(nodes[d1, 0]), int(nodes[d1, 1])
+        if nc:
+            rows = fe[fc : fc + nc]
+            out[(b0 << 8) | (rows[:, 0] & 0xFF).astype(np.int64)] = rows
+    return out
 
 
 def gpu_pairs(t: BpeTables) -> np.ndarray:
@@ -94,20 +146,26 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False
                 "iterations, more than lavapipe's 65,535-iteration cap leaves")
         sess.budget = cap
     sess.progress_factor = 4 * (trie.max_depth + 2)
-    sess.chunked_bindings = (0, 1, 2, 3, 4, 5, 6, 7, 8, 13, 14, 15, 17)
+    sess.chunked_bindings = (0, 1, 2, 3, 4, 5, 6, 7, 8, 13, 14, 15, 17, 19, 20)
     info = np.ascontiguousarray(t.gpu_info)
     sess.tokinfo = g.buffer(info.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.tokinfo")
     pairs = gpu_pairs(t)
     sess.pairs = g.buffer(pairs.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.pairs")
     bounds = np.ascontiguousarray(t.gpu_bounds)
     sess.bounds = g.buffer(bounds.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.bounds")
+    fe = fused_edges(trie)
+    sess.fedges = g.buffer(fe.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.fedges")
+    d2 = depth2_table(trie)
+    sess.d2 = g.buffer(d2.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.d2")
     with g.operation("uploading the merge-order tables"):
         g.device.queue.write_buffer(sess.tokinfo, 0, info)
         g.device.queue.write_buffer(sess.pairs, 0, pairs)
         g.device.queue.write_buffer(sess.bounds, 0, bounds)
+        g.device.queue.write_buffer(sess.fedges, 0, fe)
+        g.device.queue.write_buffer(sess.d2, 0, d2)
     consts = {"WG": 256, "CHUNK": chunk, "PAIR_MASK": t.pair_mask, "PAIR_PROBES": t.max_probe,
               "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable),
-              "PREFETCH_ROWS": int(PREFETCH_ROWS), "OVERLAP_TRY": int(OVERLAP_TRY)}
+              **{k: int(bool(globals()[k])) for k in WALK_SWITCHES}}
     src = None
     flags = set(g.flags)
     if sess.pretok is not None:  # word starts from a regex pre-tokenizer's mask (binding 16)
@@ -125,7 +183,8 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False
         src = shader_source("encode_bpe", frozenset(flags))
     sess.bpe_pipeline = g.pipeline("encode_bpe", "bpe_tokenizer_chunked",
                                    constants=consts, source=src)
-    sess.bpe_steps = {"unwind": unwind, "step_max": smax, "budget": sess.budget}
+    sess.bpe_steps = {"unwind": unwind, "step_max": smax, "budget": sess.budget,
+                      **{k.lower(): bool(globals()[k]) for k in WALK_SWITCHES}}
 
 
 def junction_ok(tok, pieces: list[np.ndarray], ids: np.ndarray) -> bool:

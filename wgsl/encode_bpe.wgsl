@@ -27,6 +27,16 @@
 //                                                         further load
 //  18 work      : storage, read_write  array<atomic<u32>>  (PROFILE builds only) work counters,
 //                                                         W_* below; cleared by the host
+//  19 fedges   : storage, read        array<vec4<u32>>    per trie edge e (FUSED_EDGES): (byte |
+//                                                         nc << 8, fc, token, 0) of the edge's
+//                                                         byte and its child's node row, so a
+//                                                         trie step is one load, not an edge
+//                                                         and then a node row
+//  20 d2       : storage, read        array<vec4<u32>>    per two bytes b0 << 8 | b1 (D2_LUT): the
+//                                                         node spelled by them as in fedges
+//                                                         (x = nc << 8 | b1), all NO_TOKEN if none:
+//                                                         the depth-1 search (a binary search
+//                                                         of up to 256 children) in one load
 
 struct Params {
     n: u32,
@@ -52,6 +62,8 @@ struct Params {
 @group(0) @binding(14) var<storage, read> pairs: array<vec4<u32>>;
 @group(0) @binding(15) var<storage, read_write> dead: array<atomic<u32>>;
 @group(0) @binding(17) var<storage, read> bounds: array<vec4<u32>>;
+@group(0) @binding(19) var<storage, read> fedges: array<vec4<u32>>;
+@group(0) @binding(20) var<storage, read> d2: array<vec4<u32>>;
 //#if PROFILE
 @group(0) @binding(18) var<storage, read_write> work: array<atomic<u32>>;
 //#endif
@@ -71,6 +83,13 @@ override PREFETCH_ROWS: bool = true;  // load a longer match's rows in the walk 
                                       // (else in the try; benchmarks compare the two)
 override OVERLAP_TRY: bool = true;    // a try's first pair-check loads issued beside the walking
                                       // lanes' child-row loads (benchmarks compare)
+override SHORT_SEARCH: bool = false;  // a child search stops when one edge is left (ceil(log2
+                                      // nc) loads, not 8), benchmarks compare
+override FUSED_EDGES: bool = false;   // trie steps through fedges (one load per step)
+override D2_LUT: bool = false;        // a walk's first trie step through d2 (one load)
+override LAZY_ROWS: bool = false;     // no tokinfo/bounds rows loaded for candidates at a word
+                                      // start (no pair check there); an accepted token's rows
+                                      // are loaded only if its word goes on
 override ALL_REACHABLE: bool = false;  // no unreachable token (GPT-2, Qwen2, vocabs trained by
                                        // merges): skip the per-node check and whole-word rule
 
@@ -93,6 +112,11 @@ const W_POPS: u32 = 8u;        // backtracks (a token popped)
 const W_SCAN: u32 = 9u;        // prev_token's scan steps
 const W_TOKENS: u32 = 10u;     // tokens accepted (pops not subtracted)
 const W_LOCKSTEP: u32 = 11u;
+// Global-memory loads (one per load instruction and lane; a vec4 row is one), by table:
+const W_LD_TRIE: u32 = 12u;    // nodes, edges, fedges, d2
+const W_LD_ROWS: u32 = 13u;    // tokinfo, bounds
+const W_LD_PAIRS: u32 = 14u;   // pairs
+const W_LD_TEXT: u32 = 15u;    // text, doc_bits, word_mask, scratch, dead
 const W_COUNT: u32 = 16u;
 
 var<workgroup> d1_fc: array<u32, 256>;
@@ -109,11 +133,28 @@ fn work_count(k: u32, v: u32) { pw[k] += v; }
 fn work_count(k: u32, v: u32) {}
 //#endif
 
-fn text_byte(i: u32) -> u32 { return (text[i >> 2u] >> ((i & 3u) * 8u)) & 0xFFu; }
-fn doc_start(i: u32) -> bool { return ((doc_bits[i >> 5u] >> (i & 31u)) & 1u) != 0u; }
+// Loads through these helpers (counted in PROFILE builds: W_LD_*).
+fn text_byte(i: u32) -> u32 {
+    work_count(W_LD_TEXT, 1u);
+    return (text[i >> 2u] >> ((i & 3u) * 8u)) & 0xFFu;
+}
+fn doc_start(i: u32) -> bool {
+    work_count(W_LD_TEXT, 1u);
+    return ((doc_bits[i >> 5u] >> (i & 31u)) & 1u) != 0u;
+}
+fn ld_node(i: u32) -> u32 { work_count(W_LD_TRIE, 1u); return nodes[i]; }
+fn ld_edge(i: u32) -> u32 { work_count(W_LD_TRIE, 1u); return edges[i]; }
+fn ld_fedge(i: u32) -> vec4<u32> { work_count(W_LD_TRIE, 1u); return fedges[i]; }
+fn ld_fedge_x(i: u32) -> u32 { work_count(W_LD_TRIE, 1u); return fedges[i].x; }
+fn ld_d2(i: u32) -> vec4<u32> { work_count(W_LD_TRIE, 1u); return d2[i]; }
+fn ld_info(t: u32) -> vec4<u32> { work_count(W_LD_ROWS, 1u); return tokinfo[t]; }
+fn ld_bounds(t: u32) -> vec4<u32> { work_count(W_LD_ROWS, 1u); return bounds[t]; }
+fn ld_pair(h: u32) -> vec4<u32> { work_count(W_LD_PAIRS, 1u); return pairs[h]; }
+fn ld_scratch(i: u32) -> u32 { work_count(W_LD_TEXT, 1u); return scratch[i]; }
 
 fn word_start_at(i: u32) -> bool {
 //#if WORD_MASK
+    work_count(W_LD_TEXT, 1u);
     return ((word_mask[i >> 5u] >> (i & 31u)) & 1u) != 0u;
 //#else
     let has_prev = i > 0u && !doc_start(i);
@@ -126,30 +167,64 @@ fn word_start_at(i: u32) -> bool {
 //#endif
 }
 
+// One step of the binary search for byte b among edges [base, base + len) (sorted by byte);
+// with SHORT_SEARCH none once one edge is left (it would load that edge's byte again).
 fn bs_step(base: ptr<function, u32>, len: ptr<function, u32>, b: u32) {
+    if (SHORT_SEARCH && *len <= 1u) { return; }
     let half = *len >> 1u;
-    let eb = edges[2u * (*base + half)];
+    let eb = ld_edge(2u * (*base + half));
     *base = select(*base, *base + half, eb <= b);
     *len = *len - half;
 }
 
 fn find_child(fc: u32, nc: u32, b: u32) -> u32 {
     if (nc <= 1u) {
-        return select(NO_TOKEN, edges[2u * fc + 1u], nc == 1u && edges[2u * fc] == b);
+        return select(NO_TOKEN, ld_edge(2u * fc + 1u), nc == 1u && ld_edge(2u * fc) == b);
     }
     var base = fc;
     var len = nc;
     bs_step(&base, &len, b); bs_step(&base, &len, b); bs_step(&base, &len, b);
     bs_step(&base, &len, b); bs_step(&base, &len, b); bs_step(&base, &len, b);
     bs_step(&base, &len, b); bs_step(&base, &len, b);
-    return select(NO_TOKEN, edges[2u * base + 1u], edges[2u * base] == b);
+    return select(NO_TOKEN, ld_edge(2u * base + 1u), ld_edge(2u * base) == b);
 }
 
-fn tok_len(t: u32) -> u32 { return tokinfo[t].w >> RANK_BITS; }
-fn tok_rank(t: u32) -> u32 { return tokinfo[t].w & RANK_MASK; }
-fn reachable(t: u32) -> bool { return tokinfo[t].y != NO_TOKEN; }
+// find_child over fedges: the same search, reading the byte from x & 0xFF.
+fn fbs_step(base: ptr<function, u32>, len: ptr<function, u32>, b: u32) {
+    if (SHORT_SEARCH && *len <= 1u) { return; }
+    let half = *len >> 1u;
+    let eb = ld_fedge_x(*base + half) & 0xFFu;
+    *base = select(*base, *base + half, eb <= b);
+    *len = *len - half;
+}
 
-fn is_dead(i: u32) -> bool { return ((atomicLoad(&dead[i >> 5u]) >> (i & 31u)) & 1u) != 0u; }
+fn find_child_fused(fc: u32, nc: u32, b: u32) -> vec4<u32> {
+    var base = fc;
+    var len = nc;
+    if (nc > 1u) {
+        fbs_step(&base, &len, b); fbs_step(&base, &len, b); fbs_step(&base, &len, b);
+        fbs_step(&base, &len, b); fbs_step(&base, &len, b); fbs_step(&base, &len, b);
+        fbs_step(&base, &len, b); fbs_step(&base, &len, b);
+    }
+    let e = ld_fedge(base);
+    return select(vec4<u32>(NO_TOKEN), e, nc >= 1u && (e.x & 0xFFu) == b);
+}
+
+// The child along byte b of the node (fc, nc) (first: the node of the single byte b0, a
+// walk's first step) as a node record (nc << 8 | .., fc, token, ..); x = NO_TOKEN: none.
+fn child_node(fc: u32, nc: u32, b0: u32, first: bool, b: u32) -> vec4<u32> {
+    if (D2_LUT && first) { return ld_d2((b0 << 8u) | b); }
+    if (FUSED_EDGES) { return find_child_fused(fc, nc, b); }
+    let child = find_child(fc, nc, b);
+    if (child == NO_TOKEN) { return vec4<u32>(NO_TOKEN); }
+    return vec4<u32>(ld_node(3u * child + 1u) << 8u, ld_node(3u * child), ld_node(3u * child + 2u),
+                     0u);
+}
+
+fn is_dead(i: u32) -> bool {
+    work_count(W_LD_TEXT, 1u);
+    return ((atomicLoad(&dead[i >> 5u]) >> (i & 31u)) & 1u) != 0u;
+}
 
 // The home slot of pair (a, b): bpe.pair_hash.
 fn pair_home(a: u32, b: u32) -> u32 { return fmix(a * 0x9E3779B1u ^ b) & PAIR_MASK; }
@@ -163,7 +238,7 @@ fn pair_find(a: u32, b: u32, h: u32, e0: vec4<u32>, steps: ptr<function, u32>) -
         work_count(W_PROBES, 1u);
         if (e.x == NO_TOKEN) { break; }
         if (e.x == a && e.y == b) { return e.zw; }
-        e = pairs[(h + k + 1u) & PAIR_MASK];
+        e = ld_pair((h + k + 1u) & PAIR_MASK);
     }
     return vec2<u32>(NO_TOKEN, NO_TOKEN);
 }
@@ -236,9 +311,9 @@ fn valid_pair(t1_in: u32, i1_in: vec4<u32>, b1_in: vec4<u32>, t2_in: u32, i2_in:
         var ni = ni0;
         var nb = nb0;
         if (g != 0u || !pre) {
-            e = pairs[p.h];
-            ni = tokinfo[p.nt];
-            nb = bounds[p.nt];
+            e = ld_pair(p.h);
+            ni = ld_info(p.nt);
+            nb = ld_bounds(p.nt);
         }
         let c = pair_find(t1, t2, p.h, e, steps);
         if (c.x != NO_TOKEN && (limit == NO_TOKEN || c.y < limit)) { return false; }
@@ -270,7 +345,7 @@ fn prev_token(pos: u32, steps: ptr<function, u32>) -> u32 {
     loop {
         *steps += 1u;
         work_count(W_SCAN, 1u);
-        v = scratch[j];
+        v = ld_scratch(j);
         if (v != NO_TOKEN || j == 0u) { break; }
         j -= 1u;
     }
@@ -289,14 +364,20 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                          @builtin(subgroup_invocation_id) lane: u32,
 //#endif
                          @builtin(local_invocation_index) lid: u32) {
-    let root_fc = nodes[0];
+    let root_fc = ld_node(0u);
     for (var b = lid; b < 256u; b += WG) {
-        let d1 = edges[2u * (root_fc + b) + 1u];
-        d1_fc[b] = nodes[3u * d1];
-        d1_nc[b] = nodes[3u * d1 + 1u];
-        d1_tid[b] = nodes[3u * d1 + 2u];
-        d1_ci[b] = tokinfo[d1_tid[b]];
-        d1_cb[b] = bounds[d1_tid[b]];
+        var r: vec4<u32>;  // the depth-1 node of byte b, as a node record
+        if (FUSED_EDGES) {
+            r = ld_fedge(root_fc + b);
+        } else {
+            let d1 = ld_edge(2u * (root_fc + b) + 1u);
+            r = vec4<u32>(ld_node(3u * d1 + 1u) << 8u, ld_node(3u * d1), ld_node(3u * d1 + 2u), 0u);
+        }
+        d1_fc[b] = r.y;
+        d1_nc[b] = r.x >> 8u;
+        d1_tid[b] = r.z;
+        d1_ci[b] = ld_info(r.z);
+        d1_cb[b] = ld_bounds(r.z);
     }
     if (lid == 0u) { atomicStore(&wg_count, 0u); }
 //#if PROFILE
@@ -334,8 +415,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             pos = st - 1u;
             cand = state[2u * c + 1u];
             if (walking && cand != NO_TOKEN) {
-                ci = tokinfo[cand];
-                cb = bounds[cand];
+                ci = ld_info(cand);
+                cb = ld_bounds(cand);
             }
         }
     }
@@ -347,12 +428,14 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     if (walking) {
         prev = prev_token(pos, &steps);
         if (prev != NO_TOKEN) {
-            prev_i = tokinfo[prev];
-            prev_b = bounds[prev];
+            prev_i = ld_info(prev);
+            prev_b = ld_bounds(prev);
         }
     }
-    // The walk at pos: next byte q, trie node (fc, nc), the last node's token (last_tid).
+    // The walk at pos: its first byte b0, next byte q, trie node (fc, nc), the last node's
+    // token (last_tid).
     var in_walk = false;
+    var b0 = 0u;
     var q = 0u;
     var fc = 0u;
     var nc = 0u;
@@ -360,7 +443,7 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     var stop = NO_TOKEN;   // where the last walk stopped, and whether a word starts there
     var stop_ws = false;
     if (walking && cand == NO_TOKEN) {
-        let b0 = text_byte(pos);
+        b0 = text_byte(pos);
         fc = d1_fc[b0];
         nc = d1_nc[b0];
         cand = d1_tid[b0];  // single bytes are always reachable
@@ -393,12 +476,13 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         iters += 1u;
         // One trie step: the longest reachable token at pos so far (cand); the whole word if it
         // is a token and pos starts the word.
-        var child = NO_TOKEN;
+        var child = vec4<u32>(NO_TOKEN);  // the child's node record (child_node)
         var ws_q = false;
         if (in_walk) {
             ws_q = q >= n || word_start_at(q);
-            if (!ws_q) { child = find_child(fc, nc, text_byte(q)); }
+            if (!ws_q) { child = child_node(fc, nc, b0, q == pos + 1u, text_byte(q)); }
         }
+        let found = child.x != NO_TOKEN;
         // A lane that tries in this iteration issues its pair check's first loads here, before
         // the walking lanes' loads of their child's row and cand's rows below: the two wait
         // together, not one after the other (issue 15: lanes walking and lanes trying share
@@ -407,43 +491,46 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         var pe = vec4<u32>(0u);
         var pni = vec4<u32>(0u);
         var pnb = vec4<u32>(0u);
-        if (OVERLAP_TRY && child == NO_TOKEN && prev != NO_TOKEN && rows_ok) {
+        if (OVERLAP_TRY && !found && prev != NO_TOKEN && rows_ok) {
             let p = plan_step(prev, prev_i, cand, ci);
-            pe = pairs[p.h];
-            pni = tokinfo[p.nt];
-            pnb = bounds[p.nt];
+            pe = ld_pair(p.h);
+            pni = ld_info(p.nt);
+            pnb = ld_bounds(p.nt);
             pre = true;
         }
+        // LAZY_ROWS: a candidate at a word start needs no rows unless it is rejected (a dead
+        // end) or its word goes on after it (then it is the next check's prev).
+        let lazy = LAZY_ROWS && prev == NO_TOKEN;
         if (in_walk) {
-            if (child != NO_TOKEN) {
+            if (found) {
                 work_count(W_STEPS, 1u);
                 // Interiors of tokens hold NO_TOKEN: every byte inside an accepted token was
                 // passed by the walk from its start, and a token start written since then was
                 // cleared again when that token was popped.
                 scratch[q] = NO_TOKEN;
                 q += 1u;
-                let next_fc = nodes[3u * child];  // the child's row, loaded together
-                let next_nc = nodes[3u * child + 1u];
-                last_tid = nodes[3u * child + 2u];
+                let next_fc = child.y;
+                let next_nc = child.x >> 8u;
+                last_tid = child.z;
                 if (ALL_REACHABLE) {
                     if (last_tid != NO_TOKEN) {
                         cand = last_tid;
                         cand_len = q - pos;
-                        if (PREFETCH_ROWS) {
-                            ci = tokinfo[cand];
-                            cb = bounds[cand];
+                        if (PREFETCH_ROWS && !lazy) {
+                            ci = ld_info(cand);
+                            cb = ld_bounds(cand);
                         } else {
                             rows_ok = false;
                         }
                     }
                 } else if (last_tid != NO_TOKEN) {
-                    let li = tokinfo[last_tid];
+                    let li = ld_info(last_tid);
                     if (li.y != NO_TOKEN) {  // reachable
                         cand = last_tid;
                         cand_len = q - pos;
                         ci = li;
-                        if (PREFETCH_ROWS) {
-                            cb = bounds[cand];
+                        if (PREFETCH_ROWS && !lazy) {
+                            cb = ld_bounds(cand);
                         } else {
                             rows_ok = false;
                         }
@@ -462,22 +549,29 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                 && cand != last_tid) {
                 cand = last_tid;
                 cand_len = q - pos;
-                ci = tokinfo[cand];
-                cb = bounds[cand];
+                ci = ld_info(cand);
+                cb = ld_bounds(cand);
+                rows_ok = true;
             }
         }
         // Try cand (in the iteration that ended its walk: lanes stay in step).
         work_count(W_TRIES, 1u);
-        if (!rows_ok) {
-            ci = tokinfo[cand];
-            cb = bounds[cand];
+        if (!rows_ok && !lazy) {
+            ci = ld_info(cand);
+            cb = ld_bounds(cand);
             rows_ok = true;
         }
+        // (cand_len is 0 only after a shorter candidate or a pop, whose rows are loaded)
         if (cand_len == 0u) { cand_len = ci.w >> RANK_BITS; }
         let end = pos + cand_len;
         var ok = !(dead_any && is_dead(end));
         if (ok && prev != NO_TOKEN) {
             ok = valid_pair(prev, prev_i, prev_b, cand, ci, cb, pre, pe, pni, pnb, &steps);
+        }
+        if (!ok && !rows_ok) {  // (lazy) a dead end at a word start: its next shorter token
+            ci = ld_info(cand);
+            cb = ld_bounds(cand);
+            rows_ok = true;
         }
         let shorter = ci.x;
         if (ok || (prev == NO_TOKEN && shorter == NO_TOKEN)) {
@@ -503,8 +597,14 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                 if (params.resume != 0u) { state[2u * c] = 0u; }
                 walking = false;
             } else {
-                if (ws) { prev = NO_TOKEN; }
-                let b0 = text_byte(pos);
+                if (ws) {
+                    prev = NO_TOKEN;
+                } else if (!rows_ok) {  // (lazy) the word goes on: the token's rows are needed
+                    prev_i = ld_info(prev);
+                    prev_b = ld_bounds(prev);
+                }
+                rows_ok = true;
+                b0 = text_byte(pos);
                 fc = d1_fc[b0];
                 nc = d1_nc[b0];
                 cand = d1_tid[b0];
@@ -519,8 +619,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             work_count(W_SHORTER, 1u);
             cand = shorter;
             cand_len = 0u;
-            ci = tokinfo[cand];
-            cb = bounds[cand];
+            ci = ld_info(cand);
+            cb = ld_bounds(cand);
         } else {
             // No token fits at pos after prev: pos is dead; pop prev and retry from its start
             // with prev's next shorter token (prev itself ends at the dead pos: it would fail).
@@ -538,8 +638,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                 work_count(W_SHORTER, 1u);
                 cand = prev_i.x;
                 cand_len = 0u;
-                ci = tokinfo[cand];
-                cb = bounds[cand];
+                ci = ld_info(cand);
+                cb = ld_bounds(cand);
             }
             pos = ps;
             if (pprev_known) {  // the token before the popped one, kept: no scan back
@@ -549,8 +649,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             }
             pprev_known = false;
             if (prev != NO_TOKEN) {
-                prev_i = tokinfo[prev];
-                prev_b = bounds[prev];
+                prev_i = ld_info(prev);
+                prev_b = ld_bounds(prev);
             }
         }
     }
