@@ -109,14 +109,34 @@ class Model:
         self.next_prefix = self.t.next_prefix.tolist()
         self._bpe_cache: dict[bytes, list] = {}
         self._greedy_cache: dict[bytes, list] = {}
+        self._greedy_loads: dict[bytes, tuple[int, int]] = {}
         self.ranks = vocab.bpe_ranks  # (a property that builds the dict)
         self.fast = False
+        self.trie_opts: frozenset[str] = frozenset()  # the merge-order walk's trie switches
 
     # -- pieces of work, in dependent loads -----------------------------------------------
     def child_cost(self, prefix: bytes) -> int:
         """Loads of find_child at the node spelled by ``prefix`` (+1 for the found child's
         node row is added by the caller)."""
         return 1 if self.kids.get(prefix, 0) <= 1 else 9
+
+    def step_cost(self, prefix: bytes, found: bool) -> int:
+        """Dependent loads of one trie step of the merge-order walk at the node spelled by
+        ``prefix`` under ``self.trie_opts`` (the kernel's switches): ``short``
+        (SHORT_SEARCH: ceil(log2 nc) search steps), ``fused`` (FUSED_EDGES: the found edge's
+        row is the child's node row, no further load), ``d2`` (D2_LUT: the first step, at a
+        single byte, is one load)."""
+        o = self.trie_opts
+        if "d2" in o and len(prefix) == 1:
+            return 1
+        nc = self.kids.get(prefix, 0)
+        if nc <= 1:
+            c = 1
+        elif "short" in o:
+            c = (nc - 1).bit_length() + 1
+        else:
+            c = 9
+        return c + (found and "fused" not in o)
 
     def walk(self, word: bytes, pos: int) -> tuple[int, list[int]]:
         """Longest token at ``pos`` (reachable, as the BPE walk takes it) and the cost of each
@@ -125,11 +145,10 @@ class Model:
         cand = self.tid[word[pos:q]]
         costs = []
         while q < len(word):
-            c = self.child_cost(word[pos:q])
             if word[pos : q + 1] not in self.kids:
-                costs.append(c)  # the failing search
+                costs.append(self.step_cost(word[pos:q], False))  # the failing search
                 break
-            costs.append(c + 1)
+            costs.append(self.step_cost(word[pos:q], True))
             q += 1
             t = self.tid.get(word[pos:q])
             if t is not None and self.reach[t]:
@@ -187,7 +206,8 @@ class Model:
         """The merge-order walk of one word: a list of steps (outcome, walk costs, check costs,
         extra loads), outcome "acc" (accepted), "short" (rejected, a shorter one next), "pop".
         Checks the result against reference.bpe_encode."""
-        ev = self._bpe_cache.get((word, self.fast))
+        key = (word, self.fast, self.trie_opts)
+        ev = self._bpe_cache.get(key)
         if ev is not None:
             return ev
         ev = []
@@ -225,8 +245,41 @@ class Model:
         got = [int(self.rank[t]) for t in toks]
         if got != want and [self.ids[self.toks[t]] for t in toks] != want:
             raise AssertionError(f"model walk differs from reference on {word!r}")
-        self._bpe_cache[(word, self.fast)] = ev
+        self._bpe_cache[key] = ev
         return ev
+
+    def greedy_loads(self, word: bytes) -> tuple[int, int]:
+        """Global-memory load instructions of greedy's walk (``trie_tokenizer_chunked``) over
+        one word as written in ``wgsl/encode.wgsl``, counted as the merge-order kernel's
+        PROFILE build counts its own (``ld_trie``, ``ld_text``): a child search 2 edge loads at
+        a node of at most one child, else 8 + 2; a found child's node row 3; per iteration
+        the word-start test of the next byte (2 doc_bits, 3 text loads) and, when it searches,
+        that byte again; per token the byte the next walk starts with. Returns (trie loads,
+        text loads); the thread's first word-start scan and the end-of-chunk tests are left
+        out (a few per 32 bytes)."""
+        got = self._greedy_loads.get(word)
+        if got is not None:
+            return got
+        trie = text = 0
+        pos = 0
+        while pos < len(word):
+            q, best = pos + 1, 1
+            text += 1  # text_byte(p) of the walk's first byte
+            while True:
+                text += 5  # word_start_at(q)
+                if q >= len(word):
+                    break
+                text += 1  # text_byte(q)
+                trie += 2 if self.kids.get(word[pos:q], 0) <= 1 else 10
+                if word[pos : q + 1] not in self.kids:
+                    break
+                trie += 3
+                q += 1
+                if word[pos:q] in self.tid:
+                    best = q - pos
+            pos += best
+        self._greedy_loads[word] = (trie, text)
+        return trie, text
 
     def greedy_iters(self, word: bytes) -> list[int]:
         """The greedy walk of one word: the cost of each iteration of its flat loop."""
@@ -283,7 +336,12 @@ def bpe_lane(model: Model, words: list[bytes], variant: str) -> list:
     nested: list of (walk costs, check costs, extra) per outer iteration;
     flat: list of (branch, cost) per iteration."""
     steps = []
-    model.fast = variant in ("flat-fast", "flat-overlap")
+    base, _, opts = variant.partition("+")
+    model.fast = base in ("flat-fast", "flat-overlap")
+    model.trie_opts = frozenset(opts.split("+")) - {""} if opts else frozenset()
+    if "all" in model.trie_opts:
+        model.trie_opts = frozenset({"short", "fused", "d2"})
+    variant = base
     for w in words:
         steps += model.bpe_events(w)
     if variant == "nested":
@@ -380,6 +438,49 @@ def warp_cost_bpe(lanes: list[list], variant: str) -> int:
     return tot
 
 
+def variant_switches(spec: str) -> dict[str, bool]:
+    """``--gpu-variants`` item -> the walk switches it sets (torch_gpubpe.encoder_bpe):
+    ``default``; ``all-new`` (the speed-ups, encoder_bpe.SPEEDUPS, all on); ``A+B``: those
+    switches flipped from their defaults."""
+    import torch_gpubpe.encoder_bpe as EB
+
+    if spec == "default":
+        return {}
+    if spec == "all-new":
+        return {k: True for k in EB.SPEEDUPS}
+    out = {}
+    for k in spec.split("+"):
+        k = k.strip().upper()
+        if k not in EB.WALK_SWITCHES:
+            raise SystemExit(f"--gpu-variants: {k!r} is not one of {', '.join(EB.WALK_SWITCHES)}")
+        out[k] = not EB.DEFAULTS[k]
+    return out
+
+
+def gpu_work(vocab, chunk: int, docs: list[bytes], switches: dict[str, bool]) -> dict[str, int]:
+    """The PROFILE build's counters (encoder_bpe.walk_work) with ``switches`` set; the ids are
+    checked against reference.bpe_encode_batch."""
+    import torch_gpubpe.encoder_bpe as EB
+    from torch_gpubpe import Tokenizer
+
+    saved = {k: getattr(EB, k) for k in switches}
+    try:
+        for k, v in switches.items():
+            setattr(EB, k, v)
+        ids: list = []
+        w = EB.walk_work(Tokenizer(vocab, mode="bpe", chunk_bytes=chunk), docs, ids_out=ids)
+    finally:
+        for k, v in saved.items():
+            setattr(EB, k, v)
+    want = reference.bpe_encode_batch(docs, vocab.bpe_ranks)
+    if [x.tolist() for x in ids] != [list(x) for x in want]:
+        raise AssertionError(f"the PROFILE build with {switches} differs from the reference")
+    return w
+
+
+LOADS = ("ld_trie", "ld_rows", "ld_pairs", "ld_text")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--vocab", type=Path, default=REPO / "tests" / "data" / "vocabs" / "gpt2.tiktoken")
@@ -388,9 +489,17 @@ def main() -> None:
                     help="MB of each corpus (documents cut to a quarter of it)")
     ap.add_argument("--chunk", type=int, default=32)
     ap.add_argument("--variants", nargs="+", default=["nested", "flat", "flat-fast",
-                                                      "flat-overlap"])
+                                                      "flat-overlap"],
+                    help="models of the walk (module docstring), or 'none'")
     ap.add_argument("--gpu", action="store_true", help="also the real kernel's work counters")
+    ap.add_argument("--gpu-variants", nargs="+",
+                    default=["default", "SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS",
+                             "all-new"],
+                    help="with --gpu: builds whose load counters are compared ('default', "
+                         "'all-new', or switches of torch_gpubpe.encoder_bpe flipped, 'A+B')")
     args = ap.parse_args()
+    if args.variants == ["none"]:
+        args.variants = []
     vocab = Vocab.load(args.vocab).with_mode("bpe")
     model = Model(vocab)
     print(f"vocab {args.vocab.name} ({len(vocab)} ids), chunk {args.chunk} bytes, warp {WARP}; "
@@ -402,11 +511,7 @@ def main() -> None:
     print("|---|---:|---:|---:|" + "---:|---:|" * len(args.variants) + "---:|---:|---:|---:|")
     tot = {"bytes": 0, "greedy": 0, **{v: 0 for v in args.variants}}
     gpu_rows: list = []
-    if args.gpu:
-        from torch_gpubpe import Tokenizer
-        from torch_gpubpe.encoder_bpe import walk_work
-
-        gtok = Tokenizer(vocab, mode="bpe", chunk_bytes=args.chunk)
+    greedy_ld: dict[str, tuple[int, int]] = {}
     for name in args.corpora:
         data_docs = []
         total = 0
@@ -426,8 +531,16 @@ def main() -> None:
         costs = {v: 0 for v in args.variants}
         ntok = npop = ntry = nvp = 0
         lane_g = lane_b = 0
+        gl_trie = gl_text = 0
         for w0 in range(0, len(lanes), WARP):
             warp = lanes[w0 : w0 + WARP]
+            for ws in warp:
+                for w in ws:
+                    a, b = model.greedy_loads(w)
+                    gl_trie += a
+                    gl_text += b
+            if not args.variants:
+                continue
             gseq = [[c for w in ws for c in model.greedy_iters(w)] for ws in warp]
             g += warp_cost_flat(gseq)
             lane_g += sum(map(sum, gseq))
@@ -437,7 +550,7 @@ def main() -> None:
                 else:
                     costs[v] += warp_cost_bpe([bpe_lane(model, ws, v) for ws in warp], v)
             for ws in warp:
-                model.fast = False
+                model.fast, model.trie_opts = False, frozenset()
                 for w in ws:
                     for kind, wc, vc, x in model.bpe_events(w):
                         npop += kind == "pop"
@@ -446,33 +559,70 @@ def main() -> None:
                         nvp += len(vc)
                         lane_b += sum(wc) + sum(vc) + x + 1
         n = len(data)
+        greedy_ld[name] = (gl_trie, gl_text, n)
         if args.gpu:
-            gpu_rows.append((name, walk_work(gtok, data_docs)))
+            gpu_rows.append((name, n, {v: gpu_work(vocab, args.chunk, data_docs,
+                                                   variant_switches(v))
+                                       for v in args.gpu_variants}))
         tot["bytes"] += n
         tot["greedy"] += g
         for v in args.variants:
             tot[v] += costs[v]
-        print(f"| {name} | {n / 1e6:.2f} | {ntok / n:.3f} | {g / n:.2f} | "
-              + " | ".join(f"{costs[v] / n:.2f} | {costs[v] / g:.2f}" for v in args.variants)
-              + f" | {npop / ntok:.4f} | {ntry / ntok:.4f} | {nvp / ntok:.2f} | "
-                f"{lane_g / n:.2f}, {lane_b / n:.2f} |", flush=True)
+        if args.variants:
+            print(f"| {name} | {n / 1e6:.2f} | {ntok / n:.3f} | {g / n:.2f} | "
+                  + " | ".join(f"{costs[v] / n:.2f} | {costs[v] / g:.2f}" for v in args.variants)
+                  + f" | {npop / ntok:.4f} | {ntry / ntok:.4f} | {nvp / ntok:.2f} | "
+                    f"{lane_g / n:.2f}, {lane_b / n:.2f} |", flush=True)
     n = tot["bytes"]
-    print(f"| all | {n / 1e6:.2f} | | {tot['greedy'] / n:.2f} | "
-          + " | ".join(f"{tot[v] / n:.2f} | {tot[v] / tot['greedy']:.2f}" for v in args.variants)
-          + " | | | | |")
+    if args.variants:
+        print(f"| all | {n / 1e6:.2f} | | {tot['greedy'] / n:.2f} | "
+              + " | ".join(f"{tot[v] / n:.2f} | {tot[v] / tot['greedy']:.2f}"
+                           for v in args.variants) + " | | | | |")
     if gpu_rows:
         keys = ["iters", "steps", "tries", "checks", "check_loop", "unwind", "probes",
                 "shorter", "pops", "scan", "lockstep"]
-        sg = gpu_rows[0][1]["subgroup_size"]
-        print(f"\nGPU kernel work counters (walk_work), per 1,000 bytes; lockstep: subgroups of "
-              f"{sg} lanes x their longest lane's iterations")
+        sg = gpu_rows[0][2]["default" if "default" in args.gpu_variants
+                           else args.gpu_variants[0]]["subgroup_size"]
+        first = args.gpu_variants[0]
+        print(f"\nGPU kernel work counters (walk_work, build {first}), per 1,000 bytes; "
+              f"lockstep: subgroups of {sg} lanes x their longest lane's iterations")
         print("| corpus | " + " | ".join(keys) + " | tokens/byte |")
         print("|---|" + "---:|" * (len(keys) + 1))
-        for name, w in gpu_rows:
+        for name, _, ws in gpu_rows:
+            w = ws[first]
             b = w["bytes"] / 1000
             vals = [w[k] / b for k in keys[:-1]] + [w["lockstep"] * max(sg, 1) / b]
             print(f"| {name} | " + " | ".join(f"{x:.1f}" for x in vals)
                   + f" | {w['output_tokens'] / w['bytes']:.3f} |")
+        print("\nGlobal-memory load instructions per input byte (per lane; a vec4 row is one): "
+              "the merge-order kernel's PROFILE counters by build (ids checked against "
+              "reference.bpe_encode), and greedy's walk counted by the model (Model.greedy_loads; "
+              "its rows, pairs: none)")
+        print("| corpus | build | trie | rows | pairs | text | total | total vs default build |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
+        sums: dict[str, list[int]] = {}
+        for name, nb, ws in gpu_rows:
+            gt, gx, _ = greedy_ld[name]
+            print(f"| {name} | greedy (model) | {gt / nb:.2f} | 0 | 0 | {gx / nb:.2f} | "
+                  f"{(gt + gx) / nb:.2f} | |")
+            s0 = sum(ws[first][k] for k in LOADS)
+            acc = sums.setdefault("greedy (model)", [0, 0, 0, 0, 0])
+            for i, x in enumerate((gt, 0, 0, gx, nb)):
+                acc[i] += x
+            for v, w in ws.items():
+                tl = sum(w[k] for k in LOADS)
+                print(f"| {name} | {v} | " + " | ".join(f"{w[k] / nb:.2f}" for k in LOADS)
+                      + f" | {tl / nb:.2f} | {tl / s0:.2f} |")
+                acc = sums.setdefault(v, [0, 0, 0, 0, 0])
+                for i, k in enumerate(LOADS):
+                    acc[i] += w[k]
+                acc[4] += nb
+        s0 = sum(sums[first][:4])
+        for v, acc in sums.items():
+            nb = acc[4]
+            print(f"| all | {v} | " + " | ".join(f"{x / nb:.2f}" for x in acc[:4])
+                  + f" | {sum(acc[:4]) / nb:.2f} | "
+                  + (f"{sum(acc[:4]) / s0:.2f}" if v != "greedy (model)" else "") + " |")
 
 
 if __name__ == "__main__":

@@ -441,15 +441,27 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
     greedy = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True, mode="greedy")
     for t in (ktok, greedy):
         t.encode_batch(bs[0][:50])
-    builds = {}  # the walk's build flags (encoder_bpe), each off in turn
-    for flag in ("PREFETCH_ROWS", "OVERLAP_TRY"):
-        default = getattr(EB, flag)
-        setattr(EB, flag, not default)  # read when the session opens
+    # The walk's build switches (encoder_bpe.WALK_SWITCHES): each flipped from the current
+    # setting alone, then the speed-ups (encoder_bpe.SPEEDUPS) all on together.
+    variants = {f"{f} {'off' if getattr(EB, f) else 'on'}": {f: not getattr(EB, f)}
+                for f in EB.WALK_SWITCHES}
+    new_on = {f: True for f in EB.SPEEDUPS}
+    if any(not getattr(EB, f) for f in new_on):
+        variants["all of " + "+".join(new_on) + " on"] = new_on
+    builds = {}
+    check_docs = [d for b in bs for d in b[:5]]
+    check_ids = [enc.encode_ordinary(d) for d in check_docs]
+    for name, sw in variants.items():
+        saved = {f: getattr(EB, f) for f in sw}
+        for f, v in sw.items():
+            setattr(EB, f, v)  # read when the session opens
         try:
-            builds[flag] = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True)
-            builds[flag].encode_batch(bs[0][:50])
+            builds[name] = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True)
+            if builds[name].encode_batch(check_docs).tolist() != check_ids:
+                raise AssertionError(f"the walk build '{name}' differs from tiktoken")
         finally:
-            setattr(EB, flag, default)
+            for f, v in saved.items():
+                setattr(EB, f, v)
     with GPUMonitor() as kmon:
         bpe_k, bpe_cont, bpe_clk = kernel_us(ktok, packed, args.repeat_passes)
         gr_k, gr_cont, gr_clk = kernel_us(greedy, packed, args.repeat_passes)
@@ -483,9 +495,11 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
     print(f"SM clock after each timed batch: bpe mode {clocks(bpe_clk)}; greedy mode "
           f"{clocks(gr_clk)} (each batch's passes run {args.repeat_passes}x back to back, "
           "the last one timed)")
+    print("walk build switches of the bpe mode column (torch_gpubpe.encoder_bpe): "
+          + ", ".join(f"{f}={'on' if getattr(EB, f) else 'off'}" for f in EB.WALK_SWITCHES)
+          + "; each later column flips the switches it names")
     print("| GPU pass (timestamp queries) | bpe mode ms | greedy mode ms (same vocab) | ratio | "
-          + " | ".join(f"bpe, {f} {'off' if getattr(EB, f) else 'on'}: ms | ratio"
-                       for f in off_k) + " |")
+          + " | ".join(f"bpe, {f}: ms | ratio" for f in off_k) + " |")
     print("|---|---:|---:|---:|" + "---:|---:|" * len(off_k))
     walk = {"trie_tokenizer_chunked": "walk (bpe_tokenizer_chunked / trie_tokenizer_chunked)"}
     nan = float("nan")

@@ -310,17 +310,24 @@ def test_gpu_profile_repeat_same_ids(gpt2, gpt2_tt):
     assert not tok._session().profile or tok.last_pass_us["trie_tokenizer_chunked"] > 0
 
 
+NEW_SWITCHES = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS")
+
+
 @gpu
-@pytest.mark.parametrize("flag", ["PREFETCH_ROWS", "OVERLAP_TRY"])
+@pytest.mark.parametrize("flag", ["PREFETCH_ROWS", "OVERLAP_TRY", *NEW_SWITCHES,
+                                  "+".join(NEW_SWITCHES)])
 def test_gpu_walk_build_flags_flipped(gpt2, gpt2_tt, monkeypatch, flag):
-    """The walk with PREFETCH_ROWS or OVERLAP_TRY flipped from its default (PREFETCH_ROWS off:
-    candidate rows loaded in the try; OVERLAP_TRY on: the trying lane's first pair-check loads
-    issued before the walking lanes'), as benchmarks/encode.py compares, is exact too, on text
-    that backtracks and on pathological words."""
+    """The walk with each build switch of encoder_bpe flipped from its default (PREFETCH_ROWS
+    off: candidate rows loaded in the try; OVERLAP_TRY on: the trying lane's first pair-check
+    loads issued before the walking lanes'; SHORT_SEARCH, FUSED_EDGES, D2_LUT, LAZY_ROWS: see
+    encoder_bpe), and the four new ones together, as benchmarks/encode.py compares, is exact
+    too, on text that backtracks and on pathological words."""
     import torch_gpubpe.encoder_bpe as EB
     from torch_gpubpe.encoder import Tokenizer
 
-    monkeypatch.setattr(EB, flag, not getattr(EB, flag))
+    assert set(EB.WALK_SWITCHES) == {"PREFETCH_ROWS", "OVERLAP_TRY", *NEW_SWITCHES}
+    for f in flag.split("+"):
+        monkeypatch.setattr(EB, f, not getattr(EB, f))
     tok = Tokenizer(gpt2, thread_budget=8_000)
     docs = corpus_docs("multi_udhr", 20_000, max_doc_bytes=4_000) + PATHOLOGICAL
     assert_same(tok.encode_batch(docs).tolist(), [gpt2_tt.encode_ordinary(d) for d in docs])
@@ -659,3 +666,61 @@ def test_gpu_walk_work_counters(gpt2, gpt2_tok, gpt2_tt):
         assert w["iters"] / sg <= w["lockstep"] <= w["iters"]
     again = gpt2_tok.encode_batch(docs)  # the normal session is back
     assert_same(again.tolist(), want_ids, "after walk_work")
+
+
+def test_fused_edges_and_depth2_table(gpt2):
+    """fused_edges row e = (byte | nc << 8, fc, token) of edge e's child; depth2_table row
+    b0 << 8 | b1 = the node of the two bytes (trie_lookup agrees), NO_TOKEN rows elsewhere."""
+    from torch_gpubpe.encoder_bpe import depth2_table, fused_edges
+    from torch_gpubpe.trie import compile_trie, trie_lookup
+
+    trie = compile_trie(gpt2.token_bytes)
+    nodes, edges = trie.nodes.reshape(-1, 3), trie.edges.reshape(-1, 2)
+    fe = fused_edges(trie)
+    for e in (0, 1, 255, 256, 1000, len(edges) - 1):
+        c = nodes[edges[e, 1]]
+        assert fe[e].tolist() == [int(edges[e, 0]) | int(c[1]) << 8, int(c[0]), int(c[2]), 0]
+    d2 = depth2_table(trie)
+    present = d2[:, 0] != 0xFFFFFFFF
+    two = {tb for tb in gpt2.token_bytes if len(tb) >= 2}
+    assert present.sum() == len({tb[:2] for tb in two})
+    for key in np.flatnonzero(present)[::97].tolist() + [ord("t") << 8 | ord("h")]:
+        pair = bytes([key >> 8, key & 0xFF])
+        assert d2[key, 0] & 0xFF == key & 0xFF
+        tid = trie_lookup(trie, pair)
+        assert int(d2[key, 2]) == (0xFFFFFFFF if tid is None else tid)
+    assert (d2[~present] == 0xFFFFFFFF).all()
+
+
+@gpu
+def test_gpu_walk_switches_cut_their_loads(gpt2, gpt2_tt, monkeypatch):
+    """Each new build switch does what it says in the PROFILE build's load counters: the same
+    walk (every work counter but the loads equal, ids equal to tiktoken), SHORT_SEARCH,
+    FUSED_EDGES and D2_LUT with fewer trie loads, LAZY_ROWS with fewer row loads, the others
+    unchanged."""
+    import torch_gpubpe.encoder_bpe as EB
+    from torch_gpubpe.encoder import Tokenizer
+
+    docs = [d for n in ("en_novels", "multi_udhr") for d in corpus_docs(n, 3_000, max_doc_bytes=1_500)]
+    want = [gpt2_tt.encode_ordinary(d) for d in docs]
+    loads = ("ld_trie", "ld_rows", "ld_pairs", "ld_text")
+    for flag in NEW_SWITCHES:  # (whatever TORCH_GPUBPE_WALK_SWITCHES set)
+        monkeypatch.setattr(EB, flag, False)
+
+    def work():
+        ids: list = []
+        w = EB.walk_work(Tokenizer(gpt2), docs, ids_out=ids)
+        assert_same([x.tolist() for x in ids], want, "PROFILE")
+        return w
+    base = work()
+    assert all(base[k] > 0 for k in loads)
+    less = {"SHORT_SEARCH": "ld_trie", "FUSED_EDGES": "ld_trie", "D2_LUT": "ld_trie",
+            "LAZY_ROWS": "ld_rows"}
+    for flag, fewer in less.items():
+        monkeypatch.setattr(EB, flag, True)
+        w = work()
+        monkeypatch.setattr(EB, flag, False)
+        assert {k: v for k, v in w.items() if k not in loads} == \
+            {k: v for k, v in base.items() if k not in loads}, flag
+        assert w[fewer] < base[fewer], flag
+        assert all(w[k] == base[k] for k in loads if k != fewer), flag

@@ -66,6 +66,31 @@ tokinfo/bounds row loads; an accepted token's rows are then loaded only when its
 WALK_SWITCHES = ("PREFETCH_ROWS", "OVERLAP_TRY", "SHORT_SEARCH", "FUSED_EDGES", "D2_LUT",
                  "LAZY_ROWS")
 """The module-level build switches of the walk (each exact; tests flip each one)."""
+SPEEDUPS = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS")
+"""The switches that cut the walk's loads (issue 15, kernels within 2x of greedy's), which the
+benchmarks also time all on together."""
+
+DEFAULTS = {k: globals()[k] for k in WALK_SWITCHES}
+"""The switches' defaults (before TORCH_GPUBPE_WALK_SWITCHES)."""
+
+
+def _switches_from_env() -> None:
+    """Test and benchmark hook: ``TORCH_GPUBPE_WALK_SWITCHES="FUSED_EDGES=1,LAZY_ROWS=0"``
+    sets those switches when this module is imported (so a whole test run can use a build
+    other than the default). Raises ValueError on a name not in :data:`WALK_SWITCHES`."""
+    import os
+
+    spec = os.environ.get("TORCH_GPUBPE_WALK_SWITCHES", "").strip()
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        name, _, val = item.partition("=")
+        name = name.strip().upper()
+        if name not in WALK_SWITCHES or val.strip() not in ("0", "1"):
+            raise ValueError(f"TORCH_GPUBPE_WALK_SWITCHES: {item!r} is not NAME=0 or NAME=1 "
+                             f"with NAME one of {', '.join(WALK_SWITCHES)}")
+        globals()[name] = val.strip() == "1"
+
+
+_switches_from_env()
 
 
 def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
