@@ -130,3 +130,15 @@ def test_refused_output_stops_the_early_reader(tmp_path, vocab_dir, files, capsy
     assert "--overwrite" in capsys.readouterr().err
     names = [t.name for t in threading.enumerate()]
     assert not [n for n in names if n.startswith(("torch_gpubpe encode read", "gpubpe-read"))]
+
+
+def test_encode_reads_at_lower_priority_by_default():
+    """encode's reader threads yield the cores to the threads feeding the GPU unless told
+    otherwise (--read-nice 0); train keeps niceness 0."""
+    p = cli.build_parser()
+    assert p.parse_args(["encode", "--vocab", "v", "--out", "o"]).read_nice == cli.ENCODE_READ_NICE
+    assert p.parse_args(["encode", "--vocab", "v", "--out", "o", "--read-nice", "0"]).read_nice == 0
+    assert p.parse_args(["train"]).read_nice == 0
+    assert cli.source_from_args(p.parse_args(
+        ["encode", "--vocab", "v", "--out", "o", "--data-files", __file__, "--format", "text"])
+    ).reader().nice == cli.ENCODE_READ_NICE

@@ -52,6 +52,13 @@ DEFAULT_HOLDOUT_EVERY = 20
 DEFAULT_HOLDOUT_MAX_BYTES = 4_000_000
 DEFAULT_BATCH_BYTES = 16_000_000
 DEFAULT_SHARD_TOKENS = 10**8
+ENCODE_READ_NICE = 10
+"""encode's default ``--read-nice``: its reader decompresses and parses ahead on up to 16 + 16
+threads (files x parse pool; GBs of read-ahead) that release the GIL (inflate, JSON parse,
+UTF-8 check): at niceness 0 they compete for the cores with the threads that feed the GPU. On
+the H200 (16 cores, 3.2 GB of jsonl.gz) upload + submit took 2x its parquet time per byte and
+the GPU session opened in 1.07 s instead of 0.28 s while they ran. Niced, they use what those
+leave; the reader is ahead (it waits on a full queue, not for a core)."""
 IDS_BIN, IDS_NPY, OFFSETS_NPY, META_JSON = "ids.bin", "ids.npy", "offsets.npy", "meta.json"
 
 _SIZE_RE = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
@@ -105,7 +112,8 @@ def _add_source_args(p: argparse.ArgumentParser, *, default_note: str) -> None:
                    help="threads reading and decompressing files (default: CPU count, max 16)")
     g.add_argument("--read-nice", type=int, default=0, metavar="N", choices=range(20),
                    help="raise the reading threads' niceness by N (0-19; Linux): the threads "
-                        "feeding the GPU get the cores first (default 0)")
+                        "feeding the GPU get the cores first (default 0; encode: "
+                        f"{ENCODE_READ_NICE}, its reader runs ahead on every core)")
     g.add_argument("--no-streaming", dest="streaming", action="store_false",
                    help="download/prepare the whole dataset first instead of streaming it")
     g.add_argument("--max-bytes", type=parse_size, metavar="SIZE",
@@ -208,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="greedy longest match or bpe merge order (ids identical to tiktoken); "
                         "default: the vocab's (bpe for tiktoken / tokenizer.json files)")
     _add_source_args(e, default_note="default: the corpus shipped in the package")
+    e.set_defaults(read_nice=ENCODE_READ_NICE)
     e.add_argument("--out", required=True, metavar="DIR", help="output folder")
     e.add_argument("--output-format", choices=("bin", "npy", "llmc", "megatron"), default="bin",
                    help="bin (default) / npy: flat ids + offsets.npy + meta.json; llmc: llm.c "
@@ -828,7 +837,7 @@ def _encode_run(args, opener, device, source, batches, read_stats, stages, t0,
         "skipped_none_row_indices": read_stats.get("skipped_none_rows", []),
         "seconds": meta_seconds,
     }, before_meta=lambda: meta_seconds.update(_encode_seconds(
-        stages, writer, t0, t_close)))
+        stages, writer, t0, t_close, tok.host_seconds)))
     seconds = meta_seconds["total"]
     rate = n_bytes / seconds / 1e6 if seconds > 0 else float("inf")
     bpt = f"{n_bytes / n_tokens:.3f}" if n_tokens else "-"
@@ -858,13 +867,17 @@ def _encode_run(args, opener, device, source, batches, read_stats, stages, t0,
     return 0
 
 
-def _encode_seconds(stages: dict, writer, t0: float, t_close: float) -> dict:
+def _encode_seconds(stages: dict, writer, t0: float, t_close: float,
+                    encoder_seconds: dict) -> dict:
     """meta.json's ``seconds``: ``total`` (the command from reading's start to meta.json),
-    the stages, ``close`` (the last shard written and on disk) and the writer's own times."""
+    the stages, ``close`` (the last shard written and on disk), the writer's own times and the
+    encoder's host steps (``encoder_*``: Tokenizer.host_seconds, the parts of
+    upload_and_submit and wait_gpu_and_readback)."""
     now = time.perf_counter()
     return {"total": round(now - t0, 4), **{k: round(v, 4) for k, v in stages.items()},
             "close": round(now - t_close, 4),
-            **{f"writer_{k}": round(v, 4) for k, v in writer.seconds.items()}}
+            **{f"writer_{k}": round(v, 4) for k, v in writer.seconds.items()},
+            **{f"encoder_{k}": round(v, 4) for k, v in encoder_seconds.items()}}
 
 
 def _fmt_s(x: float | None) -> str:

@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
@@ -85,6 +86,9 @@ DEFAULT_LONG_WORD = 2048  # a walk this many bytes past its chunk hands the word
 MAX_LONG_TILE = 16384  # bytes per long-word tile (>= the longest token; lavapipe's loop cap)
 MAX_SLICE_POSITIONS = 1 << 31  # byte positions of a slice stay far below 2^32 (u32 in WGSL)
 _NO_TOKEN = 0xFFFFFFFF
+HOST_STEPS = ("wait_upload_map", "upload_copy", "upload_doc_starts", "record",
+              "previous_readback_submit", "wait_token_count", "submit", "wait_ids", "ids_copy")
+"""The steps of :attr:`Tokenizer.host_seconds` (host seconds per step of a batch)."""
 # Layout of the metadata readback (rb_meta): info[0:8], pass timestamps (3 walk passes, then 3
 # of a regex pre-tokenizer), the first regions (first byte, end byte) of info[8:], then each
 # document's first-token index.
@@ -293,6 +297,13 @@ class _Slot:
 
     def _mapped_upload(self) -> np.ndarray:
         """The upload staging buffer, mapped for writing, as a uint8 array (valid until unmap)."""
+        t = time.perf_counter()
+        try:
+            return self._mapped_upload_view()
+        finally:
+            self.sess.host_seconds["wait_upload_map"] += time.perf_counter() - t
+
+    def _mapped_upload_view(self) -> np.ndarray:
         if self.up_promise is not None:
             self.sess.gpu.wait_promise(self.up_promise, "upload staging map")
             self.up_promise = None
@@ -326,6 +337,7 @@ class _Slot:
         self.nb = -(-n // sess.block)
         # Upload: bytes + halo, document-start bitmap, document starts; one staging buffer.
         up = self._mapped_upload()
+        hs, t = sess.host_seconds, time.perf_counter()
         up[n : n + 8] = 0
         if isinstance(data, list):  # unjoined UTF-8 parts of the whole batch (see _pack)
             copy_parts(up[:n], data)
@@ -333,6 +345,8 @@ class _Slot:
             parallel_copy(up[:n], data[s:e])
             if e < len(data):
                 up[n] = data[e]
+        t1 = time.perf_counter()
+        hs["upload_copy"] += t1 - t
         nbits_words = (n + 1 + 31) // 32 + 1
         bits = np.zeros(nbits_words, np.uint32)
         pos = doc_rel.astype(np.int64)
@@ -346,6 +360,8 @@ class _Slot:
             mbits[:1] |= 1  # a slice starts a walk at byte 0 (a word start or a token boundary)
             up[self.off_mask : self.off_mask + len(mbits)] = mbits
         del up
+        t = time.perf_counter()
+        hs["upload_doc_starts"] += t - t1
         if getattr(self, "_host_upload", None) is not None:
             self.upload.write_mapped(self._host_upload)
             self._host_upload = None
@@ -371,11 +387,16 @@ class _Slot:
                 sess.pretok.record(enc, self.pt, n, timestamps=ts)
             self._record_passes(enc, first=True, continuations=0, timed=r == reps - 1)
         cmd = enc.finish()
+        t1 = time.perf_counter()
+        hs["record"] += t1 - t
         if before_submit is not None:
             before_submit()
+        t2 = time.perf_counter()
         dev.queue.submit([cmd])
         self.up_promise = self.upload.map_async("WRITE")
         self.meta_promise = self.rb_meta.map_async(_wi.map_read_mode(), 0, _DOC_OFF + 4 * ndocs)
+        hs["previous_readback_submit"] += t2 - t1
+        hs["submit"] += time.perf_counter() - t2
 
     def _write_params(self, resume: int, block_base: int = 0) -> None:
         long_from = self.sess.long_from or _NO_TOKEN
@@ -444,7 +465,9 @@ class _Slot:
 
     def _read_meta(self) -> tuple[int, int, np.ndarray]:
         g = self.sess.gpu
+        t = time.perf_counter()
         g.wait_promise(self.meta_promise, "token-count readback")
+        self.sess.host_seconds["wait_token_count"] += time.perf_counter() - t
         self.meta_promise = None
         try:
             raw = self.rb_meta.read_mapped(0, _DOC_OFF + 4 * self.ndocs)
@@ -687,8 +710,11 @@ class _Slot:
         self._readback = None
         if nbytes == 0:
             return np.zeros(0, self.sess.id_dtype), doc_tok, seg
+        hs, t = self.sess.host_seconds, time.perf_counter()
         g.wait_promise(self.tok_promise, "token readback")
         self.tok_promise = None
+        t1 = time.perf_counter()
+        hs["wait_ids"] += t1 - t
         ids = np.empty(n_out, self.sess.id_dtype)
         try:
             # The mapped range itself (no intermediate copy), copied once into ``ids`` by
@@ -699,6 +725,7 @@ class _Slot:
             del src, view  # no reference into the mapping may outlive it
         finally:
             self.rb_tok.unmap()
+            hs["ids_copy"] += time.perf_counter() - t1
         if self.sess.bpe is not None and self.bad_tokens and int(ids.max()) >= self.sess.num_tokens:
             bad = ids >= self.sess.num_tokens
             if seg is not None:  # the specials put in are not the encoder's ids
@@ -742,6 +769,8 @@ class _Session:
         self.profile = bool(profile) and g.has_timestamps
         self.profile_repeat = 1  # benchmarks: times each slice's passes are run (see Slot.start)
         self.last_pass_us: dict[str, float] = {}
+        # Host seconds per step of a batch (Tokenizer.host_seconds; the CLI's --debug line)
+        self.host_seconds = dict.fromkeys(HOST_STEPS, 0.0)
         self.continuation_dispatches = 0  # statistics (tests, benchmarks)
         self.continuation_workgroups = 0
         self.slices = 0
@@ -1050,6 +1079,15 @@ class Tokenizer:
         if self._trie is None:
             self._trie = compile_trie(self.vocab.token_bytes)
         return self._trie
+
+    @property
+    def host_seconds(self) -> dict[str, float]:
+        """Host seconds spent per step of the batches so far (:data:`HOST_STEPS`): waiting for
+        the upload staging buffer, copying the text into it, writing the document starts,
+        recording the passes, the previous batch's readback (waiting for its token count:
+        ``wait_token_count`` is part of it), submitting, waiting for the ids, copying them
+        out. Empty before the first batch."""
+        return dict(self._sess.host_seconds) if self._sess else {}
 
     @property
     def last_pass_us(self) -> dict[str, float]:
