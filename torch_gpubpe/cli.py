@@ -703,9 +703,10 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
     read_stats: dict = {}
     # Reading starts now, on other threads (readers._Pump): the first batch is read while the
     # vocab loads and the GPU opens.
-    stream = documents(source.reader(), max_docs=args.max_docs, max_bytes=args.max_bytes,
+    reader = source.reader()
+    stream = documents(reader, max_docs=args.max_docs, max_bytes=args.max_bytes,
                        stats=read_stats, batch_bytes=args.batch_bytes)
-    pump = _Pump(iter(stream), 2, "torch_gpubpe encode read")
+    pump = _Pump(_at_reader_priority(reader, stream), 2, "torch_gpubpe encode read")
     batches = iter(pump)
     try:
         return _encode_run(args, opener, device, source, batches, read_stats, stages,
@@ -713,6 +714,15 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
     finally:
         batches.close()
         pump.close()
+
+
+def _at_reader_priority(reader, stream):
+    """``stream`` on a thread with the reader threads' niceness (``--read-nice``): joining a
+    batch's pieces is reading too, and runs ahead like it."""
+    lower = getattr(reader, "_lower_priority", None)
+    if lower is not None:
+        lower()
+    yield from stream
 
 
 def _encode_run(args, opener, device, source, batches, read_stats, stages, t0,

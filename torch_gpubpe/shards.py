@@ -53,6 +53,8 @@ OUTPUT_FORMATS = ("llmc", "megatron", "flat")
 DEFAULT_SHARD_TOKENS = 10**8
 PROGRESS = ".torch_gpubpe-progress.json"
 META_JSON = "meta.json"
+WRITEBACK_BYTES = 64 << 20
+"""A shard's bytes are handed to the disk every this many bytes (:meth:`ShardWriter._start_writeback`)."""
 REPLACED_PREFIX = ".torch_gpubpe-replaced-"
 """``--overwrite``: the old output is moved into a folder of this name (a rename, at once) and
 deleted on a thread while the new one is written; a folder left by a killed run goes the same
@@ -206,6 +208,7 @@ class ShardWriter:
         self._skip = 0
         self._doc_lens: list[np.ndarray] = []  # megatron / flat: per-document lengths
         self._shard_f = None  # the temporary file of the shard being written
+        self._writeback_from: dict[str, int] = {}  # file → bytes handed to the disk so far
         self.seconds = {"write": 0.0, "fsync": 0.0}  # time spent writing / flushing to disk
         self._flush_pool = None  # one thread: fsync of complete shards, then the progress file
         self._flushing: list = []
@@ -388,12 +391,30 @@ class ShardWriter:
         tokens): streamed to disk batch by batch, no shard-sized buffer in memory."""
         if self._shard_f is None:
             self._shard_f = open(self.out / (self._shard_name() + ".tmp"), "wb")
+            self._writeback_from.pop(self._shard_f.name, None)
             if self.fmt == "llmc":  # the header, its token count written when the shard ends
                 self._shard_f.write(bytes(4 * LLMC_HEADER_INTS))
         if len(toks):
             t = time.perf_counter()
             self._shard_f.write(_as_bytes(toks.astype(self.dtype, copy=False)))
+            self._start_writeback(self._shard_f)
             self.seconds["write"] += time.perf_counter() - t
+
+    def _start_writeback(self, f) -> None:
+        """Every :data:`WRITEBACK_BYTES` written, ask the kernel to start writing them to disk
+        (``posix_fadvise(DONTNEED)`` starts the writeback without waiting for it; Linux), so
+        that the shard's fsync — the last one is on the command's critical path — finds little
+        left to write."""
+        pos = f.tell()
+        done = self._writeback_from.get(f.name, 0)
+        if pos - done < WRITEBACK_BYTES or not hasattr(os, "posix_fadvise"):
+            return
+        f.flush()
+        try:
+            os.posix_fadvise(f.fileno(), done, pos - done, os.POSIX_FADV_DONTNEED)
+        except OSError:  # (a file system without it: the fsync does all the work, as before)
+            pass
+        self._writeback_from[f.name] = pos
 
     def _shard_close(self, header: bytes = b"") -> str:
         """Finish the shard being written: ``header`` over its first bytes, flushed to disk,
@@ -484,10 +505,12 @@ class ShardWriter:
             ids_name = "ids.npy" if self.flat_npy else "ids.bin"
             self._flat_path = self.out / ids_name
             self._flat_f = open(self.out / (ids_name + ".tmp"), "wb")
+            self._writeback_from.pop(self._flat_f.name, None)
             if self.flat_npy:
                 self._flat_f.write(npy_header(self.dtype, 0))
         for b in self._buf:
             self._flat_f.write(_as_bytes(b))
+        self._start_writeback(self._flat_f)
         self.tokens += self._buf_tokens
         self._buf, self._buf_tokens = [], 0
 
