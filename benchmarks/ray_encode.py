@@ -25,9 +25,11 @@ Every path reads the same files (``--repeat`` lists them K times) and gives the 
 * Ray ``parquet``: ``ray.data.read_parquet`` → ``tokenize_dataset`` (Ray tasks read, the
   object store carries the text to the actor).
 
-``--runs files:2 shards:2 parquet:2`` says which Ray runs (``pipeline:calls at once in the actor``), one
-after another in the same cluster; the first run also pays Ray's cold workers (importing
-ray.data), as a user's first job does. Each Ray run is timed from the call that builds the
+``--runs files:2 shards:2 parquet:2`` says which Ray runs (``pipeline:calls at once in the
+actor``), one after another in the same cluster; the first run also pays Ray's cold workers
+(importing ray.data), as a user's first job does. ``--preload-runs files:2 shards:2`` then
+runs these in a second cluster whose prestarted workers imported ray.data and torch_gpubpe
+before taking work (Ray's system config ``preload_python_modules``). Each Ray run is timed from the call that builds the
 dataset to the last token batch at the driver (``ray.init`` apart: a cluster is already up where
 such jobs run). Printed per Ray run: the timeline (driver planning, actor process, ``__init__``,
 GPU open, first batch at the actor, first token batch at the driver, last call), the steady state
@@ -61,6 +63,12 @@ from torch_gpubpe.encoder import Tokenizer  # noqa: E402
 from torch_gpubpe.ray import (DEFAULT_BATCH_ROWS, TokenizeBatches, TokenizeFiles,  # noqa: E402
                               merge_shard_lists, tokenize_dataset, tokenize_files)
 from torch_gpubpe.vocab import Vocab  # noqa: E402
+
+
+# What the preloaded cluster's workers import at start (--preload-runs): Ray Data (the actor
+# pool's worker class), the recipe, the encoder and the reader; the actor's own start then
+# skips them.
+PRELOAD = "ray.data,torch_gpubpe.ray,torch_gpubpe.encoder,torch_gpubpe.readers,pyarrow.parquet"
 
 
 def parquet_files(paths: list[str]) -> list[str]:
@@ -394,6 +402,13 @@ def main() -> None:
                          "actor writes Megatron parts, merged after (as the CLI, tokens on "
                          "disk); parquet = read_parquet + tokenize_dataset; CALLS: calls at "
                          "once in the actor)")
+    ap.add_argument("--preload-runs", nargs="*", default=["files:2", "shards:2"],
+                    help="then these runs in a second cluster whose prestarted workers import "
+                         f"{PRELOAD} before taking work (Ray's system config "
+                         "preload_python_modules, env RAY_preload_python_modules); none: "
+                         "--preload-runs with no value")
+    ap.add_argument("--settle", type=float, default=5.0,
+                    help="seconds after ray.init of the preloaded cluster (workers import)")
     ap.add_argument("--ray-batch-size", type=int, default=DEFAULT_BATCH_ROWS,
                     help="parquet runs: rows per batch (TokenizeBatches call)")
     ap.add_argument("--files-per-call", type=int, default=1, help="files runs: files per call")
@@ -409,12 +424,17 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=1, help="Ray GPU actors")
     ap.add_argument("--cpus", type=int, default=os.cpu_count(), help="CPUs for ray.init")
     a = ap.parse_args()
-    runs = []
-    for spec in a.runs:
-        kind, _, calls = spec.partition(":")
-        if kind not in ("files", "shards", "parquet") or not calls.isdigit() or int(calls) < 1:
-            sys.exit(f"--runs: {spec!r} is not files:N, shards:N or parquet:N")
-        runs.append((kind, int(calls)))
+    def specs(given: list[str], opt: str) -> list[tuple[str, int]]:
+        out = []
+        for spec in given:
+            kind, _, calls = spec.partition(":")
+            if kind not in ("files", "shards", "parquet") or not calls.isdigit() \
+                    or int(calls) < 1:
+                sys.exit(f"{opt}: {spec!r} is not files:N, shards:N or parquet:N")
+            out.append((kind, int(calls)))
+        return out
+
+    runs, preload_runs = specs(a.runs, "--runs"), specs(a.preload_runs, "--preload-runs")
 
     files = parquet_files(a.parquet)[: a.max_files]
     if a.repeat > 1:   # distinct names (ray.data.read_parquet reads a path listed twice once)
@@ -462,30 +482,47 @@ def main() -> None:
         [str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     os.environ["RAY_DATA_PARQUET_FOOTER_NUM_ACTORS"] = str(a.footer_actors)
     os.environ["RAY_DATA_PARQUET_BIN_PACKING_BYTES"] = str(a.read_unit_mb << 20)
-    t0 = time.perf_counter()
     import ray
-    import ray.data  # noqa: F401 - the driver's import, timed with the cluster start
+    import ray.data  # noqa: F401
 
-    t_imp = time.perf_counter() - t0
-    ray.init(num_cpus=a.cpus, num_gpus=a.num_gpus and max(1, int(a.num_gpus + 0.999)),
-             include_dashboard=False, log_to_driver=False)
-    print(f"ray {ray.__version__}: import ray + ray.data {t_imp:.1f} s, ray.init (cluster "
-          f"start-up, not counted) {time.perf_counter() - t0 - t_imp:.1f} s; resources "
-          f"{ray.cluster_resources()}; RAY_DATA_PARQUET_FOOTER_NUM_ACTORS={a.footer_actors}, "
-          f"RAY_DATA_PARQUET_BIN_PACKING_BYTES={a.read_unit_mb} MiB")
-    ray.data.DataContext.get_current().enable_progress_bars = False
     done = []
-    try:
-        for kind, calls in runs:
-            trace = tempfile.mktemp(prefix="ray_encode_trace_", suffix=".jsonl")
-            with StampedMonitor() as mon2:
-                r = ray_pipeline(ray, vocab, files, a, kind, calls, trace)
-            s2 = r["end"] - r["t0"]
-            print(f"ray {kind}, {calls} call(s) at once: {r['tokens']:,} tokens in {s2:.2f} s "
-                  f"= {nbytes / s2 / 1e6:,.1f} MB/s end to end; {mon2.summary()}")
-            done.append((kind, calls, r, trace, mon2))
-    finally:
-        ray.shutdown()
+
+    def cluster(specs: list[tuple[str, int]], preload: bool) -> None:
+        """A local cluster (ray.init, not counted), the runs in it, ray.shutdown."""
+        env_pre = "RAY_preload_python_modules"
+        if preload:      # Ray's system config: prestarted workers import these first
+            os.environ[env_pre] = PRELOAD
+        else:
+            os.environ.pop(env_pre, None)
+        t0 = time.perf_counter()
+        ray.init(num_cpus=a.cpus, num_gpus=a.num_gpus and max(1, int(a.num_gpus + 0.999)),
+                 include_dashboard=False, log_to_driver=False)
+        t_init = time.perf_counter() - t0
+        if preload:      # let the prestarted workers finish their imports (a cluster is up
+            time.sleep(a.settle)            # well before a job arrives)
+        print(f"ray {ray.__version__}: ray.init (cluster start-up, not counted) {t_init:.1f} s"
+              f"{f' + {a.settle:g} s settle' if preload else ''}; resources "
+              f"{ray.cluster_resources()}; RAY_DATA_PARQUET_FOOTER_NUM_ACTORS={a.footer_actors},"
+              f" RAY_DATA_PARQUET_BIN_PACKING_BYTES={a.read_unit_mb} MiB; {env_pre}="
+              f"{os.environ.get(env_pre, '(unset)')}")
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        try:
+            for kind, calls in specs:
+                label = kind + (" (workers preloaded)" if preload else "")
+                trace = tempfile.mktemp(prefix="ray_encode_trace_", suffix=".jsonl")
+                with StampedMonitor() as mon2:
+                    r = ray_pipeline(ray, vocab, files, a, kind, calls, trace)
+                s2 = r["end"] - r["t0"]
+                print(f"ray {label}, {calls} call(s) at once: {r['tokens']:,} tokens in "
+                      f"{s2:.2f} s = {nbytes / s2 / 1e6:,.1f} MB/s end to end; "
+                      f"{mon2.summary()}")
+                done.append((label, calls, r, trace, mon2))
+        finally:
+            ray.shutdown()
+
+    cluster(runs, False)
+    if preload_runs:
+        cluster(preload_runs, True)
     baselines(a.cli_runs // 2)
 
     loop_s = min(s for _, s in loops)
@@ -504,14 +541,14 @@ def main() -> None:
         base = {"whole": loop_s, "inside": loop_s}
     print(f"| in-process loop, session open (best of {len(loops)}) | {loop_s:.2f} | "
           f"{nbytes / loop_s / 1e6:,.1f} | {base['whole'] / loop_s:.0%} | {loops[0][0]:,} |")
-    for kind, calls, r, _, _ in done:
+    for label, calls, r, _, _ in done:
         s2 = r["end"] - r["t0"]
-        print(f"| Ray `{kind}`, {a.concurrency} GPU actor(s), {calls} call(s) at once, end to "
+        print(f"| Ray `{label}`, {a.concurrency} GPU actor(s), {calls} call(s) at once, end to "
               f"end | {s2:.2f} | {nbytes / s2 / 1e6:,.1f} | {base['whole'] / s2:.0%} | "
               f"{r['tokens']:,} |")
-    for kind, calls, r, trace, mon2 in done:
+    for label, calls, r, trace, mon2 in done:
         e2e = r["end"] - r["t0"]
-        print(f"\n=== Ray `{kind}`, {calls} call(s) at once: {base['whole'] / e2e:.0%} of the "
+        print(f"\n=== Ray `{label}`, {calls} call(s) at once: {base['whole'] / e2e:.0%} of the "
               f"CLI's throughput end to end ({loop_s / e2e:.0%} of the in-process loop's) ===")
         report_timeline(r, trace, nbytes, base, mon2)
         print("\nRay Data stats (per operator):\n" + ray_stats_summary(r["stats"]))

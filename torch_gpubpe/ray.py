@@ -46,8 +46,13 @@ readback and Ray's per-block work. Ray 2.60's ``read_parquet`` starts 32 footer-
 per read (``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS``), 32 processes that compete with the GPU
 actor's start on a small machine; set that variable (e.g. to 2) in the environment of the
 workers (the job's ``runtime_env``, or the driver's before ``ray.init`` starts a local
-cluster) when the files are few and local. ``ray`` is an optional dependency
-(``pip install torch_gpubpe[ray]``); this module imports it only inside functions.
+cluster) when the files are few and local. An actor's start (before ``__init__`` runs)
+includes its worker importing ``ray.data`` and this package; Ray's system config
+``preload_python_modules`` (``RAY_preload_python_modules=ray.data,torch_gpubpe.ray,
+torch_gpubpe.encoder,torch_gpubpe.readers`` in the environment of ``ray start``, or of the
+driver that starts a local cluster) makes the workers Ray starts ahead import them before
+taking work (``benchmarks/ray_encode.py --preload-runs`` measures it). ``ray`` is an optional
+dependency (``pip install torch_gpubpe[ray]``); this module imports it only inside functions.
 
 Examples (one GPU, parquet files with a ``text`` column)::
 
