@@ -79,6 +79,27 @@ def test_tokenize_batches_two_calls_at_once_share_the_gpu_slots(vocab, docs):
     assert TokenizeBatches(vocab, open_gpu=False).timings == {}
 
 
+def test_a_gpu_that_fails_to_open_fails_every_call(monkeypatch, vocab):
+    """__init__ opens the session on a thread; its error is raised by the calls (both of two
+    at once), not lost with the thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from torch_gpubpe.errors import NoAdapterError
+
+    def fail(self):
+        raise NoAdapterError("no adapter (test)")
+
+    monkeypatch.setattr(Tokenizer, "open", fail)
+    fn = TokenizeBatches(vocab)
+    with ThreadPoolExecutor(2) as pool:
+        futs = [pool.submit(fn, pa.table({"text": ["a b"]})) for _ in range(2)]
+    for f in futs:
+        with pytest.raises(NoAdapterError, match="test"):
+            f.result()
+    with pytest.raises(NoAdapterError):
+        list(TokenizeFiles(vocab)(pa.table({"path": ["x.parquet"]})))
+
+
 def test_tokenize_batches_options_and_errors(vocab, docs):
     eos = vocab.token_to_id(EOT)
     t = pa.table({"text": docs[:12], "id": np.arange(12)})

@@ -302,11 +302,12 @@ class TokenizeBatches:
         """Wait until the GPU session that ``__init__`` opens on a thread is open (and its
         warm-up encode done); returns ``self``. Raises what opening raised (e.g.
         :class:`~torch_gpubpe.errors.NoAdapterError`)."""
-        if self._opening is not None:
-            self._opening.join()
-            self._opening = None
+        opening = self._opening            # two calls at once may both wait here
+        if opening is not None:
+            opening.join()
             if self._open_error is not None:
                 raise self._open_error
+            self._opening = None
         return self
 
     def _make_tokenizer(self):
