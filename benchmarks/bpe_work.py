@@ -440,7 +440,8 @@ def warp_cost_bpe(lanes: list[list], variant: str) -> int:
 
 def variant_switches(spec: str) -> dict[str, bool]:
     """``--gpu-variants`` item -> the walk switches it sets (torch_gpubpe.encoder_bpe):
-    ``default``; ``all-new`` (the speed-ups, encoder_bpe.SPEEDUPS, all on); ``A+B``: those
+    ``default``; ``all-new`` / ``all-off`` (the speed-ups, encoder_bpe.SPEEDUPS, all on / all
+    off); ``A+B``: those
     switches flipped from their defaults."""
     import torch_gpubpe.encoder_bpe as EB
 
@@ -448,6 +449,8 @@ def variant_switches(spec: str) -> dict[str, bool]:
         return {}
     if spec == "all-new":
         return {k: True for k in EB.SPEEDUPS}
+    if spec == "all-off":
+        return {k: False for k in EB.SPEEDUPS}
     out = {}
     for k in spec.split("+"):
         k = k.strip().upper()
@@ -493,11 +496,16 @@ def main() -> None:
                     help="models of the walk (module docstring), or 'none'")
     ap.add_argument("--gpu", action="store_true", help="also the real kernel's work counters")
     ap.add_argument("--gpu-variants", nargs="+",
-                    default=["default", "SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS",
-                             "all-new"],
                     help="with --gpu: builds whose load counters are compared ('default', "
-                         "'all-new', or switches of torch_gpubpe.encoder_bpe flipped, 'A+B')")
+                         "'all-new', 'all-off', or switches of torch_gpubpe.encoder_bpe flipped "
+                         "from their defaults, 'A+B'); default: default, each speed-up flipped, "
+                         "all-off (or all-new)")
     args = ap.parse_args()
+    if args.gpu_variants is None:
+        import torch_gpubpe.encoder_bpe as EB
+
+        args.gpu_variants = ["default", *EB.SPEEDUPS,
+                             "all-off" if all(EB.DEFAULTS[k] for k in EB.SPEEDUPS) else "all-new"]
     if args.variants == ["none"]:
         args.variants = []
     vocab = Vocab.load(args.vocab).with_mode("bpe")

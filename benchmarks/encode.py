@@ -442,12 +442,14 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
     for t in (ktok, greedy):
         t.encode_batch(bs[0][:50])
     # The walk's build switches (encoder_bpe.WALK_SWITCHES): each flipped from the current
-    # setting alone, then the speed-ups (encoder_bpe.SPEEDUPS) all on together.
+    # setting alone, then the speed-ups (encoder_bpe.SPEEDUPS) all on together (all off when
+    # they are all on already).
     variants = {f"{f} {'off' if getattr(EB, f) else 'on'}": {f: not getattr(EB, f)}
                 for f in EB.WALK_SWITCHES}
-    new_on = {f: True for f in EB.SPEEDUPS}
-    if any(not getattr(EB, f) for f in new_on):
-        variants["all of " + "+".join(new_on) + " on"] = new_on
+    if all(getattr(EB, f) for f in EB.SPEEDUPS):  # and all off: the walk before them
+        variants["all of " + "+".join(EB.SPEEDUPS) + " off"] = dict.fromkeys(EB.SPEEDUPS, False)
+    else:
+        variants["all of " + "+".join(EB.SPEEDUPS) + " on"] = dict.fromkeys(EB.SPEEDUPS, True)
     builds = {}
     check_docs = [d for b in bs for d in b[:5]]
     check_ids = [enc.encode_ordinary(d) for d in check_docs]

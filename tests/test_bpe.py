@@ -310,7 +310,7 @@ def test_gpu_profile_repeat_same_ids(gpt2, gpt2_tt):
     assert not tok._session().profile or tok.last_pass_us["trie_tokenizer_chunked"] > 0
 
 
-NEW_SWITCHES = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS")
+NEW_SWITCHES = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS", "TEXT_WINDOW")
 
 
 @gpu
@@ -319,7 +319,8 @@ NEW_SWITCHES = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS")
 def test_gpu_walk_build_flags_flipped(gpt2, gpt2_tt, monkeypatch, flag):
     """The walk with each build switch of encoder_bpe flipped from its default (PREFETCH_ROWS
     off: candidate rows loaded in the try; OVERLAP_TRY on: the trying lane's first pair-check
-    loads issued before the walking lanes'; SHORT_SEARCH, FUSED_EDGES, D2_LUT, LAZY_ROWS: see
+    loads issued before the walking lanes'; SHORT_SEARCH, FUSED_EDGES, D2_LUT, LAZY_ROWS,
+    TEXT_WINDOW: see
     encoder_bpe), and the four new ones together, as benchmarks/encode.py compares, is exact
     too, on text that backtracks and on pathological words."""
     import torch_gpubpe.encoder_bpe as EB
@@ -696,8 +697,8 @@ def test_fused_edges_and_depth2_table(gpt2):
 def test_gpu_walk_switches_cut_their_loads(gpt2, gpt2_tt, monkeypatch):
     """Each new build switch does what it says in the PROFILE build's load counters: the same
     walk (every work counter but the loads equal, ids equal to tiktoken), SHORT_SEARCH,
-    FUSED_EDGES and D2_LUT with fewer trie loads, LAZY_ROWS with fewer row loads, the others
-    unchanged."""
+    FUSED_EDGES and D2_LUT with fewer trie loads, LAZY_ROWS with fewer row loads, TEXT_WINDOW
+    with fewer text loads, the others unchanged."""
     import torch_gpubpe.encoder_bpe as EB
     from torch_gpubpe.encoder import Tokenizer
 
@@ -715,7 +716,7 @@ def test_gpu_walk_switches_cut_their_loads(gpt2, gpt2_tt, monkeypatch):
     base = work()
     assert all(base[k] > 0 for k in loads)
     less = {"SHORT_SEARCH": "ld_trie", "FUSED_EDGES": "ld_trie", "D2_LUT": "ld_trie",
-            "LAZY_ROWS": "ld_rows"}
+            "LAZY_ROWS": "ld_rows", "TEXT_WINDOW": "ld_text"}
     for flag, fewer in less.items():
         monkeypatch.setattr(EB, flag, True)
         w = work()

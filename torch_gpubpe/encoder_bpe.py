@@ -47,28 +47,36 @@ lanes' loads of the same iteration (``wgsl/encode_bpe.wgsl`` ``OVERLAP_TRY``), s
 together. Off: on the H200 (2026-12-01 15:15 UTC, GPT-2, 102 MB, ``benchmarks/encode.py``) the
 walk took 9.10 ms with it off and 17.8 ms with it on (greedy 3.9 ms); the lockstep model had
 predicted a gain. Read when a session opens; benchmarks/encode.py times both."""
-SHORT_SEARCH = False
+# The speed-ups (SPEEDUPS), on by default since 2026-12-01 17:00 UTC: together they cut the
+# walk's global-memory load instructions per input byte from 23.1 to 6.1 (greedy's walk: 15.8)
+# and its warp-lockstep dependent loads from 1.79x greedy's to 1.12x (benchmarks/bpe_work.py,
+# GPT-2, the five corpora of benchmarks/encode.py); benchmarks/encode.py times each one off
+# and all off (the walk before them) in its pass table.
+SHORT_SEARCH = True
 """Whether a trie child search stops once one edge is left (``ceil(log2 nc)`` edge loads for a
 node of ``nc`` children instead of 8; ``wgsl/encode_bpe.wgsl`` ``SHORT_SEARCH``). Read when a
-session opens; benchmarks/encode.py times each of these switches flipped, and all four new
-ones together."""
-FUSED_EDGES = False
+session opens, as the other switches."""
+FUSED_EDGES = True
 """Whether the walk steps through ``fedges`` (:func:`fused_edges`: each edge row holds its
 child's node row, one 16-byte load per trie step instead of an edge and then a node row;
 ``FUSED_EDGES``)."""
-D2_LUT = False
+D2_LUT = True
 """Whether a walk's first trie step (the search among the up to 256 children of the token's
 first byte) is one load of the two-byte table :func:`depth2_table` (``D2_LUT``)."""
-LAZY_ROWS = False
+TEXT_WINDOW = True
+"""Whether each thread reads text bytes and word-start bits through a window of two 32-bit
+words of each (one load per 4 bytes / 32 bits it moves on, instead of a load per byte read:
+the word-start test of every walk step reads 3 bytes and 2 bits; ``TEXT_WINDOW``)."""
+LAZY_ROWS = True
 """Whether a candidate at a word start (no previous token: no pair check) skips its
 tokinfo/bounds row loads; an accepted token's rows are then loaded only when its word goes on
 (``LAZY_ROWS``)."""
 WALK_SWITCHES = ("PREFETCH_ROWS", "OVERLAP_TRY", "SHORT_SEARCH", "FUSED_EDGES", "D2_LUT",
-                 "LAZY_ROWS")
+                 "LAZY_ROWS", "TEXT_WINDOW")
 """The module-level build switches of the walk (each exact; tests flip each one)."""
-SPEEDUPS = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS")
-"""The switches that cut the walk's loads (issue 15, kernels within 2x of greedy's), which the
-benchmarks also time all on together."""
+SPEEDUPS = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS", "TEXT_WINDOW")
+"""The switches that cut the walk's loads (issue 15: kernels within 2x of greedy's); the
+benchmarks also time them all off (all on, when they are not the default)."""
 
 DEFAULTS = {k: globals()[k] for k in WALK_SWITCHES}
 """The switches' defaults (before TORCH_GPUBPE_WALK_SWITCHES)."""

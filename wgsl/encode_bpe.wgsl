@@ -87,6 +87,8 @@ override SHORT_SEARCH: bool = false;  // a child search stops when one edge is l
                                       // nc) loads, not 8), benchmarks compare
 override FUSED_EDGES: bool = false;   // trie steps through fedges (one load per step)
 override D2_LUT: bool = false;        // a walk's first trie step through d2 (one load)
+override TEXT_WINDOW: bool = false;   // text bytes and word-start bits read through a window of
+                                      // two words per thread (win_word), not a load per use
 override LAZY_ROWS: bool = false;     // no tokinfo/bounds rows loaded for candidates at a word
                                       // start (no pair check there); an accepted token's rows
                                       // are loaded only if its word goes on
@@ -133,15 +135,71 @@ fn work_count(k: u32, v: u32) { pw[k] += v; }
 fn work_count(k: u32, v: u32) {}
 //#endif
 
-// Loads through these helpers (counted in PROFILE builds: W_LD_*).
+// TEXT_WINDOW: this thread's copies of text words tw_base, tw_base + 1 and of bit-array
+// (doc_bits, or word_mask) words bw_base, bw_base + 1. The walk reads bytes q - 1 .. q + 1
+// as q moves forward (and jumps back after a pop or a shorter token), so one word load per
+// 4 bytes of text and per 32 bits replaces a load per byte read.
+var<private> tw_base: u32 = 0xFFFFFFF0u;  // (no word: k - tw_base >= 2 for every index k)
+var<private> tw0: u32;
+var<private> tw1: u32;
+var<private> bw_base: u32 = 0xFFFFFFF0u;
+var<private> bw0: u32;
+var<private> bw1: u32;
+
+fn text_word(k: u32) -> u32 { work_count(W_LD_TEXT, 1u); return text[k]; }
+fn bits_word(k: u32) -> u32 {
+    work_count(W_LD_TEXT, 1u);
+//#if WORD_MASK
+    return word_mask[k];
+//#else
+    return doc_bits[k];
+//#endif
+}
+
 fn text_byte(i: u32) -> u32 {
-    work_count(W_LD_TEXT, 1u);
-    return (text[i >> 2u] >> ((i & 3u) * 8u)) & 0xFFu;
+    let k = i >> 2u;
+    var w = 0u;
+    if (TEXT_WINDOW) {
+        if (k == tw_base + 2u) {  // one word on: slide
+            tw0 = tw1;
+            tw1 = text_word(k);
+            tw_base = k - 1u;
+        } else if (k - tw_base >= 2u) {
+            tw_base = k;
+            tw0 = text_word(k);
+            tw1 = text_word(k + 1u);
+        }
+        w = select(tw1, tw0, k == tw_base);
+    } else {
+        w = text_word(k);
+    }
+    return (w >> ((i & 3u) * 8u)) & 0xFFu;
 }
-fn doc_start(i: u32) -> bool {
-    work_count(W_LD_TEXT, 1u);
-    return ((doc_bits[i >> 5u] >> (i & 31u)) & 1u) != 0u;
+
+// Bit i of doc_bits (or, WORD_MASK builds, of word_mask).
+fn bit_at(i: u32) -> bool {
+    let k = i >> 5u;
+    var w = 0u;
+    if (TEXT_WINDOW) {
+        if (k == bw_base + 2u) {
+            bw0 = bw1;
+            bw1 = bits_word(k);
+            bw_base = k - 1u;
+        } else if (k - bw_base >= 2u) {
+            bw_base = k;
+            bw0 = bits_word(k);
+            bw1 = bits_word(k + 1u);
+        }
+        w = select(bw1, bw0, k == bw_base);
+    } else {
+        w = bits_word(k);
+    }
+    return ((w >> (i & 31u)) & 1u) != 0u;
 }
+//#if WORD_MASK
+//#else
+fn doc_start(i: u32) -> bool { return bit_at(i); }
+//#endif
 fn ld_node(i: u32) -> u32 { work_count(W_LD_TRIE, 1u); return nodes[i]; }
 fn ld_edge(i: u32) -> u32 { work_count(W_LD_TRIE, 1u); return edges[i]; }
 fn ld_fedge(i: u32) -> vec4<u32> { work_count(W_LD_TRIE, 1u); return fedges[i]; }
@@ -154,8 +212,7 @@ fn ld_scratch(i: u32) -> u32 { work_count(W_LD_TEXT, 1u); return scratch[i]; }
 
 fn word_start_at(i: u32) -> bool {
 //#if WORD_MASK
-    work_count(W_LD_TEXT, 1u);
-    return ((word_mask[i >> 5u] >> (i & 31u)) & 1u) != 0u;
+    return bit_at(i);
 //#else
     let has_prev = i > 0u && !doc_start(i);
     let has_next = !doc_start(i + 1u);
