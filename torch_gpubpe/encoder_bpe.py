@@ -48,10 +48,12 @@ together. Off: on the H200 (2026-12-01 15:15 UTC, GPT-2, 102 MB, ``benchmarks/en
 walk took 9.10 ms with it off and 17.8 ms with it on (greedy 3.9 ms); the lockstep model had
 predicted a gain. Read when a session opens; benchmarks/encode.py times both."""
 # The speed-ups (SPEEDUPS), on by default since 2026-12-01 17:00 UTC: together they cut the
-# walk's global-memory load instructions per input byte from 23.1 to 6.1 (greedy's walk: 15.8)
-# and its warp-lockstep dependent loads from 1.79x greedy's to 1.12x (benchmarks/bpe_work.py,
-# GPT-2, the five corpora of benchmarks/encode.py); benchmarks/encode.py times each one off
-# and all off (the walk before them) in its pass table.
+# walk's global-memory load instructions per input byte from 19.98 to 4.53 (greedy's walk:
+# 14.89; PROFILE counters on lavapipe, GPT-2, 0.3 MB of each of the five corpora of
+# benchmarks/encode.py: ``benchmarks/bpe_work.py --mb 0.3 --variants none --gpu``) and the
+# walk's warp-lockstep dependent loads from 1.79x greedy's to 1.12x (bpe_work.py's model,
+# ``--variants flat-fast flat-fast+all``). Not yet timed on the H200: benchmarks/encode.py
+# times each one off and all off (the walk before them) in its pass table.
 SHORT_SEARCH = True
 """Whether a trie child search stops once one edge is left (``ceil(log2 nc)`` edge loads for a
 node of ``nc`` children instead of 8; ``wgsl/encode_bpe.wgsl`` ``SHORT_SEARCH``). Read when a
