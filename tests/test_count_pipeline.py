@@ -18,14 +18,15 @@ from torch_gpubpe import _wgpu_internals as wi
 from torch_gpubpe.count_pipeline import count_stream
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.trainer import train, train_from_word_counts
-from torch_gpubpe.wordcount import GPUWordCounter, _batches, _ends_after, _pack
+from torch_gpubpe.pretokenize import pack_documents
+from torch_gpubpe.wordcount import GPUWordCounter, _batches, _ends_after
 
 pytestmark = pytest.mark.gpu
 
 
 def _pieces(docs, sizes):
     """Packed pieces of ``docs`` of the given byte targets in turn (whole documents)."""
-    data, offsets = _pack([reference.to_bytes(d) for d in docs])
+    data, offsets = pack_documents(docs)
     out, k, i = [], 0, 0
     n = len(offsets) - 1
     while k < n:

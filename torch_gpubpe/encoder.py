@@ -69,9 +69,11 @@ from typing import Literal, Union
 
 import numpy as np
 
+from . import _cpython_str as _cs
 from . import _wgpu_internals as _wi
+from ._cpython_str import PARALLEL_COPY_MIN, copy_parts, join_parts
 from .errors import GPUOperationError, InputError
-from .pretokenize import pack_documents, word_start_mask
+from .pretokenize import word_start_mask
 from .trie import Trie, compile_trie
 from .vocab import Vocab
 
@@ -104,43 +106,27 @@ _PARTS_MIN_AVG_BYTES = 4096
 
 
 def _pack(texts: Sequence[str | bytes], *, keep_parts: bool = False
-          ) -> tuple[np.ndarray | list[str | bytes], np.ndarray]:
-    """``pack_documents`` with a fast path for a list of ``str`` (one C-level loop).
+          ) -> tuple[np.ndarray | list[str | bytes | _cs.Span], np.ndarray]:
+    """``pack_documents`` of a sequence: the UTF-8 of non-ASCII ``str`` made by several
+    threads without the GIL (:func:`torch_gpubpe._cpython_str.utf8_parts`).
 
     With ``keep_parts`` and documents of at least 4 KiB on average, the UTF-8 parts are returned
-    unjoined: a list of ``bytes``, and of the ASCII ``str`` themselves (their characters are
-    their UTF-8, so they are not encoded at all); the session copies them straight into its
-    mapped upload buffer with several threads (:func:`copy_parts`), which saves one pass over
-    the batch on the host, and the encoding of every ASCII document.
+    unjoined: a list of ASCII ``str`` (their characters are their UTF-8, so they are not
+    encoded at all), ``bytes`` and spans of transcoded UTF-8; the session copies them straight
+    into its mapped upload buffer with several threads (:func:`copy_parts`), which saves one
+    pass over the batch on the host.
     """
     if isinstance(texts, (str, bytes, bytearray, memoryview)):
         raise InputError("encode_batch expects a sequence of documents, not one str/bytes; "
                          "use encode() for one document")
-    if keep_parts and _str_address is not None and len(texts):
-        try:
-            big = sum(map(len, texts)) >= _PARTS_MIN_AVG_BYTES * len(texts)
-            parts = ([t if type(t) is str and t.isascii() else t.encode("utf-8") for t in texts]
-                     if big else None)
-        except (AttributeError, TypeError, UnicodeEncodeError):
-            return pack_documents(texts)
-        if parts is not None:
-            lengths = np.fromiter(map(len, parts), np.int64, len(parts))
-            offsets = np.zeros(len(parts) + 1, np.int64)
-            np.cumsum(lengths, out=offsets[1:])
-            return parts, offsets
-    try:
-        parts = [t.encode("utf-8") for t in texts]
-    except (AttributeError, TypeError, UnicodeEncodeError):
-        # Mixed/bytes input, a bad item (named InputError), or lone surrogates: those become
-        # U+FFFD as in reference.to_bytes / tiktoken (DESIGN.md §1), not "?" as
-        # ``encode("utf-8", "replace")`` would make them.
-        return pack_documents(texts)
+    parts = _cs.utf8_parts(texts)   # (InputError naming a bad item's index)
     lengths = np.fromiter(map(len, parts), np.int64, len(parts))
     offsets = np.zeros(len(parts) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    if keep_parts and offsets[-1] >= _PARTS_MIN_AVG_BYTES * len(parts):
+    if (keep_parts and _cs.str_address is not None
+            and offsets[-1] >= _PARTS_MIN_AVG_BYTES * len(parts)):
         return parts, offsets
-    return np.frombuffer(b"".join(parts), np.uint8), offsets
+    return join_parts(parts), offsets
 
 
 class BatchEncoding:
@@ -1655,21 +1641,7 @@ class Tokenizer:
         return [self.decode_single_token_bytes(t) for t in _as_id_array(tokens)]
 
 
-_COPY_POOL = None
-_COPY_LOCK = threading.Lock()
-PARALLEL_COPY_MIN = 1 << 20  # bytes: below this one memcpy is faster than handing out parts
-
-
-def _copy_pool():
-    global _COPY_POOL
-    if _COPY_POOL is None or _COPY_POOL[0] != os.getpid():  # (threads do not survive a fork)
-        with _COPY_LOCK:
-            if _COPY_POOL is None or _COPY_POOL[0] != os.getpid():
-                from concurrent.futures import ThreadPoolExecutor
-
-                _COPY_POOL = (os.getpid(),
-                              ThreadPoolExecutor(8, thread_name_prefix="torch_gpubpe copy"))
-    return _COPY_POOL[1]
+_copy_pool = _cs.copy_pool
 
 
 def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
@@ -1690,79 +1662,6 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
 
     for f in [pool.submit(part, k) for k in range(parts)]:
         f.result()
-
-
-def _address_functions():
-    """CPython's ``PyUnicode_AsUTF8AndSize`` and ``PyBytes_AsString`` through ctypes, typed to
-    return addresses; ``(None, None)`` where there is no ``ctypes.pythonapi`` (not CPython)."""
-    import ctypes
-
-    api = getattr(ctypes, "pythonapi", None)
-    if api is None:
-        return None, None
-    utf8, as_string = api.PyUnicode_AsUTF8AndSize, api.PyBytes_AsString
-    utf8.restype = as_string.restype = ctypes.c_void_p
-    utf8.argtypes = [ctypes.py_object, ctypes.c_void_p]
-    as_string.argtypes = [ctypes.py_object]
-    return (lambda t: utf8(t, None)), as_string
-
-
-_str_address, _bytes_address = _address_functions()
-_COPY_PIECE = 1 << 20  # bytes: parts above this are copied in pieces (by several threads)
-
-
-def copy_parts(dst: np.ndarray, parts: list[str | bytes]) -> None:
-    """Copy ``parts`` (``bytes``, or ASCII ``str``: their characters are their UTF-8) back to
-    back into the 1-D ``uint8`` array ``dst`` (of exactly their total size), by up to 8 threads.
-
-    The bytes are read in place: an ASCII ``str``'s characters (``PyUnicode_AsUTF8AndSize``
-    returns them without a copy or a cache for compact ASCII strings) and a ``bytes`` object's
-    buffer, and copied by ``ctypes.memmove``, which releases the GIL, in pieces of at most 1 MiB
-    spread over the threads by size. ``parts`` must stay alive (the caller holds it).
-
-    Raises:
-        ValueError: the parts do not add up to ``len(dst)``.
-    """
-    import ctypes
-
-    base = dst.ctypes.data
-    pieces, o = [], 0  # (destination address, source address, bytes)
-    for p in parts:
-        n = len(p)
-        if not n:
-            continue
-        src = _str_address(p) if type(p) is str else _bytes_address(p)
-        for a in range(0, n, _COPY_PIECE):
-            k = min(_COPY_PIECE, n - a)
-            pieces.append((base + o + a, src + a, k))
-        o += n
-    if o != len(dst):
-        raise ValueError(f"copy_parts: {o} bytes of parts for {len(dst)} bytes of room")
-    move = ctypes.memmove
-    nthreads = min(8, os.cpu_count() or 1, -(-o // PARALLEL_COPY_MIN))
-    if nthreads < 2:
-        for d, s, k in pieces:
-            move(d, s, k)
-        return
-    ends = np.cumsum([k for _, _, k in pieces])
-    cuts = [0, *np.searchsorted(ends, [o * j // nthreads for j in range(1, nthreads)]).tolist(),
-            len(pieces)]
-
-    def run(a: int, b: int) -> None:
-        for d, s, k in pieces[a:b]:
-            move(d, s, k)
-
-    pool = _copy_pool()
-    for f in [pool.submit(run, cuts[j], cuts[j + 1]) for j in range(nthreads)
-              if cuts[j] < cuts[j + 1]]:
-        f.result()
-
-
-def join_parts(parts: list[str | bytes]) -> np.ndarray:
-    """The ``uint8`` array of ``parts`` (see :func:`copy_parts`) back to back."""
-    out = np.empty(sum(map(len, parts)), np.uint8)
-    copy_parts(out, parts)
-    return out
 
 
 def insert_special_tokens(ids: np.ndarray, offsets: np.ndarray, bos_id: int | None,

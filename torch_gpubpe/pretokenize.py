@@ -12,14 +12,19 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from ._cpython_str import join_parts, utf8_parts
 from .errors import InputError
-from .reference import WORD_START_BIT, to_bytes
+from .reference import WORD_START_BIT
 
 WG = 256
 
 
 def pack_documents(documents: Iterable[str | bytes]) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate documents into one byte stream.
+
+    The UTF-8 of non-ASCII ``str`` is made by several threads without the GIL
+    (:func:`torch_gpubpe._cpython_str.utf8_parts`); the bytes are those of
+    :func:`~torch_gpubpe.reference.to_bytes` for every item.
 
     Args:
         documents: ``str`` (UTF-8 encoded; lone surrogates → U+FFFD) or bytes-like items.
@@ -29,17 +34,12 @@ def pack_documents(documents: Iterable[str | bytes]) -> tuple[np.ndarray, np.nda
     Raises:
         InputError: an item is neither ``str`` nor bytes-like (names its index).
     """
-    parts: list[bytes] = []
-    for k, doc in enumerate(documents):
-        try:
-            parts.append(to_bytes(doc))
-        except TypeError as e:
-            raise InputError(f"document {k}: {e}") from e
-    lengths = np.fromiter((len(p) for p in parts), np.int64, len(parts))
+    docs = documents if isinstance(documents, (list, tuple)) else list(documents)
+    parts = utf8_parts(docs)
+    lengths = np.fromiter(map(len, parts), np.int64, len(parts))
     offsets = np.zeros(len(parts) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    data = np.frombuffer(b"".join(parts), np.uint8)
-    return data, offsets
+    return join_parts(parts), offsets
 
 
 def doc_start_bitmap(offsets: np.ndarray, n: int, first: int = 0) -> np.ndarray:

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import notices
+from . import _cpython_str, notices
 from ._wgpu_internals import fallbacks, map_read_mode
 from .errors import GPUOperationError, InputError
 from .reference import to_bytes
@@ -180,8 +180,10 @@ def train(
             ``gpu_memory_bytes`` (the run's GPU buffers), ``walks_paused`` and
             ``continuation_dispatches`` (word list: walks carried past the per-thread
             budget), ``wgpu_fallbacks`` (speed-only wgpu internals not used, see
-            :mod:`~torch_gpubpe._wgpu_internals`), ``count_pipeline`` (where counting's time
-            went: :mod:`~torch_gpubpe.count_pipeline`), ``count_gpu_memory_bytes``, and, when
+            :mod:`~torch_gpubpe._wgpu_internals`), ``str_fallbacks`` (the threaded str →
+            UTF-8 packer not used: :mod:`~torch_gpubpe._cpython_str`), ``count_pipeline``
+            (where counting's time went: :mod:`~torch_gpubpe.count_pipeline`),
+            ``count_gpu_memory_bytes``, and, when
             counting spilled, ``spilled_runs``, ``spill_bytes``, ``seconds_spill``,
             ``seconds_merge_runs`` (:mod:`~torch_gpubpe.count_budget`), ``submits`` and
             ``max_submit_gap_s`` (merge phase: the longest interval between the starts of two
@@ -480,6 +482,7 @@ def _train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Se
         st.update(stream_symbols=0, seconds_merge=0.0, algorithm=algorithm)
     st["num_merges"] = len(merges)
     st["wgpu_fallbacks"] = fallbacks()
+    st["str_fallbacks"] = _cpython_str.fallbacks()
     if len(merges) < num_merges:
         st["stopped_early"] = (
             f"training stopped after {len(merges)} of {num_merges} merges: no pair of tokens "

@@ -1,0 +1,205 @@
+"""The threaded str → UTF-8 packer (torch_gpubpe._cpython_str) gives the bytes of
+reference.to_bytes for every item, in every packer that uses it (encoder._pack, both paths,
+pretokenize.pack_documents, wordcount._batches), with one thread or many; unavailable, the
+packers give the same bytes through str.encode, record why and warn once."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import CORPUS_NAMES, corpus_docs
+from torch_gpubpe import _cpython_str as cs
+from torch_gpubpe.encoder import _pack, copy_parts
+from torch_gpubpe.errors import InputError
+from torch_gpubpe.notices import GPUBPEWarning
+from torch_gpubpe.pretokenize import pack_documents
+from torch_gpubpe.reference import to_bytes
+from torch_gpubpe.wordcount import _batches
+
+SURROGATES = "\ud800\udbff\udc00\udfff\ud83d\ude00"
+
+
+def _chars(max_codepoint: int):
+    # (exclude_categories=() lets in surrogates, which hypothesis leaves out by default)
+    return st.characters(max_codepoint=max_codepoint, exclude_categories=())
+
+
+def _doc():
+    return st.one_of(
+        st.text(_chars(0x7F), max_size=40),                 # ASCII (read in place)
+        st.text(_chars(0xFF), max_size=40),                 # kind 1 (latin-1)
+        st.text(_chars(0xFFFF), max_size=40),               # kind 2 (BMP, surrogates too)
+        st.text(_chars(0x10FFFF), max_size=40),             # kind 4 (astral)
+        st.text(st.sampled_from("a\x00\xe9\u4e2d\U0001f600\ufeff" + SURROGATES), max_size=20),
+        st.binary(max_size=20),
+    )
+
+
+def _want(docs) -> bytes:
+    return b"".join(to_bytes(d) for d in docs)
+
+
+def _all_packers(docs) -> dict[str, bytes]:
+    out = {"utf8_parts": cs.join_parts(cs.utf8_parts(docs)).tobytes(),
+           "utf8_parts 1 thread": cs.join_parts(cs.utf8_parts(docs, threads=1)).tobytes(),
+           "pack_documents": pack_documents(docs)[0].tobytes(),
+           "_pack": _pack(docs)[0].tobytes()}
+    parts, offsets = _pack(docs, keep_parts=True)
+    if isinstance(parts, list):
+        dst = np.empty(int(offsets[-1]), np.uint8)
+        copy_parts(dst, parts)
+        out["_pack parts"] = dst.tobytes()
+    else:
+        out["_pack parts"] = parts.tobytes()
+    out["_batches"] = b"".join(d.tobytes() for d, _ in _batches(iter(docs), 64, {}))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _fresh_module():
+    cs.reset()
+    yield
+    cs.reset()
+
+
+def test_available_here():
+    """This interpreter (CPython 3.10–3.13, 64-bit, glibc) takes the threaded path: a failed
+    self-test here would be a bug, not a reason to skip."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GPUBPEWarning)
+        assert cs.available(), cs.fallbacks()
+    assert cs.fallbacks() == {}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_doc(), max_size=12))
+def test_every_packer_gives_the_bytes_of_to_bytes(docs):
+    want = _want(docs)
+    for name, got in _all_packers(docs).items():
+        assert got == want, name
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_doc(), max_size=12))
+def test_offsets_are_each_documents_length(docs):
+    lengths = [len(to_bytes(d)) for d in docs]
+    for offsets in (pack_documents(docs)[1], _pack(docs)[1], _pack(docs, keep_parts=True)[1]):
+        assert np.diff(offsets).tolist() == lengths
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+def test_corpora_with_one_thread_or_many(monkeypatch, threads):
+    """Every corpus packed equal to b"".join(d.encode()); ranges of at least 1 KiB per thread
+    so that even small batches are split over ``threads`` threads."""
+    monkeypatch.setattr(cs, "PARALLEL_MIN", 1024)
+    monkeypatch.setattr(cs.os, "cpu_count", lambda: 8)
+    for name in CORPUS_NAMES:
+        docs = corpus_docs(name, 1_000_000)
+        want = b"".join(d.encode() for d in docs)
+        parts = cs.utf8_parts(docs, threads=threads)
+        assert cs.join_parts(parts).tobytes() == want, name
+        assert [len(p) for p in parts] == [len(d.encode()) for d in docs]
+        assert any(isinstance(p, cs.Span) for p in parts) or all(d.isascii() for d in docs)
+
+
+def test_mixed_kinds_in_one_batch_over_threads(monkeypatch):
+    monkeypatch.setattr(cs, "PARALLEL_MIN", 16)
+    monkeypatch.setattr(cs.os, "cpu_count", lambda: 8)
+    docs = ["ascii " * 9, "", "çok güzel " * 7, "a\ud800b", "中文 " * 30, "😀 x " * 20,
+            b"raw \xff", "\x00", "\ud83d\ude00", "ё" * 50, "\ufeffbom"] * 7
+    for threads in (1, 2, 5, 8):
+        assert cs.join_parts(cs.utf8_parts(docs, threads=threads)).tobytes() == _want(docs)
+
+
+def test_surrogates_become_u_fffd_as_in_to_bytes():
+    for s in ("a\ud800b", "\udfff", "x" * 100 + "\ud83d", "\ud83d\ude00", "😀\udfff", "é\udc80"):
+        assert cs.join_parts(cs.utf8_parts([s, "é"])).tobytes() == to_bytes(s) + "é".encode()
+
+
+def test_cached_utf8_is_read_from_the_str():
+    s = "güzel 中文 " * 50
+    cs.str_address(s)    # PyUnicode_AsUTF8AndSize caches the UTF-8 in the object
+    (part,) = cs.utf8_parts([s])
+    assert isinstance(part, cs.Span) and part.owner is s
+    assert part.tobytes() == s.encode()
+
+
+def test_str_subclasses_are_packed_as_to_bytes_packs_them():
+    class S(str):
+        pass
+
+    class Loud(str):
+        def encode(self, *a, **k):
+            return b"LOUD"
+
+    docs = [S("çok"), S("abc"), Loud("x"), S("a\ud800")]
+    for name, got in _all_packers(docs).items():
+        assert got == _want(docs) == b"\xc3\xa7okabcLOUDa\xef\xbf\xbd", name
+
+
+def test_bad_items_are_named_with_their_index():
+    docs = ["a", "é", 5]
+    for pack in (pack_documents, _pack, lambda d: _pack(d, keep_parts=True)):
+        with pytest.raises(InputError, match="document 2: expected str or bytes, got int"):
+            pack(docs)
+    # wordcount groups documents: the index counts from the corpus's start
+    with pytest.raises(InputError, match="document 7: expected str or bytes, got NoneType"):
+        list(_batches(iter(["é" * 3] * 7 + [None]), 4, {}))
+
+
+def test_called_from_a_pool_thread_does_not_wait_on_the_pool(monkeypatch):
+    monkeypatch.setattr(cs, "PARALLEL_MIN", 16)
+    docs = ["çok güzel " * 50] * 64
+    futs = [cs.copy_pool().submit(lambda: cs.join_parts(cs.utf8_parts(docs)).tobytes())
+            for _ in range(cs.THREADS)]
+    assert all(f.result(timeout=60) == _want(docs) for f in futs)
+
+
+def test_a_wrong_layout_fails_the_self_test(monkeypatch):
+    """The self-test reads the objects through the layout: shifted offsets are caught (and
+    recorded, warned), never used."""
+    import sys
+
+    v = sys.version_info[:2]
+    a, c, ln, u = cs._LAYOUTS[v]
+    monkeypatch.setitem(cs._LAYOUTS, v, (a + 8, c + 8, ln, u))
+    with pytest.warns(GPUBPEWarning, match="threaded str → UTF-8 packer is off"):
+        assert not cs.available()
+    assert "str_utf8" in cs.fallbacks()
+    docs = ["çok", "中文 😀", "a\ud800"]
+    assert cs.join_parts(cs.utf8_parts(docs)).tobytes() == _want(docs)
+
+
+def test_unavailable_gives_the_same_bytes_records_and_warns_once(monkeypatch):
+    monkeypatch.setattr(cs, "_why_not", lambda: "forced by a test")
+    docs = corpus_docs(CORPUS_NAMES[0], 200_000) + ["a\ud800", b"\xff", "😀"]
+    with pytest.warns(GPUBPEWarning, match="forced by a test") as rec:
+        got = _all_packers(docs)
+        _all_packers(docs)
+    assert len([w for w in rec if issubclass(w.category, GPUBPEWarning)]) == 1
+    assert cs.fallbacks() == {"str_utf8": "forced by a test"}
+    for name, b in got.items():
+        assert b == _want(docs), name
+    assert not any(isinstance(p, cs.Span) for p in cs.utf8_parts(docs))
+
+
+@pytest.mark.gpu
+def test_train_records_the_fallback_in_stats(monkeypatch):
+    from torch_gpubpe import train
+
+    docs = ["çok güzel bir gün", "güzel gün"] * 20
+    stats: dict = {}
+    v1 = train(docs, 262, stats=stats)
+    assert stats["str_fallbacks"] == {}
+    cs.reset()
+    monkeypatch.setattr(cs, "_why_not", lambda: "forced by a test")
+    stats2: dict = {}
+    with pytest.warns(GPUBPEWarning, match="forced by a test"):
+        v2 = train(docs, 262, stats=stats2)
+    assert stats2["str_fallbacks"] == {"str_utf8": "forced by a test"}
+    assert v2.merges == v1.merges

@@ -1,0 +1,451 @@
+"""Every CPython ``str`` internal torch_gpubpe uses, behind one door: the UTF-8 of a batch of
+``str`` documents made by several threads without the GIL.
+
+``str.encode("utf-8")`` holds the GIL, so a batch of non-ASCII documents is packed by one
+thread (the host's bottleneck of ``Tokenizer.encode_batch`` and ``train(list_of_str)``). Here
+each compact ``str``'s characters are read in place (PEP 393: ``kind`` 1, 2 or 4 bytes per
+character, stored right after the object's header) and transcoded to UTF-8 by glibc's
+``iconv`` (ISO-8859-1 / UCS-2LE / UCS-4LE → UTF-8) called through ``ctypes``, which releases
+the GIL for the call; up to 8 threads each take a contiguous range of the documents. A ``str``
+that already holds its UTF-8 (``PyCompactUnicodeObject.utf8``, cached by
+``PyUnicode_AsUTF8AndSize``) is read from there. The internals, each written for **CPython
+3.10–3.13** (``WRITTEN_FOR``, 64-bit, little-endian, GIL build):
+
+=============================  ================================================================
+internal                       used for
+=============================  ================================================================
+``PyASCIIObject.state``        ``kind`` (bits 2–4), ``compact`` (bit 5), ``ascii`` (bit 6), at
+(offset 32)                    byte 32 of the object (after refcount, type, length, hash)
+data after the header          a compact ``str``'s characters: at byte 48 (ASCII) / 72 (else)
+                               on 3.10–3.11 (``wstr`` fields), 40 / 56 on 3.12–3.13
+``PyCompactUnicodeObject``     the cached UTF-8 (``utf8_length``, ``utf8``): at 48, 56 on
+``.utf8_length``, ``.utf8``    3.10–3.11, at 40, 48 on 3.12–3.13
+``PyUnicode_AsUTF8AndSize``,   an ASCII ``str``'s characters (its UTF-8) and a ``bytes``
+``PyBytes_AsString``           object's buffer, read in place by :func:`copy_parts`
+(``ctypes.pythonapi``)
+=============================  ================================================================
+
+The layout is checked at first use (:func:`available`): the interpreter and version, then a
+self-test on strings of each kind (lengths, hashes and kinds read from the objects, and the
+UTF-8 made here against ``str.encode``). Where it fails (another interpreter or version, a
+free-threaded or debug build, no ``iconv``), the packers take ``str.encode`` per document as
+before: the reason is recorded (:func:`fallbacks`, copied by ``train()`` into
+``stats["str_fallbacks"]``) and one ``GPUBPEWarning`` says so. Nothing falls back silently.
+
+Documents this path does not take, each packed by :func:`torch_gpubpe.reference.to_bytes` (so
+the bytes are those of every other packer): a ``str`` with lone surrogates (``iconv`` stops
+with ``EILSEQ``; they become U+FFFD, DESIGN.md §1), a non-compact ``str`` or a ``str``
+subclass, and ``bytes``-like items; anything else raises ``InputError`` naming its index.
+
+Example::
+
+    >>> from torch_gpubpe._cpython_str import join_parts, utf8_parts
+    >>> join_parts(utf8_parts(["abc", "çok", "中 😀", b"\\xff", "a\\ud800"])).tobytes()
+    b'abc\\xc3\\xa7ok\\xe4\\xb8\\xad \\xf0\\x9f\\x98\\x80\\xffa\\xef\\xbf\\xbd'
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import notices
+from .errors import InputError
+from .reference import to_bytes
+
+WRITTEN_FOR = ((3, 10), (3, 11), (3, 12), (3, 13))
+# (data of a compact ASCII str, data of a compact non-ASCII str, utf8_length, utf8) offsets
+_LAYOUTS = {(3, 10): (48, 72, 48, 56), (3, 11): (48, 72, 48, 56),
+            (3, 12): (40, 56, 40, 48), (3, 13): (40, 56, 40, 48)}
+_LENGTH, _HASH, _STATE = 16, 24, 32
+_ICONV_FROM = {1: b"ISO-8859-1", 2: b"UCS-2LE", 4: b"UCS-4LE"}
+_BOUND = {1: 2, 2: 3, 4: 4}   # UTF-8 bytes per character at most: U+00FF, U+FFFF, U+10FFFF
+_ERR = ctypes.c_size_t(-1).value
+THREADS = 8
+PARALLEL_MIN = 1 << 20  # characters' bytes per thread at least (below: one thread)
+
+
+class Span:
+    """``size`` bytes of UTF-8 at ``address``, kept alive by ``owner`` (a scratch array, or the
+    ``str`` whose cached UTF-8 it is). ``len(span)`` is ``size``."""
+
+    __slots__ = ("address", "size", "owner")
+
+    def __init__(self, address: int, size: int, owner: object) -> None:
+        self.address, self.size, self.owner = address, size, owner
+
+    def __len__(self) -> int:
+        return self.size
+
+    def tobytes(self) -> bytes:
+        return ctypes.string_at(self.address, self.size)
+
+
+# -- ctypes.pythonapi: addresses of ASCII str and bytes ------------------------------------------
+def _address_functions():
+    """CPython's ``PyUnicode_AsUTF8AndSize`` and ``PyBytes_AsString`` through ctypes, typed to
+    return addresses; ``(None, None)`` where there is no ``ctypes.pythonapi`` (not CPython)."""
+    api = getattr(ctypes, "pythonapi", None)
+    if api is None:
+        return None, None
+    utf8, as_string = api.PyUnicode_AsUTF8AndSize, api.PyBytes_AsString
+    utf8.restype = as_string.restype = ctypes.c_void_p
+    utf8.argtypes = [ctypes.py_object, ctypes.c_void_p]
+    as_string.argtypes = [ctypes.py_object]
+    return (lambda t: utf8(t, None)), as_string
+
+
+str_address, bytes_address = _address_functions()
+
+
+# -- availability ----------------------------------------------------------------------------------
+_lock = threading.Lock()
+_fallbacks: dict[str, str] = {}
+_state: dict = {}     # "ok": bool once checked; "layout"; "iconv" (the ctypes function)
+_local = threading.local()
+
+
+def _why_not() -> str | None:
+    """Why the layout of ``WRITTEN_FOR`` cannot be assumed here (None: it can, pending the
+    self-test)."""
+    import sysconfig
+
+    if sys.implementation.name != "cpython":
+        return f"{sys.implementation.name} is not CPython"
+    if sys.version_info[:2] not in _LAYOUTS:
+        return (f"written for CPython {', '.join('%d.%d' % v for v in WRITTEN_FOR)}, found "
+                f"{sys.version_info[0]}.{sys.version_info[1]}")
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return "a free-threaded build (another object layout)"
+    if hasattr(sys, "gettotalrefcount"):
+        return "a debug build (another object layout)"
+    if ctypes.sizeof(ctypes.c_void_p) != 8 or sys.byteorder != "little":
+        return "not a 64-bit little-endian build"
+    if str_address is None:
+        return "no ctypes.pythonapi"
+    return None
+
+
+def _open_iconv():
+    libc = ctypes.CDLL(None)
+    iconv, iconv_open = libc.iconv, libc.iconv_open
+    iconv_open.restype = ctypes.c_void_p
+    iconv_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    iconv.restype = ctypes.c_size_t
+    iconv.argtypes = [ctypes.c_void_p] * 5
+    close = libc.iconv_close
+    close.argtypes = [ctypes.c_void_p]
+    return iconv, iconv_open, close
+
+
+class _Descriptors:
+    """This thread's three iconv descriptors (one is not safe to share between threads),
+    closed when the thread ends."""
+
+    def __init__(self, iconv_open, close) -> None:
+        self.close = close
+        self.cd = {}
+        for kind, name in _ICONV_FROM.items():
+            cd = iconv_open(b"UTF-8", name)
+            if cd in (None, _ERR):
+                for c in self.cd.values():
+                    close(c)
+                raise OSError(f"iconv_open('UTF-8', {name.decode()!r}) failed")
+            self.cd[kind] = cd
+        self.cells = (ctypes.c_size_t * 4)()   # in pointer, in bytes left, out pointer, out left
+
+    def __del__(self) -> None:
+        for c in self.cd.values():
+            self.close(c)
+
+
+def _descriptors() -> _Descriptors:
+    d = getattr(_local, "d", None)
+    if d is None:
+        d = _local.d = _Descriptors(_state["iconv_open"], _state["iconv_close"])
+    return d
+
+
+_SELF_TEST = ("h\xe9llo w\xf6rld \xff\x00 " * 7, "\u011f\xfc\u015f \u4e2d\u6587 \ufeff\x00 " * 5,
+              "\U0001f600 mixed \xe9 \u4e2d \U00010348\x00 " * 4, "\ufeffBOM first \u0100",
+              "\U0010ffff\uffff\x80\u07ff\u0800")
+
+
+def _self_test() -> str | None:
+    """None when every internal reads as expected on strings of each kind (and a cached
+    UTF-8), else what differed."""
+    asc_off, _, len_off, utf8_off = _state["layout"]
+    for s0 in ("plain ascii text " * 3, *_SELF_TEST):
+        s = "".join(list(s0))   # (a fresh object: nothing cached in it)
+        a = id(s)
+        hash(s)
+        st = ctypes.c_uint32.from_address(a + _STATE).value
+        kind = 1 if max(s) < "\u0100" else 2 if max(s) < "\U00010000" else 4
+        if ctypes.c_ssize_t.from_address(a + _LENGTH).value != len(s):
+            return "the length field is not at byte 16"
+        if ctypes.c_ssize_t.from_address(a + _HASH).value != hash(s):
+            return "the hash field is not at byte 24"
+        if (st >> 2) & 7 != kind or not (st >> 5) & 1 or (st >> 6) & 1 != s.isascii():
+            return f"the state bits read {st:#x} for a str of kind {kind}"
+        if s.isascii():
+            if str_address(s) != a + asc_off:
+                return "an ASCII str's characters are not where expected"
+            continue
+        if ctypes.c_void_p.from_address(a + utf8_off).value is not None:
+            return "a fresh str reads as having a cached UTF-8"
+        if join_parts(utf8_parts([s, s[1:]], threads=2)).tobytes() != (s + s[1:]).encode():
+            return f"iconv's UTF-8 of a kind-{kind} str differs from str.encode"
+    s = _SELF_TEST[1] + "cached"
+    cached = str_address(s)   # (PyUnicode_AsUTF8AndSize caches the UTF-8 in the object)
+    if ctypes.c_void_p.from_address(id(s) + utf8_off).value != cached:
+        return "the cached UTF-8's address is not where expected"
+    if ctypes.c_ssize_t.from_address(id(s) + len_off).value != len(s.encode()):
+        return "the cached UTF-8's length is not where expected"
+    if join_parts(utf8_parts([s])).tobytes() != s.encode():
+        return "a cached UTF-8 read back differs from str.encode"
+    for s in ("a\ud800b", "\ud83d\ude00", "\U0001f600\udfff"):
+        if join_parts(utf8_parts([s])).tobytes() != to_bytes(s):
+            return "a str with surrogates is not packed as reference.to_bytes packs it"
+    return None
+
+
+def available() -> bool:
+    """Whether the threaded iconv path is used; checked (and on failure recorded and warned
+    about, once) at the first call."""
+    ok = _state.get("ok")
+    if ok is not None:
+        return ok
+    with _lock:
+        if "ok" in _state:
+            return _state["ok"]
+        why = _why_not()
+        if why is None:
+            try:
+                _state["iconv"], _state["iconv_open"], _state["iconv_close"] = _open_iconv()
+                _state["layout"] = _LAYOUTS[sys.version_info[:2]]
+                _descriptors()
+            except (OSError, AttributeError) as e:
+                why = f"no usable iconv ({e})"
+        if why is None:
+            _state["ok"] = True      # (tentatively, for the self-test's own packing)
+            try:
+                why = _self_test()
+            except Exception as e:  # noqa: BLE001 (any failure of the test means: not here)
+                why = f"the self-test raised {type(e).__name__}: {e}"
+        _state["ok"] = why is None
+        if why is not None:
+            _fallbacks["str_utf8"] = why
+    if why is not None:
+        notices.warn(f"torch_gpubpe: the threaded str → UTF-8 packer is off ({why}); documents "
+                     "are encoded by str.encode on one thread (slower; recorded in "
+                     "stats['str_fallbacks'])", stacklevel=3)
+    return why is None
+
+
+def fallbacks() -> dict[str, str]:
+    """Internals of this module not used in this process (name → why). Empty where the
+    threaded packer works."""
+    with _lock:
+        return dict(_fallbacks)
+
+
+def reset() -> None:
+    """Forget the availability check and the recorded fallbacks (tests)."""
+    with _lock:
+        _fallbacks.clear()
+        _state.clear()
+
+
+# -- packing ---------------------------------------------------------------------------------------
+def _document(doc, k: int) -> bytes:
+    """The slow path's bytes of one item (``reference.to_bytes``), errors naming index ``k``."""
+    try:
+        return to_bytes(doc)
+    except TypeError as e:
+        raise InputError(f"document {k}: {e}") from e
+
+
+def _transcode(addr: list[int], nbytes: list[int], kinds: list[int], lo: int, hi: int
+               ) -> tuple[np.ndarray, list[int]]:
+    """UTF-8 of documents ``lo..hi-1`` (characters at ``addr``, ``nbytes`` long, of ``kinds``)
+    back to back in a new array; each one's length, -1 where iconv refused it (surrogates)."""
+    d = _descriptors()
+    iconv, cd, cells = _state["iconv"], d.cd, d.cells
+    bound = sum(nbytes[j] // kinds[j] * _BOUND[kinds[j]] for j in range(lo, hi))
+    out = np.empty(bound, np.uint8)
+    base = ctypes.addressof(cells)
+    p_in, p_inl, p_out, p_outl = base, base + 8, base + 16, base + 24
+    pos = out.ctypes.data
+    end = pos + bound
+    lengths = []
+    for j in range(lo, hi):
+        cells[0] = addr[j]
+        cells[1] = nbytes[j]
+        cells[2] = pos
+        cells[3] = end - pos
+        if iconv(cd[kinds[j]], p_in, p_inl, p_out, p_outl) == _ERR or cells[1]:
+            iconv(cd[kinds[j]], None, None, None, None)   # (back to the initial state)
+            lengths.append(-1)
+            continue
+        lengths.append(cells[2] - pos)
+        pos = cells[2]
+    return out, lengths
+
+
+def utf8_parts(docs: Sequence, first: int = 0, *, threads: int | None = None
+               ) -> list[str | bytes | Span]:
+    """The UTF-8 of each document, without joining: an ASCII ``str`` itself (its characters
+    are its UTF-8), a ``bytes`` item itself, a :class:`Span` for a non-ASCII ``str``
+    (transcoded by up to ``threads`` threads, default 8 and at most the CPU count, each taking
+    a contiguous range of at least ``PARALLEL_MIN`` bytes of characters), else the ``bytes``
+    of :func:`torch_gpubpe.reference.to_bytes`. Same bytes as ``to_bytes`` for every item.
+
+    Args:
+        docs: a sequence of ``str`` or bytes-like documents.
+        first: index of ``docs[0]`` in the caller's corpus (for error messages).
+    Raises:
+        InputError: an item is neither ``str`` nor bytes-like (names its index ``first + k``).
+    """
+    if not available():
+        return [d if type(d) is bytes or (type(d) is str and d.isascii())
+                else _document(d, first + k) for k, d in enumerate(docs)]
+    _, data_off, len_off, utf8_off = _state["layout"]
+    parts: list = []
+    todo, addr, nbytes, kinds = [], [], [], []
+    u32, vp, ssz = ctypes.c_uint32.from_address, ctypes.c_void_p.from_address, \
+        ctypes.c_ssize_t.from_address
+    for k, d in enumerate(docs):
+        t = type(d)
+        if t is str:
+            if d.isascii():
+                parts.append(d)
+                continue
+            a = id(d)
+            st = u32(a + _STATE).value
+            if st & 32:   # compact
+                u = vp(a + utf8_off).value
+                if u is not None:
+                    parts.append(Span(u, ssz(a + len_off).value, d))
+                    continue
+                kind = (st >> 2) & 7
+                todo.append(len(parts))
+                addr.append(a + data_off)
+                nbytes.append(len(d) * kind)
+                kinds.append(kind)
+                parts.append(d)
+                continue
+        elif t is bytes:
+            parts.append(d)
+            continue
+        parts.append(_document(d, first + k))
+    if not todo:
+        return parts
+    total = sum(nbytes)
+    n = min(THREADS if threads is None else threads, os.cpu_count() or 1,
+            -(-total // PARALLEL_MIN))
+    if threading.current_thread().name.startswith(_POOL_PREFIX):
+        n = 1   # (called from a pool task: do not wait on the pool from inside it)
+    if n < 2:
+        chunks = [(0, len(todo))]
+    else:
+        ends = np.cumsum(nbytes)
+        cuts = [0, *np.searchsorted(ends, [total * j // n for j in range(1, n)]).tolist(),
+                len(todo)]
+        chunks = [(cuts[j], cuts[j + 1]) for j in range(n) if cuts[j] < cuts[j + 1]]
+    futures = [copy_pool().submit(_transcode, addr, nbytes, kinds, lo, hi)
+               for lo, hi in chunks[1:]]
+    results = [_transcode(addr, nbytes, kinds, *chunks[0]), *(f.result() for f in futures)]
+    for (lo, _hi), (out, lengths) in zip(chunks, results):
+        pos = out.ctypes.data
+        for j, size in zip(range(lo, _hi), lengths):
+            i = todo[j]
+            if size < 0:   # lone surrogates: U+FFFD, as reference.to_bytes makes them
+                parts[i] = _document(parts[i], first + i)
+                continue
+            parts[i] = Span(pos, size, out)
+            pos += size
+    return parts
+
+
+# -- copies ----------------------------------------------------------------------------------------
+_POOL = None
+_POOL_PREFIX = "torch_gpubpe copy"
+_COPY_PIECE = 1 << 20  # bytes: parts above this are copied in pieces (by several threads)
+PARALLEL_COPY_MIN = 1 << 20  # bytes: below this one memcpy is faster than handing out parts
+
+
+def copy_pool():
+    """The process's pool of 8 threads for host copies and transcoding (made again after a
+    fork: threads do not survive one)."""
+    global _POOL
+    if _POOL is None or _POOL[0] != os.getpid():
+        with _lock:
+            if _POOL is None or _POOL[0] != os.getpid():
+                from concurrent.futures import ThreadPoolExecutor
+
+                _POOL = (os.getpid(), ThreadPoolExecutor(THREADS, thread_name_prefix=_POOL_PREFIX))
+    return _POOL[1]
+
+
+def copy_parts(dst: np.ndarray, parts: list[str | bytes | Span]) -> None:
+    """Copy ``parts`` (``bytes``, ASCII ``str``: their characters are their UTF-8, or
+    :class:`Span`) back to back into the 1-D ``uint8`` array ``dst`` (of exactly their total
+    size), by up to 8 threads.
+
+    The bytes are read in place: an ASCII ``str``'s characters (``PyUnicode_AsUTF8AndSize``
+    returns them without a copy or a cache for compact ASCII strings), a ``bytes`` object's
+    buffer, a span's address, and copied by ``ctypes.memmove``, which releases the GIL, in
+    pieces of at most 1 MiB spread over the threads by size. ``parts`` must stay alive (the
+    caller holds it).
+
+    Raises:
+        ValueError: the parts do not add up to ``len(dst)``.
+    """
+    base = dst.ctypes.data
+    pieces, o = [], 0  # (destination address, source address, bytes)
+    for p in parts:
+        n = len(p)
+        if not n:
+            continue
+        t = type(p)
+        src = str_address(p) if t is str else p.address if t is Span else bytes_address(p)
+        for a in range(0, n, _COPY_PIECE):
+            k = min(_COPY_PIECE, n - a)
+            pieces.append((base + o + a, src + a, k))
+        o += n
+    if o != len(dst):
+        raise ValueError(f"copy_parts: {o} bytes of parts for {len(dst)} bytes of room")
+    move = ctypes.memmove
+    nthreads = min(THREADS, os.cpu_count() or 1, -(-o // PARALLEL_COPY_MIN))
+    if nthreads < 2 or threading.current_thread().name.startswith(_POOL_PREFIX):
+        for d, s, k in pieces:
+            move(d, s, k)
+        return
+    ends = np.cumsum([k for _, _, k in pieces])
+    cuts = [0, *np.searchsorted(ends, [o * j // nthreads for j in range(1, nthreads)]).tolist(),
+            len(pieces)]
+
+    def run(a: int, b: int) -> None:
+        for d, s, k in pieces[a:b]:
+            move(d, s, k)
+
+    pool = copy_pool()
+    for f in [pool.submit(run, cuts[j], cuts[j + 1]) for j in range(nthreads)
+              if cuts[j] < cuts[j + 1]]:
+        f.result()
+
+
+def join_parts(parts: list[str | bytes | Span]) -> np.ndarray:
+    """The ``uint8`` array of ``parts`` (see :func:`copy_parts`) back to back."""
+    out = np.empty(sum(map(len, parts)), np.uint8)
+    if str_address is None:   # (not CPython: no addresses of str and bytes)
+        out[:] = np.frombuffer(b"".join(p if type(p) is bytes else p.encode() for p in parts),
+                               np.uint8)
+        return out
+    copy_parts(out, parts)
+    return out
