@@ -5,6 +5,8 @@ packers give the same bytes through str.encode, record why and warn once."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import warnings
 
 import numpy as np
@@ -60,9 +62,33 @@ def _all_packers(docs) -> dict[str, bytes]:
     return out
 
 
+# Which path each document takes is set by sizes; these settings send short documents down
+# each one: str.encode below SMALL (the defaults), iconv in place, iconv after widening to
+# UCS-4 in chunks of 3 characters (chunk edges everywhere), over up to 8 threads.
+PATHS = {"defaults": {},
+         "in place": dict(SMALL=0, WIDEN_MIN=1 << 40, PARALLEL_MIN=8),
+         "widened": dict(SMALL=0, WIDEN_MIN=0, WIDEN_CHUNK=3, PARALLEL_MIN=8)}
+
+
+@contextlib.contextmanager
+def _paths(name: str):
+    old = {k: getattr(cs, k) for k in PATHS[name]}
+    cpus = os.cpu_count
+    try:
+        for k, v in PATHS[name].items():
+            setattr(cs, k, v)
+        os.cpu_count = lambda: 8   # (threads even on 2 cores)
+        yield
+    finally:
+        os.cpu_count = cpus
+        for k, v in old.items():
+            setattr(cs, k, v)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_module():
     cs.reset()
+    cs.available()   # (the self-test, with the module's own sizes)
     yield
     cs.reset()
 
@@ -76,53 +102,77 @@ def test_available_here():
     assert cs.fallbacks() == {}
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(_doc(), max_size=12))
-def test_every_packer_gives_the_bytes_of_to_bytes(docs):
+@pytest.mark.parametrize("path", PATHS)
+@settings(max_examples=200, deadline=None)
+@given(docs=st.lists(_doc(), max_size=12))
+def test_every_packer_gives_the_bytes_of_to_bytes(path, docs):
     want = _want(docs)
-    for name, got in _all_packers(docs).items():
-        assert got == want, name
+    with _paths(path):
+        for name, got in _all_packers(docs).items():
+            assert got == want, name
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(_doc(), max_size=12))
-def test_offsets_are_each_documents_length(docs):
+@pytest.mark.parametrize("path", PATHS)
+@settings(max_examples=50, deadline=None)
+@given(docs=st.lists(_doc(), max_size=12))
+def test_offsets_are_each_documents_length(path, docs):
     lengths = [len(to_bytes(d)) for d in docs]
-    for offsets in (pack_documents(docs)[1], _pack(docs)[1], _pack(docs, keep_parts=True)[1]):
-        assert np.diff(offsets).tolist() == lengths
+    with _paths(path):
+        for offsets in (pack_documents(docs)[1], _pack(docs)[1],
+                        _pack(docs, keep_parts=True)[1]):
+            assert np.diff(offsets).tolist() == lengths
+
+
+def test_the_paths_are_taken():
+    """(So that the settings above test what they say.)"""
+    docs = ["é" * 2000, "中" * 5000, "😀" * 3000, "é" * 10]
+    assert [type(p) for p in cs.utf8_parts(docs)] == [cs.Span, cs.Span, cs.Span, bytes]
+    for path in ("in place", "widened"):
+        with _paths(path):
+            assert all(type(p) is cs.Span for p in cs.utf8_parts(docs))
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])
-def test_corpora_with_one_thread_or_many(monkeypatch, threads):
-    """Every corpus packed equal to b"".join(d.encode()); ranges of at least 1 KiB per thread
-    so that even small batches are split over ``threads`` threads."""
+@pytest.mark.parametrize("path", ["in place", "widened"])
+def test_corpora_with_one_thread_or_many(monkeypatch, threads, path):
+    """Every corpus packed equal to b"".join(d.encode()), with batches split over
+    ``threads`` threads (ranges of at least 1 KiB)."""
     monkeypatch.setattr(cs, "PARALLEL_MIN", 1024)
-    monkeypatch.setattr(cs.os, "cpu_count", lambda: 8)
     for name in CORPUS_NAMES:
         docs = corpus_docs(name, 1_000_000)
         want = b"".join(d.encode() for d in docs)
-        parts = cs.utf8_parts(docs, threads=threads)
+        with _paths(path):
+            if path == "widened":
+                cs.WIDEN_CHUNK = 1000
+            parts = cs.utf8_parts(docs, threads=threads)
         assert cs.join_parts(parts).tobytes() == want, name
         assert [len(p) for p in parts] == [len(d.encode()) for d in docs]
         assert any(isinstance(p, cs.Span) for p in parts) or all(d.isascii() for d in docs)
 
 
-def test_mixed_kinds_in_one_batch_over_threads(monkeypatch):
-    monkeypatch.setattr(cs, "PARALLEL_MIN", 16)
-    monkeypatch.setattr(cs.os, "cpu_count", lambda: 8)
+@pytest.mark.parametrize("path", PATHS)
+def test_mixed_kinds_in_one_batch_over_threads(path):
     docs = ["ascii " * 9, "", "çok güzel " * 7, "a\ud800b", "中文 " * 30, "😀 x " * 20,
-            b"raw \xff", "\x00", "\ud83d\ude00", "ё" * 50, "\ufeffbom"] * 7
-    for threads in (1, 2, 5, 8):
-        assert cs.join_parts(cs.utf8_parts(docs, threads=threads)).tobytes() == _want(docs)
+            b"raw \xff", "\x00", "\ud83d\ude00", "ё" * 50, "\ufeffbom", "x" * 3000 + "\ud800",
+            "é" * 5000, "中" * 7000 + "\udfff", "😀" * 4000] * 7
+    with _paths(path):
+        for threads in (1, 2, 5, 8):
+            got = cs.join_parts(cs.utf8_parts(docs, threads=threads)).tobytes()
+            assert got == _want(docs), threads
 
 
-def test_surrogates_become_u_fffd_as_in_to_bytes():
-    for s in ("a\ud800b", "\udfff", "x" * 100 + "\ud83d", "\ud83d\ude00", "😀\udfff", "é\udc80"):
-        assert cs.join_parts(cs.utf8_parts([s, "é"])).tobytes() == to_bytes(s) + "é".encode()
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("n", [1, 1023, 1024, 4095, 4096, 5000])
+def test_surrogates_become_u_fffd_as_in_to_bytes(path, n):
+    with _paths(path):
+        for s in ("a\ud800b", "\udfff", "\ud83d", "\ud83d\ude00", "😀\udfff", "é\udc80"):
+            for s in (s + "x" * n, "é" * n + s):   # (surrogates first, or last, in each kind)
+                got = cs.join_parts(cs.utf8_parts([s, "é" * 2000])).tobytes()
+                assert got == to_bytes(s) + ("é" * 2000).encode()
 
 
 def test_cached_utf8_is_read_from_the_str():
-    s = "güzel 中文 " * 50
+    s = "güzel 中文 " * 500
     cs.str_address(s)    # PyUnicode_AsUTF8AndSize caches the UTF-8 in the object
     (part,) = cs.utf8_parts([s])
     assert isinstance(part, cs.Span) and part.owner is s
@@ -154,7 +204,7 @@ def test_bad_items_are_named_with_their_index():
 
 def test_called_from_a_pool_thread_does_not_wait_on_the_pool(monkeypatch):
     monkeypatch.setattr(cs, "PARALLEL_MIN", 16)
-    docs = ["çok güzel " * 50] * 64
+    docs = ["çok güzel " * 200] * 64
     futs = [cs.copy_pool().submit(lambda: cs.join_parts(cs.utf8_parts(docs)).tobytes())
             for _ in range(cs.THREADS)]
     assert all(f.result(timeout=60) == _want(docs) for f in futs)
@@ -168,6 +218,7 @@ def test_a_wrong_layout_fails_the_self_test(monkeypatch):
     v = sys.version_info[:2]
     a, c, ln, u = cs._LAYOUTS[v]
     monkeypatch.setitem(cs._LAYOUTS, v, (a + 8, c + 8, ln, u))
+    cs.reset()
     with pytest.warns(GPUBPEWarning, match="threaded str → UTF-8 packer is off"):
         assert not cs.available()
     assert "str_utf8" in cs.fallbacks()
@@ -177,6 +228,7 @@ def test_a_wrong_layout_fails_the_self_test(monkeypatch):
 
 def test_unavailable_gives_the_same_bytes_records_and_warns_once(monkeypatch):
     monkeypatch.setattr(cs, "_why_not", lambda: "forced by a test")
+    cs.reset()
     docs = corpus_docs(CORPUS_NAMES[0], 200_000) + ["a\ud800", b"\xff", "😀"]
     with pytest.warns(GPUBPEWarning, match="forced by a test") as rec:
         got = _all_packers(docs)

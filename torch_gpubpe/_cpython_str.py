@@ -5,11 +5,15 @@
 thread (the host's bottleneck of ``Tokenizer.encode_batch`` and ``train(list_of_str)``). Here
 each compact ``str``'s characters are read in place (PEP 393: ``kind`` 1, 2 or 4 bytes per
 character, stored right after the object's header) and transcoded to UTF-8 by glibc's
-``iconv`` (ISO-8859-1 / UCS-2LE / UCS-4LE → UTF-8) called through ``ctypes``, which releases
-the GIL for the call; up to 8 threads each take a contiguous range of the documents. A ``str``
-that already holds its UTF-8 (``PyCompactUnicodeObject.utf8``, cached by
-``PyUnicode_AsUTF8AndSize``) is read from there. The internals, each written for **CPython
-3.10–3.13** (``WRITTEN_FOR``, 64-bit, little-endian, GIL build):
+``iconv`` called through ``ctypes``, which releases the GIL for the call (from ``WCHAR_T``,
+glibc's UCS-4, into which long kind-1/2 documents are widened by numpy a chunk at a time: one
+conversion step instead of two); up to 8 threads each take a contiguous range of the
+documents. A ``str`` that already holds its UTF-8 (``PyCompactUnicodeObject.utf8``, cached by
+``PyUnicode_AsUTF8AndSize``) is read from there; one under ``SMALL`` (1,024) characters is
+``str.encode``'d at once (cheaper than handing it out). Per thread, glibc's iconv is about
+half as fast as ``str.encode`` (≈ 450 vs 800 MB/s on mostly-ASCII text, 2 cores): the gain
+needs ≥ 3 free cores. The internals, each written for **CPython 3.10–3.13** (``WRITTEN_FOR``,
+64-bit, little-endian, GIL build, glibc):
 
 =============================  ================================================================
 internal                       used for
@@ -21,7 +25,8 @@ data after the header          a compact ``str``'s characters: at byte 48 (ASCII
 ``PyCompactUnicodeObject``     the cached UTF-8 (``utf8_length``, ``utf8``): at 48, 56 on
 ``.utf8_length``, ``.utf8``    3.10–3.11, at 40, 48 on 3.12–3.13
 ``PyUnicode_AsUTF8AndSize``,   an ASCII ``str``'s characters (its UTF-8) and a ``bytes``
-``PyBytes_AsString``           object's buffer, read in place by :func:`copy_parts`
+``PyBytes_AsString``,          object's buffer, read in place by :func:`copy_parts`; a
+``PyMemoryView_FromMemory``    numpy view of a ``str``'s characters (to widen them)
 (``ctypes.pythonapi``)
 =============================  ================================================================
 
@@ -63,11 +68,19 @@ WRITTEN_FOR = ((3, 10), (3, 11), (3, 12), (3, 13))
 _LAYOUTS = {(3, 10): (48, 72, 48, 56), (3, 11): (48, 72, 48, 56),
             (3, 12): (40, 56, 40, 48), (3, 13): (40, 56, 40, 48)}
 _LENGTH, _HASH, _STATE = 16, 24, 32
-_ICONV_FROM = {1: b"ISO-8859-1", 2: b"UCS-2LE", 4: b"UCS-4LE"}
+# iconv's source encodings: glibc converts WCHAR_T (its internal UCS-4) to UTF-8 in one step,
+# about twice as fast as from UCS-2LE or ISO-8859-1 (two steps through UCS-4), so long kind-1/2
+# documents are widened to UCS-4 (numpy, in chunks of WIDEN_CHUNK characters: each chunk takes
+# the GIL once more) first.
+_ICONV_FROM = {1: b"ISO-8859-1", 2: b"UCS-2LE", 4: b"WCHAR_T"}
 _BOUND = {1: 2, 2: 3, 4: 4}   # UTF-8 bytes per character at most: U+00FF, U+FFFF, U+10FFFF
+_NARROW = {1: np.uint8, 2: np.uint16}
 _ERR = ctypes.c_size_t(-1).value
 THREADS = 8
-PARALLEL_MIN = 1 << 20  # characters' bytes per thread at least (below: one thread)
+PARALLEL_MIN = 1 << 18  # characters per thread at least (below: one thread)
+SMALL = 1024            # characters: a shorter document is encoded by str.encode at once
+WIDEN_MIN = 4096        # characters: a kind-1/2 document this long is widened to UCS-4 first
+WIDEN_CHUNK = 1 << 18   # characters widened at a time (a 1 MiB buffer per thread)
 
 
 class Span:
@@ -103,6 +116,20 @@ def _address_functions():
 str_address, bytes_address = _address_functions()
 
 
+def _memory_function():
+    """``PyMemoryView_FromMemory`` (a read-only memoryview of an address range), or None."""
+    api = getattr(ctypes, "pythonapi", None)
+    if api is None:
+        return None
+    f = api.PyMemoryView_FromMemory
+    f.restype = ctypes.py_object
+    f.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int]
+    return f
+
+
+_memory = _memory_function()
+
+
 # -- availability ----------------------------------------------------------------------------------
 _lock = threading.Lock()
 _fallbacks: dict[str, str] = {}
@@ -126,8 +153,12 @@ def _why_not() -> str | None:
         return "a debug build (another object layout)"
     if ctypes.sizeof(ctypes.c_void_p) != 8 or sys.byteorder != "little":
         return "not a 64-bit little-endian build"
-    if str_address is None:
+    if str_address is None or _memory is None:
         return "no ctypes.pythonapi"
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return "not glibc (its iconv's WCHAR_T is UCS-4)"
     return None
 
 
@@ -158,6 +189,7 @@ class _Descriptors:
                 raise OSError(f"iconv_open('UTF-8', {name.decode()!r}) failed")
             self.cd[kind] = cd
         self.cells = (ctypes.c_size_t * 4)()   # in pointer, in bytes left, out pointer, out left
+        self.wide = np.empty(WIDEN_CHUNK, np.uint32)
 
     def __del__(self) -> None:
         for c in self.cd.values():
@@ -171,36 +203,40 @@ def _descriptors() -> _Descriptors:
     return d
 
 
-_SELF_TEST = ("h\xe9llo w\xf6rld \xff\x00 " * 7, "\u011f\xfc\u015f \u4e2d\u6587 \ufeff\x00 " * 5,
-              "\U0001f600 mixed \xe9 \u4e2d \U00010348\x00 " * 4, "\ufeffBOM first \u0100",
+_SELF_TEST = ("h\xe9llo w\xf6rld \xff\x00 ", "\u011f\xfc\u015f \u4e2d\u6587 \ufeff\x00 ",
+              "\U0001f600 mixed \xe9 \u4e2d \U00010348\x00 ", "\ufeffBOM first \u0100",
               "\U0010ffff\uffff\x80\u07ff\u0800")
 
 
 def _self_test() -> str | None:
-    """None when every internal reads as expected on strings of each kind (and a cached
-    UTF-8), else what differed."""
+    """None when every internal reads as expected on strings of each kind, at lengths that
+    take each path (in place, widened, cached UTF-8), else what differed."""
     asc_off, _, len_off, utf8_off = _state["layout"]
-    for s0 in ("plain ascii text " * 3, *_SELF_TEST):
-        s = "".join(list(s0))   # (a fresh object: nothing cached in it)
-        a = id(s)
-        hash(s)
-        st = ctypes.c_uint32.from_address(a + _STATE).value
-        kind = 1 if max(s) < "\u0100" else 2 if max(s) < "\U00010000" else 4
-        if ctypes.c_ssize_t.from_address(a + _LENGTH).value != len(s):
-            return "the length field is not at byte 16"
-        if ctypes.c_ssize_t.from_address(a + _HASH).value != hash(s):
-            return "the hash field is not at byte 24"
-        if (st >> 2) & 7 != kind or not (st >> 5) & 1 or (st >> 6) & 1 != s.isascii():
-            return f"the state bits read {st:#x} for a str of kind {kind}"
-        if s.isascii():
-            if str_address(s) != a + asc_off:
-                return "an ASCII str's characters are not where expected"
-            continue
-        if ctypes.c_void_p.from_address(a + utf8_off).value is not None:
-            return "a fresh str reads as having a cached UTF-8"
-        if join_parts(utf8_parts([s, s[1:]], threads=2)).tobytes() != (s + s[1:]).encode():
-            return f"iconv's UTF-8 of a kind-{kind} str differs from str.encode"
-    s = _SELF_TEST[1] + "cached"
+    for s0 in ("plain ascii text ", *_SELF_TEST):
+        for n in (1024, 4097):   # (SMALL and WIDEN_MIN + 1 of the defaults: in place, widened)
+            s = (s0 * (n // len(s0) + 1))[:n]   # (a fresh object: nothing cached in it)
+            a = id(s)
+            hash(s)
+            st = ctypes.c_uint32.from_address(a + _STATE).value
+            kind = 1 if max(s) < "\u0100" else 2 if max(s) < "\U00010000" else 4
+            if ctypes.c_ssize_t.from_address(a + _LENGTH).value != len(s):
+                return "the length field is not at byte 16"
+            if ctypes.c_ssize_t.from_address(a + _HASH).value != hash(s):
+                return "the hash field is not at byte 24"
+            if (st >> 2) & 7 != kind or not (st >> 5) & 1 or (st >> 6) & 1 != s.isascii():
+                return f"the state bits read {st:#x} for a str of kind {kind}"
+            if s.isascii():
+                if str_address(s) != a + asc_off:
+                    return "an ASCII str's characters are not where expected"
+                continue
+            if ctypes.c_void_p.from_address(a + utf8_off).value is not None:
+                return "a fresh str reads as having a cached UTF-8"
+            parts = utf8_parts([s, s[1:] + s[:1]], threads=1)
+            if not all(type(p) is Span for p in parts):
+                return "a long str was not transcoded"
+            if join_parts(parts).tobytes() != (s + s[1:] + s[:1]).encode():
+                return f"iconv's UTF-8 of a kind-{kind} str differs from str.encode"
+    s = _SELF_TEST[1] * (1024 // len(_SELF_TEST[1]) + 1)
     cached = str_address(s)   # (PyUnicode_AsUTF8AndSize caches the UTF-8 in the object)
     if ctypes.c_void_p.from_address(id(s) + utf8_off).value != cached:
         return "the cached UTF-8's address is not where expected"
@@ -208,9 +244,11 @@ def _self_test() -> str | None:
         return "the cached UTF-8's length is not where expected"
     if join_parts(utf8_parts([s])).tobytes() != s.encode():
         return "a cached UTF-8 read back differs from str.encode"
-    for s in ("a\ud800b", "\ud83d\ude00", "\U0001f600\udfff"):
-        if join_parts(utf8_parts([s])).tobytes() != to_bytes(s):
-            return "a str with surrogates is not packed as reference.to_bytes packs it"
+    for s in ("a\ud800b", "\ud83d\ude00", "\U0001f600\udfff", "\xe9\udc80"):
+        for n in (1024, 4097):
+            s = "x" * (n - len(s)) + s
+            if join_parts(utf8_parts([s])).tobytes() != to_bytes(s):
+                return "a str with surrogates is not packed as reference.to_bytes packs it"
     return None
 
 
@@ -270,13 +308,16 @@ def _document(doc, k: int) -> bytes:
         raise InputError(f"document {k}: {e}") from e
 
 
-def _transcode(addr: list[int], nbytes: list[int], kinds: list[int], lo: int, hi: int
+def _transcode(addr: list[int], nchars: list[int], kinds: list[int], lo: int, hi: int
                ) -> tuple[np.ndarray, list[int]]:
-    """UTF-8 of documents ``lo..hi-1`` (characters at ``addr``, ``nbytes`` long, of ``kinds``)
-    back to back in a new array; each one's length, -1 where iconv refused it (surrogates)."""
+    """UTF-8 of documents ``lo..hi-1`` (``nchars`` characters of ``kinds`` at ``addr``) back
+    to back in a new array, and each one's length (-1 where iconv refused it: surrogates).
+    The GIL is released in each iconv call (ctypes) and in numpy's widening copies."""
     d = _descriptors()
     iconv, cd, cells = _state["iconv"], d.cd, d.cells
-    bound = sum(nbytes[j] // kinds[j] * _BOUND[kinds[j]] for j in range(lo, hi))
+    wide = d.wide[:WIDEN_CHUNK]
+    wide_at, chunk = wide.ctypes.data, len(wide)
+    bound = sum(nchars[j] * _BOUND[kinds[j]] for j in range(lo, hi))
     out = np.empty(bound, np.uint8)
     base = ctypes.addressof(cells)
     p_in, p_inl, p_out, p_outl = base, base + 8, base + 16, base + 24
@@ -284,26 +325,42 @@ def _transcode(addr: list[int], nbytes: list[int], kinds: list[int], lo: int, hi
     end = pos + bound
     lengths = []
     for j in range(lo, hi):
-        cells[0] = addr[j]
-        cells[1] = nbytes[j]
+        n, kind, start = nchars[j], kinds[j], pos
         cells[2] = pos
         cells[3] = end - pos
-        if iconv(cd[kinds[j]], p_in, p_inl, p_out, p_outl) == _ERR or cells[1]:
-            iconv(cd[kinds[j]], None, None, None, None)   # (back to the initial state)
+        if kind == 4 or n < WIDEN_MIN:   # iconv reads the characters in place
+            cells[0] = addr[j]
+            cells[1] = n * kind
+            ok = iconv(cd[kind], p_in, p_inl, p_out, p_outl) != _ERR and not cells[1]
+        else:                            # widened to UCS-4 a chunk at a time
+            src = np.frombuffer(_memory(addr[j], n * kind, 0x100), _NARROW[kind])
+            kind = 4
+            for c in range(0, n, chunk):
+                m = min(chunk, n - c)
+                np.copyto(wide[:m], src[c:c + m])
+                cells[0] = wide_at
+                cells[1] = 4 * m
+                ok = iconv(cd[4], p_in, p_inl, p_out, p_outl) != _ERR and not cells[1]
+                if not ok:
+                    break
+        if not ok:
+            iconv(cd[kind], None, None, None, None)   # (back to the initial state)
             lengths.append(-1)
+            pos = start
             continue
-        lengths.append(cells[2] - pos)
         pos = cells[2]
+        lengths.append(pos - start)
     return out, lengths
 
 
 def utf8_parts(docs: Sequence, first: int = 0, *, threads: int | None = None
                ) -> list[str | bytes | Span]:
     """The UTF-8 of each document, without joining: an ASCII ``str`` itself (its characters
-    are its UTF-8), a ``bytes`` item itself, a :class:`Span` for a non-ASCII ``str``
-    (transcoded by up to ``threads`` threads, default 8 and at most the CPU count, each taking
-    a contiguous range of at least ``PARALLEL_MIN`` bytes of characters), else the ``bytes``
-    of :func:`torch_gpubpe.reference.to_bytes`. Same bytes as ``to_bytes`` for every item.
+    are its UTF-8), a ``bytes`` item itself, a :class:`Span` for a non-ASCII ``str`` of at
+    least ``SMALL`` characters (transcoded by up to ``threads`` threads, default 8 and at most
+    the CPU count, each taking a contiguous range of documents of at least ``PARALLEL_MIN``
+    characters), else the ``bytes`` of ``str.encode`` or, failing that,
+    :func:`torch_gpubpe.reference.to_bytes`. Same bytes as ``to_bytes`` for every item.
 
     Args:
         docs: a sequence of ``str`` or bytes-like documents.
@@ -316,7 +373,7 @@ def utf8_parts(docs: Sequence, first: int = 0, *, threads: int | None = None
                 else _document(d, first + k) for k, d in enumerate(docs)]
     _, data_off, len_off, utf8_off = _state["layout"]
     parts: list = []
-    todo, addr, nbytes, kinds = [], [], [], []
+    todo, addr, nchars, kinds = [], [], [], []
     u32, vp, ssz = ctypes.c_uint32.from_address, ctypes.c_void_p.from_address, \
         ctypes.c_ssize_t.from_address
     for k, d in enumerate(docs):
@@ -325,6 +382,13 @@ def utf8_parts(docs: Sequence, first: int = 0, *, threads: int | None = None
             if d.isascii():
                 parts.append(d)
                 continue
+            n = len(d)
+            if n < SMALL:
+                try:
+                    parts.append(d.encode())
+                except UnicodeEncodeError:   # lone surrogates: U+FFFD (to_bytes)
+                    parts.append(_document(d, first + k))
+                continue
             a = id(d)
             st = u32(a + _STATE).value
             if st & 32:   # compact
@@ -332,11 +396,10 @@ def utf8_parts(docs: Sequence, first: int = 0, *, threads: int | None = None
                 if u is not None:
                     parts.append(Span(u, ssz(a + len_off).value, d))
                     continue
-                kind = (st >> 2) & 7
                 todo.append(len(parts))
                 addr.append(a + data_off)
-                nbytes.append(len(d) * kind)
-                kinds.append(kind)
+                nchars.append(n)
+                kinds.append((st >> 2) & 7)
                 parts.append(d)
                 continue
         elif t is bytes:
@@ -345,7 +408,7 @@ def utf8_parts(docs: Sequence, first: int = 0, *, threads: int | None = None
         parts.append(_document(d, first + k))
     if not todo:
         return parts
-    total = sum(nbytes)
+    total = sum(nchars)   # (the time goes per character)
     n = min(THREADS if threads is None else threads, os.cpu_count() or 1,
             -(-total // PARALLEL_MIN))
     if threading.current_thread().name.startswith(_POOL_PREFIX):
@@ -353,13 +416,13 @@ def utf8_parts(docs: Sequence, first: int = 0, *, threads: int | None = None
     if n < 2:
         chunks = [(0, len(todo))]
     else:
-        ends = np.cumsum(nbytes)
+        ends = np.cumsum(nchars)
         cuts = [0, *np.searchsorted(ends, [total * j // n for j in range(1, n)]).tolist(),
                 len(todo)]
         chunks = [(cuts[j], cuts[j + 1]) for j in range(n) if cuts[j] < cuts[j + 1]]
-    futures = [copy_pool().submit(_transcode, addr, nbytes, kinds, lo, hi)
+    futures = [copy_pool().submit(_transcode, addr, nchars, kinds, lo, hi)
                for lo, hi in chunks[1:]]
-    results = [_transcode(addr, nbytes, kinds, *chunks[0]), *(f.result() for f in futures)]
+    results = [_transcode(addr, nchars, kinds, *chunks[0]), *(f.result() for f in futures)]
     for (lo, _hi), (out, lengths) in zip(chunks, results):
         pos = out.ctypes.data
         for j, size in zip(range(lo, _hi), lengths):
