@@ -123,7 +123,7 @@ def _pack(texts: Sequence[str | bytes], *, keep_parts: bool = False
     lengths = np.fromiter(map(len, parts), np.int64, len(parts))
     offsets = np.zeros(len(parts) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    if (keep_parts and _cs.str_address is not None
+    if (keep_parts and _cs.str_address is not None and len(parts)
             and offsets[-1] >= _PARTS_MIN_AVG_BYTES * len(parts)):
         return parts, offsets
     return join_parts(parts), offsets
