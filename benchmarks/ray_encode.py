@@ -415,7 +415,8 @@ def main() -> None:
                     help="seconds after ray.init of the preloaded cluster (workers import)")
     ap.add_argument("--ray-batch-size", type=int, default=DEFAULT_BATCH_ROWS,
                     help="parquet runs: rows per batch (TokenizeBatches call)")
-    ap.add_argument("--files-per-call", type=int, default=1, help="files runs: files per call")
+    ap.add_argument("--files-per-call", type=int, default=4,
+                    help="files/shards runs: files per call (tokenize_files' default)")
     ap.add_argument("--cli-runs", type=int, default=2,
                     help="encode CLI runs (half before Ray, half after; 0: none)")
     ap.add_argument("--cli-out-dir", help="where the CLI writes (default: the temp folder)")

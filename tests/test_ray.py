@@ -176,6 +176,17 @@ def test_tokenize_files_reads_in_the_actor_equal_to_encode_batch(vocab, docs, te
         list(TokenizeFiles(vocab)(pa.table({"file": text_files})))
     with pytest.raises(InputError, match="does not exist|no such|not found"):
         list(TokenizeFiles(vocab)(pa.table({"path": [text_files[0] + ".missing"]})))
+    import threading
+    import time
+
+    missing = [text_files[0], text_files[0] + ".missing", text_files[1], text_files[2]]
+    with pytest.raises(InputError, match="does not exist|no such|not found"):
+        list(TokenizeFiles(vocab, batch_bytes=600)(pa.table({"path": missing})))
+    for _ in range(50):              # the files read ahead stop with the call
+        if not any(t.name.startswith("torch_gpubpe ray") for t in threading.enumerate()):
+            break
+        time.sleep(0.1)
+    assert not any(t.name.startswith("torch_gpubpe ray") for t in threading.enumerate())
 
 
 def _read_shards(out, info, fmt) -> list[int] | list[list[int]]:

@@ -8,7 +8,8 @@ stateful callables, for ``Dataset.map_batches`` with ``batch_format="pyarrow"``:
   of file paths (``ray.data.from_items``) → the files' token ids, each actor reading its files
   itself with the ``encode`` CLI's reader and loop (no text through Ray's object store): token
   tables with ``path`` and ``row``, or shard parts written by the actor (one per file) merged
-  into one shard list. The fastest way for files on disk (``benchmarks/ray_encode.py``);
+  into one shard list: for files on disk (``benchmarks/ray_encode.py`` compares it with
+  ``read_parquet`` + :class:`TokenizeBatches` and with the CLI);
 * :class:`TokenizeBatches`: Arrow batches of documents → the same rows with a token column
   (``list<uint16>``, ``list<uint32>`` above 65,536 tokens), equal to
   :meth:`torch_gpubpe.encoder.Tokenizer.encode_batch` of the same documents. The text column is
@@ -460,7 +461,8 @@ class TokenizeFiles:
 
     The rows carry paths only, so the text never passes through Ray's object store: each call
     reads its files with :class:`torch_gpubpe.readers.FileReader` (parquet row groups / JSON
-    Lines chunks read ahead on threads; the Arrow text buffers go to the GPU as they are) and
+    Lines chunks read ahead on threads, the next file while one is encoded; the Arrow text
+    buffers go to the GPU as they are) and
     runs the CLI's loop (two GPU batches in flight) on a thread of its own, so Ray's puts of
     the token blocks (or the shard writes) overlap the GPU's work. With
     ``ray.data.read_parquet`` + :class:`TokenizeBatches` instead, Ray tasks read every byte,
@@ -601,22 +603,43 @@ class TokenizeFiles:
     def _encoded(self, paths: list[str]):
         """On the prefetch thread: read → GPU, two batches in flight → (path, rows, ids,
         offsets) per GPU batch, and (path, None, None, None) at the end of each file."""
-        from .readers import FileReader, documents, prefetch
+        from collections import deque
+
+        from .readers import FileReader, _Pump, documents
 
         tok = self.enc._tokenizer()
 
+        def file_docs(path: str):
+            st: dict = {}
+            reader = FileReader([path], text_column=self.text_column, format=self.format,
+                                threads=self.read_threads)
+            yield from documents(reader, stats=st, batch_bytes=self.batch_bytes)
+            self.stats["skipped_none"] += st.get("skipped_none", 0)
+
         def packed():
-            for path in paths:
-                st: dict = {}
-                reader = FileReader([path], text_column=self.text_column, format=self.format,
-                                    threads=self.read_threads)
-                for p in documents(reader, stats=st, batch_bytes=self.batch_bytes):
-                    yield path, p
-                self.stats["skipped_none"] += st.get("skipped_none", 0)
-                yield path, None
+            # The next file is read (on its own thread, its FileReader's threads) while this
+            # one is encoded: as the CLI's one reader over all files, no gap at a file's end.
+            todo = iter(paths)
+            started = deque()
+            try:
+                for path in (next(todo, None), next(todo, None)):
+                    if path is not None:
+                        started.append((path, _Pump(file_docs(path), 2, "torch_gpubpe ray read")))
+                while started:
+                    path, pump = started[0]
+                    for p in pump:
+                        yield path, p
+                    started.popleft()
+                    yield path, None
+                    nxt = next(todo, None)
+                    if nxt is not None:
+                        started.append((nxt, _Pump(file_docs(nxt), 2, "torch_gpubpe ray read")))
+            finally:
+                for _, pump in started:       # stopped early (an error, a closed generator)
+                    pump.close()
 
         pending = []
-        for path, p in prefetch(packed(), 2, "torch_gpubpe ray read"):
+        for path, p in packed():
             pending.append((path, None, None) if p is None else
                            (path, p.indices, tok.submit_packed(p.data, p.offsets,
                                                                **self._specials)))
@@ -634,7 +657,7 @@ class TokenizeFiles:
 
 
 def tokenize_files(paths, vocab, *, num_gpus: float | None = 1, actors: int = 1,
-                   files_per_call: int = 1, calls_per_actor: int = 2,
+                   files_per_call: int = 4, calls_per_actor: int = 2,
                    ray_remote_args: dict | None = None, cls: type | None = None,
                    check_gpus: bool = True, **kwargs):
     """The token ids of files' documents as a Ray ``Dataset``: a dataset of the paths
@@ -650,7 +673,7 @@ def tokenize_files(paths, vocab, *, num_gpus: float | None = 1, actors: int = 1,
             :func:`tokenize_dataset` (two calls at once: one file's start and end overlap the
             other's GPU work).
         files_per_call: files per :class:`TokenizeFiles` call (Ray's ``batch_size``; the unit
-            of scheduling and of retry).
+            of scheduling and of retry); a call reads its next file while it encodes one.
         cls: :class:`TokenizeFiles` (default) or a subclass of it.
     Returns:
         the ``Dataset`` (lazy) of ``path``, ``row`` and the token column; with ``out_dir=``
