@@ -19,6 +19,8 @@ internal                  kind       used for
 ``obj._internal``
 ``_ffi.ffi._parser`` …    speed      :func:`preparse_cffi_types`: one pycparser run instead of
                                      one per C type (≈2 s of a fresh process's device open)
+``cffi.cparser.Parser``   speed      :func:`cached_header_parse`: the header's parse (≈1 s) restored
+                                     from a pickle in ``~/.cache/torch_gpubpe``
 ``buf._experimental_``    speed      :func:`mapped_array`: a writable numpy view of a mapped
 ``get_mapped_range``                 buffer (no bytes copy for uploads)
 ``wgpuQueueGetTimestamp`` speed      :func:`timestamp_period_ns`: ns per timestamp tick
@@ -33,8 +35,14 @@ fallback is recorded (:func:`fallbacks`, which the trainer copies into its ``sta
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import os
+import pickle
+import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from . import notices
 from .errors import GPUBPEError
@@ -117,6 +125,97 @@ def reset_fallbacks() -> None:
     with _lock:
         _fallbacks.clear()
     _RAW.clear()
+
+
+# -- speed: cffi's parse of the header, cached on disk ---------------------------------------------
+CFFI_CACHE_MIN_CHARS = 20_000  # only a large cdef (wgpu's header) is cached
+_CFFI_STATE = ("_declarations", "_included_declarations", "_anonymous_counter",
+               "_int_constants", "_recomplete", "_uses_new_feature", "_inside_extern_python",
+               "_partial_length")
+cffi_cache_stats: dict = {"loaded": 0, "parsed": 0, "saved": 0, "errors": []}
+"""What :func:`cached_header_parse` did in this process: headers restored from the cache,
+parsed, written to it; errors met (the header was parsed then)."""
+
+
+def cffi_cache_dir() -> Path:
+    """Where the parse is cached: ``$XDG_CACHE_HOME/torch_gpubpe`` (default ``~/.cache``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "torch_gpubpe"
+
+
+def _cffi_cache_path(csource: str) -> Path:
+    import cffi
+    import pycparser
+
+    key = hashlib.sha256("\0".join((csource, cffi.__version__, pycparser.__version__,
+                                    sys.version)).encode()).hexdigest()[:24]
+    return cffi_cache_dir() / f"cffi-{key}.pickle"
+
+
+def _cffi_cache_error(e: Exception) -> None:
+    why = f"{type(e).__name__}: {e}"
+    cffi_cache_stats["errors"].append(why)
+    _fallback("cffi header cache", f"{why}; set XDG_CACHE_HOME to a writable folder, or "
+                                   "TORCH_GPUBPE_NO_CFFI_CACHE=1")
+
+
+@contextlib.contextmanager
+def cached_header_parse() -> Iterator[None]:
+    """While active, a large ``cdef`` into a fresh cffi parser is restored from a disk cache
+    (or parsed, then saved there). Not re-entrant; other parses are untouched.
+
+    wgpu-py loads wgpu-native in cffi's in-line ABI mode: importing its backend runs ``cdef``
+    on the 108 KB webgpu header, which cffi parses with pycparser — pure Python, under the GIL:
+    ≈1 s on a 2-core VM, in every process that opens the GPU (a fixed cost of the ``encode``
+    command, paid while the main thread imports pyarrow and loads the vocab). The parse gives
+    plain Python objects (``cffi.model`` types in ``Parser._declarations``, a few counters),
+    pickled right after the parse — before any C type is built from them — to
+    ``cffi_cache_dir()/cffi-<key>.pickle``, the key a hash of the header and of cffi's,
+    pycparser's and Python's versions; later processes restore the parser from it (≈10 ms).
+    A damaged or unwritable file: parsed as before (same result, the old speed), recorded as a
+    fallback (:func:`fallbacks`, warned once). ``TORCH_GPUBPE_NO_CFFI_CACHE=1``: off.
+    """
+    if os.environ.get("TORCH_GPUBPE_NO_CFFI_CACHE"):
+        yield
+        return
+    import cffi.cparser as cp
+
+    real = cp.Parser.parse
+
+    def parse(self, csource, override=False, packed=False, pack=None, dllexport=False):
+        if (override or packed or pack or dllexport or len(csource) < CFFI_CACHE_MIN_CHARS
+                or self._declarations):
+            return real(self, csource, override, packed, pack, dllexport)
+        path = _cffi_cache_path(csource)
+        try:
+            state = pickle.loads(path.read_bytes())
+            if set(state) != set(_CFFI_STATE) or not state["_declarations"]:
+                raise ValueError(f"{path}: not a cffi parser state")
+            vars(self).update(state)
+            cffi_cache_stats["loaded"] += 1
+            return None
+        except FileNotFoundError:
+            pass
+        except Exception as e:  # noqa: BLE001 - a damaged file / other cffi: parse instead
+            _cffi_cache_error(e)
+        real(self, csource, override, packed, pack, dllexport)
+        cffi_cache_stats["parsed"] += 1
+        try:
+            blob = pickle.dumps({k: getattr(self, k) for k in _CFFI_STATE}, protocol=4)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(blob)
+            os.replace(tmp, path)
+            cffi_cache_stats["saved"] += 1
+        except Exception as e:  # noqa: BLE001 - unwritable: parsed every time, as before
+            _cffi_cache_error(e)
+        return None
+
+    cp.Parser.parse = parse
+    try:
+        yield
+    finally:
+        cp.Parser.parse = real
 
 
 # -- required: timed wait on a GPUPromise ----------------------------------------------------------
@@ -302,7 +401,8 @@ def preparse_cffi_types() -> None:
     if not _speed_ok("cffi type pre-parse"):
         return
     try:
-        from wgpu.backends.wgpu_native._ffi import ffi
+        with cached_header_parse():  # the backend's import parses the header (≈1 s): cached
+            from wgpu.backends.wgpu_native._ffi import ffi
 
         with ffi._lock:
             todo = [c for c in CFFI_TYPES if c not in ffi._parsed_types]
