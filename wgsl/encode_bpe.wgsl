@@ -10,6 +10,13 @@
 // (its end is now dead, so its next prefix comes next). A whole word that is a token is taken
 // at once (tiktoken looks a whole piece up before merging).
 //
+// Loads (issue 15: global-memory load instructions dominate; the overrides SHORT_SEARCH,
+// FUSED_EDGES, D2_LUT, LAZY_ROWS, TEXT_WINDOW, each exact, cut them; the host turns them on,
+// torch_gpubpe/encoder_bpe.py, and the benchmarks time each one off): a trie step is one fedges
+// row after a search of ceil(log2 nc) steps (the walk's first step: one d2 row); text bytes and
+// word-start bits come from a two-word window per thread; a candidate's tokinfo/bounds rows are
+// loaded only where a pair check can need them.
+//
 // Bindings (group 0, layout "auto"): 0..5, 7, 8 as in encode.wgsl, and
 //   6 state    : storage, read_write  array<u32>          2 per chunk: 1 + pos of a walk that ran
 //                                                         out of budget (0 = done), its cand
