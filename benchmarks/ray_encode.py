@@ -23,7 +23,10 @@ Every path reads the same files (``--repeat`` lists them K times) and gives the 
 * Ray ``shards``: ``tokenize_files(out_dir=...)``: the actor writes a Megatron part per file
   (ShardWriter, as the CLI), then ``merge_shard_lists`` (renames) makes one list;
 * Ray ``parquet``: ``ray.data.read_parquet`` → ``tokenize_dataset`` (Ray tasks read, the
-  object store carries the text to the actor).
+  object store carries the text to the actor);
+* Ray ``readtasks``: ``ray.data.from_items(paths)`` → ``map_batches`` Ray tasks that read with
+  FileReader → ``tokenize_dataset`` (the CLI's reader in Ray's read tasks: what the object
+  store hop costs without Ray's parquet reader).
 
 ``--runs files:2 shards:2 parquet:2`` says which Ray runs (``pipeline:calls at once in the
 actor``), one after another in the same cluster; the first run also pays Ray's cold workers
@@ -68,6 +71,7 @@ from torch_gpubpe.vocab import Vocab  # noqa: E402
 # What the preloaded cluster's workers import at start (--preload-runs): Ray Data (the actor
 # pool's worker class), the recipe, the encoder and the reader; the actor's own start then
 # skips them.
+KINDS = ("files", "shards", "parquet", "readtasks")
 PRELOAD = "ray.data,torch_gpubpe.ray,torch_gpubpe.encoder,torch_gpubpe.readers,pyarrow.parquet"
 
 
@@ -255,6 +259,16 @@ def _adapter_name() -> str:
             f"{os.environ.get('CUDA_VISIBLE_DEVICES')}; {c.reason if c else 'wgpu default'}")
 
 
+def read_file_tables(batch, text_column: str):
+    """A Ray read task of the ``readtasks`` runs: the batch's files read with FileReader (2
+    threads: 16 such tasks run at once on 16 CPUs), one text table per row group."""
+    from torch_gpubpe.readers import FileReader
+
+    for path in batch.column("path").to_pylist():
+        for b in FileReader([path], text_column=text_column, threads=2).batches():
+            yield pa.table({text_column: b.values})
+
+
 def ray_pipeline(ray, vocab: Vocab, files: list[str], a, kind: str, calls: int,
                  trace: str) -> dict:
     """One Ray run: tokens, driver times (wall), Ray's stats."""
@@ -279,7 +293,13 @@ def ray_pipeline(ray, vocab: Vocab, files: list[str], a, kind: str, calls: int,
             shutil.rmtree(out, ignore_errors=True)
             return r
     else:
-        ds = ray.data.read_parquet(files).select_columns([a.text_column])
+        if kind == "readtasks":   # Ray tasks read with FileReader; the object store carries
+            ds = ray.data.from_items([{"path": f} for f in files],  # the text to the actor
+                                     override_num_blocks=len(files))
+            ds = ds.map_batches(read_file_tables, batch_size=1, batch_format="pyarrow",
+                                fn_kwargs={"text_column": a.text_column})
+        else:
+            ds = ray.data.read_parquet(files).select_columns([a.text_column])
         ds = tokenize_dataset(ds, vocab, batch_size=a.ray_batch_size, keep_columns=[],
                               cls=TracedTokenizeBatches, **common)
     r["planned"] = time.time()
@@ -404,8 +424,9 @@ def main() -> None:
                     help="Ray runs, in order, each PIPELINE:CALLS (files = tokenize_files, "
                          "token tables to the driver; shards = tokenize_files(out_dir=): the "
                          "actor writes Megatron parts, merged after (as the CLI, tokens on "
-                         "disk); parquet = read_parquet + tokenize_dataset; CALLS: calls at "
-                         "once in the actor)")
+                         "disk); parquet = read_parquet + tokenize_dataset; readtasks = Ray "
+                         "tasks read with FileReader (from_items + map_batches), then "
+                         "tokenize_dataset; CALLS: calls at once in the actor)")
     ap.add_argument("--preload-runs", nargs="*", default=["files:2", "shards:2"],
                     help="then these runs in a second cluster whose prestarted workers import "
                          f"{PRELOAD} before taking work (Ray's system config "
@@ -433,9 +454,8 @@ def main() -> None:
         out = []
         for spec in given:
             kind, _, calls = spec.partition(":")
-            if kind not in ("files", "shards", "parquet") or not calls.isdigit() \
-                    or int(calls) < 1:
-                sys.exit(f"{opt}: {spec!r} is not files:N, shards:N or parquet:N")
+            if kind not in KINDS or not calls.isdigit() or int(calls) < 1:
+                sys.exit(f"{opt}: {spec!r} is not KIND:N, KIND one of {KINDS}")
             out.append((kind, int(calls)))
         return out
 
