@@ -79,7 +79,7 @@ _ERR = ctypes.c_size_t(-1).value
 THREADS = 8
 PARALLEL_MIN = 1 << 18  # characters per thread at least (below: one thread)
 SMALL = 1024            # characters: a shorter document is encoded by str.encode at once
-WIDEN_MIN = 4096        # characters: a kind-1/2 document this long is widened to UCS-4 first
+WIDEN_MIN = 8192        # characters: a kind-1/2 document this long is widened to UCS-4 first
 WIDEN_CHUNK = 1 << 18   # characters widened at a time (a 1 MiB buffer per thread)
 
 
@@ -167,9 +167,8 @@ def _open_iconv():
     iconv, iconv_open = libc.iconv, libc.iconv_open
     iconv_open.restype = ctypes.c_void_p
     iconv_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
-    iconv.restype = ctypes.c_size_t
-    iconv.argtypes = [ctypes.c_void_p] * 5
-    close = libc.iconv_close
+    iconv.restype = ctypes.c_size_t   # (no argtypes: called with c_void_p objects, half the
+    close = libc.iconv_close          # cost of converting five ints per call)
     close.argtypes = [ctypes.c_void_p]
     return iconv, iconv_open, close
 
@@ -187,8 +186,10 @@ class _Descriptors:
                 for c in self.cd.values():
                     close(c)
                 raise OSError(f"iconv_open('UTF-8', {name.decode()!r}) failed")
-            self.cd[kind] = cd
+            self.cd[kind] = ctypes.c_void_p(cd)
         self.cells = (ctypes.c_size_t * 4)()   # in pointer, in bytes left, out pointer, out left
+        base = ctypes.addressof(self.cells)
+        self.args = tuple(ctypes.c_void_p(base + 8 * k) for k in range(4))
         self.wide = np.empty(WIDEN_CHUNK, np.uint32)
 
     def __del__(self) -> None:
@@ -213,7 +214,7 @@ def _self_test() -> str | None:
     take each path (in place, widened, cached UTF-8), else what differed."""
     asc_off, _, len_off, utf8_off = _state["layout"]
     for s0 in ("plain ascii text ", *_SELF_TEST):
-        for n in (1024, 4097):   # (SMALL and WIDEN_MIN + 1 of the defaults: in place, widened)
+        for n in (1024, 8193):   # (SMALL and WIDEN_MIN + 1 of the defaults: in place, widened)
             s = (s0 * (n // len(s0) + 1))[:n]   # (a fresh object: nothing cached in it)
             a = id(s)
             hash(s)
@@ -245,7 +246,7 @@ def _self_test() -> str | None:
     if join_parts(utf8_parts([s])).tobytes() != s.encode():
         return "a cached UTF-8 read back differs from str.encode"
     for s in ("a\ud800b", "\ud83d\ude00", "\U0001f600\udfff", "\xe9\udc80"):
-        for n in (1024, 4097):
+        for n in (1024, 8193):
             s = "x" * (n - len(s)) + s
             if join_parts(utf8_parts([s])).tobytes() != to_bytes(s):
                 return "a str with surrogates is not packed as reference.to_bytes packs it"
@@ -319,8 +320,7 @@ def _transcode(addr: list[int], nchars: list[int], kinds: list[int], lo: int, hi
     wide_at, chunk = wide.ctypes.data, len(wide)
     bound = sum(nchars[j] * _BOUND[kinds[j]] for j in range(lo, hi))
     out = np.empty(bound, np.uint8)
-    base = ctypes.addressof(cells)
-    p_in, p_inl, p_out, p_outl = base, base + 8, base + 16, base + 24
+    p_in, p_inl, p_out, p_outl = d.args
     pos = out.ctypes.data
     end = pos + bound
     lengths = []
