@@ -440,7 +440,11 @@ class CorpusReader:
                         self.heldout_bytes += int(lens[held].sum())
                         keep = np.ones(len(p), bool)
                         keep[held] = False
-                        data = data[np.repeat(keep, lens)]
+                        # the runs of kept documents between held ones, copied as slices (a
+                        # byte mask would cost ~10x more per byte of the batch)
+                        cut_a = np.concatenate([[0], offsets[held + 1]]).tolist()
+                        cut_b = np.concatenate([offsets[held], [offsets[-1]]]).tolist()
+                        data = np.concatenate([data[a:b] for a, b in zip(cut_a, cut_b)])
                         offsets = np.zeros(int(keep.sum()) + 1, np.int64)
                         np.cumsum(lens[keep], out=offsets[1:])
                 self.train_docs += len(offsets) - 1
