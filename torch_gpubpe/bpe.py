@@ -117,15 +117,20 @@ def _split_of(tok: bytes, ranks: dict[bytes, int]) -> tuple[bytes, bytes] | None
     end in one part (unreachable)."""
     parts = [tok[j : j + 1] for j in range(len(tok))]
     get = ranks.get
+    none = 1 << 62  # no such token
+    # pr[j]: rank of parts[j] + parts[j + 1]; after a merge only its two neighbours change
+    pr = [get(parts[j] + parts[j + 1], none) for j in range(len(parts) - 1)]
     while len(parts) > 2:
-        best, at = None, -1
-        for j in range(len(parts) - 1):
-            r = get(parts[j] + parts[j + 1])
-            if r is not None and (best is None or r < best):
-                best, at = r, j
-        if best is None:
+        best = min(pr)  # the leftmost lowest rank (list.index)
+        if best == none:
             return None
+        at = pr.index(best)
         parts[at : at + 2] = [parts[at] + parts[at + 1]]
+        del pr[at]
+        if at > 0:
+            pr[at - 1] = get(parts[at - 1] + parts[at], none)
+        if at < len(pr):
+            pr[at] = get(parts[at] + parts[at + 1], none)
     return parts[0], parts[1]
 
 
