@@ -195,18 +195,23 @@ def bpe_tables(vocab: Vocab) -> BpeTables:
     table = np.full((slots, 3), NO_TOKEN, np.uint32)
     home = (pair_hash(split[multi, 0], split[multi, 1]) & np.uint32(mask)).astype(np.int64)
     max_probe = 1
-    for t, h in zip(multi.tolist(), home.tolist()):
+    taken = bytearray(slots)  # (a Python-level probe: numpy scalar reads cost ~10x more)
+    at = []
+    for h in home.tolist():
         k = 0
-        while table[(h + k) & mask, 0] != NO_TOKEN:
+        while taken[(h + k) & mask]:
             k += 1
-        table[(h + k) & mask] = (split[t, 0], split[t, 1], t)
-        max_probe = max(max_probe, k + 1)
+        taken[(h + k) & mask] = 1
+        at.append((h + k) & mask)
+        if k + 1 > max_probe:
+            max_probe = k + 1
+    if len(multi):
+        table[at] = np.stack([split[multi, 0], split[multi, 1], multi.astype(np.uint32)], 1)
     # A miss probes until an empty slot: bound that too (the table is at most half full).
     occupied = table[:, 0] != NO_TOKEN
-    run, longest = 0, 0
-    for o in np.concatenate([occupied, occupied]).tolist():  # runs wrap around
-        run = run + 1 if o else 0
-        longest = max(longest, run)
+    edges = np.diff(np.concatenate([[0], occupied, occupied, [0]]).astype(np.int8))
+    runs = np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)  # runs wrap around
+    longest = int(runs.max()) if len(runs) else 0
     max_probe = max(max_probe, min(longest, slots) + 1)
     # Spine bounds (module docstring), in rank order: a token's parts come before it.
     min_as_left = np.full(n, NO_TOKEN, np.uint32)
