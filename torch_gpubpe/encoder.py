@@ -1070,9 +1070,11 @@ class Tokenizer:
     def host_seconds(self) -> dict[str, float]:
         """Host seconds spent per step of the batches so far (:data:`HOST_STEPS`): waiting for
         the upload staging buffer, copying the text into it, writing the document starts,
-        recording the passes, the previous batch's readback (waiting for its token count:
-        ``wait_token_count`` is part of it), submitting, waiting for the ids, copying them
-        out. Empty before the first batch."""
+        recording the passes, queueing the readback of the batch in flight before the next
+        batch's submit, submitting, waiting for the ids, copying them out; and
+        ``wait_token_count``, waiting for a batch's token count (the GPU finishing its passes):
+        inside ``previous_readback_submit`` when the next batch's submit queues the readback,
+        else inside ``result()`` (the last batch). Empty before the first batch."""
         return dict(self._sess.host_seconds) if self._sess else {}
 
     @property
