@@ -310,7 +310,8 @@ def test_gpu_profile_repeat_same_ids(gpt2, gpt2_tt):
     assert not tok._session().profile or tok.last_pass_us["trie_tokenizer_chunked"] > 0
 
 
-NEW_SWITCHES = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS", "TEXT_WINDOW")
+NEW_SWITCHES = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS", "TEXT_WINDOW",
+                "SPINE_ROWS")
 
 
 @gpu
@@ -320,7 +321,7 @@ def test_gpu_walk_build_flags_flipped(gpt2, gpt2_tt, monkeypatch, flag):
     """The walk with each build switch of encoder_bpe flipped from its default (PREFETCH_ROWS
     off: candidate rows loaded in the try; OVERLAP_TRY on: the trying lane's first pair-check
     loads issued before the walking lanes'; SHORT_SEARCH, FUSED_EDGES, D2_LUT, LAZY_ROWS,
-    TEXT_WINDOW: see
+    TEXT_WINDOW, SPINE_ROWS: see
     encoder_bpe), and the four new ones together, as benchmarks/encode.py compares, is exact
     too, on text that backtracks and on pathological words."""
     import torch_gpubpe.encoder_bpe as EB
@@ -697,12 +698,13 @@ def test_fused_edges_and_depth2_table(gpt2):
 def test_gpu_walk_switches_cut_their_loads(gpt2, gpt2_tt, monkeypatch):
     """Each new build switch does what it says in the PROFILE build's load counters: the same
     walk (every work counter but the loads equal, ids equal to tiktoken), SHORT_SEARCH,
-    FUSED_EDGES and D2_LUT with fewer trie loads, LAZY_ROWS with fewer row loads, TEXT_WINDOW
-    with fewer text loads, the others unchanged."""
+    FUSED_EDGES and D2_LUT with fewer trie loads, LAZY_ROWS and SPINE_ROWS with fewer row
+    loads, TEXT_WINDOW with fewer text loads, the others unchanged."""
     import torch_gpubpe.encoder_bpe as EB
     from torch_gpubpe.encoder import Tokenizer
 
-    docs = [d for n in ("en_novels", "multi_udhr") for d in corpus_docs(n, 3_000, max_doc_bytes=1_500)]
+    docs = [d for n in ("en_novels", "multi_udhr")
+            for d in corpus_docs(n, 3_000, max_doc_bytes=1_500)]
     want = [gpt2_tt.encode_ordinary(d) for d in docs]
     loads = ("ld_trie", "ld_rows", "ld_pairs", "ld_text")
     for flag in NEW_SWITCHES:  # (whatever TORCH_GPUBPE_WALK_SWITCHES set)
@@ -716,7 +718,7 @@ def test_gpu_walk_switches_cut_their_loads(gpt2, gpt2_tt, monkeypatch):
     base = work()
     assert all(base[k] > 0 for k in loads)
     less = {"SHORT_SEARCH": "ld_trie", "FUSED_EDGES": "ld_trie", "D2_LUT": "ld_trie",
-            "LAZY_ROWS": "ld_rows", "TEXT_WINDOW": "ld_text"}
+            "LAZY_ROWS": "ld_rows", "TEXT_WINDOW": "ld_text", "SPINE_ROWS": "ld_rows"}
     for flag, fewer in less.items():
         monkeypatch.setattr(EB, flag, True)
         w = work()

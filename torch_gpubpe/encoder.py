@@ -239,7 +239,7 @@ class _Slot:
                 10: self.out, 11: self.doc_starts, 12: self.doc_tok}
         if s.bpe is not None:
             bind.update({13: s.tokinfo, 14: s.pairs, 15: self.dead, 17: s.bounds, 19: s.fedges,
-                         20: s.d2})
+                         20: s.d2, 21: s.spines})
             if s.bpe_work is not None:  # work counters (encoder_bpe.walk_work)
                 bind[18] = s.bpe_work
         walk = s.chunked_bindings

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bpe import NO_TOKEN, BpeTables, valid_pair
+from .bpe import NO_TOKEN, RANK_BITS, BpeTables, valid_pair
 from .shaders import shader_info
 
 # The walk's work counters (PROFILE builds), read from the WGSL: name -> index in binding 18.
@@ -69,14 +69,19 @@ TEXT_WINDOW = True
 """Whether each thread reads text bytes and word-start bits through a window of two 32-bit
 words of each (one load per 4 bytes / 32 bits it moves on, instead of a load per byte read:
 the word-start test of every walk step reads 3 bytes and 2 bits; ``TEXT_WINDOW``)."""
+SPINE_ROWS = True
+"""Whether the pair check reads the token each step unwinds to from :func:`spine_rows` (one
+16-byte row: the fields of its side of the seam) instead of its tokinfo and bounds rows
+(``SPINE_ROWS``)."""
 LAZY_ROWS = True
 """Whether a candidate at a word start (no previous token: no pair check) skips its
 tokinfo/bounds row loads; an accepted token's rows are then loaded only when its word goes on
 (``LAZY_ROWS``)."""
 WALK_SWITCHES = ("PREFETCH_ROWS", "OVERLAP_TRY", "SHORT_SEARCH", "FUSED_EDGES", "D2_LUT",
-                 "LAZY_ROWS", "TEXT_WINDOW")
+                 "LAZY_ROWS", "TEXT_WINDOW", "SPINE_ROWS")
 """The module-level build switches of the walk (each exact; tests flip each one)."""
-SPEEDUPS = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS", "TEXT_WINDOW")
+SPEEDUPS = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS", "TEXT_WINDOW",
+            "SPINE_ROWS")
 """The switches that cut the walk's loads (issue 15: kernels within 2x of greedy's); the
 benchmarks also time them all off (all on, when they are not the default)."""
 
@@ -145,6 +150,19 @@ def depth2_table(trie) -> np.ndarray:
     return out
 
 
+def spine_rows(t: BpeTables) -> np.ndarray:
+    """``(2 * num_tokens, 4)`` uint32: row ``2t`` = ``(right, rank, R[t], R[right])``, row
+    ``2t + 1`` = ``(left, rank, L[t], L[left])`` (``split``, dense rank, the spine bounds of
+    :mod:`torch_gpubpe.bpe`): what the pair check reads of a token on the left / right of the
+    seam (``SPINE_ROWS``)."""
+    info, gb = t.gpu_info, t.gpu_bounds
+    rank = info[:, 3] & np.uint32((1 << RANK_BITS) - 1)
+    out = np.empty((len(info), 2, 4), np.uint32)
+    out[:, 0] = np.stack([info[:, 2], rank, gb[:, 0], gb[:, 2]], axis=1)
+    out[:, 1] = np.stack([info[:, 1], rank, gb[:, 1], gb[:, 3]], axis=1)
+    return out.reshape(-1, 4)
+
+
 def gpu_pairs(t: BpeTables) -> np.ndarray:
     """The pair hash table as the walk reads it: ``(slots, 4)`` uint32 rows ``(left, right,
     token, rank of token)`` (``t.pairs`` plus the rank, so that one load answers a probe);
@@ -181,7 +199,7 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False
                 "iterations, more than lavapipe's 65,535-iteration cap leaves")
         sess.budget = cap
     sess.progress_factor = 4 * (trie.max_depth + 2)
-    sess.chunked_bindings = (0, 1, 2, 3, 4, 5, 6, 7, 8, 13, 14, 15, 17, 19, 20)
+    sess.chunked_bindings = (0, 1, 2, 3, 4, 5, 6, 7, 8, 13, 14, 15, 17, 19, 20, 21)
     info = np.ascontiguousarray(t.gpu_info)
     sess.tokinfo = g.buffer(info.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.tokinfo")
     pairs = gpu_pairs(t)
@@ -192,12 +210,15 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False
     sess.fedges = g.buffer(fe.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.fedges")
     d2 = depth2_table(trie)
     sess.d2 = g.buffer(d2.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.d2")
+    sp = spine_rows(t)
+    sess.spines = g.buffer(sp.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.spines")
     with g.operation("uploading the merge-order tables"):
         g.device.queue.write_buffer(sess.tokinfo, 0, info)
         g.device.queue.write_buffer(sess.pairs, 0, pairs)
         g.device.queue.write_buffer(sess.bounds, 0, bounds)
         g.device.queue.write_buffer(sess.fedges, 0, fe)
         g.device.queue.write_buffer(sess.d2, 0, d2)
+        g.device.queue.write_buffer(sess.spines, 0, sp)
     consts = {"WG": 256, "CHUNK": chunk, "PAIR_MASK": t.pair_mask, "PAIR_PROBES": t.max_probe,
               "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable),
               **{k: int(bool(globals()[k])) for k in WALK_SWITCHES}}

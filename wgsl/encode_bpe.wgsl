@@ -44,6 +44,13 @@
 //                                                         (x = nc << 8 | b1), all NO_TOKEN if none:
 //                                                         the depth-1 search (a binary search
 //                                                         of up to 256 children) in one load
+//  21 spines   : storage, read        array<vec4<u32>>    per token t (SPINE_ROWS): row 2t =
+//                                                         (right, rank, R[t], R[right]), row
+//                                                         2t + 1 = (left, rank, L[t], L[left]):
+//                                                         all valid_pair reads of a token on
+//                                                         the left / right of the seam, so an
+//                                                         unwinding step loads one row, not
+//                                                         its tokinfo and bounds rows
 
 struct Params {
     n: u32,
@@ -71,6 +78,7 @@ struct Params {
 @group(0) @binding(17) var<storage, read> bounds: array<vec4<u32>>;
 @group(0) @binding(19) var<storage, read> fedges: array<vec4<u32>>;
 @group(0) @binding(20) var<storage, read> d2: array<vec4<u32>>;
+@group(0) @binding(21) var<storage, read> spines: array<vec4<u32>>;
 //#if PROFILE
 @group(0) @binding(18) var<storage, read_write> work: array<atomic<u32>>;
 //#endif
@@ -96,6 +104,7 @@ override FUSED_EDGES: bool = false;   // trie steps through fedges (one load per
 override D2_LUT: bool = false;        // a walk's first trie step through d2 (one load)
 override TEXT_WINDOW: bool = false;   // text bytes and word-start bits read through a window of
                                       // two words per thread (win_word), not a load per use
+override SPINE_ROWS: bool = false;    // valid_pair through spines (valid_pair_s)
 override LAZY_ROWS: bool = false;     // no tokinfo/bounds rows loaded for candidates at a word
                                       // start (no pair check there); an accepted token's rows
                                       // are loaded only if its word goes on
@@ -214,6 +223,7 @@ fn ld_fedge_x(i: u32) -> u32 { work_count(W_LD_TRIE, 1u); return fedges[i].x; }
 fn ld_d2(i: u32) -> vec4<u32> { work_count(W_LD_TRIE, 1u); return d2[i]; }
 fn ld_info(t: u32) -> vec4<u32> { work_count(W_LD_ROWS, 1u); return tokinfo[t]; }
 fn ld_bounds(t: u32) -> vec4<u32> { work_count(W_LD_ROWS, 1u); return bounds[t]; }
+fn ld_spine(i: u32) -> vec4<u32> { work_count(W_LD_ROWS, 1u); return spines[i]; }
 fn ld_pair(h: u32) -> vec4<u32> { work_count(W_LD_PAIRS, 1u); return pairs[h]; }
 fn ld_scratch(i: u32) -> u32 { work_count(W_LD_TEXT, 1u); return scratch[i]; }
 
@@ -400,6 +410,60 @@ fn valid_pair(t1_in: u32, i1_in: vec4<u32>, b1_in: vec4<u32>, t2_in: u32, i2_in:
     return true;  // not reached: UNWIND bounds the unwinding (host)
 }
 
+// valid_pair with the tokens' spine rows (SPINE_ROWS): s1 = (right, rank, R, R[right]) of t1
+// (the left token), s2 = (left, rank, L, L[left]) of t2: the same steps and loads, but the
+// token unwound to is one spines row (its side's), not its tokinfo and bounds rows.
+fn spine_r(i: vec4<u32>, b: vec4<u32>) -> vec4<u32> {
+    return vec4<u32>(i.z, i.w & RANK_MASK, b.x, b.z);
+}
+fn spine_l(i: vec4<u32>, b: vec4<u32>) -> vec4<u32> {
+    return vec4<u32>(i.y, i.w & RANK_MASK, b.y, b.w);
+}
+// The spines row of the token a step unwinds to (plan_step's p).
+fn spine_row(p: Step) -> u32 { return 2u * p.nt + select(1u, 0u, p.move1); }
+
+fn valid_pair_s(t1_in: u32, s1_in: vec4<u32>, t2_in: u32, s2_in: vec4<u32>, pre: bool,
+                e0: vec4<u32>, ns0: vec4<u32>, steps: ptr<function, u32>) -> bool {
+    work_count(W_CHECKS, 1u);
+    var t1 = t1_in;
+    var t2 = t2_in;
+    var s1 = s1_in;
+    var s2 = s2_in;
+    if (max(s1.z, s2.z) == NO_TOKEN) { return true; }  // bpe.py's first bound test
+    var limit = NO_TOKEN;
+    for (var g = 0u; g < UNWIND; g++) {
+        *steps += 1u;
+        if (g == 1u) { work_count(W_CHECK_LOOP, 1u); }
+        if (g >= 1u) { work_count(W_UNWIND, 1u); }
+        // plan_step on the spine rows (s1.x = right(t1), s2.x = left(t2), .y = ranks)
+        let i1 = vec4<u32>(0u, 0u, s1.x, s1.y);
+        let i2 = vec4<u32>(0u, s2.x, 0u, s2.y);
+        let p = plan_step(t1, i1, t2, i2);
+        var e = e0;
+        var ns = ns0;
+        if (g != 0u || !pre) {
+            e = ld_pair(p.h);
+            ns = ld_spine(spine_row(p));
+        }
+        let c = pair_find(t1, t2, p.h, e, steps);
+        if (c.x != NO_TOKEN && (limit == NO_TOKEN || c.y < limit)) { return false; }
+        if (p.last) { return true; }
+        limit = p.next_limit;
+        var bound = 0u;
+        if (p.move1) {
+            bound = max(s1.w, s2.z);
+            t1 = p.nt;
+            s1 = ns;
+        } else {
+            bound = max(s1.z, s2.w);
+            t2 = p.nt;
+            s2 = ns;
+        }
+        if (bound >= limit) { return true; }
+    }
+    return true;  // not reached: UNWIND bounds the unwinding (host)
+}
+
 // The token ending at pos (pos inside a word: the nearest token start before it), or NO_TOKEN
 // at a word start. Token interiors hold NO_TOKEN in scratch.
 fn prev_token(pos: u32, steps: ptr<function, u32>) -> u32 {
@@ -558,8 +622,12 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         if (OVERLAP_TRY && !found && prev != NO_TOKEN && rows_ok) {
             let p = plan_step(prev, prev_i, cand, ci);
             pe = ld_pair(p.h);
-            pni = ld_info(p.nt);
-            pnb = ld_bounds(p.nt);
+            if (SPINE_ROWS) {
+                pni = ld_spine(spine_row(p));
+            } else {
+                pni = ld_info(p.nt);
+                pnb = ld_bounds(p.nt);
+            }
             pre = true;
         }
         // LAZY_ROWS: a candidate at a word start needs no rows unless it is rejected (a dead
@@ -630,7 +698,12 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         let end = pos + cand_len;
         var ok = !(dead_any && is_dead(end));
         if (ok && prev != NO_TOKEN) {
-            ok = valid_pair(prev, prev_i, prev_b, cand, ci, cb, pre, pe, pni, pnb, &steps);
+            if (SPINE_ROWS) {
+                ok = valid_pair_s(prev, spine_r(prev_i, prev_b), cand, spine_l(ci, cb), pre, pe,
+                                  pni, &steps);
+            } else {
+                ok = valid_pair(prev, prev_i, prev_b, cand, ci, cb, pre, pe, pni, pnb, &steps);
+            }
         }
         if (!ok && !rows_ok) {  // (lazy) a dead end at a word start: its next shorter token
             ci = ld_info(cand);
