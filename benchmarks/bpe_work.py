@@ -61,7 +61,7 @@ size); then, for each build of ``--gpu-variants`` (the default build, each speed
 input byte by table (``ld_trie``, ``ld_rows``, ``ld_pairs``, ``ld_text``: one per load
 instruction and lane, a vec4 row one), beside greedy's walk counted by
 :meth:`Model.greedy_loads`. GPT-2, 0.3 MB of each corpus (2026-12-01): 19.98 loads per byte
-with every speed-up off, 4.53 with all on (trie 9.43 -> 2.19, rows 2.07 -> 1.30, pairs 0.45,
+with every speed-up off, 4.15 with all on (trie 9.43 -> 2.19, rows 2.07 -> 0.92, pairs 0.45,
 text 8.03 -> 0.58); greedy 14.89.
 
 Data: the corpora in ``TORCH_GPUBPE_CORPORA`` (default ``../shared/corpora``), the vocab

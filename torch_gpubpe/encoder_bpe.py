@@ -48,7 +48,7 @@ together. Off: on the H200 (2026-12-01 15:15 UTC, GPT-2, 102 MB, ``benchmarks/en
 walk took 9.10 ms with it off and 17.8 ms with it on (greedy 3.9 ms); the lockstep model had
 predicted a gain. Read when a session opens; benchmarks/encode.py times both."""
 # The speed-ups (SPEEDUPS), on by default since 2026-12-01 17:00 UTC: together they cut the
-# walk's global-memory load instructions per input byte from 19.98 to 4.53 (greedy's walk:
+# walk's global-memory load instructions per input byte from 19.98 to 4.15 (greedy's walk:
 # 14.89; PROFILE counters on lavapipe, GPT-2, 0.3 MB of each of the five corpora of
 # benchmarks/encode.py: ``benchmarks/bpe_work.py --mb 0.3 --variants none --gpu``) and the
 # walk's warp-lockstep dependent loads from 1.79x greedy's to 1.12x (bpe_work.py's model,
