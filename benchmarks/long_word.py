@@ -5,6 +5,7 @@
     python3 benchmarks/long_word.py --mb 1 --repeat 2    # lavapipe
     python3 benchmarks/long_word.py --serial             # also the one-thread walk (before issue 17)
     python3 benchmarks/long_word.py --cases --train      # only the trainer's submit gaps
+    python3 benchmarks/long_word.py --train              # encoder, trainer, encoder again
 
 Each case encodes one document that is ONE word of ``--mb`` MB (``b"a" * 5_000_000``, a space run,
 digits, ``=``, ``ş``, emoji, ``ab`` alternating) and the same character(s) split into words
@@ -21,8 +22,20 @@ prints the merge phase's submits, the largest interval between two of them
 around it (count, merges, continue, ...), how much of it the host was blocked on a GPU readback
 or inside the submit call (a CPU adapter runs the work there), the GPU time measured per merge /
 per continuation dispatch (what caps the work per submit: ``trainer.TARGET_SUBMIT_S``), its
-seconds, and the chains the long-chain path (``wgsl/train_long.wgsl``) took and its rounds. Ends
-with the SM clock, the machine, the date and the command.
+seconds, and the chains the long-chain path (``wgsl/train_long.wgsl``) took and its rounds.
+
+A *gap* (``stats["max_submit_gap_s"]``) is the time from the start of one ``queue.submit`` call
+of the merge phase to the start of the next one (every submit from the first pair count to the
+last batch of merges: counts, batches of merges, continuations), so it holds the host's work
+between them, its waits for readbacks and the submit call itself. On a GPU it is how long the
+device can go without new work; on a CPU adapter (lavapipe), where one submission runs at a
+time and a submit or readback waits for the one before, it is about the work of one submit.
+
+With ``--train`` and encoder cases (``--order both``, the default) the encoder table is run
+twice in one process, before any training and right after the trainer cases, and the two are
+printed side by side (absolute times of the long word and of the split document: which one
+moved), each headed by the process's RSS, tracked Python objects and live threads.
+Ends with the SM clock, the machine, the date and the command.
 
 ``--mode bpe`` (issue 15): the same cases in merge-order mode (``Tokenizer(vocab, mode="bpe")``,
 default vocab GPT-2's ``tests/data/vocabs/gpt2.tiktoken``). A merge-order word is walked by ONE
@@ -183,43 +196,27 @@ def train_gaps(nbytes: int, vocab_size: int) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--mb", type=float, default=5.0, help="MB per document (default 5)")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per case, best kept")
-    ap.add_argument("--vocab", help="a vocab file (default: train one, --vocab-size)")
-    ap.add_argument("--vocab-size", type=int, default=4096)
-    ap.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
-    ap.add_argument("--serial", action="store_true",
-                    help="also time long_word_bytes=None (one thread per word) and compare ids")
-    ap.add_argument("--mode", choices=["greedy", "bpe"], default="greedy",
-                    help="bpe: merge-order mode (its serial walk), default vocab GPT-2's")
-    ap.add_argument("--train", action="store_true",
-                    help="first train on one --mb word and a base64 blob: submit gaps "
-                         "(--cases with no names: only that)")
-    ap.add_argument("--train-vocab-size", type=int, default=1024)
-    args = ap.parse_args()
-    nbytes = int(args.mb * 1_000_000)
-    if args.train:
-        with GPUMonitor() as mon:
-            train_gaps(nbytes, args.train_vocab_size)
-        print(f"\n{mon.summary()}\n")
-        if not args.cases:
-            print_footer()
-            return
-    if args.mode == "bpe":
-        bpe_main(args, nbytes)
-        return
-    vocab = get_vocab(args)
-    tok = Tokenizer(vocab)
-    serial = Tokenizer(vocab, long_word_bytes=None)
-    tok.encode(b"warm up " * 1000 + b"a" * 100_000)
-    serial.encode(b"warm up")
+def process_state() -> str:
+    """This process's resident memory, live Python objects and threads (what a trainer run
+    before can leave behind: the encoder's long-word ratio was 1.8x in a fresh process and
+    4.4-5.0x right after the trainer cases on the H200)."""
+    import gc
+    import threading
+
+    rss = next((int(line.split()[1]) // 1024 for line in open("/proc/self/status")
+                if line.startswith("VmRSS:")), -1) if os.path.exists("/proc/self/status") else -1
+    names = sorted({t.name.rstrip("0123456789_-") for t in threading.enumerate()})
+    return (f"RSS {rss:,} MB, {len(gc.get_objects()):,} Python objects tracked, "
+            f"threads: {', '.join(names)}")
+
+
+def encode_cases(args, nbytes: int, vocab: Vocab, tok: Tokenizer, serial: Tokenizer,
+                 label: str) -> list[dict]:
+    """The encoder table: each case's long word and split document, best of ``--repeat``."""
     sess = tok._session()
-    print(f"adapter: {sess.gpu.adapter_name}; SM clock at start {sm_clock_now()}")
-    print(f"long-word path: from {sess.long_from} B past a chunk, tiles of {sess.lc} B, "
-          f"windows of {sess.ldw} nodes (longest token)\n")
-    head = f"{'case':<12} {'long word':>11} {'split':>9} {'ratio':>6} {'MB/s long':>10}"
+    print(f"\n== encoder, {label}; SM clock {sm_clock_now()}; {process_state()}")
+    head = (f"{'case':<12} {'long word':>11} {'split':>9} {'ratio':>6} {'MB/s long':>10} "
+            f"{'MB/s split':>10}")
     print(head + ("  " + f"{'serial':>9} {'speedup':>8}" if args.serial else ""))
     rows = []
     with GPUMonitor() as mon:
@@ -235,7 +232,8 @@ def main() -> None:
             assert got[: len(want) - 64] == want[: len(want) - 64], f"{name}: ids differ"
             t_split, _ = best(tok, split_doc, args.repeat)
             line = (f"{name:<12} {t_long * 1e3:>9.1f}ms {t_split * 1e3:>7.1f}ms "
-                    f"{t_long / t_split:>6.2f} {len(long_doc) / t_long / 1e6:>10.1f}")
+                    f"{t_long / t_split:>6.2f} {len(long_doc) / t_long / 1e6:>10.1f} "
+                    f"{len(split_doc) / t_split / 1e6:>10.1f}")
             row = {"case": name, "bytes": len(long_doc), "long_s": t_long, "split_s": t_split}
             if args.serial:
                 t_ser, ids_ser = best(serial, long_doc, 1)
@@ -244,9 +242,73 @@ def main() -> None:
                 row["serial_s"] = t_ser
             print(line, flush=True)
             rows.append(row)
-    print(f"\n{mon.summary()}")
-    print(f"worst ratio long/split: {max(r['long_s'] / r['split_s'] for r in rows):.2f} "
-          "(issue 17 target: <= 3)")
+    print(mon.summary())
+    print(f"worst ratio long/split ({label}): "
+          f"{max(r['long_s'] / r['split_s'] for r in rows):.2f} (issue 17 target: <= 3)")
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mb", type=float, default=5.0, help="MB per document (default 5)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per case, best kept")
+    ap.add_argument("--vocab", help="a vocab file (default: train one, --vocab-size)")
+    ap.add_argument("--vocab-size", type=int, default=4096)
+    ap.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    ap.add_argument("--serial", action="store_true",
+                    help="also time long_word_bytes=None (one thread per word) and compare ids")
+    ap.add_argument("--mode", choices=["greedy", "bpe"], default="greedy",
+                    help="bpe: merge-order mode (its serial walk), default vocab GPT-2's")
+    ap.add_argument("--train", action="store_true",
+                    help="also train on one --mb word and a base64 blob: submit gaps "
+                         "(--cases with no names: only that)")
+    ap.add_argument("--order", choices=["both", "train-first", "encode-first"], default="both",
+                    help="with --train and encoder cases: encode, train, encode again (both, "
+                         "default), or only one order")
+    ap.add_argument("--train-vocab-size", type=int, default=1024)
+    args = ap.parse_args()
+    nbytes = int(args.mb * 1_000_000)
+    if args.mode == "bpe":
+        if args.train:
+            with GPUMonitor() as mon:
+                train_gaps(nbytes, args.train_vocab_size)
+            print(f"\n{mon.summary()}\n")
+        bpe_main(args, nbytes)
+        return
+    if args.train and not args.cases:
+        with GPUMonitor() as mon:
+            train_gaps(nbytes, args.train_vocab_size)
+        print(f"\n{mon.summary()}")
+        print_footer()
+        return
+    vocab = get_vocab(args)
+    tok = Tokenizer(vocab)
+    serial = Tokenizer(vocab, long_word_bytes=None)
+    tok.encode(b"warm up " * 1000 + b"a" * 100_000)
+    serial.encode(b"warm up")
+    sess = tok._session()
+    print(f"adapter: {sess.gpu.adapter_name}; SM clock at start {sm_clock_now()}")
+    print(f"long-word path: from {sess.long_from} B past a chunk, tiles of {sess.lc} B, "
+          f"windows of {sess.ldw} nodes (longest token)")
+    tables = {}
+    if not args.train or args.order in ("both", "encode-first"):
+        tables["before any training"] = encode_cases(args, nbytes, vocab, tok, serial,
+                                                     "before any training (fresh process)")
+    if args.train:
+        with GPUMonitor() as mon:
+            train_gaps(nbytes, args.train_vocab_size)
+        print(f"\n{mon.summary()}")
+        if args.order in ("both", "train-first"):
+            tables["after the trainer"] = encode_cases(args, nbytes, vocab, tok, serial,
+                                                       "right after the trainer cases")
+    if len(tables) == 2:
+        a, b = tables.values()
+        print("\nthe two orders (ms, best of --repeat): long before -> after, split before -> "
+              "after, ratio before -> after")
+        for ra, rb in zip(a, b):
+            print(f"  {ra['case']:<12} long {ra['long_s'] * 1e3:8.1f} -> {rb['long_s'] * 1e3:8.1f}"
+                  f"   split {ra['split_s'] * 1e3:8.1f} -> {rb['split_s'] * 1e3:8.1f}   ratio "
+                  f"{ra['long_s'] / ra['split_s']:5.2f} -> {rb['long_s'] / rb['split_s']:5.2f}")
     print_footer()
 
 
