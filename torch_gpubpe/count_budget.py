@@ -199,7 +199,8 @@ class CountBudget:
     def spill(self, wc) -> None:
         """Write ``wc`` (:class:`~torch_gpubpe.wordcount.WordCounts`, distinct words) as a
         sorted run."""
-        from .counts import write_counts
+        from .counts import write_counts, write_long_counts
+        from .wordcount import FEW_LONG_WORDS, LONG_GROUP_BYTES
 
         if not len(wc):
             return
@@ -215,7 +216,10 @@ class CountBudget:
                 f"holds); they are written as sorted runs to {self.tmp} and merged at the end "
                 "(exact, slower; recorded in stats['spilled_runs'])", stacklevel=4)
         path = Path(self.tmp) / f"run-{len(self.runs):05d}.parquet"
-        write_counts(wc, path, compression="lz4")
+        if len(wc) <= FEW_LONG_WORDS and len(wc.data) >= LONG_GROUP_BYTES * len(wc):
+            write_long_counts(wc, path)      # MB-long words: row groups of 1 MB, no copies
+        else:
+            write_counts(wc, path, compression="lz4")
         self.runs.append(path)
         self.run_words.append(len(wc))
         self.st["spilled_runs"] = len(self.runs)

@@ -203,6 +203,64 @@ def write_counts(wc, path: PathLike, *, num_documents: int = 0, corpus_bytes: in
     return _write_table_atomic(table, Path(path), meta, compression)
 
 
+def write_long_counts(wc, path: PathLike, *, compression: str = "lz4",
+                      row_group_bytes: int = 1 << 20) -> Path:
+    """:func:`write_counts` for few, long words (count_budget's spilled one-word documents of
+    MBs): the same file, written in row groups of at most ``row_group_bytes`` of words (one
+    word may be larger), without Parquet dictionaries or statistics, sorted by comparing the
+    words in place — so that writing adds about a row group's bytes, not ~9x the words' (issue
+    17 §2: 32 MB of 1 MB words spilled at +290 MB through :func:`write_counts`).
+
+    Raises:
+        InputError: a word occurs twice or a count is 0.
+    """
+    import functools
+
+    pa, _, pq = _pa()
+    data = np.ascontiguousarray(wc.data, np.uint8)
+    off = wc.offsets()
+    n = len(wc.lengths)
+
+    def cmp(i: int, j: int) -> int:
+        a, b = data[off[i]:off[i + 1]], data[off[j]:off[j + 1]]
+        m = min(len(a), len(b))
+        for s in range(0, m, 1 << 16):       # memcmp order, 64 KB at a time
+            d = np.flatnonzero(a[s:s + (1 << 16)] != b[s:s + (1 << 16)])
+            if len(d):
+                return -1 if a[s + d[0]] < b[s + d[0]] else 1
+        return (len(a) > len(b)) - (len(a) < len(b))
+
+    order = sorted(range(n), key=functools.cmp_to_key(cmp))
+    for x, y in zip(order, order[1:]):
+        if cmp(x, y) == 0:
+            raise InputError("the word counts hold a word twice")
+    if n and int(np.min(wc.counts)) < 1:
+        raise InputError("the word counts hold a count of 0")
+    schema = _schema(PRE_TOKENIZER)
+    path = Path(path)
+    with _AtomicWriter(path, schema, compression, use_dictionary=False,
+                       write_statistics=False) as w:
+        k = 0
+        while k < n:
+            j, size = k, 0
+            while j < n and (j == k or size + int(wc.lengths[order[j]]) <= row_group_bytes):
+                size += int(wc.lengths[order[j]])
+                j += 1
+            sel = order[k:j]
+            parts = [data[off[i]:off[i + 1]] for i in sel]
+            o = np.zeros(len(sel) + 1, np.int64)
+            np.cumsum([len(x) for x in parts], out=o[1:])
+            words = _words_array(np.concatenate(parts), o)
+            counts = pa.array(np.ascontiguousarray(wc.counts[sel], np.uint64))
+            w.writer.write_table(pa.Table.from_arrays([words, counts], schema=schema),
+                                 row_group_size=len(sel))
+            del parts, words, counts
+            k = j
+        w.totals = {"num_words": n, "total_count": _exact_sum(wc.counts),
+                    "num_documents": 0, "corpus_bytes": 0, "num_shards": 1}
+    return path
+
+
 def _write_table_atomic(table, path: Path, totals: dict, compression: str = "zstd") -> Path:
     with _AtomicWriter(path, table.schema, compression) as w:
         w.write(table)
@@ -214,8 +272,9 @@ class _AtomicWriter:
     """Parquet writer to ``path.tmp-*``, renamed to ``path`` on a clean exit; output rows are
     gathered into row groups of ``ROW_GROUP_ROWS``; ``totals`` go to the footer metadata."""
 
-    def __init__(self, path: Path, schema, compression: str = "zstd") -> None:
+    def __init__(self, path: Path, schema, compression: str = "zstd", **writer_kw) -> None:
         self.compression = compression
+        self.writer_kw = writer_kw
         self.path, self.schema = Path(path), schema
         self.pending: list = []
         self.rows = 0
@@ -226,7 +285,8 @@ class _AtomicWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, self.tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.tmp-")
         os.close(fd)
-        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression=self.compression)
+        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression=self.compression,
+                                       **self.writer_kw)
         return self
 
     def write(self, table) -> None:
@@ -316,7 +376,12 @@ def iter_count_batches(path: PathLike, batch_rows: int = DEFAULT_BATCH_ROWS):
     f = pq.ParquetFile(path)
     _check_columns(path, f.schema_arrow)
     row, last = 0, None
-    for batch in f.iter_batches(batch_size=batch_rows, columns=["word", "count"]):
+    # (one row group at a time: iter_batches over the whole file held all of it, e.g. 31 MB
+    # per run of MB-long words in count_budget's merge, whatever batch_rows)
+    batches = (b for g in range(f.num_row_groups)
+               for b in f.iter_batches(batch_size=batch_rows, row_groups=[g],
+                                       columns=["word", "count"]))
+    for batch in batches:
         words, counts = batch.column(0), batch.column(1)
         if words.null_count or counts.null_count:
             raise InputError(f"{str(path)!r}: null word or count in rows {row}..{row + len(words)}")
@@ -454,12 +519,32 @@ def _sum_sorted(words, counts: np.ndarray):
     return words.take(pa.array(idx)), sums
 
 
+# Bytes of words one input of the merge holds per batch (at least one word): a run of MB-long
+# words is read a few words at a time, not 2^16 of them (issue 17 §2: the memory budget).
+BATCH_BYTES = 1 << 20
+
+
+def _rows_within(path: PathLike, batch_rows: int) -> int:
+    """``batch_rows``, fewer where the file's rows are long (its row groups' uncompressed
+    bytes per row), so that a batch holds about BATCH_BYTES at most."""
+    _, _, pq = _pa()
+    try:
+        md = pq.ParquetFile(path).metadata
+        rows = sum(md.row_group(i).num_rows for i in range(md.num_row_groups))
+        nbytes = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+    except Exception:  # noqa: BLE001 - read errors are iter_count_batches' to name
+        return batch_rows
+    if not rows:
+        return batch_rows
+    return max(1, min(batch_rows, int(BATCH_BYTES * rows // max(nbytes, 1))))
+
+
 class _Input:
     """One sorted input of the merge: its current batch and a cursor."""
 
     def __init__(self, path: PathLike, batch_rows: int) -> None:
         self.path = path
-        self.it: Iterator = iter_count_batches(path, batch_rows)
+        self.it: Iterator = iter_count_batches(path, _rows_within(path, batch_rows))
         self.words = None
         self.counts = np.zeros(0, np.uint64)
         self.done = False

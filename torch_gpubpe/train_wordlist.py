@@ -51,12 +51,29 @@ DEFAULT_BUDGET = 32_768
 CPU_LOOP_ITERATIONS = 30_000
 
 
+# A CPU adapter runs one submit at a time, inside the submit or readback that waits for it, so a
+# dispatch's work there is a gap between submits (issue 17 §1: at most 50 ms): on a CPU adapter
+# every dispatch is bounded by a fixed amount of work, whatever the input, and the host's
+# TARGET_SUBMIT_S cap then groups dispatches per submit. Walk steps + probes of one wl_merge /
+# wl_continue dispatch over all its threads (lavapipe, 2 cores: ~1 µs of CPU time each, a chain
+# of dependent loads): the per-thread budget is this over the grid's threads (at most
+# CPU_WORKGROUPS × WG), at least 8. Measured in CPU time per submit on lavapipe (1 MB words):
+# 2^17 steps 130-170 ms, 2^14 ~15 ms.
+CPU_WALK_STEPS = 1 << 15
+# Stream positions per submit of a pass over the stream (the set-up's wl_links and
+# wl_byte_lists, pair_count: ~10-15 ms of CPU time), and per long chain per round
+# (train_long.wgsl's window: lc_apply ~2 µs of CPU time per position, a round ~15 ms).
+CPU_STREAM_SYMBOLS = 1 << 17
+CPU_LONG_WINDOW = 1 << 13
+
+
 def default_budget(gpu, is_cpu: bool) -> int:
-    """Walk steps + probes per thread per dispatch for ``gpu`` (see CPU_LOOP_ITERATIONS)."""
+    """Walk steps + probes per thread per dispatch for ``gpu`` (see CPU_LOOP_ITERATIONS and
+    CPU_WALK_STEPS: on a CPU adapter the smaller of the two)."""
     if not is_cpu:
         return DEFAULT_BUDGET
     lanes = gpu.subgroup_size or 16   # (no subgroups requested: assume a wide vector)
-    return max(256, CPU_LOOP_ITERATIONS // lanes)
+    return max(8, min(CPU_LOOP_ITERATIONS // lanes, CPU_WALK_STEPS // (CPU_WORKGROUPS * 256)))
 # Long chains (train_long.wgsl): a chain's occurrences one thread merges before it hands the
 # rest over (a few ms of serial steps on the H200 at ~1 µs each; tests force small values;
 # NEVER: off), the stream positions per chain per round, and the chains handed over at once
@@ -71,9 +88,11 @@ LONG_WORKGROUPS = 1056
 CPU_LONG_WORKGROUPS = 16
 
 
-def long_params() -> dict:
-    """The Params fields of the long-chain path (module constants, read now)."""
-    return {"long_min": int(LONG_MIN_CHAIN), "long_window": int(LONG_WINDOW),
+def long_params(is_cpu: bool = False) -> dict:
+    """The Params fields of the long-chain path (module constants, read now; a CPU adapter's
+    window at most CPU_LONG_WINDOW)."""
+    window = min(LONG_WINDOW, CPU_LONG_WINDOW) if is_cpu else LONG_WINDOW
+    return {"long_min": int(LONG_MIN_CHAIN), "long_window": int(window),
             "long_cap": int(LONG_CAP)}
 
 
@@ -130,6 +149,7 @@ class WordListKernels:
         # of millions of entries, one workgroup would look at them for tens of ms per merge
         self.workgroups = max(1, min(workgroups, -(-max(nwords, n // 64) // c["WG"])))
         self.long_grid = gpu.grid(CPU_LONG_WORKGROUPS if is_cpu else LONG_WORKGROUPS)
+        self.is_cpu = is_cpu
         # The links (nxt, prv) and the byte lists (tlist, pool) are built on the GPU from lsym
         # (record_setup); tlist and carry start as new buffers do: zero.
         pool_size = n + (n - nwords) + 16
@@ -186,6 +206,36 @@ class WordListKernels:
                      find_max_super=self.g.grid(self.table.nsupers))
         raw_recorder().plan(cp, [(self.pipes[e], self.bg[e], grids[e]) for e in
                                  ("clear_table", "pair_count", "find_max4", "find_max_super")])(1)
+
+    def count_plans(self, setup: bool) -> list[tuple[int | None, list]]:
+        """The set-up (``setup``: before the first count) and the pair count as submits:
+        ``[(S_WG0 or None, [(pipeline, bind group, grid), ...]), ...]``, one submit each. On a
+        GPU one submit (:meth:`record_setup` + :meth:`record_count`); on a CPU adapter the
+        passes over the stream are cut into submits of CPU_STREAM_SYMBOLS positions, each at
+        the state word S_WG0 = its first workgroup (a dispatch's work is a gap there), and
+        find_max4 + find_max_super over the table are a submit of their own."""
+        p, bg, c = self.pipes, self.bg, self.info.consts
+        per = c["WG"] * c["SETUP_ITEMS"]
+        total = -(-self.n // per)
+        if not self.is_cpu:
+            return [(None, [])]    # (recorded by record_setup / record_count)
+        assert c["WG"] * c["PC_ITEMS"] == per   # one piece size for all three passes
+        step = max(1, CPU_STREAM_SYMBOLS // per)
+        pieces = [(w, self.g.grid(min(step, total - w))) for w in range(0, total, step)]
+        plans: list[tuple[int | None, list]] = []
+        if setup:
+            plans += [(w, [(p["wl_links"], bg["wl_links"], gr)]) for w, gr in pieces]
+            plans += [(w, ([(p["wl_list_offsets"], bg["wl_list_offsets"], (1, 1))] if not w
+                           else []) + [(p["wl_byte_lists"], bg["wl_byte_lists"], gr)])
+                      for w, gr in pieces]
+        grids = dict(self.table.count_grids(self.n),
+                     find_max4=self.g.grid(min(self.table.nblocks, FIND_WORKGROUPS)),
+                     find_max_super=self.g.grid(self.table.nsupers))
+        plans += [(w, ([(p["clear_table"], bg["clear_table"], grids["clear_table"])] if not w
+                       else []) + [(p["pair_count"], bg["pair_count"], gr)])
+                  for w, gr in pieces]
+        plans.append((0, [(p[e], bg[e], grids[e]) for e in ("find_max4", "find_max_super")]))
+        return plans
 
     def steps(self, k: int) -> list:
         """One merge's dispatches: ``(entry, pipeline, bind group, grid)``."""

@@ -418,6 +418,8 @@ def _rss_bytes() -> int:
 
 
 def _check_memory(wc, max_memory: int | None, st: dict) -> None:
+    if not len(wc.lengths):     # (pruning dropped every word: nothing to hold; train says so)
+        return
     limit = default_max_memory() if max_memory is None else int(max_memory)
     need = _rss_bytes() + estimate_merge_memory(len(wc.lengths), int(wc.lengths.sum()))
     st["estimated_merge_memory_bytes"] = need
@@ -897,7 +899,7 @@ class _MergeLoop:
             params = {"tile_cap": mod.SeedKernels.tile_cap(n, c["TILE"])}
         else:
             budget = int(budget or mod.default_budget(g, trainer.is_cpu))
-            params = {"budget": budget, **mod.long_params()}
+            params = {"budget": budget, **mod.long_params(trainer.is_cpu)}
             st["walk_budget"] = budget
         self.table = PairTable(g, info, num_merges, min_frequency, wts, rows, params,
                                f"train_{algorithm}")
@@ -913,8 +915,25 @@ class _MergeLoop:
         self.table.write_state(**state)
         st["table_slots"] = self.table.slots
         self.profiler = (_Profiler(g, mod.STEP) if profile and g.has_timestamps else None)
+        # GPU time of each batch of merges and each continue submit, from timestamps written
+        # at the start and end of its pass (slots 0, 1: the two readback buffers; 2: continue)
+        # and read back with it: what the TARGET_SUBMIT_S caps divide by. (From wall time a
+        # CPU adapter misleads: there a batch runs inside the NEXT submit call, and the batch
+        # then looked free, so the next one was sized for 64 merges: 1.4 s on lavapipe.)
+        self.ts = None
+        if g.has_timestamps:
+            from ._wgpu_internals import timestamp_period_ns
+
+            U = g.wgpu.BufferUsage
+            self.ts = (g.device.create_query_set(label="train.batch_ts", type="timestamp",
+                                                 count=6),
+                       g.buffer(256 * 3, U.QUERY_RESOLVE | U.COPY_SRC, "train.batch_ts"),
+                       timestamp_period_ns(g.device.queue) / 1e9)
+            self.cont_read = g.buffer(4 * c["STATE_WORDS"] + 16, U.MAP_READ | U.COPY_DST,
+                                      "train.continue_read")
         self.occ_mark = 0       # table occupancy at the last readback / rebuild
         self._last_submit: float | None = None   # perf_counter at the last submit (_submit)
+        self._last_cpu = 0.0        # process_time at the last submit
         self._last_kind = "-"       # what the last submit was
         self._waited = 0.0          # seconds blocked on the GPU since the last submit
         self._in_submit = 0.0       # seconds the last queue.submit call took
@@ -936,11 +955,20 @@ class _MergeLoop:
         kinds of the submits that opened and ended it: count, merges, continue;
         ``["max_submit_gap_wait_s"]``, of it the host blocked on GPU readbacks, and
         ``["max_submit_gap_in_submit_s"]``, in the submit call that opened it (a CPU adapter
-        runs the work there); the rest is host work; ``["submits"]`` counts them): the longest
+        runs the work there); the rest is host work; ``["submits"]`` counts them;
+        ``["max_submit_gap_cpu_s"]``, the most CPU time this process (all its threads: a CPU
+        adapter's work too) spent between two submits): the longest
         the GPU waited for the host or one submit ran (issue 17 §1: at most 50 ms on a single
         5 MB word; :data:`TARGET_SUBMIT_S` caps the GPU work per submit)."""
         t = time.perf_counter()
+        cpu = time.process_time()
         st, last = self.st, self._last_submit
+        if last is not None:
+            # (this process's CPU time over the gap, all threads: on a CPU adapter the GPU
+            # work is in it, so it tells a slow submit from a busy machine)
+            st["max_submit_gap_cpu_s"] = max(st.get("max_submit_gap_cpu_s", 0.0),
+                                             cpu - self._last_cpu)
+        self._last_cpu = cpu
         if last is not None and t - last > st.get("max_submit_gap_s", 0.0):
             # (after: the submit that opened the gap; wait: of the gap, the host blocked on
             # the GPU (readbacks: GPU work and latency); in_submit: in that submit call; the
@@ -969,6 +997,20 @@ class _MergeLoop:
     def _count(self, merges_done: int, n: int, setup: bool = False) -> None:
         """clear_table + pair_count over the current stream (``setup``: first the
         algorithm's own set-up dispatches, if it has any)."""
+        from ._wgpu_internals import raw_recorder
+
+        plans = self.k.count_plans(setup) if hasattr(self.k, "count_plans") else [(None, [])]
+        if len(plans) > 1:      # a CPU adapter: the passes over the stream split into submits
+            for wg0, steps in plans:
+                if wg0 is not None:
+                    self.table.set_state_word("S_WG0", wg0)
+                enc = self.g.device.create_command_encoder(label="train.count")
+                cp = enc.begin_compute_pass(label="train.count")
+                raw_recorder().plan(cp, steps)(1)
+                cp.end()
+                self._submit(enc, "count")
+            self.st["count_submits"] = self.st.get("count_submits", 0) + len(plans)
+            return
         enc = self.g.device.create_command_encoder(label="train.count")
         cp = enc.begin_compute_pass(label="train.count")
         if setup and hasattr(self.k, "record_setup"):
@@ -977,9 +1019,10 @@ class _MergeLoop:
         cp.end()
         self._submit(enc, "count")
 
-    def _record(self, k0: int, cnt: int, buf):
-        """Submit merges k0 .. k0+cnt-1 and the copy of state + their merges into ``buf``;
-        the map's promise."""
+    def _record(self, k0: int, cnt: int, buf, slot: int = 0):
+        """Submit merges k0 .. k0+cnt-1 and the copy of state + their merges (+ the pass's
+        two timestamps, query slot ``slot``) into ``buf``; the map's promise, and whether the
+        timestamps were written (not in a profiled batch)."""
         from ._wgpu_internals import raw_recorder
 
         g, b = self.g, self.table.buffers
@@ -993,16 +1036,43 @@ class _MergeLoop:
                     cp.end()
             self.profiler.resolve(enc)
         else:
-            cp = enc.begin_compute_pass(label="train.merges")
+            cp = self._timed_pass(enc, "train.merges", slot)
             self.k.record_merges(cp, k0, cnt)
             cp.end()
         nbytes = 4 * self.words
         enc.copy_buffer_to_buffer(b["state"], 0, buf, 0, nbytes)
         enc.copy_buffer_to_buffer(b["merges"], 16 * k0, buf, nbytes, 16 * cnt)
+        if not prof:
+            self._copy_ts(enc, slot, buf, nbytes + 16 * cnt)
         self._submit(enc, "merges")
+        self.st["merge_submits"] = self.st.get("merge_submits", 0) + 1
         if prof:
             self.profiler.collect()
-        return buf.map_async(map_read_mode(), 0, nbytes + 16 * cnt)
+        return buf.map_async(map_read_mode(), 0, nbytes + 16 * cnt + 16), not prof
+
+    def _timed_pass(self, enc, label: str, slot: int):
+        """A compute pass, with start/end timestamps into query slot ``slot`` when the
+        adapter has them."""
+        if self.ts is None:
+            return enc.begin_compute_pass(label=label)
+        return enc.begin_compute_pass(label=label, timestamp_writes={
+            "query_set": self.ts[0], "beginning_of_pass_write_index": 2 * slot,
+            "end_of_pass_write_index": 2 * slot + 1})
+
+    def _copy_ts(self, enc, slot: int, dst, offset: int) -> None:
+        """Resolve slot ``slot``'s two timestamps and copy them (16 B) to ``dst`` at ``offset``."""
+        if self.ts is not None:
+            enc.resolve_query_set(self.ts[0], 2 * slot, 2, self.ts[1], 256 * slot)
+            enc.copy_buffer_to_buffer(self.ts[1], 256 * slot, dst, offset, 16)
+
+    def _ts_seconds(self, raw: np.ndarray, at: int) -> float | None:
+        """The GPU seconds between the two u64 timestamps at u32 index ``at`` of ``raw``, or
+        None without timestamps (or a value that cannot be a pass's time)."""
+        if self.ts is None:
+            return None
+        t = raw[at:at + 4].view(np.uint64)
+        d = (int(t[1]) - int(t[0])) * self.ts[2]
+        return d if 0 <= d < 3600 else None
 
     def _continue_walks(self) -> np.ndarray:
         """Run wl_continue until no walk is carried (doubling the dispatches per submit up to
@@ -1013,16 +1083,32 @@ class _MergeLoop:
         self.st["walks_paused"] += 1
         while True:
             enc = self.g.device.create_command_encoder(label="train.continue")
-            cp = enc.begin_compute_pass(label="train.continue")
+            cp = self._timed_pass(enc, "train.continue", 2)
             self.k.record_continue(cp, reps)
             cp.end()
+            if self.ts is not None:   # the state and the pass's timestamps, one readback
+                nb = 4 * self.words
+                enc.copy_buffer_to_buffer(self.table.buffers["state"], 0, self.cont_read, 0,
+                                          nb)
+                self._copy_ts(enc, 2, self.cont_read, nb)
             t = time.perf_counter()
             self._submit(enc, "continue")
             self.st["continuation_dispatches"] += reps
             self.st["continue_submits"] = self.st.get("continue_submits", 0) + 1
-            stv = self._state()
-            # (submit → state read: the dispatches' GPU time plus one round trip)
-            per = (time.perf_counter() - t) / reps
+            if self.ts is None:
+                stv = self._state()
+                # (submit → state read: the dispatches' GPU time plus one round trip)
+                per = (time.perf_counter() - t) / reps
+            else:
+                t = time.perf_counter()
+                self.g.wait_map(self.cont_read, map_read_mode(), 0, nb + 16,
+                                "training state readback")
+                raw = np.frombuffer(self.cont_read.read_mapped(0, nb + 16), np.uint32).copy()
+                self.cont_read.unmap()
+                self._waited += time.perf_counter() - t
+                stv = raw[:self.words]
+                gpu = self._ts_seconds(raw, self.words)
+                per = (gpu if gpu is not None else time.perf_counter() - t) / reps
             self.st["continue_s_per_dispatch"] = per
             cap = max(1, int(TARGET_SUBMIT_S / per)) if per > 0 else MAX_CONTINUATIONS_PER_SUBMIT
             if not stv[self.pause_word]:
@@ -1061,9 +1147,9 @@ class _MergeLoop:
         st["seconds_upload_gpu"] = t_up - t_c     # set-up + first pair count, waited for
         U = g.wgpu.BufferUsage
         nbytes = 4 * self.words
-        staging = [g.buffer(nbytes + 16 * self.batch, U.MAP_READ | U.COPY_DST,
+        staging = [g.buffer(nbytes + 16 * self.batch + 16, U.MAP_READ | U.COPY_DST,
                             f"train.readback{i}") for i in (0, 1)]
-        inflight: list = []   # (buffer, promise, k0, cnt, submitted at), oldest first, ≤ 2
+        inflight: list = []   # (buffer, promise, timed, k0, cnt, submitted at), oldest first, ≤ 2
         recorded = done = last_count = nbatches = n_now = 0
         stopped = need_rebuild = False
         size = 1                # doubles per batch (to self.batch) while the GPU time allows
@@ -1078,7 +1164,8 @@ class _MergeLoop:
                 cnt = min(size, cap, self.num_merges - recorded)
                 buf = staging[nbatches % 2]
                 t_sub = time.perf_counter()
-                inflight.append((buf, self._record(recorded, cnt, buf), recorded, cnt, t_sub))
+                inflight.append((buf, *self._record(recorded, cnt, buf, nbatches % 2),
+                                 recorded, cnt, t_sub))
                 recorded += cnt
                 nbatches += 1
                 size = min(self.batch, size * 2)
@@ -1086,15 +1173,19 @@ class _MergeLoop:
                     continue        # keep one batch queued behind the one being read
             if not inflight:
                 break
-            buf, promise, k0, cnt, t_sub = inflight.pop(0)
+            buf, promise, timed, k0, cnt, t_sub = inflight.pop(0)
             self._wait(promise, "training state readback")
             t_done = time.perf_counter()
             # the batch's GPU time: from its submit, or from the end of the one before it
             # (batches queue back to back), to its readback
             gpu_s = t_done - max(t_sub, prev_done)
             prev_done = t_done
-            raw = np.frombuffer(buf.read_mapped(0, nbytes + 16 * cnt), np.uint32).copy()
+            raw = np.frombuffer(buf.read_mapped(0, nbytes + 16 * cnt + 16), np.uint32).copy()
             buf.unmap()
+            ts = self._ts_seconds(raw, self.words + 4 * cnt) if timed else None
+            if ts is not None:
+                gpu_s = ts
+            raw = raw[:self.words + 4 * cnt]
             stv = raw[:self.words]
             if stv[c["S_OVERFLOW"]]:
                 self._drain(inflight)
@@ -1106,6 +1197,10 @@ class _MergeLoop:
                 self._tally(stv)
                 stv = self._continue_walks()
                 recorded = int(stv[c["S_K"]]) + int(stv[self.done_word])
+                # Batches start again at one merge: the rest of a paused batch (and all of the
+                # one queued behind it) were held, dispatches that do nothing but still cost
+                # (on lavapipe, 2 x 63 held merges took ~110 ms in one submit).
+                size = 1
             self._tally(stv)
             done = int(stv[c["S_K"]]) + (int(stv[self.done_word]) if self.done_word else 0)
             stopped = stopped or bool(stv[c["S_STOP"]])

@@ -104,27 +104,58 @@ fn long_handoff(p: u32, prev: u32) -> bool {
     return true;
 }
 
-// Exclusive prefix sums of (x, y) over the workgroup, and their totals: (x', y', Σx, Σy).
-// Uniform control flow (barriers).
-fn lc_scan2(lid: u32, x: u32, y: u32) -> vec4<u32> {
-    sh_a[lid] = x;
-    sh_b[lid] = y;
+// Exclusive prefix sums of (x, y) over the workgroup in element order e (the caller's
+// position of this invocation: sg_id · sg_size + lane with subgroups, else lid), and their
+// totals: (x', y', Σx, Σy). Uniform control flow (barriers). With subgroups: lanes by
+// subgroupExclusiveAdd, subgroup totals through workgroup memory (2 barriers, not 2 · log2 WG:
+// a barrier is what costs on a CPU adapter, where lc_apply spent most of a round in them).
+fn lc_scan2(e: u32, sg: vec3<u32>, x: u32, y: u32) -> vec4<u32> {
+//#if SUBGROUPS
+    let ex = subgroupExclusiveAdd(x);
+    let ey = subgroupExclusiveAdd(y);
+    let tx = subgroupAdd(x);
+    let ty = subgroupAdd(y);
+    if (sg.x == 0u) {
+        sh_a[sg.z] = tx;
+        sh_b[sg.z] = ty;
+    }
+    workgroupBarrier();
+    var bx = 0u;
+    var by = 0u;
+    var ax = 0u;
+    var ay = 0u;
+    for (var q = 0u; q < WG / sg.y; q++) {
+        let qa = sh_a[q];
+        let qb = sh_b[q];
+        if (q < sg.z) {
+            bx += qa;
+            by += qb;
+        }
+        ax += qa;
+        ay += qb;
+    }
+    workgroupBarrier();
+    return vec4<u32>(bx + ex, by + ey, ax, ay);
+//#else
+    sh_a[e] = x;
+    sh_b[e] = y;
     workgroupBarrier();
     for (var s = 1u; s < WG; s <<= 1u) {
         var ax = 0u;
         var ay = 0u;
-        if (lid >= s) {
-            ax = sh_a[lid - s];
-            ay = sh_b[lid - s];
+        if (e >= s) {
+            ax = sh_a[e - s];
+            ay = sh_b[e - s];
         }
         workgroupBarrier();
-        sh_a[lid] += ax;
-        sh_b[lid] += ay;
+        sh_a[e] += ax;
+        sh_b[e] += ay;
         workgroupBarrier();
     }
-    let r = vec4<u32>(sh_a[lid] - x, sh_b[lid] - y, sh_a[WG - 1u], sh_b[WG - 1u]);
+    let r = vec4<u32>(sh_a[e] - x, sh_b[e] - y, sh_a[WG - 1u], sh_b[WG - 1u]);
     workgroupBarrier();
     return r;
+//#endif
 }
 
 // The record of round block t: the last chain whose first block is ≤ t (chains waiting this
@@ -161,7 +192,20 @@ fn lc_starts(p: u32, a: u32, b: u32) -> bool {
 
 // ---- lc_plan: the round's chains and their blocks ----------------------------------------------
 @compute @workgroup_size(WG)
-fn lc_plan(@builtin(local_invocation_index) lid: u32) {
+fn lc_plan(@builtin(local_invocation_index) lid: u32,
+//#if SUBGROUPS
+            @builtin(subgroup_invocation_id) lane: u32,
+            @builtin(subgroup_size) sg_size: u32,
+            @builtin(subgroup_id) sg_id: u32,
+//#endif
+            ) {
+//#if SUBGROUPS
+    let sg = vec3<u32>(lane, sg_size, sg_id);
+    let e = sg_id * sg_size + lane;      // element order of lc_scan2
+//#else
+    let sg = vec3<u32>(0u);
+    let e = lid;
+//#endif
     if (lid == 0u) { sh_u = min(lc_get(LH_COUNT), LC_CAP); }
     let cnt = workgroupUniformLoad(&sh_u);
     let a = atomicLoad(&state[S_A]);
@@ -172,7 +216,7 @@ fn lc_plan(@builtin(local_invocation_index) lid: u32) {
     var kept = 0u;
     var items = 0u;
     for (var i0 = 0u; i0 < cnt; i0 += WG) {
-        let i = i0 + lid;
+        let i = i0 + e;
         var keep = 0u;
         var p = NONE;
         var prev = NONE;
@@ -193,7 +237,7 @@ fn lc_plan(@builtin(local_invocation_index) lid: u32) {
                 len = min(window, n - p);
             }
         }
-        let s = lc_scan2(lid, keep, nit);
+        let s = lc_scan2(e, sg, keep, nit);
         storageBarrier();        // this chunk's records are read before any is rewritten
         workgroupBarrier();
         if (keep != 0u) {
@@ -305,7 +349,20 @@ fn lc_break(@builtin(workgroup_id) wid: vec3<u32>,
 @compute @workgroup_size(WG)
 fn lc_scan(@builtin(workgroup_id) wid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>,
-           @builtin(local_invocation_index) lid: u32) {
+           @builtin(local_invocation_index) lid: u32,
+//#if SUBGROUPS
+            @builtin(subgroup_invocation_id) lane: u32,
+            @builtin(subgroup_size) sg_size: u32,
+            @builtin(subgroup_id) sg_id: u32,
+//#endif
+            ) {
+//#if SUBGROUPS
+    let sg = vec3<u32>(lane, sg_size, sg_id);
+    let e = sg_id * sg_size + lane;      // element order of lc_scan2
+//#else
+    let sg = vec3<u32>(0u);
+    let e = lid;
+//#endif
     if (lid == 0u) { sh_u = select(0u, lc_get(LH_COUNT), lc_get(LH_ITEMS) != 0u); }
     let cnt = workgroupUniformLoad(&sh_u);
     let groups = nwg.x * nwg.y;
@@ -322,10 +379,10 @@ fn lc_scan(@builtin(workgroup_id) wid: vec3<u32>,
         let t0 = lc_w[0];
         var run = 0u;
         for (var j0 = 0u; j0 < used; j0 += WG) {
-            let j = j0 + lid;
+            let j = j0 + e;
             var v = 0u;
             if (j < used) { v = lblk[t0 + j]; }
-            let s = lc_scan2(lid, v, 0u);
+            let s = lc_scan2(e, sg, v, 0u);
             if (j < used) { lblk[t0 + j] = run + s.x; }
             run += s.z;
         }
@@ -362,7 +419,20 @@ fn lc_ends(m: Merge, j: u32, pairs: u32, prev: u32, rr: u32, lo: u32, hi: u32) {
 @compute @workgroup_size(WG)
 fn lc_apply(@builtin(workgroup_id) wid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>,
-            @builtin(local_invocation_index) lid: u32) {
+            @builtin(local_invocation_index) lid: u32,
+//#if SUBGROUPS
+            @builtin(subgroup_invocation_id) lane: u32,
+            @builtin(subgroup_size) sg_size: u32,
+            @builtin(subgroup_id) sg_id: u32,
+//#endif
+            ) {
+//#if SUBGROUPS
+    let sg = vec3<u32>(lane, sg_size, sg_id);
+    let e = sg_id * sg_size + lane;      // element order of lc_scan2
+//#else
+    let sg = vec3<u32>(0u);
+    let e = lid;
+//#endif
     if (lid == 0u) { sh_u = lc_get(LH_ITEMS); }
     let nitems = workgroupUniformLoad(&sh_u);
     let m = merge_of(atomicLoad(&state[S_A]), atomicLoad(&state[S_B]), atomicLoad(&state[S_C]),
@@ -380,7 +450,7 @@ fn lc_apply(@builtin(workgroup_id) wid: vec3<u32>,
         let cnt = lc_w[6];
         let prev = lc_w[7];
         let wend = lc_w[8];
-        let x0 = lc_w[1] + LC_PER * lid;
+        let x0 = lc_w[1] + LC_PER * e;
         let done = brk != NONE;
         // pairs of this segment (A = B: a run ended by the break leaves an odd last A alone;
         // one cut by the window pairs its last A with the next, past the window)
@@ -394,7 +464,7 @@ fn lc_apply(@builtin(workgroup_id) wid: vec3<u32>,
             sx[u] = lsym[x];
             if ((sx[u] & LIVE) == m.a && (same || x != brk)) { k += 1u; }
         }
-        var o = lc_scan2(lid, k, 0u).x + prefix;       // my first A's offset in the segment
+        var o = lc_scan2(e, sg, k, 0u).x + prefix;       // my first A's offset in the segment
         var left = array<u32, 4>(NONE, NONE, NONE, NONE);
         var nl = 0u;
         for (var u = 0u; u < LC_PER; u++) {

@@ -93,6 +93,9 @@ const S_OCC: u32 = 7u;      // occupied table slots
 const S_OVERFLOW: u32 = 8u; // 1: a probe sequence ran out (host grows the table and restarts)
 const S_ALL: u32 = 20u;     // 1: clear_table ran (every block dirty): the word list's find_max4
                             // scans all blocks, not its list of the last merge's dirty ones
+const S_WG0: u32 = 22u;     // first workgroup of a pass over the stream that the host split
+                            // into several submits (pair_count, the word list's set-up: a CPU
+                            // adapter, issue 17 §1); 0 otherwise
 
 // pair_count's workgroup hash table (seed: 1024 slots). 12 B per slot (key + 64-bit count);
 // the host picks the largest power of two ≤ 2048 that fits the adapter's workgroup-storage
@@ -435,7 +438,7 @@ fn pair_count(@builtin(workgroup_id) wid: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     local_table_clear(lid);
     let n = atomicLoad(&state[S_N]);
-    let base = linear_id(wid, nwg) * (WG * PC_ITEMS);
+    let base = (atomicLoad(&state[S_WG0]) + linear_id(wid, nwg)) * (WG * PC_ITEMS);
     for (var it = 0u; it < PC_ITEMS; it++) {
         let i = base + it * WG + lid;
         if (i >= n) { continue; }

@@ -290,7 +290,7 @@ fn wl_links(@builtin(workgroup_id) wid: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
     setup_clear_hist(lid);
     let n = atomicLoad(&state[S_N]);
-    let base = linear_id(wid, nwg) * (WG * SETUP_ITEMS);
+    let base = (atomicLoad(&state[S_WG0]) + linear_id(wid, nwg)) * (WG * SETUP_ITEMS);
     for (var it = 0u; it < SETUP_ITEMS; it++) {
         let i = base + it * WG + lid;
         if (i >= n) { continue; }
@@ -335,7 +335,7 @@ fn wl_byte_lists(@builtin(workgroup_id) wid: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
     setup_clear_hist(lid);
     let n = atomicLoad(&state[S_N]);
-    let base = linear_id(wid, nwg) * (WG * SETUP_ITEMS);
+    let base = (atomicLoad(&state[S_WG0]) + linear_id(wid, nwg)) * (WG * SETUP_ITEMS);
     var byt: array<u32, SETUP_ITEMS>;
     var at: array<u32, SETUP_ITEMS>;     // place among this workgroup's positions of the byte
     for (var it = 0u; it < SETUP_ITEMS; it++) {
