@@ -47,13 +47,15 @@ lanes' loads of the same iteration (``wgsl/encode_bpe.wgsl`` ``OVERLAP_TRY``), s
 together. Off: on the H200 (2026-12-01 15:15 UTC, GPT-2, 102 MB, ``benchmarks/encode.py``) the
 walk took 9.10 ms with it off and 17.8 ms with it on (greedy 3.9 ms); the lockstep model had
 predicted a gain. Read when a session opens; benchmarks/encode.py times both."""
-# The speed-ups (SPEEDUPS), on by default since 2026-12-01 17:00 UTC: together they cut the
-# walk's global-memory load instructions per input byte from 19.98 to 4.15 (greedy's walk:
-# 14.89; PROFILE counters on lavapipe, GPT-2, 0.3 MB of each of the five corpora of
-# benchmarks/encode.py: ``benchmarks/bpe_work.py --mb 0.3 --variants none --gpu``) and the
-# walk's warp-lockstep dependent loads from 1.79x greedy's to 1.12x (bpe_work.py's model,
-# ``--variants flat-fast flat-fast+all``). Not yet timed on the H200: benchmarks/encode.py
-# times each one off and all off (the walk before them) in its pass table.
+# The speed-ups (SPEEDUPS), all but TEXT_WINDOW on by default: together they cut the walk's
+# global-memory load instructions per input byte from 19.98 to 4.15 (greedy's walk: 14.89;
+# PROFILE counters on lavapipe, GPT-2, 0.3 MB of each of the five corpora of
+# benchmarks/encode.py: ``benchmarks/bpe_work.py --mb 0.3 --variants none --gpu``). On the H200
+# (2026-12-01 17:15 UTC, benchmarks/encode.py, GPT-2 ranks, 102 MB, SM clock 1,980 MHz) the walk
+# took 9.47 ms with all of them off, 8.70 ms with all but TEXT_WINDOW, 11.24 ms with all (greedy
+# 3.75 ms); under GPT-2's own split (benchmarks/gpt2.py, 17:45) 35.4 ms without TEXT_WINDOW,
+# 38.0 ms with it. So fewer loads are not faster there: TEXT_WINDOW's window registers cost
+# more than its loads save (the kernel is near a register limit, as OVERLAP_TRY showed).
 SHORT_SEARCH = True
 """Whether a trie child search stops once one edge is left (``ceil(log2 nc)`` edge loads for a
 node of ``nc`` children instead of 8; ``wgsl/encode_bpe.wgsl`` ``SHORT_SEARCH``). Read when a
@@ -65,10 +67,11 @@ child's node row, one 16-byte load per trie step instead of an edge and then a n
 D2_LUT = True
 """Whether a walk's first trie step (the search among the up to 256 children of the token's
 first byte) is one load of the two-byte table :func:`depth2_table` (``D2_LUT``)."""
-TEXT_WINDOW = True
+TEXT_WINDOW = False
 """Whether each thread reads text bytes and word-start bits through a window of two 32-bit
 words of each (one load per 4 bytes / 32 bits it moves on, instead of a load per byte read:
-the word-start test of every walk step reads 3 bytes and 2 bits; ``TEXT_WINDOW``)."""
+the word-start test of every walk step reads 3 bytes and 2 bits; ``TEXT_WINDOW``). Off: slower
+on the H200 (above)."""
 SPINE_ROWS = True
 """Whether the pair check reads the token each step unwinds to from :func:`spine_rows` (one
 16-byte row: the fields of its side of the seam) instead of its tokinfo and bounds rows
