@@ -1,7 +1,8 @@
 """The threaded str → UTF-8 packer (torch_gpubpe._cpython_str) gives the bytes of
 reference.to_bytes for every item, in every packer that uses it (encoder._pack, both paths,
-pretokenize.pack_documents, wordcount._batches), with one thread or many; unavailable, the
-packers give the same bytes through str.encode, record why and warn once."""
+pretokenize.pack_documents, wordcount._batches, readers' Python documents), with one thread or
+many; unavailable, the packers give the same bytes through str.encode, record why and warn
+once."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import warnings
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,6 +22,7 @@ from torch_gpubpe.encoder import _pack, copy_parts
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.notices import GPUBPEWarning
 from torch_gpubpe.pretokenize import pack_documents
+from torch_gpubpe.readers import _to_array
 from torch_gpubpe.reference import to_bytes
 from torch_gpubpe.wordcount import _batches
 
@@ -59,6 +62,8 @@ def _all_packers(docs) -> dict[str, bytes]:
     else:
         out["_pack parts"] = parts.tobytes()
     out["_batches"] = b"".join(d.tobytes() for d, _ in _batches(iter(docs), 64, {}))
+    vals = _to_array(list(docs), "text")[0]   # (PyReader's batches of Python documents)
+    out["readers._to_array"] = b"".join(vals.cast(pa.large_binary()).to_pylist())
     return out
 
 

@@ -75,6 +75,7 @@ import pyarrow as pa
 
 from . import notices
 from .errors import InputError
+from .pretokenize import pack_documents
 from .reference import to_bytes
 
 FORMATS = ("parquet", "arrow", "json", "csv", "text", "binary")
@@ -1303,10 +1304,10 @@ def _to_array(items: list, text_column: str) -> tuple[pa.Array, dict[int, str], 
     """A list of documents (str, bytes-like, None, row dicts, ...) packed into one array;
     ``(values, bad types by index, missing-column messages by index)``."""
     if all(type(x) is str for x in items):
-        try:
-            return pa.array(items, pa.large_string()), {}, {}
-        except (UnicodeEncodeError, pa.ArrowException):
-            pass  # lone surrogates: U+FFFD below, as reference.to_bytes
+        # (UTF-8 by several threads: _cpython_str; lone surrogates → U+FFFD, as to_bytes)
+        data, offsets = pack_documents(items)
+        return pa.Array.from_buffers(pa.large_string(), len(items), [
+            None, pa.py_buffer(offsets), pa.py_buffer(data)]), {}, {}
     parts: list[bytes] = []
     valid: list[bool] = []
     bad: dict[int, str] = {}
