@@ -68,11 +68,13 @@ def _all_packers(docs) -> dict[str, bytes]:
 
 
 # Which path each document takes is set by sizes; these settings send short documents down
-# each one: str.encode below SMALL (the defaults), iconv in place, iconv after widening to
-# UCS-4 in chunks of 3 characters (chunk edges everywhere), over up to 8 threads.
+# each one: str.encode below SMALL (the defaults), iconv after gathering with others and
+# widening to UCS-4 (kind 4: in place), after widening in chunks of 3 characters (chunk edges
+# everywhere), over up to 8 threads.
 PATHS = {"defaults": {},
-         "in place": dict(SMALL=0, WIDEN_MIN=1 << 40, PARALLEL_MIN=8),
-         "widened": dict(SMALL=0, WIDEN_MIN=0, WIDEN_CHUNK=3, PARALLEL_MIN=8)}
+         "gathered": dict(SMALL=0, PARALLEL_MIN=8),
+         "chunked": dict(SMALL=0, WIDEN_CHUNK=3, PARALLEL_MIN=8),
+         "small stage": dict(SMALL=0, WIDEN_CHUNK=50, PARALLEL_MIN=8)}   # (many flushes)
 
 
 @contextlib.contextmanager
@@ -132,13 +134,13 @@ def test_the_paths_are_taken():
     """(So that the settings above test what they say.)"""
     docs = ["é" * 2000, "中" * 5000, "😀" * 3000, "é" * 10]
     assert [type(p) for p in cs.utf8_parts(docs)] == [cs.Span, cs.Span, cs.Span, bytes]
-    for path in ("in place", "widened"):
+    for path in ("gathered", "chunked"):
         with _paths(path):
             assert all(type(p) is cs.Span for p in cs.utf8_parts(docs))
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])
-@pytest.mark.parametrize("path", ["in place", "widened"])
+@pytest.mark.parametrize("path", ["gathered", "chunked"])
 def test_corpora_with_one_thread_or_many(monkeypatch, threads, path):
     """Every corpus packed equal to b"".join(d.encode()), with batches split over
     ``threads`` threads (ranges of at least 1 KiB)."""
@@ -147,7 +149,7 @@ def test_corpora_with_one_thread_or_many(monkeypatch, threads, path):
         docs = corpus_docs(name, 1_000_000)
         want = b"".join(d.encode() for d in docs)
         with _paths(path):
-            if path == "widened":
+            if path == "chunked":
                 cs.WIDEN_CHUNK = 1000
             parts = cs.utf8_parts(docs, threads=threads)
         assert cs.join_parts(parts).tobytes() == want, name

@@ -6,9 +6,8 @@ thread (the host's bottleneck of ``Tokenizer.encode_batch`` and ``train(list_of_
 each compact ``str``'s characters are read in place (PEP 393: ``kind`` 1, 2 or 4 bytes per
 character, stored right after the object's header) and transcoded to UTF-8 by glibc's
 ``iconv`` called through ``ctypes``, which releases the GIL for the call (from ``WCHAR_T``,
-glibc's UCS-4, into which long kind-1/2 documents are widened by numpy a chunk at a time: one
-conversion step instead of two); up to 8 threads each take a contiguous range of the
-documents. A ``str`` that already holds its UTF-8 (``PyCompactUnicodeObject.utf8``, cached by
+glibc's UCS-4, into which kind-1/2 characters are widened by numpy first: one conversion
+step instead of two); up to 8 threads each take a contiguous range of the documents. A ``str`` that already holds its UTF-8 (``PyCompactUnicodeObject.utf8``, cached by
 ``PyUnicode_AsUTF8AndSize``) is read from there; one under ``SMALL`` (1,024) characters is
 ``str.encode``'d at once (cheaper than handing it out). Per thread, glibc's iconv is about
 half as fast as ``str.encode`` (≈ 450 vs 800 MB/s on mostly-ASCII text, 2 cores): the gain
@@ -68,19 +67,17 @@ WRITTEN_FOR = ((3, 10), (3, 11), (3, 12), (3, 13))
 _LAYOUTS = {(3, 10): (48, 72, 48, 56), (3, 11): (48, 72, 48, 56),
             (3, 12): (40, 56, 40, 48), (3, 13): (40, 56, 40, 48)}
 _LENGTH, _HASH, _STATE = 16, 24, 32
-# iconv's source encodings: glibc converts WCHAR_T (its internal UCS-4) to UTF-8 in one step,
-# about twice as fast as from UCS-2LE or ISO-8859-1 (two steps through UCS-4), so long kind-1/2
-# documents are widened to UCS-4 (numpy, in chunks of WIDEN_CHUNK characters: each chunk takes
-# the GIL once more) first.
-_ICONV_FROM = {1: b"ISO-8859-1", 2: b"UCS-2LE", 4: b"WCHAR_T"}
+# glibc's iconv converts WCHAR_T (its internal UCS-4) to UTF-8 in one step, about twice as
+# fast as from UCS-2LE or ISO-8859-1 (two steps through UCS-4), so kind-1/2 characters are
+# widened to UCS-4 by numpy first: short documents gathered (memmove) into a staging buffer of
+# WIDEN_CHUNK characters and widened together, long ones a chunk at a time.
 _BOUND = {1: 2, 2: 3, 4: 4}   # UTF-8 bytes per character at most: U+00FF, U+FFFF, U+10FFFF
 _NARROW = {1: np.uint8, 2: np.uint16}
 _ERR = ctypes.c_size_t(-1).value
 THREADS = 8
 PARALLEL_MIN = 1 << 18  # characters per thread at least (below: one thread)
 SMALL = 1024            # characters: a shorter document is encoded by str.encode at once
-WIDEN_MIN = 8192        # characters: a kind-1/2 document this long is widened to UCS-4 first
-WIDEN_CHUNK = 1 << 18   # characters widened at a time (a 1 MiB buffer per thread)
+WIDEN_CHUNK = 1 << 18   # characters widened at a time (1 MiB of UCS-4 per thread)
 
 
 class Span:
@@ -174,27 +171,22 @@ def _open_iconv():
 
 
 class _Descriptors:
-    """This thread's three iconv descriptors (one is not safe to share between threads),
+    """This thread's iconv descriptor (one is not safe to share between threads) and buffers,
     closed when the thread ends."""
 
     def __init__(self, iconv_open, close) -> None:
-        self.close = close
-        self.cd = {}
-        for kind, name in _ICONV_FROM.items():
-            cd = iconv_open(b"UTF-8", name)
-            if cd in (None, _ERR):
-                for c in self.cd.values():
-                    close(c)
-                raise OSError(f"iconv_open('UTF-8', {name.decode()!r}) failed")
-            self.cd[kind] = ctypes.c_void_p(cd)
+        cd = iconv_open(b"UTF-8", b"WCHAR_T")
+        if cd in (None, _ERR):
+            raise OSError("iconv_open('UTF-8', 'WCHAR_T') failed")
+        self.close, self.cd = close, ctypes.c_void_p(cd)
         self.cells = (ctypes.c_size_t * 4)()   # in pointer, in bytes left, out pointer, out left
         base = ctypes.addressof(self.cells)
         self.args = tuple(ctypes.c_void_p(base + 8 * k) for k in range(4))
         self.wide = np.empty(WIDEN_CHUNK, np.uint32)
+        self.stage = {k: np.empty(WIDEN_CHUNK, t) for k, t in _NARROW.items()}
 
     def __del__(self) -> None:
-        for c in self.cd.values():
-            self.close(c)
+        self.close(self.cd)
 
 
 def _descriptors() -> _Descriptors:
@@ -211,32 +203,35 @@ _SELF_TEST = ("h\xe9llo w\xf6rld \xff\x00 ", "\u011f\xfc\u015f \u4e2d\u6587 \ufe
 
 def _self_test() -> str | None:
     """None when every internal reads as expected on strings of each kind, at lengths that
-    take each path (in place, widened, cached UTF-8), else what differed."""
+    take each path (gathered, widened in chunks, kind 4 in place, a cached UTF-8), else what
+    differed."""
     asc_off, _, len_off, utf8_off = _state["layout"]
     for s0 in ("plain ascii text ", *_SELF_TEST):
-        for n in (1024, 8193):   # (SMALL and WIDEN_MIN + 1 of the defaults: in place, widened)
-            s = (s0 * (n // len(s0) + 1))[:n]   # (a fresh object: nothing cached in it)
-            a = id(s)
-            hash(s)
-            st = ctypes.c_uint32.from_address(a + _STATE).value
-            kind = 1 if max(s) < "\u0100" else 2 if max(s) < "\U00010000" else 4
-            if ctypes.c_ssize_t.from_address(a + _LENGTH).value != len(s):
-                return "the length field is not at byte 16"
-            if ctypes.c_ssize_t.from_address(a + _HASH).value != hash(s):
-                return "the hash field is not at byte 24"
-            if (st >> 2) & 7 != kind or not (st >> 5) & 1 or (st >> 6) & 1 != s.isascii():
-                return f"the state bits read {st:#x} for a str of kind {kind}"
-            if s.isascii():
-                if str_address(s) != a + asc_off:
-                    return "an ASCII str's characters are not where expected"
-                continue
-            if ctypes.c_void_p.from_address(a + utf8_off).value is not None:
-                return "a fresh str reads as having a cached UTF-8"
-            parts = utf8_parts([s, s[1:] + s[:1]], threads=1)
-            if not all(type(p) is Span for p in parts):
-                return "a long str was not transcoded"
-            if join_parts(parts).tobytes() != (s + s[1:] + s[:1]).encode():
-                return f"iconv's UTF-8 of a kind-{kind} str differs from str.encode"
+        s = (s0 * (1024 // len(s0) + 1))[:1024]   # (a fresh object: nothing cached in it)
+        a = id(s)
+        hash(s)
+        st = ctypes.c_uint32.from_address(a + _STATE).value
+        kind = 1 if max(s) < "\u0100" else 2 if max(s) < "\U00010000" else 4
+        if ctypes.c_ssize_t.from_address(a + _LENGTH).value != len(s):
+            return "the length field is not at byte 16"
+        if ctypes.c_ssize_t.from_address(a + _HASH).value != hash(s):
+            return "the hash field is not at byte 24"
+        if (st >> 2) & 7 != kind or not (st >> 5) & 1 or (st >> 6) & 1 != s.isascii():
+            return f"the state bits read {st:#x} for a str of kind {kind}"
+        if s.isascii():
+            if str_address(s) != a + asc_off:
+                return "an ASCII str's characters are not where expected"
+            continue
+        if ctypes.c_void_p.from_address(a + utf8_off).value is not None:
+            return "a fresh str reads as having a cached UTF-8"
+        docs = [s, s[1:] + s[:1]]
+        if kind < 4:   # (and one widened in chunks)
+            docs.append((s0 * (WIDEN_CHUNK // len(s0) + 2))[:WIDEN_CHUNK + 1])
+        parts = utf8_parts(docs, threads=1)
+        if not all(type(p) is Span for p in parts):
+            return "a long str was not transcoded"
+        if join_parts(parts).tobytes() != "".join(docs).encode():
+            return f"iconv's UTF-8 of a kind-{kind} str differs from str.encode"
     s = _SELF_TEST[1] * (1024 // len(_SELF_TEST[1]) + 1)
     cached = str_address(s)   # (PyUnicode_AsUTF8AndSize caches the UTF-8 in the object)
     if ctypes.c_void_p.from_address(id(s) + utf8_off).value != cached:
@@ -245,11 +240,11 @@ def _self_test() -> str | None:
         return "the cached UTF-8's length is not where expected"
     if join_parts(utf8_parts([s])).tobytes() != s.encode():
         return "a cached UTF-8 read back differs from str.encode"
-    for s in ("a\ud800b", "\ud83d\ude00", "\U0001f600\udfff", "\xe9\udc80"):
-        for n in (1024, 8193):
-            s = "x" * (n - len(s)) + s
-            if join_parts(utf8_parts([s])).tobytes() != to_bytes(s):
-                return "a str with surrogates is not packed as reference.to_bytes packs it"
+    for s, n in (("a\ud800b", WIDEN_CHUNK + 9), ("\ud83d\ude00", 1024),
+                 ("\U0001f600\udfff", 1024), ("\xe9\udc80", 1024)):
+        s = "x" * (n - len(s)) + s
+        if join_parts(utf8_parts([s], threads=1)).tobytes() != to_bytes(s):
+            return "a str with surrogates is not packed as reference.to_bytes packs it"
     return None
 
 
@@ -310,47 +305,94 @@ def _document(doc, k: int) -> bytes:
 
 
 def _transcode(addr: list[int], nchars: list[int], kinds: list[int], lo: int, hi: int
-               ) -> tuple[np.ndarray, list[int]]:
-    """UTF-8 of documents ``lo..hi-1`` (``nchars`` characters of ``kinds`` at ``addr``) back
-    to back in a new array, and each one's length (-1 where iconv refused it: surrogates).
-    The GIL is released in each iconv call (ctypes) and in numpy's widening copies."""
+               ) -> tuple[np.ndarray, list[int], list[int]]:
+    """UTF-8 of documents ``lo..hi-1`` (``nchars`` characters of ``kinds`` at ``addr``) in a
+    new array: each one's start in it and length (-1 where iconv refused it: surrogates).
+    The GIL is released in each iconv call and memmove (ctypes) and numpy's widening copies."""
     d = _descriptors()
-    iconv, cd, cells = _state["iconv"], d.cd, d.cells
-    wide = d.wide[:WIDEN_CHUNK]
-    wide_at, chunk = wide.ctypes.data, len(wide)
+    iconv, cd, cells, (p_in, p_inl, p_out, p_outl) = _state["iconv"], d.cd, d.cells, d.args
+    chunk = min(WIDEN_CHUNK, len(d.wide))
+    wide = d.wide[:chunk]
+    wide_at = wide.ctypes.data
     bound = sum(nchars[j] * _BOUND[kinds[j]] for j in range(lo, hi))
     out = np.empty(bound, np.uint8)
-    p_in, p_inl, p_out, p_outl = d.args
-    pos = out.ctypes.data
-    end = pos + bound
-    lengths = []
+    base = out.ctypes.data
+    cells[2], cells[3] = base, bound
+    starts, sizes = [0] * (hi - lo), [-1] * (hi - lo)
+    move = ctypes.memmove
+
+    def convert(j: int, at: int, nbytes: int) -> bool:
+        """iconv ``nbytes`` of UCS-4 at ``at`` onto the output (document j's part)."""
+        cells[0], cells[1] = at, nbytes
+        if iconv(cd, p_in, p_inl, p_out, p_outl) == _ERR or cells[1]:
+            iconv(cd, None, None, None, None)   # (back to the initial state)
+            return False
+        return True
+
+    def finish(j: int, start: int, ok: bool) -> None:
+        if ok:
+            starts[j - lo], sizes[j - lo] = start - base, cells[2] - start
+        else:   # (its partial output is overwritten by the next document)
+            cells[3] += cells[2] - start
+            cells[2] = start
+
+    groups = {1: [], 2: []}   # kind → [(document, offset in the staging buffer)]
+    fill = {1: 0, 2: 0}
+    stage_at = {k: v.ctypes.data for k, v in d.stage.items()}   # (.ctypes costs µs: once)
+
+    def flush(kind: int) -> None:
+        """Widen a staging buffer and convert it in one iconv call; each document's length is
+        its characters + those ≥ U+0080 + those ≥ U+0800 (one by one after a failure:
+        surrogates)."""
+        m, group = fill[kind], groups[kind]
+        stage = d.stage[kind][:m]
+        np.copyto(wide[:m], stage)
+        start = cells[2]
+        if convert(0, wide_at, 4 * m):
+            offs = np.fromiter((off for _, off in group), np.int64, len(group))
+            lens = (np.add.reduceat((stage >= 0x80).view(np.uint8) + (stage >= 0x800).view(np.uint8),
+                                    offs, dtype=np.int64) + np.diff(offs, append=m)).tolist()
+            if sum(lens) == cells[2] - start:
+                at = start - base
+                for (j, _), n in zip(group, lens):
+                    starts[j - lo], sizes[j - lo] = at, n
+                    at += n
+                group.clear()
+                fill[kind] = 0
+                return
+        cells[3] += cells[2] - start   # (not expected: converted again document by document)
+        cells[2] = start
+        for j, off in group:
+            start = cells[2]
+            finish(j, start, convert(j, wide_at + 4 * off, 4 * nchars[j]))
+        group.clear()
+        fill[kind] = 0
+
     for j in range(lo, hi):
-        n, kind, start = nchars[j], kinds[j], pos
-        cells[2] = pos
-        cells[3] = end - pos
-        if kind == 4 or n < WIDEN_MIN:   # iconv reads the characters in place
-            cells[0] = addr[j]
-            cells[1] = n * kind
-            ok = iconv(cd[kind], p_in, p_inl, p_out, p_outl) != _ERR and not cells[1]
-        else:                            # widened to UCS-4 a chunk at a time
+        n, kind = nchars[j], kinds[j]
+        if kind == 4:                 # in place
+            start = cells[2]
+            finish(j, start, convert(j, addr[j], 4 * n))
+        elif n <= chunk:              # gathered with others of its kind
+            if fill[kind] + n > chunk:
+                flush(kind)
+            move(stage_at[kind] + kind * fill[kind], addr[j], kind * n)
+            groups[kind].append((j, fill[kind]))
+            fill[kind] += n
+        else:                         # widened a chunk at a time
             src = np.frombuffer(_memory(addr[j], n * kind, 0x100), _NARROW[kind])
-            kind = 4
+            start, ok = cells[2], True
             for c in range(0, n, chunk):
                 m = min(chunk, n - c)
                 np.copyto(wide[:m], src[c:c + m])
-                cells[0] = wide_at
-                cells[1] = 4 * m
-                ok = iconv(cd[4], p_in, p_inl, p_out, p_outl) != _ERR and not cells[1]
-                if not ok:
+                if not convert(j, wide_at, 4 * m):
+                    ok = False
                     break
-        if not ok:
-            iconv(cd[kind], None, None, None, None)   # (back to the initial state)
-            lengths.append(-1)
-            pos = start
-            continue
-        pos = cells[2]
-        lengths.append(pos - start)
-    return out, lengths
+            finish(j, start, ok)
+    for kind in groups:
+        if groups[kind]:
+            flush(kind)
+    return out, starts, sizes
 
 
 def utf8_parts(docs: Sequence, first: int = 0, *, threads: int | None = None
@@ -423,20 +465,20 @@ def utf8_parts(docs: Sequence, first: int = 0, *, threads: int | None = None
     futures = [copy_pool().submit(_transcode, addr, nchars, kinds, lo, hi)
                for lo, hi in chunks[1:]]
     results = [_transcode(addr, nchars, kinds, *chunks[0]), *(f.result() for f in futures)]
-    for (lo, _hi), (out, lengths) in zip(chunks, results):
-        pos = out.ctypes.data
-        for j, size in zip(range(lo, _hi), lengths):
+    for (lo, _hi), (out, starts, sizes) in zip(chunks, results):
+        base = out.ctypes.data
+        for j, start, size in zip(range(lo, _hi), starts, sizes):
             i = todo[j]
             if size < 0:   # lone surrogates: U+FFFD, as reference.to_bytes makes them
                 parts[i] = _document(parts[i], first + i)
                 continue
-            parts[i] = Span(pos, size, out)
-            pos += size
+            parts[i] = Span(base + start, size, out)
     return parts
 
 
 # -- copies ----------------------------------------------------------------------------------------
 _POOL = None
+_pool_lock = threading.Lock()
 _POOL_PREFIX = "torch_gpubpe copy"
 _COPY_PIECE = 1 << 20  # bytes: parts above this are copied in pieces (by several threads)
 PARALLEL_COPY_MIN = 1 << 20  # bytes: below this one memcpy is faster than handing out parts
@@ -447,7 +489,7 @@ def copy_pool():
     fork: threads do not survive one)."""
     global _POOL
     if _POOL is None or _POOL[0] != os.getpid():
-        with _lock:
+        with _pool_lock:   # (not _lock: available() holds that while its self-test packs)
             if _POOL is None or _POOL[0] != os.getpid():
                 from concurrent.futures import ThreadPoolExecutor
 
