@@ -52,3 +52,12 @@ def test_1000_one_word_documents_of_1_mb():
     assert "after" in r["error"] and "prune_below=2" in r["error"], r
     assert r["peak_rss_bytes"] < BUDGET
     assert r["seconds"] < 120
+
+
+def test_1000_one_word_documents_of_1_mb_pruned_within_the_budget():
+    r = _case("longword-prune")
+    # every word occurs once: all pruned, nothing to merge (a vocab of the 256 bytes)
+    assert "error" not in r, r
+    assert r["pruned_words"] == 1_000 and r["merges"] == 0, r
+    assert r.get("spilled_runs", 0) >= 2, r
+    assert r["peak_rss_bytes"] < BUDGET, r

@@ -415,6 +415,31 @@ def test_megabyte_words_checked_like_the_heavy_test(tok, vocab, merges):
     _megabyte_words(tok, vocab, merges, 300_000)
 
 
+@pytest.mark.parametrize("unit, split_unit", [(b"a", b"a "), (b"ab", b"abababa "),
+                                              ("ş".encode(), "şşş  ".encode())],
+                         ids=["a", "ab", "ş"])
+def test_megabyte_word_within_3x_of_split(tok, unit, split_unit):
+    """Issue 17 §1's encoder target on this adapter (lavapipe in CI: 1.0-2.1x at 1 MB; the 5 MB
+    H200 case is the heavy test below): one 1 MB word within 3x the same bytes split into
+    words, best of 3 each (this machine's other processes stall single runs)."""
+    n = 1_000_000
+    long_doc, split_doc = unit * (n // len(unit)), split_unit * (n // len(split_unit))
+    tok.encode_to_numpy(long_doc)  # the long-word buffers grown once
+
+    def best(doc: bytes) -> float:
+        ts = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            tok.encode_to_numpy(doc)
+            ts.append(time.perf_counter() - t0)
+        return min(ts)
+
+    r0 = tok._sess.long_regions
+    t_long, t_split = best(long_doc), best(split_doc)
+    assert tok._sess.long_regions > r0   # the parallel path ran
+    assert t_long <= 3 * t_split, (t_long, t_split)
+
+
 @pytest.mark.heavy
 def test_heavy_five_megabyte_words(tok, vocab, merges):
     """Issue 17 §1 on a real GPU: 5 MB words exact; the time of one 5 MB word of ``a`` within 3×

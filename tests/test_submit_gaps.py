@@ -102,14 +102,20 @@ def test_single_long_word_has_no_submit_gap_above_50ms(case, nbytes, vocab_size)
 
 
 @pytest.mark.heavy
-def test_heavy_single_5mb_word_has_no_submit_gap_above_50ms():
-    # Issue 17 §1's trainer target, on a real GPU (lavapipe runs the work inside submit).
-    # The merges of one run of "a": a+a, then each new token with itself, while it occurs
-    # twice (ties cannot arise: the other pairs touch the run's ends, once each).
-    st: dict = {}
-    vocab = train([b"a" * 5_000_000], 1024, stats=st, progress=False)
-    merges = list(vocab.merges)
-    assert merges[0] == (97, 97)
-    assert merges[1:] == [(256 + i, 256 + i) for i in range(len(merges) - 1)]
-    assert len(merges) >= 20
+@pytest.mark.parametrize("case", ["a", "ab", "base64"])
+def test_heavy_single_5mb_word_has_no_submit_gap_above_50ms(case):
+    # Issue 17 §1's trainer target at its size, on a real GPU (H200 before this session's CPU
+    # changes: a 12.0 ms, ab 12.4 ms, base64 21.1 ms). The merges of one run of "a" ("ab"):
+    # a+a (a+b), then each new token with itself, while it occurs twice (ties cannot arise:
+    # the other pairs touch the run's ends, once each).
+    doc = _long_word_docs(5_000_000)[case]
+    st, merges = _best_gap(doc, 1024, runs=1)
+    if case != "base64":
+        assert merges[0] == ((97, 97) if case == "a" else (97, 98))
+        assert merges[1:] == [(256 + i, 256 + i) for i in range(len(merges) - 1)]
+        assert len(merges) >= 20
+    else:
+        assert len(merges) == 1024 - 256
+    print(f"{case} 5 MB: max gap {st['max_submit_gap_s'] * 1e3:.1f} ms, {st['submits']} "
+          f"submits, merging {st['seconds_merge']:.2f} s")
     assert st["max_submit_gap_s"] <= 0.050, st

@@ -225,7 +225,8 @@ def write_long_counts(wc, path: PathLike, *, compression: str = "lz4",
         a, b = data[off[i]:off[i + 1]], data[off[j]:off[j + 1]]
         m = min(len(a), len(b))
         for s in range(0, m, 1 << 16):       # memcmp order, 64 KB at a time
-            d = np.flatnonzero(a[s:s + (1 << 16)] != b[s:s + (1 << 16)])
+            e = min(m, s + (1 << 16))
+            d = np.flatnonzero(a[s:e] != b[s:e])
             if len(d):
                 return -1 if a[s + d[0]] < b[s + d[0]] else 1
         return (len(a) > len(b)) - (len(a) < len(b))

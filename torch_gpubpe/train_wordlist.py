@@ -59,7 +59,7 @@ CPU_LOOP_ITERATIONS = 30_000
 # of dependent loads): the per-thread budget is this over the grid's threads (at most
 # CPU_WORKGROUPS × WG), at least 8. Measured in CPU time per submit on lavapipe (1 MB words):
 # 2^17 steps 130-170 ms, 2^14 ~15 ms.
-CPU_WALK_STEPS = 1 << 15
+CPU_WALK_STEPS = 1 << 14
 # Stream positions per submit of a pass over the stream (the set-up's wl_links and
 # wl_byte_lists, pair_count: ~10-15 ms of CPU time), and per long chain per round
 # (train_long.wgsl's window: lc_apply ~2 µs of CPU time per position, a round ~15 ms).
