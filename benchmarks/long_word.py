@@ -31,9 +31,10 @@ between them, its waits for readbacks and the submit call itself. On a GPU it is
 device can go without new work; on a CPU adapter (lavapipe), where one submission runs at a
 time and a submit or readback waits for the one before, it is about the work of one submit
 (``stats["max_submit_gap_cpu_s"]``, the process's CPU time over the gap, tells that from a
-busy machine). lavapipe, 2 cores, 1 MB (17:35 UTC): a 45 ms, ab 129 ms (one gap: the machine;
-the CPU time of its gaps stays under 40 ms), base64 232 ms (a single merge's find_max4 over
-~100 dirty table blocks is 30-50 ms there); before this session's changes 1.8 s, 2.2 s, 7.1 s.
+busy machine). lavapipe, 2 shared cores, ``--mb 1`` (17:41 UTC): a 39.6 ms, ab 29.2 ms, base64
+130 ms (there a single merge's find_max4 rescans ~100 dirty 1024-slot table blocks: 30-75 ms
+of GPU time on lavapipe; 64 KB of base64 stays within 50 ms); before this session's changes
+1.8 s, 2.2 s and 7.1 s.
 
 With ``--train`` and encoder cases (``--order both``, the default) the encoder table is run
 twice in one process, before any training and right after the trainer cases, and the two are
