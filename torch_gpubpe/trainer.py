@@ -887,6 +887,7 @@ class _MergeLoop:
         info = trainer.info[algorithm]
         self.c = c = info.consts
         self.st, self.batch, self.num_merges = st, batch, num_merges
+        self.is_cpu = trainer.is_cpu
         self.n = n = len(sym)
         self.max_rows = max(c["COLS"], _pow2_at_least(g.binding_bytes(4) // (8 * c["COLS"]))
                             // 2)
@@ -1181,10 +1182,12 @@ class _MergeLoop:
                 self._tally(stv)
                 stv = self._continue_walks()
                 recorded = int(stv[c["S_K"]]) + int(stv[self.done_word])
-                # Batches start again at one merge: the rest of a paused batch (and all of the
-                # one queued behind it) were held, dispatches that do nothing but still cost
-                # (on lavapipe, 2 x 63 held merges took ~110 ms in one submit).
-                size = 1
+                # A CPU adapter's batches start again at one merge: the rest of a paused
+                # batch (and all of the one queued behind it) were held, dispatches that do
+                # nothing but still cost there (lavapipe: 2 x 63 held merges, ~110 ms in one
+                # submit; a GPU holds a merge in microseconds).
+                if self.is_cpu:
+                    size = 1
             self._tally(stv)
             done = int(stv[c["S_K"]]) + (int(stv[self.done_word]) if self.done_word else 0)
             stopped = stopped or bool(stv[c["S_STOP"]])
