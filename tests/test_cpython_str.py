@@ -52,6 +52,13 @@ def _want(docs) -> bytes:
 def _all_packers(docs) -> dict[str, bytes]:
     out = {"utf8_parts": cs.join_parts(cs.utf8_parts(docs)).tobytes(),
            "utf8_parts 1 thread": cs.join_parts(cs.utf8_parts(docs, threads=1)).tobytes(),
+           "utf8_parts deferred": cs.join_parts(cs.utf8_parts(docs, defer=True)).tobytes(),
+           "utf8_parts deferred, 1 thread":
+               cs.join_parts(cs.utf8_parts(docs, threads=1, defer=True)).tobytes(),
+           "_pack parts, not deferred": cs.join_parts(_pack(docs, keep_parts=True,
+                                                            defer=False)[0]).tobytes()
+               if isinstance(_pack(docs, keep_parts=True, defer=False)[0], list)
+               else _pack(docs, keep_parts=True, defer=False)[0].tobytes(),
            "pack_documents": pack_documents(docs)[0].tobytes(),
            "_pack": _pack(docs)[0].tobytes()}
     parts, offsets = _pack(docs, keep_parts=True)
@@ -70,10 +77,10 @@ def _all_packers(docs) -> dict[str, bytes]:
 # Which path each document takes is set by sizes; these settings send short documents down
 # each one: str.encode below SMALL (the defaults), iconv after gathering with others and
 # widening to UCS-4 (kind 4: in place), after widening in chunks of 3 characters (chunk edges
-# everywhere), over up to 8 threads.
+# everywhere), over up to 8 threads (the copies, and the transcoding of deferred parts, too).
 PATHS = {"defaults": {},
-         "gathered": dict(SMALL=0, PARALLEL_MIN=8),
-         "chunked": dict(SMALL=0, WIDEN_CHUNK=3, PARALLEL_MIN=8),
+         "gathered": dict(SMALL=0, PARALLEL_MIN=8, PARALLEL_COPY_MIN=8),
+         "chunked": dict(SMALL=0, WIDEN_CHUNK=3, PARALLEL_MIN=8, PARALLEL_COPY_MIN=8),
          "small stage": dict(SMALL=0, WIDEN_CHUNK=50, PARALLEL_MIN=8)}   # (many flushes)
 
 
@@ -126,7 +133,8 @@ def test_offsets_are_each_documents_length(path, docs):
     lengths = [len(to_bytes(d)) for d in docs]
     with _paths(path):
         for offsets in (pack_documents(docs)[1], _pack(docs)[1],
-                        _pack(docs, keep_parts=True)[1]):
+                        _pack(docs, keep_parts=True)[1],
+                        _pack(docs, keep_parts=True, defer=False)[1]):
             assert np.diff(offsets).tolist() == lengths
 
 
@@ -134,9 +142,17 @@ def test_the_paths_are_taken():
     """(So that the settings above test what they say.)"""
     docs = ["é" * 2000, "中" * 5000, "😀" * 3000, "é" * 10]
     assert [type(p) for p in cs.utf8_parts(docs)] == [cs.Span, cs.Span, cs.Span, bytes]
+    assert ([type(p) for p in cs.utf8_parts(docs, defer=True)]
+            == [cs.Deferred, cs.Deferred, cs.Deferred, bytes])
+    assert [p.kind for p in cs.utf8_parts(docs, defer=True)[:3]] == [1, 2, 4]
     for path in ("gathered", "chunked"):
         with _paths(path):
             assert all(type(p) is cs.Span for p in cs.utf8_parts(docs))
+            assert all(type(p) is cs.Deferred for p in cs.utf8_parts(docs, defer=True))
+    parts, _ = _pack(docs + ["x" * 20000], keep_parts=True)   # (the encoder's upload path)
+    assert [type(p) for p in parts] == [cs.Deferred] * 3 + [bytes, str]
+    parts, _ = _pack(docs + ["x" * 20000], keep_parts=True, defer=False)   # (encode_batches)
+    assert [type(p) for p in parts] == [cs.Span] * 3 + [bytes, str]
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])
@@ -152,9 +168,16 @@ def test_corpora_with_one_thread_or_many(monkeypatch, threads, path):
             if path == "chunked":
                 cs.WIDEN_CHUNK = 1000
             parts = cs.utf8_parts(docs, threads=threads)
+            deferred = cs.utf8_parts(docs, threads=threads, defer=True)
+            monkeypatch.setattr(cs, "PARALLEL_COPY_MIN", 1024)   # (written by many threads)
+            dst = np.full(len(want), 0xAA, np.uint8)
+            copy_parts(dst, deferred)
         assert cs.join_parts(parts).tobytes() == want, name
+        assert dst.tobytes() == want, name
         assert [len(p) for p in parts] == [len(d.encode()) for d in docs]
+        assert [len(p) for p in deferred] == [len(d.encode()) for d in docs]
         assert any(isinstance(p, cs.Span) for p in parts) or all(d.isascii() for d in docs)
+        assert any(isinstance(p, cs.Deferred) for p in deferred) or all(d.isascii() for d in docs)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -166,6 +189,8 @@ def test_mixed_kinds_in_one_batch_over_threads(path):
         for threads in (1, 2, 5, 8):
             got = cs.join_parts(cs.utf8_parts(docs, threads=threads)).tobytes()
             assert got == _want(docs), threads
+            got = cs.join_parts(cs.utf8_parts(docs, threads=threads, defer=True)).tobytes()
+            assert got == _want(docs), (threads, "deferred")
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -174,8 +199,26 @@ def test_surrogates_become_u_fffd_as_in_to_bytes(path, n):
     with _paths(path):
         for s in ("a\ud800b", "\udfff", "\ud83d", "\ud83d\ude00", "😀\udfff", "é\udc80"):
             for s in (s + "x" * n, "é" * n + s):   # (surrogates first, or last, in each kind)
-                got = cs.join_parts(cs.utf8_parts([s, "é" * 2000])).tobytes()
-                assert got == to_bytes(s) + ("é" * 2000).encode()
+                for defer in (False, True):
+                    got = cs.join_parts(cs.utf8_parts([s, "é" * 2000], defer=defer)).tobytes()
+                    assert got == to_bytes(s) + ("é" * 2000).encode(), defer
+
+
+@pytest.mark.parametrize("kind_doc", ["é" * 3000, "中" * 3000, "😀" * 3000, "é" * 300_000])
+def test_a_deferred_part_of_the_wrong_size_raises_never_writes_past(kind_doc):
+    """A deferred part is written with exactly its counted size of room: were the count wrong
+    (a bug), copy_parts raises rather than leave garbage or write into the next part."""
+    (p,) = cs.utf8_parts([kind_doc], defer=True)
+    assert type(p) is cs.Deferred and p.tobytes() == kind_doc.encode()
+    for delta in (-1, 1):
+        wrong = cs.Deferred(p.address, p.nchars, p.kind, p.size + delta, kind_doc)
+        dst = np.zeros(p.size + delta + 16, np.uint8)
+        with pytest.raises(RuntimeError, match="not the .*size counted"):
+            copy_parts(dst[:p.size + delta], [wrong])
+        assert not dst[p.size + delta:].any()
+    dst = np.zeros(p.size, np.uint8)
+    copy_parts(dst, [p])   # (the descriptor is usable after the refusals)
+    assert dst.tobytes() == kind_doc.encode()
 
 
 def test_cached_utf8_is_read_from_the_str():

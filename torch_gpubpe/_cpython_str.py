@@ -96,6 +96,25 @@ class Span:
         return ctypes.string_at(self.address, self.size)
 
 
+class Deferred:
+    """A non-ASCII compact ``str`` (``owner``) whose UTF-8 is ``size`` bytes (counted from its
+    characters, none a surrogate) and not made yet: :func:`copy_parts` transcodes it straight
+    into its place in the destination (``nchars`` characters of ``kind`` bytes at
+    ``address``). ``len(part)`` is ``size``."""
+
+    __slots__ = ("address", "nchars", "kind", "size", "owner")
+
+    def __init__(self, address: int, nchars: int, kind: int, size: int, owner: str) -> None:
+        self.address, self.nchars, self.kind, self.size, self.owner = \
+            address, nchars, kind, size, owner
+
+    def __len__(self) -> int:
+        return self.size
+
+    def tobytes(self) -> bytes:
+        return self.owner.encode()
+
+
 # -- ctypes.pythonapi: addresses of ASCII str and bytes ------------------------------------------
 def _address_functions():
     """CPython's ``PyUnicode_AsUTF8AndSize`` and ``PyBytes_AsString`` through ctypes, typed to
@@ -232,6 +251,11 @@ def _self_test() -> str | None:
             return "a long str was not transcoded"
         if join_parts(parts).tobytes() != "".join(docs).encode():
             return f"iconv's UTF-8 of a kind-{kind} str differs from str.encode"
+        parts = utf8_parts(docs, threads=1, defer=True)
+        if not all(type(p) is Deferred for p in parts):
+            return "a long str was not measured"
+        if join_parts(parts).tobytes() != "".join(docs).encode():
+            return f"iconv's UTF-8 of a kind-{kind} str written in place differs from str.encode"
     s = _SELF_TEST[1] * (1024 // len(_SELF_TEST[1]) + 1)
     cached = str_address(s)   # (PyUnicode_AsUTF8AndSize caches the UTF-8 in the object)
     if ctypes.c_void_p.from_address(id(s) + utf8_off).value != cached:
@@ -243,7 +267,8 @@ def _self_test() -> str | None:
     for s, n in (("a\ud800b", WIDEN_CHUNK + 9), ("\ud83d\ude00", 1024),
                  ("\U0001f600\udfff", 1024), ("\xe9\udc80", 1024)):
         s = "x" * (n - len(s)) + s
-        if join_parts(utf8_parts([s], threads=1)).tobytes() != to_bytes(s):
+        if (join_parts(utf8_parts([s], threads=1)).tobytes() != to_bytes(s)
+                or join_parts(utf8_parts([s], threads=1, defer=True)).tobytes() != to_bytes(s)):
             return "a str with surrogates is not packed as reference.to_bytes packs it"
     return None
 
@@ -395,8 +420,135 @@ def _transcode(addr: list[int], nchars: list[int], kinds: list[int], lo: int, hi
     return out, starts, sizes
 
 
-def utf8_parts(docs: Sequence, first: int = 0, *, threads: int | None = None
-               ) -> list[str | bytes | Span]:
+_SURROGATE_MASK = {2: 0xF800, 4: 0xFFFFF800}   # (c & mask) == 0xD800: a surrogate
+
+
+def _flags(a: np.ndarray, kind: int) -> tuple[list[np.ndarray], np.ndarray | None]:
+    """For the characters ``a`` (``kind`` 1, 2 or 4): ``bool`` arrays of those ≥ U+0080,
+    U+0800, U+10000 (as many as the kind can hold: each adds one UTF-8 byte), and of the
+    surrogates (None for kind 1, or when the largest character is below U+D800 or none is
+    one)."""
+    flags = [a >= 0x80] + ([a >= 0x800] if kind > 1 else []) + ([a >= 0x10000] if kind == 4
+                                                                 else [])
+    if kind == 1 or not len(a) or a.max() < 0xD800:
+        return flags, None
+    sur = (a & _SURROGATE_MASK[kind]) == 0xD800
+    return flags, (sur if sur.any() else None)
+
+
+def _measure(addr: list[int], nchars: list[int], kinds: list[int], lo: int, hi: int
+             ) -> list[int]:
+    """The UTF-8 size of documents ``lo..hi-1`` (``nchars`` characters of ``kinds`` at
+    ``addr``) counted from their characters (each is 1 byte + 1 per threshold U+0080, U+0800,
+    U+10000 it reaches: :func:`_flags`), -1 where one is a surrogate (iconv refuses them; reference.to_bytes
+    makes them U+FFFD). Short kind-1/2 documents are gathered (memmove) into this thread's
+    staging buffers and counted together; the GIL is released in memmove and numpy's passes."""
+    d = _descriptors()
+    chunk = min(WIDEN_CHUNK, len(d.wide))
+    sizes = [-1] * (hi - lo)
+    groups = {1: [], 2: []}   # kind → [(document, offset in the staging buffer)]
+    fill = {1: 0, 2: 0}
+    stage_at = {k: v.ctypes.data for k, v in d.stage.items()}
+    move = ctypes.memmove
+
+    def flush(kind: int) -> None:
+        m, group = fill[kind], groups[kind]
+        flags, sur = _flags(d.stage[kind][:m], kind)
+        count = np.count_nonzero   # (per document: a reduceat to int64 is ~4x slower)
+        for j, off in group:
+            end = off + nchars[j]
+            if sur is None or not count(sur[off:end]):
+                sizes[j - lo] = nchars[j] + sum(count(f[off:end]) for f in flags)
+        group.clear()
+        fill[kind] = 0
+
+    for j in range(lo, hi):
+        n, kind = nchars[j], kinds[j]
+        if kind < 4 and n <= chunk:   # gathered with others of its kind
+            if fill[kind] + n > chunk:
+                flush(kind)
+            move(stage_at[kind] + kind * fill[kind], addr[j], kind * n)
+            groups[kind].append((j, fill[kind]))
+            fill[kind] += n
+            continue
+        src = np.frombuffer(_memory(addr[j], n * kind, 0x100),   # (read in place, by chunks)
+                            _NARROW.get(kind, np.uint32))
+        size = n
+        for c in range(0, n, chunk):
+            flags, sur = _flags(src[c:c + chunk], kind)
+            if sur is not None:
+                break
+            size += sum(np.count_nonzero(f) for f in flags)
+        else:
+            sizes[j - lo] = size
+    for kind in groups:
+        if groups[kind]:
+            flush(kind)
+    return sizes
+
+
+def _write(items: list[tuple[int, Deferred]]) -> None:
+    """Transcode each :class:`Deferred` part of ``items`` (destination address, part) straight
+    to its destination: kind-1/2 characters widened to UCS-4 (short documents gathered with
+    others of their kind and widened together, long ones a chunk at a time), kind 4 read in
+    place, then one iconv call per document (per chunk) with exactly ``size`` bytes of room.
+
+    Raises:
+        RuntimeError: iconv's output is not exactly the counted size (a bug, not bad input).
+    """
+    d = _descriptors()
+    iconv, cd, cells, (p_in, p_inl, p_out, p_outl) = _state["iconv"], d.cd, d.cells, d.args
+    chunk = min(WIDEN_CHUNK, len(d.wide))
+    wide = d.wide[:chunk]
+    wide_at = wide.ctypes.data
+    stage_at = {k: v.ctypes.data for k, v in d.stage.items()}
+    move = ctypes.memmove
+    groups = {1: [], 2: []}   # kind → [(destination, part, offset in the staging buffer)]
+    fill = {1: 0, 2: 0}
+
+    def convert(at: int, nbytes: int, last: bool) -> None:
+        cells[0], cells[1] = at, nbytes
+        if iconv(cd, p_in, p_inl, p_out, p_outl) == _ERR or cells[1] or (last and cells[3]):
+            err = ctypes.get_errno()
+            iconv(cd, None, None, None, None)   # (back to the initial state)
+            raise RuntimeError(f"torch_gpubpe: iconv's UTF-8 of a str is not the {nbytes // 4}"
+                               f"-character size counted (errno {err}, {cells[3]} bytes of "
+                               "room left): a bug in _cpython_str")
+
+    def flush(kind: int) -> None:
+        m, group = fill[kind], groups[kind]
+        np.copyto(wide[:m], d.stage[kind][:m])
+        for dst, p, off in group:
+            cells[2], cells[3] = dst, p.size
+            convert(wide_at + 4 * off, 4 * p.nchars, True)
+        group.clear()
+        fill[kind] = 0
+
+    for dst, p in items:
+        n, kind = p.nchars, p.kind
+        if kind == 4:                 # in place
+            cells[2], cells[3] = dst, p.size
+            convert(p.address, 4 * n, True)
+        elif n <= chunk:              # gathered with others of its kind
+            if fill[kind] + n > chunk:
+                flush(kind)
+            move(stage_at[kind] + kind * fill[kind], p.address, kind * n)
+            groups[kind].append((dst, p, fill[kind]))
+            fill[kind] += n
+        else:                         # widened a chunk at a time
+            src = np.frombuffer(_memory(p.address, n * kind, 0x100), _NARROW[kind])
+            cells[2], cells[3] = dst, p.size
+            for c in range(0, n, chunk):
+                m = min(chunk, n - c)
+                np.copyto(wide[:m], src[c:c + m])
+                convert(wide_at, 4 * m, c + m == n)
+    for kind in groups:
+        if groups[kind]:
+            flush(kind)
+
+
+def utf8_parts(docs: Sequence, first: int = 0, *, threads: int | None = None,
+               defer: bool = False) -> list[str | bytes | Span | Deferred]:
     """The UTF-8 of each document, without joining: an ASCII ``str`` itself (its characters
     are its UTF-8), a ``bytes`` item itself, a :class:`Span` for a non-ASCII ``str`` of at
     least ``SMALL`` characters (transcoded by up to ``threads`` threads, default 8 and at most
@@ -404,9 +556,17 @@ def utf8_parts(docs: Sequence, first: int = 0, *, threads: int | None = None
     characters), else the ``bytes`` of ``str.encode`` or, failing that,
     :func:`torch_gpubpe.reference.to_bytes`. Same bytes as ``to_bytes`` for every item.
 
+    With ``defer``, those ``str`` are not transcoded here but only measured (their UTF-8 size
+    counted from their characters by the threads, :func:`_measure`): each becomes a
+    :class:`Deferred` part, transcoded by :func:`copy_parts` straight into the destination
+    (one pass over their UTF-8 instead of two: scratch, then the destination); one with a
+    surrogate is packed by ``to_bytes`` here.
+
     Args:
         docs: a sequence of ``str`` or bytes-like documents.
         first: index of ``docs[0]`` in the caller's corpus (for error messages).
+        defer: return :class:`Deferred` parts (only :func:`copy_parts` and
+            :func:`join_parts` read them; the ``str`` must stay alive until then).
     Raises:
         InputError: an item is neither ``str`` nor bytes-like (names its index ``first + k``).
     """
@@ -462,9 +622,16 @@ def utf8_parts(docs: Sequence, first: int = 0, *, threads: int | None = None
         cuts = [0, *np.searchsorted(ends, [total * j // n for j in range(1, n)]).tolist(),
                 len(todo)]
         chunks = [(cuts[j], cuts[j + 1]) for j in range(n) if cuts[j] < cuts[j + 1]]
-    futures = [copy_pool().submit(_transcode, addr, nchars, kinds, lo, hi)
-               for lo, hi in chunks[1:]]
-    results = [_transcode(addr, nchars, kinds, *chunks[0]), *(f.result() for f in futures)]
+    work = _measure if defer else _transcode
+    futures = [copy_pool().submit(work, addr, nchars, kinds, lo, hi) for lo, hi in chunks[1:]]
+    results = [work(addr, nchars, kinds, *chunks[0]), *(f.result() for f in futures)]
+    if defer:
+        for (lo, _hi), sizes in zip(chunks, results):
+            for j, size in zip(range(lo, _hi), sizes):
+                i = todo[j]
+                parts[i] = (_document(parts[i], first + i) if size < 0 else   # (surrogates)
+                            Deferred(addr[j], nchars[j], kinds[j], size, parts[i]))
+        return parts
     for (lo, _hi), (out, starts, sizes) in zip(chunks, results):
         base = out.ctypes.data
         for j, start, size in zip(range(lo, _hi), starts, sizes):
@@ -482,6 +649,7 @@ _pool_lock = threading.Lock()
 _POOL_PREFIX = "torch_gpubpe copy"
 _COPY_PIECE = 1 << 20  # bytes: parts above this are copied in pieces (by several threads)
 PARALLEL_COPY_MIN = 1 << 20  # bytes: below this one memcpy is faster than handing out parts
+_TRANSCODE_COST = 8    # memcpy bytes as long as transcoding one character (widen + iconv)
 
 
 def copy_pool():
@@ -497,27 +665,35 @@ def copy_pool():
     return _POOL[1]
 
 
-def copy_parts(dst: np.ndarray, parts: list[str | bytes | Span]) -> None:
-    """Copy ``parts`` (``bytes``, ASCII ``str``: their characters are their UTF-8, or
-    :class:`Span`) back to back into the 1-D ``uint8`` array ``dst`` (of exactly their total
-    size), by up to 8 threads.
+def copy_parts(dst: np.ndarray, parts: list[str | bytes | Span | Deferred]) -> None:
+    """Copy ``parts`` (``bytes``, ASCII ``str``: their characters are their UTF-8,
+    :class:`Span`, or :class:`Deferred`: transcoded here) back to back into the 1-D ``uint8``
+    array ``dst`` (of exactly their total size), by up to 8 threads.
 
     The bytes are read in place: an ASCII ``str``'s characters (``PyUnicode_AsUTF8AndSize``
     returns them without a copy or a cache for compact ASCII strings), a ``bytes`` object's
     buffer, a span's address, and copied by ``ctypes.memmove``, which releases the GIL, in
-    pieces of at most 1 MiB spread over the threads by size. ``parts`` must stay alive (the
-    caller holds it).
+    pieces of at most 1 MiB; a deferred ``str`` is transcoded by iconv straight to its place
+    (:func:`_write`). Each thread takes a contiguous share of the pieces and one of the
+    deferred parts (by bytes, and by characters). ``parts`` must stay alive (the caller holds
+    it).
 
     Raises:
         ValueError: the parts do not add up to ``len(dst)``.
     """
     base = dst.ctypes.data
     pieces, o = [], 0  # (destination address, source address, bytes)
+    deferred, chars = [], 0   # (destination address, part)
     for p in parts:
         n = len(p)
         if not n:
             continue
         t = type(p)
+        if t is Deferred:
+            deferred.append((base + o, p))
+            chars += p.nchars
+            o += n
+            continue
         src = str_address(p) if t is str else p.address if t is Span else bytes_address(p)
         for a in range(0, n, _COPY_PIECE):
             k = min(_COPY_PIECE, n - a)
@@ -526,26 +702,36 @@ def copy_parts(dst: np.ndarray, parts: list[str | bytes | Span]) -> None:
     if o != len(dst):
         raise ValueError(f"copy_parts: {o} bytes of parts for {len(dst)} bytes of room")
     move = ctypes.memmove
-    nthreads = min(THREADS, os.cpu_count() or 1, -(-o // PARALLEL_COPY_MIN))
+    work = o + _TRANSCODE_COST * chars   # (memcpy-byte equivalents)
+    nthreads = min(THREADS, os.cpu_count() or 1, -(-work // PARALLEL_COPY_MIN))
     if nthreads < 2 or threading.current_thread().name.startswith(_POOL_PREFIX):
         for d, s, k in pieces:
             move(d, s, k)
+        if deferred:
+            _write(deferred)
         return
-    ends = np.cumsum([k for _, _, k in pieces])
-    cuts = [0, *np.searchsorted(ends, [o * j // nthreads for j in range(1, nthreads)]).tolist(),
-            len(pieces)]
 
-    def run(a: int, b: int) -> None:
-        for d, s, k in pieces[a:b]:
+    def shares(sizes: list[int], total: int) -> list[int]:
+        ends = np.cumsum(sizes)
+        return [0, *np.searchsorted(ends, [total * j // nthreads
+                                           for j in range(1, nthreads)]).tolist(), len(sizes)]
+
+    cuts = shares([k for _, _, k in pieces], o - sum(p.size for _, p in deferred))
+    dcuts = shares([p.nchars for _, p in deferred], chars) if deferred else [0] * (nthreads + 1)
+
+    def run(j: int) -> None:
+        for d, s, k in pieces[cuts[j]:cuts[j + 1]]:
             move(d, s, k)
+        if dcuts[j] < dcuts[j + 1]:
+            _write(deferred[dcuts[j]:dcuts[j + 1]])
 
     pool = copy_pool()
-    for f in [pool.submit(run, cuts[j], cuts[j + 1]) for j in range(nthreads)
-              if cuts[j] < cuts[j + 1]]:
+    for f in [pool.submit(run, j) for j in range(nthreads)
+              if cuts[j] < cuts[j + 1] or dcuts[j] < dcuts[j + 1]]:
         f.result()
 
 
-def join_parts(parts: list[str | bytes | Span]) -> np.ndarray:
+def join_parts(parts: list[str | bytes | Span | Deferred]) -> np.ndarray:
     """The ``uint8`` array of ``parts`` (see :func:`copy_parts`) back to back."""
     out = np.empty(sum(map(len, parts)), np.uint8)
     if str_address is None:   # (not CPython: no addresses of str and bytes)

@@ -105,8 +105,8 @@ _DOC_OFF = _REG_OFF + 8 * _REG_INLINE
 _PARTS_MIN_AVG_BYTES = 4096
 
 
-def _pack(texts: Sequence[str | bytes], *, keep_parts: bool = False
-          ) -> tuple[np.ndarray | list[str | bytes | _cs.Span], np.ndarray]:
+def _pack(texts: Sequence[str | bytes], *, keep_parts: bool = False, defer: bool | None = None
+          ) -> tuple[np.ndarray | list[str | bytes | _cs.Span | _cs.Deferred], np.ndarray]:
     """``pack_documents`` of a sequence: the UTF-8 of non-ASCII ``str`` made by several
     threads without the GIL (:func:`torch_gpubpe._cpython_str.utf8_parts`).
 
@@ -114,12 +114,17 @@ def _pack(texts: Sequence[str | bytes], *, keep_parts: bool = False
     unjoined: a list of ASCII ``str`` (their characters are their UTF-8, so they are not
     encoded at all), ``bytes`` and spans of transcoded UTF-8; the session copies them straight
     into its mapped upload buffer with several threads (:func:`copy_parts`), which saves one
-    pass over the batch on the host.
+    pass over the batch on the host. With ``defer`` (default: ``keep_parts``) the non-ASCII
+    ``str`` are only measured here (:class:`torch_gpubpe._cpython_str.Deferred`) and
+    transcoded by ``copy_parts`` straight into the upload buffer: their UTF-8 is written once
+    (``encode_batches`` packs on a thread ahead, without ``defer``: the transcoding stays
+    there, off the main thread).
     """
     if isinstance(texts, (str, bytes, bytearray, memoryview)):
         raise InputError("encode_batch expects a sequence of documents, not one str/bytes; "
                          "use encode() for one document")
-    parts = _cs.utf8_parts(texts)   # (InputError naming a bad item's index)
+    parts = _cs.utf8_parts(texts, defer=keep_parts if defer is None else defer)
+    # (InputError naming a bad item's index)
     lengths = np.fromiter(map(len, parts), np.int64, len(parts))
     offsets = np.zeros(len(parts) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -1326,7 +1331,7 @@ class Tokenizer:
         def pack(texts):
             if not isinstance(texts, (list, tuple)):
                 texts = list(texts) if not isinstance(texts, (str, bytes, bytearray)) else texts
-            return _pack(texts, keep_parts=True)
+            return _pack(texts, keep_parts=True, defer=False)   # (transcoded on this thread)
 
         packs: deque = deque()
         pending: deque[PendingEncoding] = deque()
