@@ -71,7 +71,7 @@ def test_corpus_equals_reference(tok, merges, name):
 
 
 def test_large_documents_upload_unjoined(tok, merges):
-    from torch_gpubpe._cpython_str import Span
+    from torch_gpubpe._cpython_str import Deferred
     from torch_gpubpe.encoder import _pack
 
     docs = corpus_docs("tr_libreoffice_help", 60_000, max_doc_bytes=20_000)
@@ -79,8 +79,8 @@ def test_large_documents_upload_unjoined(tok, merges):
     docs[1] = "ascii only " * 500  # kept as the str itself (its characters are its UTF-8)
     parts, offsets = _pack(docs, keep_parts=True)
     assert isinstance(parts, list)  # the per-part upload path
-    # (the other documents: spans of their UTF-8, transcoded by threads)
-    assert parts[1] is docs[1] and any(type(p) is Span for p in parts)
+    # (the other documents: measured, transcoded by threads straight into the upload buffer)
+    assert parts[1] is docs[1] and any(type(p) is Deferred for p in parts)
     assert offsets[-1] == sum(len(d.encode()) for d in docs)
     check_batch(tok, docs, merges)
 
