@@ -509,11 +509,10 @@ def _write(items: list[tuple[int, Deferred]]) -> None:
     def convert(at: int, nbytes: int, last: bool) -> None:
         cells[0], cells[1] = at, nbytes
         if iconv(cd, p_in, p_inl, p_out, p_outl) == _ERR or cells[1] or (last and cells[3]):
-            err = ctypes.get_errno()
             iconv(cd, None, None, None, None)   # (back to the initial state)
-            raise RuntimeError(f"torch_gpubpe: iconv's UTF-8 of a str is not the {nbytes // 4}"
-                               f"-character size counted (errno {err}, {cells[3]} bytes of "
-                               "room left): a bug in _cpython_str")
+            raise RuntimeError(f"torch_gpubpe: iconv's UTF-8 of a str is not the size counted "
+                               f"for its {nbytes // 4} characters ({cells[1]} bytes of input "
+                               f"and {cells[3]} of room left): a bug in _cpython_str")
 
     def flush(kind: int) -> None:
         m, group = fill[kind], groups[kind]
