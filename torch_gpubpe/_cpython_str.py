@@ -440,9 +440,10 @@ def _measure(addr: list[int], nchars: list[int], kinds: list[int], lo: int, hi: 
              ) -> list[int]:
     """The UTF-8 size of documents ``lo..hi-1`` (``nchars`` characters of ``kinds`` at
     ``addr``) counted from their characters (each is 1 byte + 1 per threshold U+0080, U+0800,
-    U+10000 it reaches: :func:`_flags`), -1 where one is a surrogate (iconv refuses them; reference.to_bytes
-    makes them U+FFFD). Short kind-1/2 documents are gathered (memmove) into this thread's
-    staging buffers and counted together; the GIL is released in memmove and numpy's passes."""
+    U+10000 it reaches: :func:`_flags`), -1 where one is a surrogate (iconv refuses them;
+    reference.to_bytes makes them U+FFFD). Short kind-1/2 documents are gathered (memmove)
+    into this thread's staging buffers and counted together; the GIL is released in memmove
+    and numpy's passes."""
     d = _descriptors()
     chunk = min(WIDEN_CHUNK, len(d.wide))
     sizes = [-1] * (hi - lo)
