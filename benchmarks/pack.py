@@ -9,7 +9,11 @@ Usage::
     python3 benchmarks/pack.py --max-bytes 20000000 --threads 1 2 4 8
 
 Rows: ``str.encode`` + join (the old packer), ``pack_documents`` (the new one: default threads),
-the new one with each ``--threads`` count, and ``train``'s batching (``wordcount._batches``,
+the new one with each ``--threads`` count, the encoder's upload path with each count (the
+parts copied by ``copy_parts`` into one reused buffer, as into the mapped upload buffer):
+transcoded first into scratch then copied (``utf8_parts`` + ``copy_parts``), or measured
+first and transcoded straight into the buffer (``defer=True``: what ``_pack(keep_parts=True)``
+now does), and ``train``'s batching (``wordcount._batches``,
 8 MiB pieces). Each is the best of ``--repeat`` runs: wall seconds, MB/s, and the CPU seconds
 of the whole process (all threads). Needs no GPU; the bytes of every row are checked equal.
 """
@@ -27,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _report import print_footer  # noqa: E402
 from encode import CORPORA, DEFAULT_CORPORA, read_docs  # noqa: E402
+
+import numpy as np  # noqa: E402
 
 from torch_gpubpe import _cpython_str  # noqa: E402
 from torch_gpubpe.pretokenize import pack_documents  # noqa: E402
@@ -71,15 +77,31 @@ def main() -> None:
     for t in args.threads:
         rows.append((f"utf8_parts + join_parts, {t} thread(s)",
                      lambda t=t: _cpython_str.join_parts(_cpython_str.utf8_parts(docs, threads=t))))
+    buf = np.ones(nbytes, np.uint8)   # (touched: as the mapped upload buffer, reused)
+
+    def upload(t: int, defer: bool) -> np.ndarray:
+        _cpython_str.copy_pool()   # (its 8 threads made before THREADS changes)
+        old, _cpython_str.THREADS = _cpython_str.THREADS, t
+        try:
+            _cpython_str.copy_parts(buf, _cpython_str.utf8_parts(docs, threads=t, defer=defer))
+        finally:
+            _cpython_str.THREADS = old
+        return buf
+
+    for t in args.threads:
+        rows.append((f"upload path, scratch + copy, {t} thread(s)",
+                     lambda t=t: upload(t, False)))
+        rows.append((f"upload path, deferred (written once), {t} thread(s)",
+                     lambda t=t: upload(t, True)))
     rows.append(("train's batching (wordcount._batches, 8 MiB)",
                  lambda: [d for d, _ in _batches(docs, 8 << 20, {})]))
     want = None
-    print(f"\n{'packer':<48} {'wall s':>8} {'MB/s':>8} {'CPU s':>8}")
+    print(f"\n{'packer':<52} {'wall s':>8} {'MB/s':>8} {'CPU s':>8}")
     for name, fn in rows:
         wall, cpu, out = best(fn, args.repeat)
         want = out if want is None else want
         assert out == want, f"{name}: other bytes"
-        print(f"{name:<48} {wall:8.3f} {nbytes / wall / 1e6:8.0f} {cpu:8.3f}")
+        print(f"{name:<52} {wall:8.3f} {nbytes / wall / 1e6:8.0f} {cpu:8.3f}")
     print_footer()
 
 

@@ -213,7 +213,7 @@ def test_a_deferred_part_of_the_wrong_size_raises_never_writes_past(kind_doc):
     for delta in (-1, 1):
         wrong = cs.Deferred(p.address, p.nchars, p.kind, p.size + delta, kind_doc)
         dst = np.zeros(p.size + delta + 16, np.uint8)
-        with pytest.raises(RuntimeError, match="not the .*size counted"):
+        with pytest.raises(RuntimeError, match="not the .* bytes counted for its"):
             copy_parts(dst[:p.size + delta], [wrong])
         assert not dst[p.size + delta:].any()
     dst = np.zeros(p.size, np.uint8)

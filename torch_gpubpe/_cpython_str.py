@@ -202,6 +202,7 @@ class _Descriptors:
         base = ctypes.addressof(self.cells)
         self.args = tuple(ctypes.c_void_p(base + 8 * k) for k in range(4))
         self.wide = np.empty(WIDEN_CHUNK, np.uint32)
+        self.bounce = np.empty(4 * WIDEN_CHUNK, np.uint8)   # (UTF-8 of a chunk: ≤ 4 B/char)
         self.stage = {k: np.empty(WIDEN_CHUNK, t) for k, t in _NARROW.items()}
 
     def __del__(self) -> None:
@@ -459,7 +460,7 @@ def _measure(addr: list[int], nchars: list[int], kinds: list[int], lo: int, hi: 
         for j, off in group:
             end = off + nchars[j]
             if sur is None or not count(sur[off:end]):
-                sizes[j - lo] = nchars[j] + sum(count(f[off:end]) for f in flags)
+                sizes[j - lo] = nchars[j] + int(sum(count(f[off:end]) for f in flags))
         group.clear()
         fill[kind] = 0
 
@@ -479,7 +480,7 @@ def _measure(addr: list[int], nchars: list[int], kinds: list[int], lo: int, hi: 
             flags, sur = _flags(src[c:c + chunk], kind)
             if sur is not None:
                 break
-            size += sum(np.count_nonzero(f) for f in flags)
+            size += int(sum(np.count_nonzero(f) for f in flags))
         else:
             sizes[j - lo] = size
     for kind in groups:
@@ -489,59 +490,76 @@ def _measure(addr: list[int], nchars: list[int], kinds: list[int], lo: int, hi: 
 
 
 def _write(items: list[tuple[int, Deferred]]) -> None:
-    """Transcode each :class:`Deferred` part of ``items`` (destination address, part) straight
-    to its destination: kind-1/2 characters widened to UCS-4 (short documents gathered with
-    others of their kind and widened together, long ones a chunk at a time), kind 4 read in
-    place, then one iconv call per document (per chunk) with exactly ``size`` bytes of room.
+    """Transcode each :class:`Deferred` part of ``items`` (destination address, part) to its
+    destination: kind-1/2 characters widened to UCS-4 (short documents gathered with others of
+    their kind and widened together, long ones a chunk at a time), kind 4 read in place (a
+    chunk at a time), each piece converted by iconv into this thread's 1 MiB bounce buffer
+    (cache-resident) and copied from there by memmove (wide stores: the mapped upload buffer
+    may be write-combined memory, where iconv's byte stores would be slow), with no more room
+    than the document's counted ``size`` left.
 
     Raises:
-        RuntimeError: iconv's output is not exactly the counted size (a bug, not bad input).
+        RuntimeError: iconv's output is not exactly the counted size (a bug, not bad input);
+            nothing is written past the part's ``size`` bytes.
     """
     d = _descriptors()
     iconv, cd, cells, (p_in, p_inl, p_out, p_outl) = _state["iconv"], d.cd, d.cells, d.args
     chunk = min(WIDEN_CHUNK, len(d.wide))
     wide = d.wide[:chunk]
-    wide_at = wide.ctypes.data
+    wide_at, bounce_at = wide.ctypes.data, d.bounce.ctypes.data
     stage_at = {k: v.ctypes.data for k, v in d.stage.items()}
     move = ctypes.memmove
     groups = {1: [], 2: []}   # kind → [(destination, part, offset in the staging buffer)]
     fill = {1: 0, 2: 0}
 
-    def convert(at: int, nbytes: int, last: bool) -> None:
-        cells[0], cells[1] = at, nbytes
-        if iconv(cd, p_in, p_inl, p_out, p_outl) == _ERR or cells[1] or (last and cells[3]):
-            iconv(cd, None, None, None, None)   # (back to the initial state)
-            raise RuntimeError(f"torch_gpubpe: iconv's UTF-8 of a str is not the size counted "
-                               f"for its {nbytes // 4} characters ({cells[1]} bytes of input "
-                               f"and {cells[3]} of room left): a bug in _cpython_str")
+    def refuse(p: Deferred) -> None:
+        iconv(cd, None, None, None, None)   # (back to the initial state)
+        raise RuntimeError(f"torch_gpubpe: iconv's UTF-8 of a str is not the {p.size} bytes "
+                           f"counted for its {p.nchars} characters: a bug in _cpython_str")
+
+    def put(p: Deferred, dst: int, left: int, at: int, nbytes: int) -> int:
+        """Convert ``nbytes`` of UCS-4 at ``at`` to ``dst`` (at most ``left`` bytes); the bytes
+        written."""
+        room = min(left, nbytes)   # (a character's UTF-8 is at most its 4 bytes of UCS-4)
+        cells[0], cells[1], cells[2], cells[3] = at, nbytes, bounce_at, room
+        if iconv(cd, p_in, p_inl, p_out, p_outl) == _ERR or cells[1]:
+            refuse(p)
+        k = room - cells[3]
+        move(dst, bounce_at, k)
+        return k
 
     def flush(kind: int) -> None:
         m, group = fill[kind], groups[kind]
         np.copyto(wide[:m], d.stage[kind][:m])
         for dst, p, off in group:
-            cells[2], cells[3] = dst, p.size
-            convert(wide_at + 4 * off, 4 * p.nchars, True)
+            if put(p, dst, p.size, wide_at + 4 * off, 4 * p.nchars) != p.size:
+                refuse(p)
         group.clear()
         fill[kind] = 0
 
     for dst, p in items:
         n, kind = p.nchars, p.kind
-        if kind == 4:                 # in place
-            cells[2], cells[3] = dst, p.size
-            convert(p.address, 4 * n, True)
-        elif n <= chunk:              # gathered with others of its kind
+        if kind < 4 and n <= chunk:   # gathered with others of its kind
             if fill[kind] + n > chunk:
                 flush(kind)
             move(stage_at[kind] + kind * fill[kind], p.address, kind * n)
             groups[kind].append((dst, p, fill[kind]))
             fill[kind] += n
-        else:                         # widened a chunk at a time
-            src = np.frombuffer(_memory(p.address, n * kind, 0x100), _NARROW[kind])
-            cells[2], cells[3] = dst, p.size
-            for c in range(0, n, chunk):
-                m = min(chunk, n - c)
+            continue
+        src = None if kind == 4 else np.frombuffer(_memory(p.address, n * kind, 0x100),
+                                                   _NARROW[kind])
+        left = p.size
+        for c in range(0, n, chunk):   # (kind 4 read in place, else widened, a chunk at a time)
+            m = min(chunk, n - c)
+            if src is None:
+                k = put(p, dst, left, p.address + 4 * c, 4 * m)
+            else:
                 np.copyto(wide[:m], src[c:c + m])
-                convert(wide_at, 4 * m, c + m == n)
+                k = put(p, dst, left, wide_at, 4 * m)
+            dst += k
+            left -= k
+        if left:
+            refuse(p)
     for kind in groups:
         if groups[kind]:
             flush(kind)
