@@ -105,6 +105,13 @@ _DOC_OFF = _REG_OFF + 8 * _REG_INLINE
 _PARTS_MIN_AVG_BYTES = 4096
 
 
+DEFER_STR = False
+"""Whether ``_pack(keep_parts=True)`` defers the transcoding of non-ASCII ``str`` to the copy
+into the upload buffer (written once, exact). Off: on the 2-core VM it moved the same CPU work
+from one pass to the other (0.209 vs 0.211 s per 102 MB) and it has no H200 measurement; the
+scratch-then-copy path it replaces measured 0.046-0.049 s of packing for 102 MB there."""
+
+
 def _pack(texts: Sequence[str | bytes], *, keep_parts: bool = False, defer: bool | None = None
           ) -> tuple[np.ndarray | list[str | bytes | _cs.Span | _cs.Deferred], np.ndarray]:
     """``pack_documents`` of a sequence: the UTF-8 of non-ASCII ``str`` made by several
@@ -114,7 +121,7 @@ def _pack(texts: Sequence[str | bytes], *, keep_parts: bool = False, defer: bool
     unjoined: a list of ASCII ``str`` (their characters are their UTF-8, so they are not
     encoded at all), ``bytes`` and spans of transcoded UTF-8; the session copies them straight
     into its mapped upload buffer with several threads (:func:`copy_parts`), which saves one
-    pass over the batch on the host. With ``defer`` (default: ``keep_parts``) the non-ASCII
+    pass over the batch on the host. With ``defer`` (default :data:`DEFER_STR`) the non-ASCII
     ``str`` are only measured here (:class:`torch_gpubpe._cpython_str.Deferred`) and
     transcoded by ``copy_parts`` straight into the upload buffer: their UTF-8 is written once
     (``encode_batches`` packs on a thread ahead, without ``defer``: the transcoding stays
@@ -123,7 +130,7 @@ def _pack(texts: Sequence[str | bytes], *, keep_parts: bool = False, defer: bool
     if isinstance(texts, (str, bytes, bytearray, memoryview)):
         raise InputError("encode_batch expects a sequence of documents, not one str/bytes; "
                          "use encode() for one document")
-    parts = _cs.utf8_parts(texts, defer=keep_parts if defer is None else defer)
+    parts = _cs.utf8_parts(texts, defer=keep_parts and (DEFER_STR if defer is None else defer))
     # (InputError naming a bad item's index)
     lengths = np.fromiter(map(len, parts), np.int64, len(parts))
     offsets = np.zeros(len(parts) + 1, np.int64)

@@ -46,9 +46,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._cpython_str import join_parts, utf8_parts
+
 from .errors import GPUOperationError, InputError
-from .reference import BYTE_CLASS, NEWLINE, SPACE
+from .reference import BYTE_CLASS, NEWLINE, SPACE, to_bytes
 from .shaders import shader_info
 
 DEFAULT_BATCH_BYTES = 4 << 20
@@ -60,7 +60,11 @@ def _batches(documents: Iterable[str | bytes], batch_bytes: int,
 
     A source with a ``packed_batches(batch_bytes)`` method (a
     :class:`torch_gpubpe.readers.Reader`, the CLI's corpus reader) gives its batches as they
-    are: no Python object per document."""
+    are: no Python object per document. A list of documents is packed one ``to_bytes`` per
+    document on this thread: on the H200 host that was 570 MB/s, and the threaded packer of
+    :mod:`._cpython_str` (good for few long documents: the encoder's path) packed the trainer's
+    868 MB of 11 KB documents at 115-210 MB/s (2026-12-01, benchmarks/train.py: its per-document
+    Python work in the threads, under the GIL, is the cost)."""
     packed = getattr(documents, "packed_batches", None)
     if packed is not None:
         for data, offsets in packed(batch_bytes):
@@ -68,47 +72,29 @@ def _batches(documents: Iterable[str | bytes], batch_bytes: int,
             info["corpus_bytes"] = info.get("corpus_bytes", 0) + int(offsets[-1])
             yield data, offsets
         return
-    it = iter(documents)
-    carry: list = []   # UTF-8 parts of documents packed but not yet yielded (< batch_bytes)
-    done = 0           # documents yielded so far
-    while True:
-        group, size = [], 0
-        for doc in it:
-            group.append(doc)
-            try:
-                size += len(doc)   # (≤ its UTF-8 bytes: the group holds a whole batch)
-            except (TypeError, ValueError):
-                pass               # (a bad item: utf8_parts names it)
-            if size >= batch_bytes:
-                break
-        if not group:
-            break
-        # The UTF-8 of a group of documents at once (several threads: _cpython_str).
-        parts = carry + utf8_parts(group, done + len(carry))
-        ends = np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)))
-        a = 0
-        while True:   # a batch ends at the first document that brings it to batch_bytes
-            base = int(ends[a - 1]) if a else 0
-            b = a + 1 + int(np.searchsorted(ends[a:], base + batch_bytes))
-            if b > len(parts):
-                break
-            yield _emit(parts[a:b], ends[a:b] - base, done + b, info)
-            a = b
-        done += a
-        carry = parts[a:]
-    if carry:
-        yield _emit(carry, np.cumsum(np.fromiter(map(len, carry), np.int64, len(carry))),
-                    done + len(carry), info)
+    parts: list[bytes] = []
+    size = 0
+    for k, doc in enumerate(documents):
+        try:
+            b = to_bytes(doc)
+        except TypeError as e:
+            raise InputError(f"document {k}: {e}") from e
+        info["num_documents"] = k + 1
+        info["corpus_bytes"] = info.get("corpus_bytes", 0) + len(b)
+        parts.append(b)
+        size += len(b)
+        if size >= batch_bytes:
+            yield _pack(parts)
+            parts, size = [], 0
+    if parts:
+        yield _pack(parts)
 
 
-def _emit(parts: list, ends: np.ndarray, num_documents: int, info: dict
-          ) -> tuple[np.ndarray, np.ndarray]:
-    """``(data, offsets)`` of ``parts`` (their end offsets ``ends``), counted in ``info``."""
+def _pack(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.fromiter((len(p) for p in parts), np.int64, len(parts))
     offsets = np.zeros(len(parts) + 1, np.int64)
-    offsets[1:] = ends
-    info["num_documents"] = num_documents
-    info["corpus_bytes"] = info.get("corpus_bytes", 0) + int(offsets[-1])
-    return join_parts(parts), offsets
+    np.cumsum(lengths, out=offsets[1:])
+    return np.frombuffer(b"".join(parts), np.uint8), offsets
 
 
 def _rule2_table() -> np.ndarray:
