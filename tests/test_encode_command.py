@@ -79,6 +79,13 @@ def test_python_m_encode_exits_with_the_output_complete(tmp_path, vocab_dir, fil
     for phase in ("vocab_load", "output_open", "encoder_init", "first_batch_read",
                   "wait_gpu_open", "upload_and_submit", "close", "total"):
         assert phase in meta["seconds"] and f"{phase} " in r.stdout
+    # the GPU's opening, in parts: the device (opened early, on its own thread), the trie and
+    # the session (its pipelines among them)
+    sec = meta["seconds"]
+    for part in ("device_import", "device_adapter", "device_device", "open_wait_device",
+                 "open_trie", "open_session", "gpu_open_pipelines", "gpu_open_trie_upload"):
+        assert sec[part] >= 0, part
+    assert sec["gpu_open_pipelines"] <= sec["open_session"] + 1e-3
     assert "process start → main()" in r.stdout
     from torch_gpubpe.encoder import Tokenizer
 

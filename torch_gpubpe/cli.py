@@ -758,7 +758,17 @@ def _encode_run(args, opener, device, source, batches, read_stats, stages, t0,
                     mode=args.mode)
     # The session (pipelines, trie upload) on the device opening since main() began, in the
     # background; both are waited for before the first submit.
-    opening = opener.submit(lambda: (device.result(), tok.open()))
+    def open_session() -> None:  # on the opener thread; its parts go to --debug's seconds
+        t = time.perf_counter()
+        stages.update({f"device_{k}": v for k, v in device.result().open_seconds.items()})
+        t1 = time.perf_counter()
+        tok.trie  # noqa: B018 (built on first use: the flat trie of the vocab)
+        t2 = time.perf_counter()
+        tok.open()
+        stages.update(open_wait_device=t1 - t, open_trie=t2 - t1,
+                      open_session=time.perf_counter() - t2)
+
+    opening = opener.submit(open_session)
     lap("encoder_init", t)
     specials = {} if eos is None else (
         {"bos_id": eos} if args.output_format == "llmc" else {"eos_id": eos})
@@ -851,7 +861,7 @@ def _encode_run(args, opener, device, source, batches, read_stats, stages, t0,
         "skipped_none_row_indices": read_stats.get("skipped_none_rows", []),
         "seconds": meta_seconds,
     }, before_meta=lambda: meta_seconds.update(_encode_seconds(
-        stages, writer, t0, t_close, tok.host_seconds)))
+        stages, writer, t0, t_close, tok.host_seconds, tok.open_seconds)))
     seconds = meta_seconds["total"]
     rate = n_bytes / seconds / 1e6 if seconds > 0 else float("inf")
     bpt = f"{n_bytes / n_tokens:.3f}" if n_tokens else "-"
@@ -882,16 +892,18 @@ def _encode_run(args, opener, device, source, batches, read_stats, stages, t0,
 
 
 def _encode_seconds(stages: dict, writer, t0: float, t_close: float,
-                    encoder_seconds: dict) -> dict:
+                    encoder_seconds: dict, open_seconds: dict | None = None) -> dict:
     """meta.json's ``seconds``: ``total`` (the command from reading's start to meta.json),
     the stages, ``close`` (the last shard written and on disk), the writer's own times and the
     encoder's host steps (``encoder_*``: Tokenizer.host_seconds, the parts of
-    upload_and_submit and wait_gpu_and_readback)."""
+    upload_and_submit and wait_gpu_and_readback) and the GPU session's opening (``gpu_open_*``:
+    Tokenizer.open_seconds, the parts of wait_gpu_open and of the time before it)."""
     now = time.perf_counter()
     return {"total": round(now - t0, 4), **{k: round(v, 4) for k, v in stages.items()},
             "close": round(now - t_close, 4),
             **{f"writer_{k}": round(v, 4) for k, v in writer.seconds.items()},
-            **{f"encoder_{k}": round(v, 4) for k, v in encoder_seconds.items()}}
+            **{f"encoder_{k}": round(v, 4) for k, v in encoder_seconds.items()},
+            **{f"gpu_open_{k}": round(v, 4) for k, v in (open_seconds or {}).items()}}
 
 
 def _fmt_s(x: float | None) -> str:

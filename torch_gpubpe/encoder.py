@@ -748,7 +748,11 @@ class _Session:
                  num_tokens: int = 0, bpe_work: bool = False) -> None:
         from .gpu import get_gpu
 
+        t_open = time.perf_counter()
         self.gpu = g = get_gpu()
+        # Seconds of this session's opening (Tokenizer.open_seconds; the CLI's --debug line)
+        self.open_seconds = {"gpu": time.perf_counter() - t_open}
+        t_open = time.perf_counter()
         U = g.wgpu.BufferUsage
         self.trie = trie
         self.id_size = id_size
@@ -811,6 +815,8 @@ class _Session:
         with g.operation("uploading the trie"):
             g.device.queue.write_buffer(self.nodes, 0, trie.nodes)
             g.device.queue.write_buffer(self.edges, 0, trie.edges)
+        self.open_seconds["trie_upload"] = time.perf_counter() - t_open
+        t_open = time.perf_counter()
         consts = {"WG": WG, "CHUNK": chunk, "OUT16": int(id_size == 2), "LC": self.lc,
                   "LDW": self.ldw}
         from .shaders import shader_source
@@ -827,11 +833,15 @@ class _Session:
 
             self.pretok = UnicodePreTokenizer(pre_tokenizer, gpu=g)
             walk_flags = g.flags | {"WORD_MASK"}
+        self.open_seconds["pre_tokenizer"] = time.perf_counter() - t_open
+        t_open = time.perf_counter()
         if bpe is not None:  # merge-order mode: its own walk (torch_gpubpe.encoder_bpe)
             from .encoder_bpe import bpe_session_setup
 
             self.long_from = 0  # the parallel long-word path is greedy longest match
             bpe_session_setup(self, g, trie, chunk, budget, work=bpe_work)
+        self.open_seconds["bpe_tables"] = time.perf_counter() - t_open
+        t_open = time.perf_counter()
         kw = {"constants": consts, "source": source(g.flags)}
         self.pipes = {
             "chunked": (g.pipeline("encode", "trie_tokenizer_chunked", constants=consts,
@@ -846,7 +856,10 @@ class _Session:
                                 ("lexits", "long_exits"), ("ljump", "long_jump"),
                                 ("lemit", "long_emit")):
                 self.pipes[name] = g.pipeline("encode", entry, **kw)
+        self.open_seconds["pipelines"] = time.perf_counter() - t_open
+        t_open = time.perf_counter()
         self.slots = [_Slot(self, 0), _Slot(self, 1)]
+        self.open_seconds["slots"] = time.perf_counter() - t_open
 
     def specials_pipeline(self):
         """wgsl/specials.wgsl's pipeline (compiled on first use, cached by the GPU object)."""
@@ -1088,6 +1101,15 @@ class Tokenizer:
         inside ``previous_readback_submit`` when the next batch's submit queues the readback,
         else inside ``result()`` (the last batch). Empty before the first batch."""
         return dict(self._sess.host_seconds) if self._sess else {}
+
+    @property
+    def open_seconds(self) -> dict[str, float]:
+        """Host seconds the GPU session's opening took, per step: ``gpu`` (waiting for the
+        process's device), ``trie_upload``, ``pre_tokenizer`` (a regex split's tables and
+        pipeline), ``bpe_tables`` (merge-order mode's tables and walk pipeline), ``pipelines``
+        (the walk, prefix-sum, compaction and long-word pipelines), ``slots`` (the two batch
+        slots). Empty before the session opens."""
+        return dict(self._sess.open_seconds) if self._sess else {}
 
     @property
     def last_pass_us(self) -> dict[str, float]:

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -268,6 +269,10 @@ class GPU:
         _check_fork()
         _mark_touched()
         ensure_runtime_dir()
+        t = time.perf_counter()
+        #: Seconds each step of opening took: import (wgpu), adapter (enumerating and picking
+        #: one), device (request_device), probe (the subgroup-size probe's pipeline and run).
+        self.open_seconds: dict[str, float] = {}
         try:
             import wgpu
         except ImportError as e:  # pragma: no cover - wgpu is a dependency
@@ -279,7 +284,11 @@ class GPU:
         self.wgpu = wgpu
         self.pid = os.getpid()
         wi.preparse_cffi_types()
+        self.open_seconds["import"] = time.perf_counter() - t
+        t = time.perf_counter()
         adapter = _pick_adapter(wgpu)
+        self.open_seconds["adapter"] = time.perf_counter() - t
+        t = time.perf_counter()
         self.adapter = adapter
         self.adapter_name = _describe(adapter)
         self.adapter_info = dict(adapter.info)
@@ -313,6 +322,8 @@ class GPU:
                     f"the only adapter, OpenGL {self.adapter_name}, cannot open a compute "
                     f"device: {e}")) from e
             raise NoAdapterError(f"could not open a device on {self.adapter_name}: {e}") from e
+        self.open_seconds["device"] = time.perf_counter() - t
+        t = time.perf_counter()
         self.has_timestamps = "timestamp-query" in want
         self.limits = dict(self.device.limits)
         self.max_storage_binding = int(self.limits["max-storage-buffer-binding-size"])
@@ -326,6 +337,7 @@ class GPU:
         self._loss_handler = _LossHandler(self)
         logging.getLogger("wgpu").addHandler(self._loss_handler)
         self.subgroup_size = self._probe_subgroup_size() if use_sg else 0
+        self.open_seconds["probe"] = time.perf_counter() - t
 
     # -- shaders and pipelines ---------------------------------------------------------------
     @property
