@@ -27,11 +27,13 @@ tiktoken: checked on a sample, and the token totals must match), tiktoken with G
 the same §2 pattern (each ``--threads`` count), Hugging Face ``tokenizers`` on the exported
 ``tokenizer.json`` (its own thread pool), greedy mode end to end on the same vocab and path (other
 ids: longest match), where the main thread's time goes in each mode (a separate, instrumented
-run), and the GPU kernel times of merge-order mode beside greedy mode on the SAME vocab and input,
-each batch's passes run ``--repeat-passes`` times back to back and the last one timed (so that
-both modes are timed at the loaded clock, not at whatever clock the host's gaps left), with the
-SM clock (``nvidia-smi``) after each timed batch. ``--only-bpe`` skips the greedy rows with the
-trained vocab::
+run), and the GPU kernel times of merge-order mode (each walk build switch flipped, one column
+each) beside greedy mode on the SAME vocab and input, at the loaded clock, the same method for
+every column (benchmarks/_kernel_clock.py): a warm-up of back-to-back submits (``--warm-s``),
+then the column's bpe build and greedy mode interleaved batch by batch, each batch's passes run
+``--repeat-passes`` times per submit and every repetition timed, ``--pass-rounds`` rounds;
+min and median per pass, the SM clock sampled during each column. ``--only-bpe`` skips the
+greedy rows with the trained vocab::
 
     python3 benchmarks/encode.py --bpe-vocab tests/data/vocabs/gpt2.tiktoken --only-bpe \
         --threads 1 16
@@ -44,6 +46,7 @@ import gzip
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from datetime import datetime, timezone
@@ -203,7 +206,12 @@ def main() -> None:
     ap.add_argument("--skip-hf", action="store_true", help="no Hugging Face tokenizers row")
     ap.add_argument("--repeat-passes", type=int, default=8,
                     help="merge-order rows: each batch's GPU passes run this many times back to "
-                         "back in its submit, the last one timed (the GPU at its loaded clock)")
+                         "back in its submit, each one timed (benchmarks/_kernel_clock.py)")
+    ap.add_argument("--pass-rounds", type=int, default=2,
+                    help="merge-order rows: rounds over the batches per kernel column")
+    ap.add_argument("--warm-s", type=float, default=0.25,
+                    help="merge-order rows: seconds of back-to-back submits before each kernel "
+                         "column (untimed), so that it starts at the loaded clock")
     args = ap.parse_args()
 
     paths = args.corpus or [CORPORA / f"{n}.jsonl.gz" for n in DEFAULT_CORPORA]
@@ -298,34 +306,6 @@ def main() -> None:
             "rows": [{"method": n, "seconds": s, "tokens": t} for n, s, t in rows],
             "phases_s": ph, "gpu_pass_us": passes, "setup_s": setup,
         }, indent=1))
-
-
-def kernel_us(tok: Tokenizer, packed: list, repeat_passes: int
-              ) -> tuple[dict[str, float], int, list[str]]:
-    """GPU time per pass (µs, timestamp queries, summed over batches, best of 2 runs), the
-    continuation dispatches taken (their walks are not in the pass times) and the SM clock
-    read after each batch. Each batch's passes run ``repeat_passes`` times back to back in its
-    submit and only the last is timed: a GPU that waits on the host idles down (to 345 MHz on
-    the H200), so without that the timed passes would run at whatever clock the gaps left."""
-    from _report import sm_clock_now
-
-    sess = tok._session()
-    sess.profile_repeat = repeat_passes
-    best: dict[str, float] = {}
-    clocks: list[str] = []
-    try:
-        for _ in range(2):
-            passes: dict[str, float] = {}
-            for data, offsets in packed:
-                tok.submit_packed(data, offsets).result()
-                clocks.append(sm_clock_now())
-                for k, v in tok.last_pass_us.items():
-                    passes[k] = passes.get(k, 0.0) + v
-            if not best or sum(passes.values()) < sum(best.values()):
-                best = passes
-    finally:
-        sess.profile_repeat = 1
-    return best, sess.continuation_dispatches, clocks
 
 
 def pipelined_breakdown(tok: Tokenizer, bs: list[list[str]]) -> tuple[float, dict[str, float]]:
@@ -464,10 +444,13 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
         finally:
             for f, v in saved.items():
                 setattr(EB, f, v)
-    with GPUMonitor() as kmon:
-        bpe_k, bpe_cont, bpe_clk = kernel_us(ktok, packed, args.repeat_passes)
-        gr_k, gr_cont, gr_clk = kernel_us(greedy, packed, args.repeat_passes)
-        off_k = {f: kernel_us(t, packed, args.repeat_passes)[0] for f, t in builds.items()}
+    from _kernel_clock import METHOD, time_columns
+
+    jobs = [lambda t, d=d, o=o: t.submit_packed(d, o) for d, o in packed]
+    kw = {"reps": args.repeat_passes, "rounds": args.pass_rounds, "warm_s": args.warm_s}
+    cols = {"bpe mode": time_columns({"bpe": ktok, "greedy": greedy}, jobs, **kw)}
+    for name, t in builds.items():
+        cols[name] = time_columns({"bpe": t, "greedy": greedy}, jobs, **kw)
     print()
     print("| method (GPT-2 vocabulary, merge order) | seconds | MB/s | Mtokens/s | tokens/byte | "
           "same token count as GPU |")
@@ -490,45 +473,53 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
         print(f"| {k} | " + " | ".join(f"{b[1][k]:.4f}" for b in breakdown.values()) + " |")
     print("| total | " + " | ".join(f"{b[0]:.4f}" for b in breakdown.values()) + " |")
     print()
-    from collections import Counter
-
-    def clocks(c):
-        return ", ".join(f"{v} ({k} of {len(c)})" for v, k in Counter(c).most_common())
-    print(f"SM clock after each timed batch: bpe mode {clocks(bpe_clk)}; greedy mode "
-          f"{clocks(gr_clk)} (each batch's passes run {args.repeat_passes}x back to back, "
-          "the last one timed)")
+    print(METHOD.format(warm=args.warm_s, reps=args.repeat_passes, rounds=args.pass_rounds,
+                        nb=len(packed)) + "; each column's ratio is to the greedy mode timed "
+          "in the same column (same vocab and input, min over min)")
     print("walk build switches of the bpe mode column (torch_gpubpe.encoder_bpe): "
           + ", ".join(f"{f}={'on' if getattr(EB, f) else 'off'}" for f in EB.WALK_SWITCHES)
           + "; each later column flips the switches it names")
-    print("| GPU pass (timestamp queries) | bpe mode ms | greedy mode ms (same vocab) | ratio | "
-          + " | ".join(f"bpe, {f}: ms | ratio" for f in off_k) + " |")
-    print("|---|---:|---:|---:|" + "---:|---:|" * len(off_k))
+    print("| GPU pass (timestamp queries) | bpe mode ms, min / median | greedy mode ms, min / "
+          "median (same vocab) | ratio | "
+          + " | ".join(f"bpe, {f}: ms | ratio" for f in builds) + " |")
+    print("|---|---:|---:|---:|" + "---:|---:|" * len(builds))
     walk = {"trie_tokenizer_chunked": "walk (bpe_tokenizer_chunked / trie_tokenizer_chunked)"}
     nan = float("nan")
+    base = cols["bpe mode"]
 
-    def cells(v, g):
-        return f"{v / 1e3:.3f} | {v / g if g else nan:.2f}"
-    for k in bpe_k:
-        g = gr_k.get(k, 0.0)
-        print(f"| {walk.get(k, k)} | {bpe_k[k] / 1e3:.3f} | {g / 1e3:.3f} | "
-              f"{bpe_k[k] / g if g else nan:.2f} | "
-              + " | ".join(cells(o.get(k, 0.0), g) for o in off_k.values()) + " |")
-    tb, tg = sum(bpe_k.values()), sum(gr_k.values())
-    print(f"| all passes | {tb / 1e3:.3f} | {tg / 1e3:.3f} | {tb / tg if tg else nan:.2f} | "
-          + " | ".join(cells(sum(o.values()), tg) for o in off_k.values()) + " |")
-    print(f"(kernel GB/s of input: bpe {nbytes / max(tb, 1e-9) / 1e3:.3g}, greedy "
-          f"{nbytes / max(tg, 1e-9) / 1e3:.3g}; continuation dispatches, not in the pass times: "
-          f"bpe {bpe_cont}, greedy {gr_cont}; GPU during the kernel runs: {kmon.summary()})")
+    def mm(c, k):
+        return f"{c['min'].get(k, nan) / 1e3:.3f} / {c['median'].get(k, nan) / 1e3:.3f}"
+
+    def ratio(col, k):
+        g = col["greedy"]["min"].get(k, 0.0)
+        return f"{col['bpe']['min'].get(k, nan) / g if g else nan:.2f}"
+    for k in base["bpe"]["min"]:
+        print(f"| {walk.get(k, k)} | {mm(base['bpe'], k)} | {mm(base['greedy'], k)} | "
+              f"{ratio(base, k)} | "
+              + " | ".join(f"{mm(cols[f]['bpe'], k)} | {ratio(cols[f], k)}" for f in builds)
+              + " |")
+    print(f"| greedy all passes in the same column, min / median | | | | "
+          + " | ".join(f"{mm(cols[f]['greedy'], 'all passes')} | " for f in builds) + " |")
+    def clk(c):
+        c = c["clock"]
+        return f"{int(statistics.median(c)):,} (min {min(c):,})" if c else "n/a"
+    print(f"| SM clock during the column, median MHz | {clk(base)} | (same column) | | "
+          + " | ".join(f"{clk(cols[f])} | " for f in builds) + " |")
+    tb, tg = base["bpe"]["min"]["all passes"], base["greedy"]["min"]["all passes"]
+    print(f"(kernel GB/s of input, min: bpe {nbytes / max(tb, 1e-9) / 1e3:.3g}, greedy "
+          f"{nbytes / max(tg, 1e-9) / 1e3:.3g}; continuation dispatches during the bpe mode "
+          f"column, not in the pass times: bpe {base['bpe']['continuations']}, greedy "
+          f"{base['greedy']['continuations']}; batches over one slice: "
+          f"{base['bpe']['multi_slice']}; SM clock during the bpe mode column: "
+          f"{base['clock_summary']})")
     print(f"set-up (tables, trie, pipelines, first batch): {setup:.2f} s; "
           f"{len(bs)} batches of ~{args.batch_bytes / 1e6:g} MB")
     print_footer()
     return {"bpe_vocab": str(args.bpe_vocab), "bytes": nbytes, "exact_sample": same,
             "rows": [{"method": n, "seconds": s, "tokens": t} for n, s, t in rows],
-            "bpe_pass_us": bpe_k, "greedy_pass_us": gr_k, "setup_s": setup,
-            "bpe_build_flag_off_pass_us": off_k,
-            "sm_clock": mon.summary(), "kernel_sm_clock": kmon.summary(),
-            "kernel_sm_clock_after_batches": {"bpe": bpe_clk, "greedy": gr_clk},
-            "repeat_passes": args.repeat_passes,
+            "kernel_columns": cols, "setup_s": setup,
+            "sm_clock": mon.summary(), "repeat_passes": args.repeat_passes,
+            "pass_rounds": args.pass_rounds, "warm_s": args.warm_s,
             "main_thread_s": {m: b[1] for m, b in breakdown.items()}}
 
 

@@ -22,19 +22,20 @@ Rows, MB/s of UTF-8 input (``list[str]`` in → ids out):
 
 The GPU's ids must equal tiktoken's for every document (else exit 1); HF's are compared too.
 
-Then, where the GPU's time goes: the same batches once more, one at a time, with timestamp
-queries (``Tokenizer(profile=True)``): GPU ms per pass (the regex pre-tokenizer's
-``pt_local`` for GPT-2, else ``pt_classify``/``pt_scan_blocks``/``pt_mark``; the walk
-``trie_tokenizer_chunked``, which is the merge-order walk in bpe mode; prefix sum,
-compaction), the walks continued in further dispatches, the batches over one slice, and the
-SM clock during it.
+Then, where the GPU's time goes: GPU ms per pass (the regex pre-tokenizer's ``pt_local`` for
+GPT-2, else ``pt_classify``/``pt_scan_blocks``/``pt_mark``; the walk
+``trie_tokenizer_chunked``, which is the merge-order walk in bpe mode; prefix sum, compaction)
+of merge-order mode beside greedy mode on the same vocab and split (other ids), timed by
+benchmarks/_kernel_clock.py at the loaded clock: a warm-up of back-to-back submits, the two
+modes interleaved batch by batch, each batch's passes ``--repeat-passes`` times per submit,
+every repetition timed, min and median, the SM clock sampled during it; the walks continued in
+further dispatches and the batches over one slice.
 
 ``--data-files`` (e.g. ``/tmp/ingest/parquet/*.parquet``): the same for what
 ``python -m torch_gpubpe encode --output-format llmc`` does with those files, minus reading and
 writing: the files are read into packed batches of ``--files-batch-bytes`` first (not timed),
 then ``submit_packed(bos_id=<|endoftext|>)`` two in flight (the CLI's loop: wall clock, time
-in ``submit`` and in ``result``, GPU busy and clock), then one at a time with timestamps (GPU
-ms per pass and per batch, continuations, slices).
+in ``submit`` and in ``result``, GPU busy and clock), then the pass table as above.
 Ends with the machine, date, command and SM clock.
 """
 
@@ -47,6 +48,8 @@ import os
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -70,43 +73,52 @@ def gpu_pipelined(tok: Tokenizer, bs: list[list[str]]) -> tuple[float, list]:
     return time.perf_counter() - t0, out
 
 
-def pass_profile(tok: Tokenizer, bs: list, submit) -> dict:
-    """One batch at a time with timestamp queries (``tok`` has ``profile=True``): GPU µs per
-    pass summed over batches, each batch's GPU µs, continuation dispatches and slices taken."""
-    sess = tok._session()
-    cont0, slices0 = sess.continuation_dispatches, sess.slices
-    passes: dict[str, float] = {}
-    per_batch, multi, cont_batches = [], 0, 0
+def packed_batches(bs: list[list[str]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each batch as ``submit_packed``'s ``(data, offsets)``: its documents' UTF-8 bytes."""
+    out = []
     for b in bs:
-        c, s0 = sess.continuation_dispatches, sess.slices
-        submit(tok, b).result()
-        if sess.slices - s0 > 1:
-            multi += 1  # sliced: the pass times are the last slice's only
-        cont_batches += sess.continuation_dispatches > c
-        us = tok.last_pass_us
-        per_batch.append(sum(us.values()))
-        for k, v in us.items():
-            passes[k] = passes.get(k, 0.0) + v
-    return {"passes": passes, "per_batch": per_batch, "multi_slice": multi,
-            "continuations": sess.continuation_dispatches - cont0,
-            "cont_batches": cont_batches, "slices": sess.slices - slices0}
+        enc = [d.encode() for d in b]
+        offsets = np.zeros(len(enc) + 1, np.int64)
+        np.cumsum([len(e) for e in enc], out=offsets[1:])
+        out.append((np.frombuffer(b"".join(enc), np.uint8), offsets))
+    return out
 
 
-def print_profile(prof: dict, nbytes: int, mon, what: str) -> None:
-    tot = sum(prof["passes"].values())
-    pb = prof["per_batch"]
-    print(f"\nGPU time per pass, {what}: {len(pb)} batches one at a time with timestamp "
-          f"queries ({mon.summary()})")
-    print("| GPU pass | ms | GB/s of input | share |\n|---|---:|---:|---:|")
-    for k, v in prof["passes"].items():
-        print(f"| {k} | {v / 1e3:,.2f} | {nbytes / max(v, 1e-9) / 1e3:.3g} | "
-              f"{v / max(tot, 1e-9):.0%} |")
-    print(f"| all passes | {tot / 1e3:,.2f} | {nbytes / max(tot, 1e-9) / 1e3:.3g} | 100% |")
-    if pb:
-        print(f"per batch: mean {tot / len(pb) / 1e3:,.2f} ms, max {max(pb) / 1e3:,.2f} ms; "
-              f"slices {prof['slices']} ({prof['multi_slice']} batches over one slice: their "
-              f"pre-tokenizer runs in its own submits, untimed); continuation dispatches "
-              f"{prof['continuations']} in {prof['cont_batches']} batches (not in the pass times)")
+def pass_table(args, vocab, pat_str: str, packed: list, nbytes: int, what: str,
+               **submit_kw) -> dict:
+    """GPU time per pass of merge-order mode (the file's vocab and split) and of greedy mode
+    (same vocab and split; other ids) on ``packed``, timed by benchmarks/_kernel_clock.py
+    (warm-up, the two interleaved batch by batch, every repetition timed, min and median, SM
+    clock during); prints the table, returns the timings."""
+    from _kernel_clock import METHOD, time_columns
+
+    toks = {m: Tokenizer.from_tiktoken(vocab, pattern=pat_str, profile=True, mode=m)
+            for m in ("bpe", "greedy")}
+    for t in toks.values():
+        t.submit_packed(*packed[0], **submit_kw).result()  # compiles, opens the session
+    jobs = [lambda t, d=d, o=o: t.submit_packed(d, o, **submit_kw) for d, o in packed]
+    r = time_columns(toks, jobs, reps=args.repeat_passes, rounds=args.pass_rounds,
+                     warm_s=args.warm_s)
+    print(f"\nGPU time per pass, {what} ({len(packed)} batches): "
+          + METHOD.format(warm=args.warm_s, reps=args.repeat_passes, rounds=args.pass_rounds,
+                          nb=len(packed)))
+    print(f"SM clock during the timed part: {r['clock_summary']}")
+    print("| GPU pass | bpe mode ms, min / median | GB/s of input (min) | share | greedy mode ms, "
+          "min / median (same vocab and split) | bpe / greedy (min) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    b, g = r["bpe"], r["greedy"]
+    tot = b["min"]["all passes"]
+    for k, v in b["min"].items():
+        gv = g["min"].get(k, 0.0)
+        print(f"| {k} | {v / 1e3:,.3f} / {b['median'][k] / 1e3:,.3f} | "
+              f"{nbytes / max(v, 1e-9) / 1e3:.3g} | {v / max(tot, 1e-9):.0%} | "
+              f"{gv / 1e3:,.3f} / {g['median'].get(k, 0.0) / 1e3:,.3f} | "
+              f"{v / gv if gv else float('nan'):.2f} |")
+    print(f"continuation dispatches during the column (not in the pass times): bpe "
+          f"{b['continuations']}, greedy {g['continuations']}; batches over one slice (their "
+          f"times are the last slice's; its pre-tokenizer runs in its own submits, untimed): bpe "
+          f"{b['multi_slice']}, greedy {g['multi_slice']}")
+    return r
 
 
 def files_rows(args, pat_str: str) -> None:
@@ -149,11 +161,8 @@ def files_rows(args, pat_str: str) -> None:
                 wall = time.perf_counter() - t0
             print(f"  run {rep + 1}: {wall:.2f} s = {nbytes / wall / 1e6:,.0f} MB/s, {ntok:,} ids; "
                   f"in submit_packed {t_sub:.2f} s, in result() {t_res:.2f} s; {mon.summary()}")
-        tp = Tokenizer.from_tiktoken(args.vocab, pattern=pat_str, profile=True)
-        tp.submit_packed(*packed[0], bos_id=eot).result()
-        with GPUMonitor() as mon:
-            prof = pass_profile(tp, packed, lambda t, b: t.submit_packed(*b, bos_id=eot))
-        print_profile(prof, nbytes, mon, f"--data-files, batches of {bb / 1e6:.0f} MB")
+        pass_table(args, args.vocab, pat_str, packed, nbytes,
+                   f"--data-files, batches of {bb / 1e6:.0f} MB", bos_id=eot)
         del packed
 
 
@@ -186,6 +195,12 @@ def main() -> None:
                     help="parquet/jsonl.gz files or globs: also the CLI's encode loop on them")
     ap.add_argument("--files-batch-bytes", nargs="*", type=float, default=[16e6],
                     help="--data-files: batch sizes to try (the CLI's default: 16e6)")
+    ap.add_argument("--repeat-passes", type=int, default=8,
+                    help="pass table: each batch's passes run this many times per submit, each "
+                         "timed (benchmarks/_kernel_clock.py)")
+    ap.add_argument("--pass-rounds", type=int, default=2, help="pass table: rounds over the batches")
+    ap.add_argument("--warm-s", type=float, default=0.25,
+                    help="pass table: seconds of back-to-back submits first (untimed)")
     ap.add_argument("--skip-memory", action="store_true",
                     help="only the --data-files rows (no in-memory rows, no tiktoken)")
     args = ap.parse_args()
@@ -245,11 +260,8 @@ def main() -> None:
     print("\n| encoder | MB/s | tokens | GPU speed-up |\n|---|---:|---:|---:|")
     for name, s, ntok in rows:
         print(f"| {name} | {total / s / 1e6:,.1f} | {ntok:,} | {s / gpu_s:,.1f}x |")
-    tp = Tokenizer.from_tiktoken(args.vocab, pattern=pat_str, profile=True)
-    tp.encode_batch(bs[0][:64])
-    with GPUMonitor() as pmon:
-        prof = pass_profile(tp, bs, lambda t, b: t.submit(b))
-    print_profile(prof, total, pmon, f"in memory, batches of {args.batch_bytes / 1e6:.0f} MB")
+    pass_table(args, args.vocab, pat_str, packed_batches(bs), total,
+               f"in memory, batches of {args.batch_bytes / 1e6:.0f} MB")
     if args.data_files:
         files_rows(args, pat_str)
     print_footer()

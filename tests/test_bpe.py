@@ -299,7 +299,8 @@ def test_gpu_pathological_words(gpt2, gpt2_tok, gpt2_tt, tiny):
 @gpu
 def test_gpu_profile_repeat_same_ids(gpt2, gpt2_tt):
     """The benchmarks' repeated passes (session.profile_repeat: each slice's passes run 3 times
-    in its submit, the last timed) give the same ids, pops and continuations included."""
+    in its submit, each timed) give the same ids, pops and continuations included, and a time
+    per pass for every repetition (session.rep_pass_us, the last one == last_pass_us)."""
     from torch_gpubpe.encoder import Tokenizer
 
     tok = Tokenizer(gpt2, profile=True, thread_budget=8_000)
@@ -308,6 +309,10 @@ def test_gpu_profile_repeat_same_ids(gpt2, gpt2_tt):
     assert_same(tok.encode_batch(docs).tolist(), [gpt2_tt.encode_ordinary(d) for d in docs])
     assert tok._session().continuation_dispatches > 0
     assert not tok._session().profile or tok.last_pass_us["trie_tokenizer_chunked"] > 0
+    if tok._session().profile:
+        reps = tok._session().rep_pass_us
+        assert len(reps) == 3 and reps[-1] == tok.last_pass_us
+        assert all(set(r) == set(reps[-1]) and min(r.values()) > 0 for r in reps)
 
 
 NEW_SWITCHES = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS", "TEXT_WINDOW",

@@ -46,6 +46,35 @@ def test_ids_equal_tiktoken(name, corpus):
         assert got[k] == enc.encode_ordinary(d), f"{corpus} document {k}"
 
 
+@pytest.mark.parametrize("mode", ["bpe", "greedy"])
+def test_profile_repeat_times_every_repetition(mode):
+    """The benchmarks' timing hook (benchmarks/_kernel_clock.py): with the split computed on
+    the GPU in the same submit, each of ``profile_repeat`` repetitions (pre-tokenizer and walk)
+    is timed, and the ids are unchanged (bpe: tiktoken's; greedy: those of one repetition)."""
+    import numpy as np
+
+    tok = gpu_tokenizer("gpt2", profile=True, mode=mode)
+    docs = corpus_docs("multi_udhr", max_bytes=20_000) + EXTRA
+    enc = [d.encode() for d in docs]
+    offsets = np.concatenate([[0], np.cumsum([len(e) for e in enc])]).astype(np.int64)
+    data = np.frombuffer(b"".join(enc), np.uint8)
+    once = tok.submit_packed(data, offsets).result().tolist()
+    sess = tok._session()
+    sess.profile_repeat = 3
+    try:
+        got = tok.submit_packed(data, offsets).result().tolist()
+    finally:
+        sess.profile_repeat = 1
+    assert got == once
+    if mode == "bpe":
+        assert got == [tiktoken_encoding("gpt2").encode_ordinary(d) for d in docs]
+    if sess.profile:
+        reps = sess.rep_pass_us
+        assert len(reps) == 3 and reps[-1] == tok.last_pass_us
+        assert all(set(r) == set(reps[-1]) and min(r.values()) > 0 for r in reps)
+        assert "pt_local" in reps[0] and "trie_tokenizer_chunked" in reps[0]
+
+
 @pytest.mark.parametrize("name", ["gpt2", "qwen2"])
 def test_ids_equal_tiktoken_sliced(name):
     """Batches above the slice limit: the split is computed first, the cuts follow it."""

@@ -97,6 +97,7 @@ HOST_STEPS = ("wait_upload_map", "upload_copy", "upload_doc_starts", "record",
 _META_HEAD = 32
 _TS_OFF = 32
 _TS_COUNT = 12
+_REP_STRIDE = 32  # timestamp queries per repetition of profile_repeat (256-byte resolve offsets)
 _REG_OFF = _TS_OFF + 8 * _TS_COUNT
 _REG_INLINE = 256
 _DOC_OFF = _REG_OFF + 8 * _REG_INLINE
@@ -192,6 +193,7 @@ class _Slot:
         self.tok_promise = None
         self.query_set = None
         self.pt_timed = False  # the last slice's submit timed a regex pre-tokenizer's passes
+        self.reps_timed = 0  # repetitions before the last timed too (profile_repeat)
         self.cap_long = 0  # long-word buffers: bytes (long indices) and regions per group
         self.cap_lreg = 0
         self.lbg = None
@@ -374,16 +376,23 @@ class _Slot:
             enc.copy_buffer_to_buffer(self.upload, self.off_docs, self.doc_starts, 0, 4 * ndocs)
         if sess.pretok is not None and mask is not None:
             enc.copy_buffer_to_buffer(self.upload, self.off_mask, self.pt.mask, 0, -(-n // 32) * 4)
-        # (benchmarks: the passes recorded ``profile_repeat`` times, the last one timed, so that
-        # the GPU runs at its loaded clock when it is timed; each repetition starts afresh)
+        # (benchmarks: the passes recorded ``profile_repeat`` times back to back, so that the
+        # GPU runs at its loaded clock; each repetition starts afresh and each is timed: the
+        # last in ``last_pass_us``, all of them in ``session.rep_pass_us``)
         reps = sess.profile_repeat if self.query_set is not None else 1
         self.pt_timed = False
+        self.reps_timed = reps - 1 if reps > 1 else 0
+        if self.reps_timed:
+            self._ensure_rep_queries(self.reps_timed)
         for r in range(reps):
+            at = (self.query_set, 0) if r == reps - 1 else (self.rep_qs, _REP_STRIDE * r)
+            if self.query_set is None:
+                at = None
             if sess.pretok is not None and mask is None:  # the split is computed here, on the GPU
                 self.pt_timed = self.query_set is not None
-                ts = (self.query_set, 6) if self.pt_timed and r == reps - 1 else None
+                ts = (at[0], at[1] + 6) if self.pt_timed else None
                 sess.pretok.record(enc, self.pt, n, timestamps=ts)
-            self._record_passes(enc, first=True, continuations=0, timed=r == reps - 1)
+            self._record_passes(enc, first=True, continuations=0, ts_at=at)
         cmd = enc.finish()
         t1 = time.perf_counter()
         hs["record"] += t1 - t
@@ -402,8 +411,24 @@ class _Slot:
                       long_from, self.reg_cap], np.uint32)
         self.sess.gpu.device.queue.write_buffer(self.params, 0, p)
 
+    def _ensure_rep_queries(self, k: int) -> None:
+        """Timestamp queries for ``k`` untimed-before repetitions (benchmarks' profile_repeat):
+        repetition ``r`` writes at ``_REP_STRIDE * r`` (256-byte aligned when resolved)."""
+        if getattr(self, "rep_cap", 0) >= k:
+            return
+        g, U = self.sess.gpu, self.sess.gpu.wgpu.BufferUsage
+        if k * _REP_STRIDE > 4096:
+            raise ValueError(f"profile_repeat {k + 1}: at most {4096 // _REP_STRIDE + 1}")
+        lab = f"encode[{self.idx}]"
+        self.rep_qs = g.device.create_query_set(label=f"{lab}.rep_timestamps", type="timestamp",
+                                                count=k * _REP_STRIDE)
+        self.rep_resolve = g.buffer(8 * _REP_STRIDE * k, U.QUERY_RESOLVE | U.COPY_SRC,
+                                    f"{lab}.rep_resolve")
+        self.rb_reps = g.buffer(8 * _REP_STRIDE * k, U.MAP_READ | U.COPY_DST, f"{lab}.rb_reps")
+        self.rep_cap = k
+
     def _record_passes(self, enc, first: bool, continuations: int,
-                       cont_blocks: int = 0, scan: bool = True, timed: bool = True) -> None:
+                       cont_blocks: int = 0, scan: bool = True, ts_at=None) -> None:
         """Record the walk (``first``: one dispatch over the slice; else ``continuations``
         dispatches over ``cont_blocks`` blocks) and, with ``scan``, the prefix sum and the
         compaction (O(slice) each: left out of continuation submits, so that a long word costs
@@ -420,14 +445,15 @@ class _Slot:
         if scan and s.id_size == 2:
             enc.clear_buffer(self.out, 0, (self.n * 2 + 4 + 3) // 4 * 4)
         grid = g.grid(self.nb)
-        ts = self.query_set is not None and first and timed
+        # ts_at: (query set, first index) of this first walk's timestamps; None: untimed
+        ts = ts_at is not None and first
 
         def begin(k: int, label: str):
             kw = {}
             if ts:
-                kw["timestamp_writes"] = {"query_set": self.query_set,
-                                          "beginning_of_pass_write_index": 2 * k,
-                                          "end_of_pass_write_index": 2 * k + 1}
+                kw["timestamp_writes"] = {"query_set": ts_at[0],
+                                          "beginning_of_pass_write_index": ts_at[1] + 2 * k,
+                                          "end_of_pass_write_index": ts_at[1] + 2 * k + 1}
             return enc.begin_compute_pass(label=label, **kw)
 
         cp = begin(0, "trie_tokenizer_chunked")
@@ -450,8 +476,13 @@ class _Slot:
         self._copy_meta(enc)
         if ts:
             k = 6 + 2 * len(s.pretok.PASSES) if self.pt_timed else 6
-            enc.resolve_query_set(self.query_set, 0, k, self.ts_resolve, 0)
-            enc.copy_buffer_to_buffer(self.ts_resolve, 0, self.rb_meta, _TS_OFF, 8 * k)
+            if ts_at[0] is self.query_set:
+                enc.resolve_query_set(self.query_set, 0, k, self.ts_resolve, 0)
+                enc.copy_buffer_to_buffer(self.ts_resolve, 0, self.rb_meta, _TS_OFF, 8 * k)
+            else:  # a repetition before the last (profile_repeat)
+                enc.resolve_query_set(ts_at[0], ts_at[1], k, self.rep_resolve, 8 * ts_at[1])
+                enc.copy_buffer_to_buffer(self.rep_resolve, 8 * ts_at[1], self.rb_reps,
+                                          8 * ts_at[1], 8 * k)
         if self.ndocs:
             enc.copy_buffer_to_buffer(self.doc_tok, 0, self.rb_meta, _DOC_OFF, 4 * self.ndocs)
 
@@ -483,6 +514,19 @@ class _Slot:
             self.sess.last_pass_us = {
                 name: (t[2 * k + 1] - t[2 * k]) * self.sess.ns_per_tick / 1e3
                 for k, name in enumerate(names)}
+            reps = []
+            if self.reps_timed:  # benchmarks' profile_repeat: the repetitions before the last
+                nb = 8 * _REP_STRIDE * self.reps_timed
+                g.wait_map(self.rb_reps, _wi.map_read_mode(), 0, nb, what="repeated pass timestamps")
+                try:
+                    rt = np.frombuffer(self.rb_reps.read_mapped(0, nb), np.uint64).astype(np.int64)
+                finally:
+                    self.rb_reps.unmap()
+                for r in range(self.reps_timed):
+                    b = _REP_STRIDE * r
+                    reps.append({name: (rt[b + 2 * k + 1] - rt[b + 2 * k]) * self.sess.ns_per_tick
+                                 / 1e3 for k, name in enumerate(names)})
+            self.sess.rep_pass_us = reps + [dict(self.sess.last_pass_us)]
         doc_tok = np.frombuffer(raw, np.uint32, self.ndocs, offset=_DOC_OFF)
         # Blocks [lo, hi) hold every chunk whose walk ran out of budget (info[2], info[3]).
         self.cont_blocks = (0xFFFFFFFF - int(head[2]), int(head[3]))
@@ -771,6 +815,7 @@ class _Session:
         self.profile = bool(profile) and g.has_timestamps
         self.profile_repeat = 1  # benchmarks: times each slice's passes are run (see Slot.start)
         self.last_pass_us: dict[str, float] = {}
+        self.rep_pass_us: list[dict[str, float]] = []  # every repetition's last_pass_us
         # Host seconds per step of a batch (Tokenizer.host_seconds; the CLI's --debug line)
         self.host_seconds = dict.fromkeys(HOST_STEPS, 0.0)
         self.continuation_dispatches = 0  # statistics (tests, benchmarks)
