@@ -430,6 +430,9 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
         variants["all of " + "+".join(EB.SPEEDUPS) + " off"] = dict.fromkeys(EB.SPEEDUPS, False)
     else:
         variants["all of " + "+".join(EB.SPEEDUPS) + " on"] = dict.fromkeys(EB.SPEEDUPS, True)
+    occ = [f for f in EB.OCCUPANCY if not getattr(EB, f)]  # (the occupancy switches together)
+    if len(occ) > 1:
+        variants["+".join(occ) + " on"] = dict.fromkeys(occ, True)
     builds = {}
     check_docs = [d for b in bs for d in b[:5]]
     check_ids = [enc.encode_ordinary(d) for d in check_docs]

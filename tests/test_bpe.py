@@ -317,22 +317,27 @@ def test_gpu_profile_repeat_same_ids(gpt2, gpt2_tt):
 
 NEW_SWITCHES = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS", "TEXT_WINDOW",
                 "SPINE_ROWS")
+OCCUPANCY_SWITCHES = ("WALK_WG64", "D1_GLOBAL", "LEAN_STATE")
 
 
 @gpu
 @pytest.mark.parametrize("flag", ["PREFETCH_ROWS", "OVERLAP_TRY", *NEW_SWITCHES,
-                                  "+".join(NEW_SWITCHES)])
+                                  "+".join(NEW_SWITCHES), *OCCUPANCY_SWITCHES,
+                                  "+".join(OCCUPANCY_SWITCHES), "LEAN_STATE+SPINE_ROWS",
+                                  "WALK_WG64+LEAN_STATE+PREFETCH_ROWS+LAZY_ROWS"])
 def test_gpu_walk_build_flags_flipped(gpt2, gpt2_tt, monkeypatch, flag):
     """The walk with each build switch of encoder_bpe flipped from its default (PREFETCH_ROWS
     off: candidate rows loaded in the try; OVERLAP_TRY on: the trying lane's first pair-check
     loads issued before the walking lanes'; SHORT_SEARCH, FUSED_EDGES, D2_LUT, LAZY_ROWS,
-    TEXT_WINDOW, SPINE_ROWS: see
-    encoder_bpe), and the four new ones together, as benchmarks/encode.py compares, is exact
-    too, on text that backtracks and on pathological words."""
+    TEXT_WINDOW, SPINE_ROWS, WALK_WG64, D1_GLOBAL, LEAN_STATE: see encoder_bpe), the
+    load-cutting ones together, the occupancy ones together and with other switches, as
+    benchmarks/encode.py compares, is exact too, on text that backtracks (pops: LEAN_STATE's
+    scan back) and on pathological words, continued across dispatches."""
     import torch_gpubpe.encoder_bpe as EB
     from torch_gpubpe.encoder import Tokenizer
 
-    assert set(EB.WALK_SWITCHES) == {"PREFETCH_ROWS", "OVERLAP_TRY", *NEW_SWITCHES}
+    assert set(EB.WALK_SWITCHES) == {"PREFETCH_ROWS", "OVERLAP_TRY", *NEW_SWITCHES,
+                                     *OCCUPANCY_SWITCHES}
     for f in flag.split("+"):
         monkeypatch.setattr(EB, f, not getattr(EB, f))
     tok = Tokenizer(gpt2, thread_budget=8_000)
@@ -712,7 +717,7 @@ def test_gpu_walk_switches_cut_their_loads(gpt2, gpt2_tt, monkeypatch):
             for d in corpus_docs(n, 3_000, max_doc_bytes=1_500)]
     want = [gpt2_tt.encode_ordinary(d) for d in docs]
     loads = ("ld_trie", "ld_rows", "ld_pairs", "ld_text")
-    for flag in NEW_SWITCHES:  # (whatever TORCH_GPUBPE_WALK_SWITCHES set)
+    for flag in NEW_SWITCHES + OCCUPANCY_SWITCHES:  # (whatever TORCH_GPUBPE_WALK_SWITCHES set)
         monkeypatch.setattr(EB, flag, False)
 
     def work():
@@ -732,3 +737,38 @@ def test_gpu_walk_switches_cut_their_loads(gpt2, gpt2_tt, monkeypatch):
             {k: v for k, v in base.items() if k not in loads}, flag
         assert w[fewer] < base[fewer], flag
         assert all(w[k] == base[k] for k in loads if k != fewer), flag
+
+
+@gpu
+def test_gpu_occupancy_switches_same_walk(gpt2, gpt2_tt, monkeypatch):
+    """WALK_WG64, D1_GLOBAL and LEAN_STATE change how the walk's workgroups are cut and where
+    its state lives, not the walk: in the PROFILE build every work counter but the loads (and,
+    for LEAN_STATE, the scan back for the token before a popped one, which it does not keep)
+    equals the default build's, subgroup lockstep included (the lanes walk the same chunks);
+    the ids equal tiktoken's, on documents that pop (LEAN_STATE's pop path runs)."""
+    import torch_gpubpe.encoder_bpe as EB
+    from torch_gpubpe.encoder import Tokenizer
+
+    docs = [d for n in ("en_novels", "multi_udhr")
+            for d in corpus_docs(n, 3_000, max_doc_bytes=1_500)] + ["ab" * 3_000]
+    want = [gpt2_tt.encode_ordinary(d) for d in docs]
+    loads = ("ld_trie", "ld_rows", "ld_pairs", "ld_text")
+    for flag in OCCUPANCY_SWITCHES:
+        monkeypatch.setattr(EB, flag, False)
+
+    def work():
+        ids: list = []
+        w = EB.walk_work(Tokenizer(gpt2), docs, ids_out=ids)
+        assert_same([x.tolist() for x in ids], want, "PROFILE")
+        return w
+    base = work()
+    assert base["pops"] > 0
+    for flag in OCCUPANCY_SWITCHES:
+        monkeypatch.setattr(EB, flag, True)
+        w = work()
+        monkeypatch.setattr(EB, flag, False)
+        skip = loads + (("scan",) if flag == "LEAN_STATE" and EB.SPINE_ROWS else ())
+        assert {k: v for k, v in w.items() if k not in skip} == \
+            {k: v for k, v in base.items() if k not in skip}, flag
+        if "scan" in skip:
+            assert w["scan"] > base["scan"], flag

@@ -256,6 +256,7 @@ class _Slot:
                          20: s.d2, 21: s.spines})
             if s.bpe_work is not None:  # work counters (encoder_bpe.walk_work)
                 bind[18] = s.bpe_work
+            bind.update(s.bpe_bind)
         walk = s.chunked_bindings
         if s.pretok:  # the walk reads word starts from the regex pre-tokenizer's mask
             self.pt = s.pretok.scratch(cap_n, self.text, self.bits, f"{lab}.pretok")
@@ -458,6 +459,8 @@ class _Slot:
 
         cp = begin(0, "trie_tokenizer_chunked")
         cont_grid = grid if first else g.grid(cont_blocks)
+        if s.walk_sub > 1:  # merge-order walk in workgroups smaller than a block (WALK_WG64)
+            cont_grid = g.grid((self.nb if first else cont_blocks) * s.walk_sub)
         walks = 1 if first else continuations
         for _ in range(walks):
             s.dispatch(cp, "chunked", self.bg["chunked"], cont_grid)
@@ -872,6 +875,8 @@ class _Session:
             return None if flags == g.flags else shader_source("encode", flags)
 
         self.pretok = None
+        self.walk_sub = 1  # walk workgroups per block (merge-order mode: encoder_bpe.WALK_WG64)
+        self.bpe_bind: dict = {}
         walk_flags = g.flags
         if pre_tokenizer != "bytes-classes":  # a regex split (torch_gpubpe.unicode_pretok)
             from .unicode_pretok import UnicodePreTokenizer

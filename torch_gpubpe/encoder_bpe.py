@@ -80,13 +80,38 @@ LAZY_ROWS = True
 """Whether a candidate at a word start (no previous token: no pair check) skips its
 tokinfo/bounds row loads; an accepted token's rows are then loaded only when its word goes on
 (``LAZY_ROWS``)."""
+WALK_WG64 = False
+"""Whether the walk runs in workgroups of 64 lanes, four per block of 256 chunks, instead of
+one of 256 (``wgsl/encode_bpe.wgsl`` ``LANES``; counts and state keep their per-block layout).
+Why it may be faster: an SM holds a workgroup's registers until its last lane ends, so a
+256-lane workgroup waits for the longest of 256 walks (a long word) with all 8 warps' registers
+held, a 64-lane one for the longest of 64; and occupancy comes in steps of 2 warps, not 8 (a
+register count between the steps leaves fewer warps idle). Off until measured on the H200
+(benchmarks/encode.py times it)."""
+D1_GLOBAL = False
+"""Whether the single-byte rows (depth-1 node, tokinfo, bounds of each byte's token) are read
+from a 256-row global table (:func:`d1_rows`, L1-cached) instead of workgroup copies that every
+workgroup fills first (three dependent loads per byte and a barrier; 11 KB of workgroup memory
+per workgroup, taken from L1). Off until measured."""
+LEAN_STATE = False
+"""Whether the walk keeps fewer registers live across its loop (with SPINE_ROWS; ignored
+without it): the previous token as its spines row (4 words instead of its tokinfo and bounds
+rows, 8; its tokinfo row loaded again on a pop), the candidate's right-side fields not kept
+(the spines row is loaded when the candidate is accepted and its word goes on, overlapping the
+next walk's trie steps), no token-before-the-previous (a pop scans back for it) and no first
+byte (the walk's first trie step reads it again): about 10 fewer live 32-bit values. Why it may
+be faster: TEXT_WINDOW's 6 more registers cost 28% on the H200 (runs of 17:19 and 17:34 UTC),
+as if the walk sits at an occupancy step. Off until measured."""
 WALK_SWITCHES = ("PREFETCH_ROWS", "OVERLAP_TRY", "SHORT_SEARCH", "FUSED_EDGES", "D2_LUT",
-                 "LAZY_ROWS", "TEXT_WINDOW", "SPINE_ROWS")
+                 "LAZY_ROWS", "TEXT_WINDOW", "SPINE_ROWS", "WALK_WG64", "D1_GLOBAL", "LEAN_STATE")
 """The module-level build switches of the walk (each exact; tests flip each one)."""
 SPEEDUPS = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS", "TEXT_WINDOW",
             "SPINE_ROWS")
 """The switches that cut the walk's loads (issue 15: kernels within 2x of greedy's); the
 benchmarks also time them all off (all on, when they are not the default)."""
+OCCUPANCY = ("WALK_WG64", "D1_GLOBAL", "LEAN_STATE")
+"""The switches aimed at the SM's occupancy and the workgroup tail (not at loads); the
+benchmarks also time them together."""
 
 DEFAULTS = {k: globals()[k] for k in WALK_SWITCHES}
 """The switches' defaults (before TORCH_GPUBPE_WALK_SWITCHES)."""
@@ -151,6 +176,19 @@ def depth2_table(trie) -> np.ndarray:
             rows = fe[fc : fc + nc]
             out[(b0 << 8) | (rows[:, 0] & 0xFF).astype(np.int64)] = rows
     return out
+
+
+def d1_rows(trie, t: BpeTables) -> np.ndarray:
+    """``(768, 4)`` uint32: rows ``3b .. 3b + 2`` for byte ``b``: its depth-1 node as a
+    :func:`fused_edges` row (``x = b | nc << 8``, ``fc``, token), the token's tokinfo row and
+    its bounds row (``D1_GLOBAL``: what the walk's workgroup copies hold otherwise)."""
+    nodes = trie.nodes.reshape(-1, 3)
+    fe = fused_edges(trie)
+    root_fc = int(nodes[0, 0])
+    node = fe[root_fc : root_fc + 256]
+    tid = node[:, 2].astype(np.int64)
+    out = np.stack([node, t.gpu_info[tid], t.gpu_bounds[tid]], axis=1)
+    return np.ascontiguousarray(out.reshape(-1, 4), dtype=np.uint32)
 
 
 def spine_rows(t: BpeTables) -> np.ndarray:
@@ -222,11 +260,21 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False
         g.device.queue.write_buffer(sess.fedges, 0, fe)
         g.device.queue.write_buffer(sess.d2, 0, d2)
         g.device.queue.write_buffer(sess.spines, 0, sp)
+    lanes = 64 if WALK_WG64 else 256
+    sess.walk_sub = 256 // lanes  # workgroups per block of the walk (encoder.py's grid)
     consts = {"WG": 256, "CHUNK": chunk, "PAIR_MASK": t.pair_mask, "PAIR_PROBES": t.max_probe,
               "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable),
-              **{k: int(bool(globals()[k])) for k in WALK_SWITCHES}}
+              "LANES": lanes, **{k: int(bool(globals()[k])) for k in WALK_SWITCHES}}
     src = None
     flags = set(g.flags)
+    sess.bpe_bind = {}  # further walk bindings, by number (encoder.py's bind groups)
+    if D1_GLOBAL:
+        flags.add("D1_GLOBAL")
+        d1 = d1_rows(trie, t)
+        sess.d1rows = g.buffer(d1.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.d1rows")
+        g.device.queue.write_buffer(sess.d1rows, 0, d1)
+        sess.chunked_bindings += (22,)
+        sess.bpe_bind[22] = sess.d1rows
     if sess.pretok is not None:  # word starts from a regex pre-tokenizer's mask (binding 16)
         flags.add("WORD_MASK")
     sess.bpe_work = None

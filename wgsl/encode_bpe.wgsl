@@ -82,6 +82,12 @@ struct Params {
 //#if PROFILE
 @group(0) @binding(18) var<storage, read_write> work: array<atomic<u32>>;
 //#endif
+//#if D1_GLOBAL
+// 22 d1rows : storage, read array<vec4<u32>>  per byte b, rows 3b .. 3b + 2 (D1_GLOBAL): the
+//             depth-1 node of b as a node record (nc << 8, fc, token, 0), its token's tokinfo
+//             and bounds rows: what the workgroup copies d1_* hold otherwise
+@group(0) @binding(22) var<storage, read> d1rows: array<vec4<u32>>;
+//#endif
 //#if WORD_MASK
 // 16 word_mask : as in encode.wgsl (a regex pre-tokenizer's word starts; bit 0 set)
 @group(0) @binding(16) var<storage, read> word_mask: array<u32>;
@@ -108,6 +114,18 @@ override SPINE_ROWS: bool = false;    // valid_pair through spines (valid_pair_s
 override LAZY_ROWS: bool = false;     // no tokinfo/bounds rows loaded for candidates at a word
                                       // start (no pair check there); an accepted token's rows
                                       // are loaded only if its word goes on
+override LANES: u32 = 256u;           // the walk's workgroup size (WALK_WG64: 64); a block is
+                                      // still WG chunks, walked by WG / LANES workgroups, so
+                                      // that counts and state keep encode.wgsl's layout
+override WALK_WG64: bool = false;     // (the host sets LANES from it; kept for the record)
+override D1_GLOBAL: bool = false;     // (the host builds with the D1_GLOBAL flag: the depth-1
+                                      // rows read from d1rows, no workgroup copies to fill)
+override LEAN_STATE: bool = false;    // (with SPINE_ROWS) fewer registers across the walk: prev
+                                      // kept as its spines row (4 words, not 8; its tokinfo row
+                                      // loaded again on a pop), cand's right-side fields not
+                                      // kept (the spines row loaded when cand is accepted and
+                                      // its word goes on), no pprev (a pop scans back), no b0
+                                      // (the first trie step reads the byte again)
 override ALL_REACHABLE: bool = false;  // no unreachable token (GPT-2, Qwen2, vocabs trained by
                                        // merges): skip the per-node check and whole-word rule
 
@@ -137,11 +155,20 @@ const W_LD_PAIRS: u32 = 14u;   // pairs
 const W_LD_TEXT: u32 = 15u;    // text, doc_bits, word_mask, scratch, dead
 const W_COUNT: u32 = 16u;
 
+//#if D1_GLOBAL
+fn d1_node(b: u32) -> vec4<u32> { work_count(W_LD_TRIE, 1u); return d1rows[3u * b]; }
+fn d1_info(b: u32) -> vec4<u32> { work_count(W_LD_ROWS, 1u); return d1rows[3u * b + 1u]; }
+fn d1_bounds(b: u32) -> vec4<u32> { work_count(W_LD_ROWS, 1u); return d1rows[3u * b + 2u]; }
+//#else
 var<workgroup> d1_fc: array<u32, 256>;
 var<workgroup> d1_nc: array<u32, 256>;
 var<workgroup> d1_tid: array<u32, 256>;
 var<workgroup> d1_ci: array<vec4<u32>, 256>;  // tokinfo and bounds rows of the single bytes
 var<workgroup> d1_cb: array<vec4<u32>, 256>;
+fn d1_node(b: u32) -> vec4<u32> { return vec4<u32>(d1_nc[b] << 8u, d1_fc[b], d1_tid[b], 0u); }
+fn d1_info(b: u32) -> vec4<u32> { return d1_ci[b]; }
+fn d1_bounds(b: u32) -> vec4<u32> { return d1_cb[b]; }
+//#endif
 var<workgroup> wg_count: atomic<u32>;
 //#if PROFILE
 var<workgroup> wg_work: array<atomic<u32>, 16>;
@@ -485,15 +512,21 @@ fn prev_token(pos: u32, steps: ptr<function, u32>) -> u32 {
 // candidate — lanes of a subgroup walking and lanes trying run the same iteration, as in
 // encode.wgsl's greedy walk, instead of every lane waiting for the subgroup's longest walk and
 // then its longest pair check (issue 15: 2.8x greedy's kernel time before).
-@compute @workgroup_size(WG)
+@compute @workgroup_size(LANES)
 fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                          @builtin(num_workgroups) nwg: vec3<u32>,
 //#if SUBGROUPS
                          @builtin(subgroup_invocation_id) lane: u32,
 //#endif
-                         @builtin(local_invocation_index) lid: u32) {
+                         @builtin(local_invocation_index) lane_wg: u32) {
+    // Block (WG chunks) and the chunk's index in it: LANES < WG splits a block over WG / LANES
+    // workgroups (the host dispatches that many per block).
+    let lw = linear_workgroup(wid, nwg);
+    let lid = (lw % (WG / LANES)) * LANES + lane_wg;
+//#if D1_GLOBAL
+//#else
     let root_fc = ld_node(0u);
-    for (var b = lid; b < 256u; b += WG) {
+    for (var b = lane_wg; b < 256u; b += LANES) {
         var r: vec4<u32>;  // the depth-1 node of byte b, as a node record
         if (FUSED_EDGES) {
             r = ld_fedge(root_fc + b);
@@ -507,15 +540,16 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         d1_ci[b] = ld_info(r.z);
         d1_cb[b] = ld_bounds(r.z);
     }
-    if (lid == 0u) { atomicStore(&wg_count, 0u); }
+//#endif
+    if (lane_wg == 0u) { atomicStore(&wg_count, 0u); }
 //#if PROFILE
-    if (lid < W_COUNT) { atomicStore(&wg_work[lid], 0u); }
+    if (lane_wg < W_COUNT) { atomicStore(&wg_work[lane_wg], 0u); }
     for (var k = 0u; k < W_COUNT; k++) { pw[k] = 0u; }
 //#endif
     workgroupBarrier();
 
     let n = params.n;
-    let block = params.block_base + linear_workgroup(wid, nwg);
+    let block = params.block_base + lw / (WG / LANES);
     let c = block * WG + lid;
     let cs = c * CHUNK;
     let ce = min(cs + CHUNK, n);
@@ -553,11 +587,19 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     var prev_b = vec4<u32>(0u);
     var pprev = NO_TOKEN;        // the token before prev (= prev_token(prev's start)), if known
     var pprev_known = false;
+    // LEAN_STATE (SPINE_ROWS only): prev's spines row (right, rank | len << 18, R, R[right])
+    // instead of prev_i, prev_b
+    let lean = LEAN_STATE && SPINE_ROWS;
+    var prev_s = vec4<u32>(0u);
     if (walking) {
         prev = prev_token(pos, &steps);
         if (prev != NO_TOKEN) {
-            prev_i = ld_info(prev);
-            prev_b = ld_bounds(prev);
+            if (lean) {
+                prev_s = ld_spine(2u * prev);
+            } else {
+                prev_i = ld_info(prev);
+                prev_b = ld_bounds(prev);
+            }
         }
     }
     // The walk at pos: its first byte b0, next byte q, trie node (fc, nc), the last node's
@@ -572,11 +614,12 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     var stop_ws = false;
     if (walking && cand == NO_TOKEN) {
         b0 = text_byte(pos);
-        fc = d1_fc[b0];
-        nc = d1_nc[b0];
-        cand = d1_tid[b0];  // single bytes are always reachable
-        ci = d1_ci[b0];
-        cb = d1_cb[b0];
+        let d1 = d1_node(b0);
+        fc = d1.y;
+        nc = d1.x >> 8u;
+        cand = d1.z;  // single bytes are always reachable
+        ci = d1_info(b0);
+        cb = d1_bounds(b0);
         cand_len = 1u;
         last_tid = cand;
         q = pos + 1u;
@@ -608,7 +651,12 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         var ws_q = false;
         if (in_walk) {
             ws_q = q >= n || word_start_at(q);
-            if (!ws_q) { child = child_node(fc, nc, b0, q == pos + 1u, text_byte(q)); }
+            if (!ws_q) {
+                let first = q == pos + 1u;
+                var bw = b0;
+                if (lean && first) { bw = text_byte(pos); }  // (LEAN_STATE: b0 not kept)
+                child = child_node(fc, nc, bw, first, text_byte(q));
+            }
         }
         let found = child.x != NO_TOKEN;
         // A lane that tries in this iteration issues its pair check's first loads here, before
@@ -620,7 +668,9 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         var pni = vec4<u32>(0u);
         var pnb = vec4<u32>(0u);
         if (OVERLAP_TRY && !found && prev != NO_TOKEN && rows_ok) {
-            let p = plan_step(prev, prev_i, cand, ci);
+            var pi = prev_i;
+            if (lean) { pi = vec4<u32>(0u, 0u, prev_s.x, prev_s.y); }
+            let p = plan_step(prev, pi, cand, ci);
             pe = ld_pair(p.h);
             if (SPINE_ROWS) {
                 pni = ld_spine(spine_row(p));
@@ -699,8 +749,9 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         var ok = !(dead_any && is_dead(end));
         if (ok && prev != NO_TOKEN) {
             if (SPINE_ROWS) {
-                ok = valid_pair_s(prev, spine_r(prev_i, prev_b), cand, spine_l(ci, cb), pre, pe,
-                                  pni, &steps);
+                var s1 = spine_r(prev_i, prev_b);
+                if (lean) { s1 = prev_s; }
+                ok = valid_pair_s(prev, s1, cand, spine_l(ci, cb), pre, pe, pni, &steps);
             } else {
                 ok = valid_pair(prev, prev_i, prev_b, cand, ci, cb, pre, pe, pni, pnb, &steps);
             }
@@ -720,11 +771,15 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             }
             scratch[pos] = emit;
             if (pos < block_end) { own_count += 1u; } else { atomicAdd(&counts[pos / (WG * CHUNK)], 1u); }
-            pprev = prev;
-            pprev_known = true;
+            if (!lean) {
+                pprev = prev;
+                pprev_known = true;
+            }
             prev = select(NO_TOKEN, emit, ok);
-            prev_i = ci;
-            prev_b = cb;
+            if (!lean) {
+                prev_i = ci;
+                prev_b = cb;
+            }
             pos = end;
             cand = NO_TOKEN;
             // Whether pos starts a word (or ends the slice): known when the walk stopped there.
@@ -736,17 +791,21 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             } else {
                 if (ws) {
                     prev = NO_TOKEN;
+                } else if (lean) {  // the word goes on: prev's spines row (its latency
+                    // overlaps the next walk's trie steps)
+                    if (prev != NO_TOKEN) { prev_s = ld_spine(2u * prev); }
                 } else if (!rows_ok) {  // (lazy) the word goes on: the token's rows are needed
                     prev_i = ld_info(prev);
                     prev_b = ld_bounds(prev);
                 }
                 rows_ok = true;
                 b0 = text_byte(pos);
-                fc = d1_fc[b0];
-                nc = d1_nc[b0];
-                cand = d1_tid[b0];
-                ci = d1_ci[b0];
-                cb = d1_cb[b0];
+                let d1 = d1_node(b0);
+                fc = d1.y;
+                nc = d1.x >> 8u;
+                cand = d1.z;
+                ci = d1_info(b0);
+                cb = d1_bounds(b0);
                 cand_len = 1u;
                 last_tid = cand;
                 q = pos + 1u;
@@ -764,16 +823,19 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             work_count(W_POPS, 1u);
             atomicOr(&dead[pos >> 5u], 1u << (pos & 31u));
             dead_any = true;
-            cand_len = prev_i.w >> RANK_BITS;
+            var prow = prev_i;  // prev's tokinfo row
+            if (lean) { prow = ld_info(prev); }
+            cand_len = prow.w >> RANK_BITS;
             let ps = pos - cand_len;
             scratch[ps] = NO_TOKEN;
             if (ps < block_end) { own_count -= 1u; } else { atomicSub(&counts[ps / (WG * CHUNK)], 1u); }
             cand = prev;
-            ci = prev_i;
+            ci = prow;
             cb = prev_b;
-            if (prev_i.x != NO_TOKEN) {
+            if (lean) { cb = ld_bounds(prev); }
+            if (prow.x != NO_TOKEN) {
                 work_count(W_SHORTER, 1u);
-                cand = prev_i.x;
+                cand = prow.x;
                 cand_len = 0u;
                 ci = ld_info(cand);
                 cb = ld_bounds(cand);
@@ -786,8 +848,12 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             }
             pprev_known = false;
             if (prev != NO_TOKEN) {
-                prev_i = ld_info(prev);
-                prev_b = ld_bounds(prev);
+                if (lean) {
+                    prev_s = ld_spine(2u * prev);
+                } else {
+                    prev_i = ld_info(prev);
+                    prev_b = ld_bounds(prev);
+                }
             }
         }
     }
@@ -803,10 +869,10 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     }
 //#endif
     workgroupBarrier();
-    if (lid == 0u && block * WG * CHUNK < n) {
+    if (lane_wg == 0u && block * WG * CHUNK < n) {
         atomicAdd(&counts[block], atomicLoad(&wg_count));
     }
 //#if PROFILE
-    if (lid < W_COUNT) { atomicAdd(&work[lid], atomicLoad(&wg_work[lid])); }
+    if (lane_wg < W_COUNT) { atomicAdd(&work[lane_wg], atomicLoad(&wg_work[lane_wg])); }
 //#endif
 }
