@@ -1,29 +1,33 @@
-"""Benchmark: packing ``list[str]`` into UTF-8 (the host step before every GPU upload) — the
-threaded, GIL-free packer (:mod:`torch_gpubpe._cpython_str`, what ``Tokenizer.encode_batch``,
-``submit`` and ``train(list_of_str)`` use) against ``str.encode`` per document on one thread
-(what they did before), on the same documents.
+"""Benchmark: packing ``list[str]`` into UTF-8 (the host step before every GPU upload), on the
+two shapes the library sees — the encoder's (encode.py's 5 corpora, 102 MB, a few thousand
+documents of ~30 KB) and the trainer's (documents of ~11 KB cut from every corpus, as in the
+868 MB training run) — by every packer: ``to_bytes`` per document + join (the old loop, still
+what ``train(list)`` does without the compiled packer), the iconv packer of
+:mod:`torch_gpubpe._cpython_str` (``utf8_parts`` + ``join_parts``), and the compiled one of
+:mod:`torch_gpubpe.str_pack` with each ``--threads`` count: one array (``pack``), the
+encoder's upload path (``Packed`` measured, then ``copy_parts`` into one reused buffer, as
+into the mapped upload buffer) and the trainer's batches (``pack_batches`` / the old loop,
+8 MiB, each batch copied into one reused stage buffer and dropped, as count_pipeline does).
 
 Usage::
 
-    python3 benchmarks/pack.py                        # encode.py's 5 corpora, 102 MB
-    python3 benchmarks/pack.py --max-bytes 20000000 --threads 1 2 4 8
+    python3 benchmarks/pack.py                              # both shapes, threads 1 2 4 8 16
+    python3 benchmarks/pack.py --shape train --train-bytes 868e6 --threads 1 4 16
 
-Rows: ``str.encode`` + join (the old packer), ``pack_documents`` (the new one: default threads),
-the new one with each ``--threads`` count, the encoder's upload path with each count (the
-parts copied by ``copy_parts`` into one reused buffer, as into the mapped upload buffer):
-transcoded first into scratch then copied (``utf8_parts`` + ``copy_parts``), or measured
-first and transcoded straight into the buffer (``defer=True``: what ``_pack(keep_parts=True)``
-now does), and ``train``'s batching (``wordcount._batches``,
-8 MiB pieces). Each is the best of ``--repeat`` runs: wall seconds, MB/s, and the CPU seconds
-of the whole process (all threads). Needs no GPU; the bytes of every row are checked equal.
+Each row is the best of ``--repeat`` runs: wall seconds, MB/s, the CPU seconds of the whole
+process (all threads) and MB per CPU second (≈ one thread's throughput: robust to a loaded
+machine). Needs no GPU; the bytes of every row are checked equal.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
 import resource
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -34,8 +38,7 @@ from encode import CORPORA, DEFAULT_CORPORA, read_docs  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from torch_gpubpe import _cpython_str  # noqa: E402
-from torch_gpubpe.pretokenize import pack_documents  # noqa: E402
+from torch_gpubpe import _cpython_str, str_pack  # noqa: E402
 from torch_gpubpe.reference import to_bytes  # noqa: E402
 from torch_gpubpe.wordcount import _batches  # noqa: E402
 
@@ -53,55 +56,127 @@ def best(fn, repeat: int) -> tuple[float, float, bytes]:
         t, c = time.perf_counter(), cpu_s()
         out = fn()
         runs.append((time.perf_counter() - t, cpu_s() - c))
+    if callable(out):
+        out = out()
     return (*min(runs), out if isinstance(out, bytes) else
             b"".join(x.tobytes() for x in out) if isinstance(out, list) else out.tobytes())
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--corpus", type=Path, action="append", help="a .jsonl.gz (repeatable)")
-    ap.add_argument("--max-bytes", type=int, default=102_000_000)
-    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8])
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
-    docs = read_docs(args.corpus or [CORPORA / f"{n}.jsonl.gz" for n in DEFAULT_CORPORA],
-                     args.max_bytes)
-    nbytes = sum(len(d.encode()) for d in docs)
-    na = sum(len(d.encode()) for d in docs if not d.isascii())
-    print(f"{len(docs)} documents, {nbytes / 1e6:.1f} MB ({na / 1e6:.1f} MB in non-ASCII "
-          f"documents); threaded packer available: {_cpython_str.available()} "
-          f"{_cpython_str.fallbacks() or ''}")
-    rows = [("str.encode per document, joined (before)",
-             lambda: b"".join([to_bytes(d) for d in docs])),
-            ("pack_documents (threaded, default)", lambda: pack_documents(docs)[0])]
-    for t in args.threads:
-        rows.append((f"utf8_parts + join_parts, {t} thread(s)",
+def trainer_docs(paths: list[Path], max_bytes: int, piece: int) -> list[str]:
+    """Documents of ``piece`` characters cut from every corpus in turn (the last piece of each
+    document shorter), repeated (each repeat a new object, cut at another phase) until
+    ``max_bytes`` UTF-8 bytes."""
+    texts = [json.loads(line)["text"] for p in paths for line in gzip.open(p, "rt")]
+    docs, total, phase = [], 0, 0
+    while total < max_bytes:
+        for t in texts:
+            for a in range(-phase if phase else 0, len(t), piece):
+                d = t[max(a, 0) : a + piece]
+                if d:
+                    docs.append(d)
+                    total += len(d.encode("utf-8", "surrogatepass"))
+                if total >= max_bytes:
+                    return docs
+        phase = (phase + piece // 3 + 1) % piece
+    return docs
+
+
+@contextmanager
+def packer_off():
+    """The compiled packer not used (the paths taken without it)."""
+    saved = dict(str_pack._state)
+    str_pack._state["lib"] = None
+    try:
+        yield
+    finally:
+        str_pack._state.clear()
+        str_pack._state.update(saved)
+
+
+def rows_for(docs: list[str], nbytes: int, threads: list[int], shape: str) -> list:
+    rows = [("to_bytes per document, joined (old loop)",
+             lambda: b"".join([to_bytes(d) for d in docs]))]
+    for t in threads:
+        rows.append((f"iconv packer: utf8_parts + join_parts, {t} thr",
                      lambda t=t: _cpython_str.join_parts(_cpython_str.utf8_parts(docs, threads=t))))
+    for t in threads:
+        rows.append((f"str_pack.pack, {t} thr", lambda t=t: str_pack.pack(docs, threads=t)[0]))
     buf = np.ones(nbytes, np.uint8)   # (touched: as the mapped upload buffer, reused)
 
-    def upload(t: int, defer: bool) -> np.ndarray:
-        _cpython_str.copy_pool()   # (its 8 threads made before THREADS changes)
-        old, _cpython_str.THREADS = _cpython_str.THREADS, t
-        try:
-            _cpython_str.copy_parts(buf, _cpython_str.utf8_parts(docs, threads=t, defer=defer))
-        finally:
-            _cpython_str.THREADS = old
+    def upload(t: int) -> np.ndarray:
+        _cpython_str.copy_parts(buf, [str_pack.Packed(docs, threads=t)])
         return buf
 
-    for t in args.threads:
-        rows.append((f"upload path, scratch + copy, {t} thread(s)",
-                     lambda t=t: upload(t, False)))
-        rows.append((f"upload path, deferred (written once), {t} thread(s)",
-                     lambda t=t: upload(t, True)))
-    rows.append(("train's batching (wordcount._batches, 8 MiB)",
-                 lambda: [d for d, _ in _batches(docs, 8 << 20, {})]))
+    for t in threads:
+        rows.append((f"upload path: Packed + copy_parts, {t} thr", lambda t=t: upload(t)))
+    stage = np.ones(16 << 20, np.uint8)
+
+    def batches(t: int | None):
+        it = (_batches(docs, 8 << 20, {}) if t is None
+              else str_pack.pack_batches(docs, 8 << 20, {}, threads=t))
+        sizes = []
+        for data, _ in it:
+            stage[: len(data)] = data   # (as count_pipeline's packer: copied, then dropped)
+            sizes.append(len(data))
+        return lambda: b"".join(d.tobytes() for d, _ in (
+            _batches(docs, 8 << 20, {}) if t is None else
+            str_pack.pack_batches(docs, 8 << 20, {}, threads=t)))
+
+    def old_batches():
+        with packer_off():
+            return batches(None)
+
+    if shape == "train":
+        rows.append(("train batches, old loop (to_bytes), 8 MiB", old_batches))
+        for t in threads:
+            rows.append((f"train batches, str_pack.pack_batches, {t} thr",
+                         lambda t=t: batches(t)))
+    return rows
+
+
+def run_shape(name: str, docs: list[str], threads: list[int], repeat: int) -> None:
+    nbytes = sum(len(to_bytes(d)) for d in docs)
+    na = sum(len(to_bytes(d)) for d in docs if not d.isascii())
+    kinds = {1: 0, 2: 0, 4: 0}
+    for d in docs:
+        if not d.isascii():
+            m = max(d)
+            kinds[1 if m < "\u0100" else 2 if m < "\U00010000" else 4] += len(to_bytes(d))
+    print(f"\n== {name}: {len(docs):,} documents, {nbytes / 1e6:.1f} MB, mean "
+          f"{nbytes / max(len(docs), 1) / 1e3:.1f} KB ({na / 1e6:.1f} MB in non-ASCII documents:"
+          f" kind 1 {kinds[1] / 1e6:.1f}, kind 2 {kinds[2] / 1e6:.1f}, kind 4 "
+          f"{kinds[4] / 1e6:.1f} MB)")
     want = None
-    print(f"\n{'packer':<52} {'wall s':>8} {'MB/s':>8} {'CPU s':>8}")
-    for name, fn in rows:
-        wall, cpu, out = best(fn, args.repeat)
+    print(f"{'packer':<50} {'wall s':>8} {'MB/s':>8} {'CPU s':>8} {'MB/CPU s':>9}")
+    for label, fn in rows_for(docs, nbytes, threads, name):
+        wall, cpu, out = best(fn, repeat)
         want = out if want is None else want
-        assert out == want, f"{name}: other bytes"
-        print(f"{name:<52} {wall:8.3f} {nbytes / wall / 1e6:8.0f} {cpu:8.3f}")
+        assert out == want, f"{label}: other bytes"
+        print(f"{label:<50} {wall:8.3f} {nbytes / wall / 1e6:8.0f} {cpu:8.3f} "
+              f"{nbytes / max(cpu, 1e-9) / 1e6:9.0f}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", choices=["encode", "train", "both"], default="both")
+    ap.add_argument("--corpus", type=Path, action="append", help="a .jsonl.gz (repeatable)")
+    ap.add_argument("--max-bytes", type=int, default=102_000_000, help="encode shape")
+    ap.add_argument("--train-bytes", type=float, default=150e6, help="train shape")
+    ap.add_argument("--train-doc-chars", type=int, default=11_000)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    print(f"compiled packer: {str_pack.available()}, str_pack.THREADS {str_pack.THREADS}; "
+          f"iconv packer: {_cpython_str.available()}; fallbacks {_cpython_str.fallbacks() or {}}")
+    if args.shape in ("encode", "both"):
+        docs = read_docs(args.corpus or [CORPORA / f"{n}.jsonl.gz" for n in DEFAULT_CORPORA],
+                         args.max_bytes)
+        run_shape("encode", docs, args.threads, args.repeat)
+        del docs
+    if args.shape in ("train", "both"):
+        paths = args.corpus or sorted(CORPORA.glob("*.jsonl.gz"))
+        docs = trainer_docs(paths, int(args.train_bytes), args.train_doc_chars)
+        run_shape("train", docs, args.threads, args.repeat)
     print_footer()
 
 

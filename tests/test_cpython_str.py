@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from conftest import CORPUS_NAMES, corpus_docs
 from torch_gpubpe import _cpython_str as cs
+from torch_gpubpe import str_pack
 from torch_gpubpe.encoder import _pack, copy_parts
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.notices import GPUBPEWarning
@@ -149,6 +150,7 @@ def test_the_paths_are_taken():
         with _paths(path):
             assert all(type(p) is cs.Span for p in cs.utf8_parts(docs))
             assert all(type(p) is cs.Deferred for p in cs.utf8_parts(docs, defer=True))
+    str_pack._state["lib"] = None   # (encoder._pack without the compiled packer of str_pack)
     parts, _ = _pack(docs + ["x" * 20000], keep_parts=True, defer=True)   # (encoder.DEFER_STR)
     assert [type(p) for p in parts] == [cs.Deferred] * 3 + [bytes, str]
     parts, _ = _pack(docs + ["x" * 20000], keep_parts=True)   # (the default: not deferred)
@@ -286,30 +288,31 @@ def test_unavailable_gives_the_same_bytes_records_and_warns_once(monkeypatch):
         got = _all_packers(docs)
         _all_packers(docs)
     assert len([w for w in rec if issubclass(w.category, GPUBPEWarning)]) == 1
-    assert cs.fallbacks() == {"str_utf8": "forced by a test"}
+    assert cs.fallbacks() == {"str_utf8": "forced by a test",   # (str_pack needs the layout)
+                              "str_native": "the CPython str layout is not checked here "
+                                            "(fallbacks()['str_utf8'])"}
     for name, b in got.items():
         assert b == _want(docs), name
     assert not any(isinstance(p, cs.Span) for p in cs.utf8_parts(docs))
 
 
 @pytest.mark.gpu
-def test_train_packs_documents_without_the_threaded_packer(monkeypatch):
-    """train(list) packs one to_bytes per document (wordcount._batches: faster than the
-    threaded packer for many ~10 KB documents on the H200): the module unavailable changes
-    nothing there — no warning, nothing recorded, the same merges."""
-    import warnings
-
+def test_train_records_the_packer_and_its_fallbacks(monkeypatch):
+    """train(list) packs through torch_gpubpe.str_pack (``stats["str_packer"]``); with the str
+    layout not usable there, one to_bytes per document: recorded in ``stats["str_fallbacks"]``,
+    warned once, the same merges."""
     from torch_gpubpe import train
 
     docs = ["çok güzel bir gün", "güzel gün"] * 20
     stats: dict = {}
     v1 = train(docs, 262, stats=stats)
     assert stats["str_fallbacks"] == {}
+    assert stats["str_packer"].startswith("str_pack, ")
     cs.reset()
     monkeypatch.setattr(cs, "_why_not", lambda: "forced by a test")
     stats2: dict = {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", GPUBPEWarning)
+    with pytest.warns(GPUBPEWarning, match="forced by a test"):
         v2 = train(docs, 262, stats=stats2)
-    assert stats2["str_fallbacks"] == {}
+    assert set(stats2["str_fallbacks"]) == {"str_utf8", "str_native"}
+    assert stats2["str_packer"] == "to_bytes per document"
     assert v2.merges == v1.merges

@@ -315,10 +315,14 @@ def fallbacks() -> dict[str, str]:
 
 
 def reset() -> None:
-    """Forget the availability check and the recorded fallbacks (tests)."""
+    """Forget the availability check and the recorded fallbacks, this module's and
+    :mod:`torch_gpubpe.str_pack`'s (tests)."""
+    from . import str_pack
+
     with _lock:
         _fallbacks.clear()
         _state.clear()
+    str_pack.reset()
 
 
 # -- packing ---------------------------------------------------------------------------------------
@@ -702,6 +706,7 @@ def copy_parts(dst: np.ndarray, parts: list[str | bytes | Span | Deferred]) -> N
     base = dst.ctypes.data
     pieces, o = [], 0  # (destination address, source address, bytes)
     deferred, chars = [], 0   # (destination address, part)
+    planned = []              # (destination address, str_pack.Packed)
     for p in parts:
         n = len(p)
         if not n:
@@ -712,6 +717,10 @@ def copy_parts(dst: np.ndarray, parts: list[str | bytes | Span | Deferred]) -> N
             chars += p.nchars
             o += n
             continue
+        if t.__name__ == "Packed":   # (str_pack.Packed: its own threads, straight into dst)
+            planned.append((base + o, p))
+            o += n
+            continue
         src = str_address(p) if t is str else p.address if t is Span else bytes_address(p)
         for a in range(0, n, _COPY_PIECE):
             k = min(_COPY_PIECE, n - a)
@@ -719,6 +728,8 @@ def copy_parts(dst: np.ndarray, parts: list[str | bytes | Span | Deferred]) -> N
         o += n
     if o != len(dst):
         raise ValueError(f"copy_parts: {o} bytes of parts for {len(dst)} bytes of room")
+    for d, p in planned:
+        p.copy_into(d, len(p))
     move = ctypes.memmove
     work = o + _TRANSCODE_COST * chars   # (memcpy-byte equivalents)
     nthreads = min(THREADS, os.cpu_count() or 1, -(-work // PARALLEL_COPY_MIN))

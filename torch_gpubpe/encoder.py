@@ -70,6 +70,7 @@ from typing import Literal, Union
 import numpy as np
 
 from . import _cpython_str as _cs
+from . import str_pack as _sp
 from . import _wgpu_internals as _wi
 from ._cpython_str import PARALLEL_COPY_MIN, copy_parts, join_parts
 from .errors import GPUOperationError, InputError
@@ -126,11 +127,19 @@ def _pack(texts: Sequence[str | bytes], *, keep_parts: bool = False, defer: bool
     ``str`` are only measured here (:class:`torch_gpubpe._cpython_str.Deferred`) and
     transcoded by ``copy_parts`` straight into the upload buffer: their UTF-8 is written once
     (``encode_batches`` packs on a thread ahead, without ``defer``: the transcoding stays
-    there, off the main thread).
+    there, off the main thread). Where the compiled packer is available
+    (:mod:`torch_gpubpe.str_pack`), ``keep_parts`` gives one part, a
+    :class:`~torch_gpubpe.str_pack.Packed` (measured here, transcoded by ``copy_parts``
+    straight into the upload buffer) unless ``defer`` is False, and otherwise one array.
     """
     if isinstance(texts, (str, bytes, bytearray, memoryview)):
         raise InputError("encode_batch expects a sequence of documents, not one str/bytes; "
                          "use encode() for one document")
+    if _sp.available():   # (the compiled packer: one task per thread, no Python per document)
+        if keep_parts and defer is not False:
+            packed = _sp.Packed(texts)   # (measured; transcoded by copy_parts into the upload)
+            return [packed], packed.offsets
+        return _sp.pack(texts)
     parts = _cs.utf8_parts(texts, defer=keep_parts and (DEFER_STR if defer is None else defer))
     # (InputError naming a bad item's index)
     lengths = np.fromiter(map(len, parts), np.int64, len(parts))

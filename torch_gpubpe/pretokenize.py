@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from . import str_pack
 from ._cpython_str import join_parts, utf8_parts
 from .errors import InputError
 from .reference import WORD_START_BIT
@@ -22,8 +23,9 @@ WG = 256
 def pack_documents(documents: Iterable[str | bytes]) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate documents into one byte stream.
 
-    The UTF-8 of non-ASCII ``str`` is made by several threads without the GIL
-    (:func:`torch_gpubpe._cpython_str.utf8_parts`); the bytes are those of
+    The UTF-8 is made by several threads without the GIL (:func:`torch_gpubpe.str_pack.pack`;
+    where it is not available, :func:`torch_gpubpe._cpython_str.utf8_parts`); the bytes are
+    those of
     :func:`~torch_gpubpe.reference.to_bytes` for every item.
 
     Args:
@@ -35,6 +37,9 @@ def pack_documents(documents: Iterable[str | bytes]) -> tuple[np.ndarray, np.nda
         InputError: an item is neither ``str`` nor bytes-like (names its index).
     """
     docs = documents if isinstance(documents, (list, tuple)) else list(documents)
+    packed = str_pack.pack(docs)   # (None where the compiled packer is not available)
+    if packed is not None:
+        return packed
     parts = utf8_parts(docs)
     lengths = np.fromiter(map(len, parts), np.int64, len(parts))
     offsets = np.zeros(len(parts) + 1, np.int64)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
+from . import str_pack
 from .errors import GPUOperationError, InputError
 from .reference import BYTE_CLASS, NEWLINE, SPACE, to_bytes
 from .shaders import shader_info
@@ -60,11 +60,13 @@ def _batches(documents: Iterable[str | bytes], batch_bytes: int,
 
     A source with a ``packed_batches(batch_bytes)`` method (a
     :class:`torch_gpubpe.readers.Reader`, the CLI's corpus reader) gives its batches as they
-    are: no Python object per document. A list of documents is packed one ``to_bytes`` per
-    document on this thread: on the H200 host that was 570 MB/s, and the threaded packer of
-    :mod:`._cpython_str` (good for few long documents: the encoder's path) packed the trainer's
-    868 MB of 11 KB documents at 115-210 MB/s (2026-12-01, benchmarks/train.py: its per-document
-    Python work in the threads, under the GIL, is the cost)."""
+    are: no Python object per document. Other documents are packed by
+    :func:`torch_gpubpe.str_pack.pack_batches` (one compiled, GIL-free call per batch on a
+    pool thread, ``str_pack.THREADS`` batches in flight); where that is not available, one
+    ``to_bytes`` per document on this thread (570 MB/s on the H200 host; the iconv packer of
+    :mod:`._cpython_str` packed the trainer's 868 MB of 11 KB documents at 115-210 MB/s there,
+    its per-document Python work in the threads queueing on the GIL). ``info["str_packer"]``
+    says which."""
     packed = getattr(documents, "packed_batches", None)
     if packed is not None:
         for data, offsets in packed(batch_bytes):
@@ -72,6 +74,11 @@ def _batches(documents: Iterable[str | bytes], batch_bytes: int,
             info["corpus_bytes"] = info.get("corpus_bytes", 0) + int(offsets[-1])
             yield data, offsets
         return
+    if str_pack.available():   # (the compiled packer: one pool task per batch, GIL-free)
+        info["str_packer"] = f"str_pack, {str_pack.THREADS} threads"
+        yield from str_pack.pack_batches(documents, batch_bytes, info)
+        return
+    info["str_packer"] = "to_bytes per document"
     parts: list[bytes] = []
     size = 0
     for k, doc in enumerate(documents):

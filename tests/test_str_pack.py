@@ -1,0 +1,255 @@
+"""The compiled str → UTF-8 packer (torch_gpubpe.str_pack, _utf8pack.c) gives the bytes of
+reference.to_bytes for every item — every PEP 393 kind, ASCII, bytes, cached UTF-8, lone and
+paired surrogates, str subclasses — at lengths around its 16-character blocks and its bounce
+buffer's pieces, through each path (one array, Packed + copy_parts, the trainer's batches), on
+one thread or many, and on every corpus; unavailable, the packers give the same bytes the old
+ways, record why and warn once."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import CORPUS_NAMES, corpus_docs
+from torch_gpubpe import _cpython_str as cs
+from torch_gpubpe import _utf8_native, str_pack
+from torch_gpubpe.encoder import _pack, copy_parts
+from torch_gpubpe.errors import InputError
+from torch_gpubpe.notices import GPUBPEWarning
+from torch_gpubpe.pretokenize import pack_documents
+from torch_gpubpe.reference import to_bytes
+from torch_gpubpe.wordcount import _batches
+
+SURROGATES = "\ud800\udbff\udc00\udfff\ud83d\ude00"
+# lengths around the 16-character blocks and a 64 KiB bounce buffer's pieces (≈ 21,800
+# characters of kind 2, 16,382 of kind 4)
+LENGTHS = [0, 1, 2, 15, 16, 17, 31, 32, 33, 16382, 16383, 21842, 21843, 32761, 65535, 65536]
+
+
+def _chars(max_codepoint: int):
+    return st.characters(max_codepoint=max_codepoint, exclude_categories=())  # (surrogates too)
+
+
+def _doc():
+    return st.one_of(
+        st.text(_chars(0x7F), max_size=70),
+        st.text(_chars(0xFF), max_size=70),                 # kind 1
+        st.text(_chars(0xFFFF), max_size=70),               # kind 2, surrogates too
+        st.text(_chars(0x10FFFF), max_size=70),             # kind 4
+        st.text(st.sampled_from("ab\x7f\x80\xff\u07ff\u0800\uffff\U00010000\U0010ffff"
+                                + SURROGATES), max_size=70),
+        # (ASCII runs around a block with one character of another size in them)
+        st.tuples(st.integers(0, 40), st.sampled_from("\xe9\u4e2d\U0001f600\ud800\udc00"),
+                  st.integers(0, 40)).map(lambda t: "a" * t[0] + t[1] + "b" * t[2]),
+        st.binary(max_size=20),
+    )
+
+
+def _want(docs) -> bytes:
+    return b"".join(to_bytes(d) for d in docs)
+
+
+def _every_path(docs, threads: int) -> dict[str, bytes]:
+    data, offsets = str_pack.pack(docs, threads=threads)
+    assert np.diff(offsets).tolist() == [len(to_bytes(d)) for d in docs]
+    p = str_pack.Packed(docs, threads=threads)
+    assert (p.offsets == offsets).all()
+    dst = np.full(len(p) + 16, 0xAA, np.uint8)
+    copy_parts(dst[: len(p)], [p])
+    assert (dst[len(p):] == 0xAA).all()   # (nothing written past its room)
+    batches = list(str_pack.pack_batches(iter(docs), 200, {}, threads=threads))
+    return {"pack": data.tobytes(), "Packed + copy_parts": dst[: len(p)].tobytes(),
+            "Packed.tobytes": p.tobytes(),
+            "pack_batches": b"".join(d.tobytes() for d, _ in batches)}
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    cs.reset()
+    yield
+    cs.reset()
+
+
+def test_available_here():
+    """This machine (CPython 3.10–3.13, glibc, a C compiler) builds and uses it: a failed
+    build or self-test here would be a bug, not a reason to skip."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", GPUBPEWarning)
+        assert str_pack.available(), cs.fallbacks()
+    assert cs.fallbacks() == {}
+
+
+@settings(max_examples=300, deadline=None)
+@given(docs=st.lists(_doc(), max_size=12))
+def test_every_path_gives_the_bytes_of_to_bytes(docs):
+    want = _want(docs)
+    for threads in (1, 3):
+        for name, got in _every_path(docs, threads).items():
+            assert got == want, (name, threads)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+@pytest.mark.parametrize("c", ["a", "\xe9", "\u4e2d", "\U0001f600", "\ud800", "\ud83d\ude00"])
+def test_boundary_lengths_of_each_kind(n, c):
+    """Runs of ``n`` characters of each size (ASCII, then one in the middle and one at the
+    end of another kind), alone and after an ASCII prefix (every block alignment)."""
+    base = c * n
+    for s in (base, "a" * n + c, "a" * (n // 2) + c + "a" * (n - n // 2), base + "x" + c,
+              "\xe9" + "a" * n, "\u4e2d" + "a" * n, "\U0001f600" + "a" * n):
+        docs = [s, "q" * 7 + s, s[: n // 3]]
+        want = _want(docs)
+        for name, got in _every_path(docs, 2).items():
+            assert got == want, (name, repr(s[:40]), len(s))
+
+
+def test_surrogates_as_to_bytes():
+    """Lone surrogates → U+FFFD, a high one followed by a low one → the character they encode
+    (to_bytes's utf-16 surrogatepass round trip), in kind 2 and kind 4, split across bounce
+    pieces too."""
+    cases = ["\ud800", "\udc00", "\ud800\ud800", "\ud800\udc00", "\udc00\ud800", "x\ud800",
+             "\udbff\udfff", "\ud800\ud800\udc00", "\U0001f600\udc00", "\U0001f600\ud83d"]
+    for s in cases:
+        for doc in (s, "a" * 21841 + s, "\U0001f600" * 16381 + s, s * 9000):
+            for name, got in _every_path([doc], 1).items():
+                assert got == to_bytes(doc), (name, repr(s), len(doc))
+
+
+def test_cached_utf8_bytes_subclasses_and_bad_items():
+    class S(str):
+        pass
+
+    class Loud(str):
+        def encode(self, *a, **k):
+            return b"LOUD"
+
+    cached = "güzel 中文 " * 50
+    cs.str_address(cached)   # (PyUnicode_AsUTF8AndSize caches the UTF-8 in the object)
+    docs = [S("çok"), cached, b"\xff\x00", bytearray(b"ba"), memoryview(b"mv"), Loud("x"),
+            S("a\ud800")]
+    assert _every_path(docs, 2)["pack"] == _want(docs)
+    for pack in (lambda d: str_pack.pack(d), str_pack.Packed, pack_documents, _pack,
+                 lambda d: _pack(d, keep_parts=True)):
+        with pytest.raises(InputError, match="document 2: expected str or bytes, got int"):
+            pack(["a", "é", 5])
+    with pytest.raises(InputError, match="document 7: expected str or bytes, got NoneType"):
+        list(str_pack.pack_batches(iter(["é" * 3] * 7 + [None]), 4, {}))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_corpora(threads, monkeypatch):
+    """Every corpus, and all of them as ~11 KB documents (the trainer's shape), over
+    ``threads`` threads (ranges of at least 1 KiB of work)."""
+    monkeypatch.setattr(str_pack, "MIN_WORK", 1024)
+    pieces = []
+    for name in CORPUS_NAMES:
+        docs = corpus_docs(name, 400_000)
+        pieces += [d[i : i + 11_000] for d in docs for i in range(0, len(d), 11_000)]
+        want = b"".join(d.encode() for d in docs)
+        assert _every_path(docs, threads)["pack"] == want, name
+    got = _every_path(pieces, threads)
+    assert all(b == _want(pieces) for b in got.values())
+
+
+def test_pack_batches_batches_and_info():
+    """A batch ends at the first document that brings it to batch_bytes (or at its task's
+    end); info counts documents and bytes."""
+    docs = (["a" * 700, "é" * 300, "中" * 200, "😀" * 100] * 300)
+    info: dict = {}
+    sizes = []
+    for data, offsets in str_pack.pack_batches(iter(docs), 4096, info, threads=2):
+        assert offsets[0] == 0 and offsets[-1] == len(data)
+        assert offsets[-2] < 4096   # (no batch goes past the document that brought it there)
+        sizes.append(len(data))
+    assert info["num_documents"] == len(docs)
+    assert info["corpus_bytes"] == sum(sizes) == len(_want(docs))
+
+
+def test_buffers_are_reused_only_when_free():
+    bufs = str_pack._Buffers(keep=4, min_size=100)
+    a = bufs.get(50)
+    view = a[:10]
+    del a
+    b = bufs.get(50)
+    assert b.ctypes.data != view.base.ctypes.data   # (a view of the first is alive)
+    first = view.base.ctypes.data
+    del view, b
+    assert bufs.get(50).ctypes.data in (first, bufs.bufs[1].ctypes.data)
+    c = bufs.get(50)
+    assert len({x.ctypes.data for x in bufs.bufs}) == len(bufs.bufs)
+    del c
+
+
+def test_the_paths_use_it():
+    docs = ["é" * 2000, "中" * 5000, "😀" * 3000, "ascii"]
+    parts, offsets = _pack(docs, keep_parts=True)
+    assert len(parts) == 1 and type(parts[0]) is str_pack.Packed
+    assert type(_pack(docs, keep_parts=True, defer=False)[0]) is np.ndarray   # (encode_batches)
+    info: dict = {}
+    list(_batches(docs, 1 << 20, info))
+    assert info["str_packer"] == f"str_pack, {str_pack.THREADS} threads"
+
+
+def test_a_pool_thread_does_not_wait_on_the_pool(monkeypatch):
+    monkeypatch.setattr(str_pack, "MIN_WORK", 16)
+    docs = ["çok güzel " * 200] * 64
+    pool = str_pack.pool_for(4)
+    futs = [pool.submit(lambda: str_pack.pack(docs, threads=4)[0].tobytes()) for _ in range(8)]
+    assert all(f.result(timeout=60) == _want(docs) for f in futs)
+
+
+def test_threads_from_the_environment():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", "from torch_gpubpe import str_pack; "
+                          "print(str_pack.THREADS)"], capture_output=True, text=True,
+                         env={**os.environ, "TORCH_GPUBPE_PACK_THREADS": "3"}, check=True)
+    assert out.stdout.strip() == "3"
+
+
+def test_unavailable_gives_the_same_bytes_records_and_warns_once(monkeypatch):
+    monkeypatch.setenv("TORCH_GPUBPE_NATIVE_PACK", "0")
+    _utf8_native.reset()
+    try:
+        docs = corpus_docs(CORPUS_NAMES[0], 200_000) + ["a\ud800", b"\xff", "😀"]
+        with pytest.warns(GPUBPEWarning, match="TORCH_GPUBPE_NATIVE_PACK=0") as rec:
+            assert not str_pack.available()
+            got = [pack_documents(docs)[0].tobytes(), _pack(docs)[0].tobytes(),
+                   b"".join(d.tobytes() for d, _ in _batches(iter(docs), 4096, {}))]
+            assert not str_pack.available()
+        assert len([w for w in rec if issubclass(w.category, GPUBPEWarning)]) == 1
+        assert cs.fallbacks() == {"str_native": "TORCH_GPUBPE_NATIVE_PACK=0"}
+        assert str_pack.pack(docs) is None
+        assert all(b == _want(docs) for b in got)
+        info: dict = {}
+        list(_batches(docs, 4096, info))
+        assert info["str_packer"] == "to_bytes per document"
+    finally:
+        _utf8_native.reset()
+
+
+def test_no_compiler_is_recorded(monkeypatch):
+    monkeypatch.setattr(_utf8_native, "_compiler", lambda: None)
+    _utf8_native.reset()
+    try:
+        with pytest.warns(GPUBPEWarning, match="no C compiler"):
+            assert not str_pack.available()
+        assert "no C compiler" in cs.fallbacks()["str_native"]
+    finally:
+        _utf8_native.reset()
+
+
+def test_a_wrong_layout_fails_the_self_test(monkeypatch):
+    """The self-test packs through the layout: a shifted data offset is caught, recorded and
+    warned about, never used."""
+    cs.available()
+    a, c, ln, u = cs._state["layout"]
+    monkeypatch.setitem(cs._state, "layout", (a, c + 8, ln, u))
+    with pytest.warns(GPUBPEWarning, match="compiled str → UTF-8 packer is off"):
+        assert not str_pack.available()
+    assert "differs from to_bytes" in cs.fallbacks()["str_native"]

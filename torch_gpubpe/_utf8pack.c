@@ -1,0 +1,378 @@
+/* UTF-8 of CPython str objects, many documents per call, without the GIL (torch_gpubpe).
+
+   Compiled on first use by torch_gpubpe/_utf8_native.py (cc -O3 -shared) and called through
+   ctypes.CDLL, which releases the GIL for the whole call. Python hands over the addresses of
+   the objects (id()) and the layout of PEP 393 str objects it has checked for this interpreter
+   (torch_gpubpe/_cpython_str.py); nothing here calls into Python.
+
+   Kinds in the per-document arrays:
+     0   bytes copied as they are (a bytes object's buffer, an ASCII str's characters, a
+         non-ASCII str's cached UTF-8)
+     1,2,4  PEP 393 characters of that many bytes, transcoded to UTF-8
+     -1  not handled here (not an exact str or bytes, or a non-compact str): Python packs it
+
+   Lone surrogates become U+FFFD and a high surrogate followed by a low one becomes the
+   character they encode, exactly as torch_gpubpe.reference.to_bytes makes them (its
+   encode("utf-16", "surrogatepass").decode("utf-16", "replace")).
+*/
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ---- reading the objects ------------------------------------------------------------------ */
+
+EXPORT int64_t gpubpe_scan(int64_t n, const uint64_t *obj, uint64_t str_type,
+                           uint64_t bytes_type, const int64_t *layout, uint64_t *src,
+                           int64_t *len, int8_t *kind)
+{
+    /* layout: data offset of a compact ASCII str, of a compact non-ASCII str, offsets of the
+       cached UTF-8's length and pointer, offset of a bytes object's buffer. Returns the number
+       of documents of kind -1. */
+    int64_t unhandled = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *o = (const uint8_t *)(uintptr_t)obj[i];
+        uint64_t type;
+        int64_t size;
+        memcpy(&type, o + 8, 8);
+        memcpy(&size, o + 16, 8);
+        if (type == bytes_type) {
+            src[i] = (uint64_t)(uintptr_t)(o + layout[4]);
+            len[i] = size;
+            kind[i] = 0;
+            continue;
+        }
+        if (type == str_type) {
+            uint32_t st;
+            memcpy(&st, o + 32, 4);
+            if (st & 32u) {                 /* compact */
+                if (st & 64u) {             /* ASCII: the characters are the UTF-8 */
+                    src[i] = (uint64_t)(uintptr_t)(o + layout[0]);
+                    len[i] = size;
+                    kind[i] = 0;
+                    continue;
+                }
+                uint64_t u;
+                memcpy(&u, o + layout[3], 8);
+                if (u) {                    /* UTF-8 cached in the object */
+                    int64_t ulen;
+                    memcpy(&ulen, o + layout[2], 8);
+                    src[i] = u;
+                    len[i] = ulen;
+                    kind[i] = 0;
+                    continue;
+                }
+                int k = (int)((st >> 2) & 7u);
+                if (k == 1 || k == 2 || k == 4) {
+                    src[i] = (uint64_t)(uintptr_t)(o + layout[1]);
+                    len[i] = size;
+                    kind[i] = (int8_t)k;
+                    continue;
+                }
+            }
+        }
+        src[i] = 0;
+        len[i] = 0;
+        kind[i] = -1;
+        unhandled++;
+    }
+    return unhandled;
+}
+
+/* ---- sizes -------------------------------------------------------------------------------- */
+
+/* UTF-8 bytes of n characters: 1 + [c >= 0x80] + [c >= 0x800] + [c >= 0x10000] each, a lone
+   surrogate 3 (U+FFFD), a valid pair 4 in all (2 less than 3 + 3). Counted in blocks with small
+   accumulators (vectorised by the compiler); the pairs in a second pass, only where a
+   surrogate was seen. */
+#define BLOCK 4096
+static int64_t size1(const uint8_t *s, int64_t n)
+{
+    int64_t total = n;
+    for (int64_t i = 0; i < n; i += BLOCK) {
+        int64_t m = n - i < BLOCK ? n - i : BLOCK;
+        uint16_t acc = 0;
+        for (int64_t k = 0; k < m; k++)
+            acc += (uint16_t)(s[i + k] >> 7);
+        total += acc;
+    }
+    return total;
+}
+
+#define PAIRS(s, n, total)                                                                       \
+    for (int64_t i = 0; i + 1 < n; i++)                                                          \
+        if (s[i] >= 0xD800 && s[i] <= 0xDBFF && s[i + 1] >= 0xDC00 && s[i + 1] <= 0xDFFF) {     \
+            total -= 2;                                                                          \
+            i++;                                                                                 \
+        }
+
+static int64_t size2(const uint16_t *s, int64_t n)
+{
+    int64_t total = n;
+    uint16_t sur = 0;
+    for (int64_t i = 0; i < n; i += BLOCK) {
+        int64_t m = n - i < BLOCK ? n - i : BLOCK;
+        uint16_t acc = 0;
+        for (int64_t k = 0; k < m; k++) {
+            uint16_t c = s[i + k];
+            acc += (uint16_t)((c >= 0x80) + (c >= 0x800));
+            sur |= (uint16_t)((c & 0xF800) == 0xD800);
+        }
+        total += acc;
+    }
+    if (sur)
+        PAIRS(s, n, total)
+    return total;
+}
+
+static int64_t size4(const uint32_t *s, int64_t n)
+{
+    int64_t total = n;
+    uint32_t sur = 0;
+    for (int64_t i = 0; i < n; i += BLOCK) {
+        int64_t m = n - i < BLOCK ? n - i : BLOCK;
+        uint32_t acc = 0;
+        for (int64_t k = 0; k < m; k++) {
+            uint32_t c = s[i + k];
+            acc += (uint32_t)((c >= 0x80) + (c >= 0x800) + (c >= 0x10000));
+            sur |= (uint32_t)((c & 0xFFFFF800u) == 0xD800);
+        }
+        total += acc;
+    }
+    if (sur)
+        PAIRS(s, n, total)
+    return total;
+}
+
+EXPORT int64_t gpubpe_measure(int64_t n, const uint64_t *src, const int64_t *len,
+                              const int8_t *kind, int64_t *size)
+{
+    /* size[i]: UTF-8 bytes of document i (its len for kind 0, -1 for kind -1); returns the
+       total of the others. */
+    int64_t total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const void *p = (const void *)(uintptr_t)src[i];
+        int64_t m = len[i], z;
+        switch (kind[i]) {
+        case 0: z = m; break;
+        case 1: z = size1(p, m); break;
+        case 2: z = size2(p, m); break;
+        case 4: z = size4(p, m); break;
+        default: size[i] = -1; continue;
+        }
+        size[i] = z;
+        total += z;
+    }
+    return total;
+}
+
+/* ---- transcoding -------------------------------------------------------------------------- */
+
+static inline uint8_t *put(uint8_t *o, uint32_t c)
+{
+    if (c < 0x80) {
+        *o++ = (uint8_t)c;
+    } else if (c < 0x800) {
+        *o++ = (uint8_t)(0xC0 | (c >> 6));
+        *o++ = (uint8_t)(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+        *o++ = (uint8_t)(0xE0 | (c >> 12));
+        *o++ = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
+        *o++ = (uint8_t)(0x80 | (c & 0x3F));
+    } else {
+        *o++ = (uint8_t)(0xF0 | (c >> 18));
+        *o++ = (uint8_t)(0x80 | ((c >> 12) & 0x3F));
+        *o++ = (uint8_t)(0x80 | ((c >> 6) & 0x3F));
+        *o++ = (uint8_t)(0x80 | (c & 0x3F));
+    }
+    return o;
+}
+
+/* Each encodes units s[*i..n) into o, stopping once *i reaches `stop` (a pair is not split:
+   its high half is read with the low one, so *i may end at stop + 1); returns the new o.
+   Blocks of 16 ASCII characters are copied at once (SSE2, else 64-bit words); after a block
+   that is not all ASCII, the next 16 characters are encoded one by one. */
+#ifdef __SSE2__
+#define ASCII_BLOCKS_enc1                                                                        \
+    while (i + 16 <= stop) {                                                                     \
+        __m128i v = _mm_loadu_si128((const __m128i *)(s + i));                                   \
+        if (_mm_movemask_epi8(v))                                                                \
+            break;                                                                               \
+        _mm_storeu_si128((__m128i *)o, v);                                                       \
+        i += 16;                                                                                 \
+        o += 16;                                                                                 \
+    }
+#else
+#define ASCII_BLOCKS_enc1                                                                        \
+    while (i + 8 <= stop) {                                                                      \
+        uint64_t w;                                                                              \
+        memcpy(&w, s + i, 8);                                                                    \
+        if (w & 0x8080808080808080ull)                                                           \
+            break;                                                                               \
+        memcpy(o, &w, 8);                                                                        \
+        i += 8;                                                                                  \
+        o += 8;                                                                                  \
+    }
+#endif
+
+static uint8_t *enc1(const uint8_t *s, int64_t n, int64_t *pi, int64_t stop, uint8_t *o)
+{
+    int64_t i = *pi;
+    (void)n;
+    while (i < stop) {
+        ASCII_BLOCKS_enc1
+        int64_t lim = stop - i < 16 ? stop : i + 16;
+        while (i < lim) {
+            uint8_t c = s[i++];
+            if (c < 0x80) {
+                *o++ = c;
+            } else {
+                *o++ = (uint8_t)(0xC0 | (c >> 6));
+                *o++ = (uint8_t)(0x80 | (c & 0x3F));
+            }
+        }
+    }
+    *pi = i;
+    return o;
+}
+
+#define ENC_WIDE(NAME, T)                                                                        \
+    static uint8_t *NAME(const T *s, int64_t n, int64_t *pi, int64_t stop, uint8_t *o)         \
+    {                                                                                            \
+        int64_t i = *pi;                                                                         \
+        while (i < stop) {                                                                       \
+            ASCII_BLOCKS_##NAME                                                                  \
+            int64_t lim = stop - i < 16 ? stop : i + 16;                                         \
+            while (i < lim) {                                                                    \
+                uint32_t c = s[i++];                                                             \
+                if (c < 0x80) {                                                                  \
+                    *o++ = (uint8_t)c;                                                           \
+                    continue;                                                                    \
+                }                                                                                \
+                if (c >= 0xD800 && c <= 0xDFFF) {                                                \
+                    if (c <= 0xDBFF && i < n && s[i] >= 0xDC00 && s[i] <= 0xDFFF) {              \
+                        c = 0x10000 + ((c - 0xD800) << 10) + (s[i] - 0xDC00);                    \
+                        i++;                                                                     \
+                    } else {                                                                     \
+                        c = 0xFFFD;                                                              \
+                    }                                                                            \
+                }                                                                                \
+                o = put(o, c);                                                                   \
+            }                                                                                    \
+        }                                                                                        \
+        *pi = i;                                                                                 \
+        return o;                                                                                \
+    }
+
+#ifdef __SSE2__
+/* 16 ASCII characters at a time: packed to bytes with unsigned saturation */
+#define ASCII_BLOCKS_enc2                                                                                \
+    while (i + 16 <= stop) {                                                                     \
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));                                   \
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 8));                               \
+        __m128i hi = _mm_and_si128(_mm_or_si128(a, b), _mm_set1_epi16((short)0xFF80));           \
+        if (_mm_movemask_epi8(_mm_cmpeq_epi16(hi, _mm_setzero_si128())) != 0xFFFF)              \
+            break;                                                                               \
+        _mm_storeu_si128((__m128i *)o, _mm_packus_epi16(a, b));                                  \
+        i += 16;                                                                                 \
+        o += 16;                                                                                 \
+    }
+#define ASCII_BLOCKS_enc4                                                                                \
+    while (i + 16 <= stop) {                                                                     \
+        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));                                   \
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 4));                               \
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 8));                               \
+        __m128i d = _mm_loadu_si128((const __m128i *)(s + i + 12));                              \
+        __m128i or4 = _mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d));                      \
+        __m128i hi = _mm_and_si128(or4, _mm_set1_epi32((int)0xFFFFFF80));                        \
+        if (_mm_movemask_epi8(_mm_cmpeq_epi32(hi, _mm_setzero_si128())) != 0xFFFF)              \
+            break;                                                                               \
+        __m128i ab = _mm_packs_epi32(a, b), cd = _mm_packs_epi32(c, d);                          \
+        _mm_storeu_si128((__m128i *)o, _mm_packus_epi16(ab, cd));                                \
+        i += 16;                                                                                 \
+        o += 16;                                                                                 \
+    }
+#else
+#define ASCII_BLOCKS_WORDS(MASK, PER)                                                            \
+    while (i + PER <= stop) {                                                                    \
+        uint64_t w[PER * sizeof s[0] / 8], any = 0;                                              \
+        memcpy(w, s + i, sizeof w);                                                              \
+        for (unsigned k = 0; k < sizeof w / 8; k++)                                              \
+            any |= w[k];                                                                         \
+        if (any & MASK)                                                                          \
+            break;                                                                               \
+        for (unsigned k = 0; k < PER; k++)                                                       \
+            o[k] = (uint8_t)s[i + k];                                                            \
+        i += PER;                                                                                \
+        o += PER;                                                                                \
+    }
+#define ASCII_BLOCKS_enc2 ASCII_BLOCKS_WORDS(0xFF80FF80FF80FF80ull, 16)
+#define ASCII_BLOCKS_enc4 ASCII_BLOCKS_WORDS(0xFFFFFF80FFFFFF80ull, 8)
+#endif
+
+ENC_WIDE(enc2, uint16_t)
+ENC_WIDE(enc4, uint32_t)
+
+static const int BOUND[5] = {1, 2, 3, 0, 4};   /* UTF-8 bytes per unit at most, by kind */
+
+/* Document i's units [*pi, stop) into o (at most BOUND * (stop - *pi) + 4 bytes). */
+static uint8_t *enc(int k, const void *p, int64_t m, int64_t *pi, int64_t stop, uint8_t *o)
+{
+    switch (k) {
+    case 1: return enc1(p, m, pi, stop, o);
+    case 2: return enc2(p, m, pi, stop, o);
+    default: return enc4(p, m, pi, stop, o);
+    }
+}
+
+EXPORT int64_t gpubpe_encode(int64_t n, const uint64_t *src, const int64_t *len,
+                             const int8_t *kind, uint8_t *dst, int64_t cap, int64_t *size,
+                             uint8_t *bounce, int64_t bounce_cap, int64_t mode)
+{
+    /* The UTF-8 of documents 0..n-1 back to back from dst (cap bytes of room); size[i] set to
+       each one's bytes (0 for kind -1: nothing written). Characters are transcoded straight
+       into dst where the room left holds the document's bound (BOUND bytes per unit), unless
+       mode & 1; else into the bounce buffer (bounce_cap >= 64 bytes) a piece at a time, each
+       piece copied to dst by memcpy: dst is then written in order in large pieces (mode 1:
+       for write-combined mapped memory) and needs only the exact room. Returns the bytes
+       written, or -1 - i when document i did not fit (nothing written past cap). */
+    uint8_t *o = dst, *end = dst + cap;
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *p = (const uint8_t *)(uintptr_t)src[i];
+        int64_t m = len[i];
+        int k = kind[i];
+        uint8_t *start = o;
+        if (k < 0) {
+            size[i] = 0;
+            continue;
+        }
+        if (k == 0) {
+            if (m > end - o)
+                return -1 - i;
+            memcpy(o, p, (size_t)m);
+            o += m;
+        } else if (!(mode & 1) && m <= (end - o) / BOUND[k] - 1) {
+            int64_t j = 0;                  /* room for the bound: straight into dst */
+            o = enc(k, p, m, &j, m, o);
+        } else if (!bounce) {
+            return -1 - i;
+        } else {
+            int64_t step = (bounce_cap - 8) / BOUND[k], j = 0;
+            while (j < m) {
+                int64_t stop = m - j < step ? m : j + step;
+                uint8_t *b = enc(k, p, m, &j, stop, bounce);   /* (a pair: +4 bytes at most) */
+                int64_t got = b - bounce;
+                if (got > end - o)
+                    return -1 - i;
+                memcpy(o, bounce, (size_t)got);
+                o += got;
+            }
+        }
+        size[i] = o - start;
+    }
+    return o - dst;
+}
