@@ -53,6 +53,7 @@ def _build(cc: str) -> tuple[ctypes.CDLL | None, str | None]:
                 r = subprocess.run([*cc.split(), *FLAGS, "-o", str(tmp), str(SOURCE)],
                                    capture_output=True, text=True, timeout=120)
                 if r.returncode:
+                    tmp.unlink(missing_ok=True)
                     return None, f"{cc} failed: {r.stderr.strip()[:300]}"
                 os.replace(tmp, so)   # (atomic: another process may build the same)
             except (OSError, subprocess.SubprocessError) as e:

@@ -137,8 +137,8 @@ class _Docs:
     __slots__ = ("src", "len", "kind", "size", "keep", "total")
 
     def __init__(self, lib, docs: Sequence, first: int) -> None:
-        n = len(docs)
-        keep = docs if isinstance(docs, list) else list(docs)
+        keep = list(docs)   # (its own list: the caller may change theirs meanwhile)
+        n = len(keep)
         obj = np.fromiter(map(id, keep), np.uint64, n)
         self.src = np.empty(n, np.uint64)
         self.len = np.empty(n, np.int64)
@@ -231,6 +231,8 @@ def pool_for(threads: int):
                 from concurrent.futures import ThreadPoolExecutor
 
                 size = max(need, THREADS - 1)
+                if p is not None and p[0] == os.getpid():
+                    p[2].shutdown(wait=False)   # (its tasks finish; a larger pool replaces it)
                 _POOL = p = (os.getpid(), size,
                              ThreadPoolExecutor(size, thread_name_prefix=_cs._POOL_PREFIX + " (pack)"))
     return p[2]
