@@ -166,7 +166,9 @@ def test_tokenize_files_reads_in_the_actor_equal_to_encode_batch(vocab, docs, te
     for kw in ({}, {"batch_bytes": 600, "read_threads": 1}):
         fn = TokenizeFiles(vocab, append_eos=EOT, **kw)
         tables = list(fn(pa.table({"path": text_files, "other": [1, 2, 3]})))
-        assert len(tables) >= (3 if not kw else 10)          # one table per GPU batch
+        # one table per GPU batch; the CLI's one reader over the call's files: a batch runs
+        # across the files' ends (the three small files are one GPU batch by default)
+        assert len(tables) == 1 if not kw else len(tables) >= 10
         got = [(text_files.index(r["path"]), r["row"], r["input_ids"])
                for t in tables for r in t.to_pylist()]
         assert got == _files_expected(vocab, docs, eos)
@@ -217,6 +219,34 @@ def test_tokenize_files_writes_a_part_per_file_then_one_shard_list(tmp_path, voc
     assert info["num_documents"] == len(want)
     with pytest.raises(ValueError, match="eot="):
         TokenizeFiles(vocab, out_dir=tmp_path, fmt="llmc", eot=None, open_gpu=False)
+
+
+def test_tokenize_files_cuts_a_gpu_batch_at_its_files_ends(tmp_path, vocab, docs, text_files):
+    """One GPU batch (the default batch_bytes) holds the documents of every file of the call:
+    the rows name their file by position (a file listed twice, empty files between), and the
+    shard parts are cut at the files' ends."""
+    empty = tmp_path / "empty.parquet"
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), empty)
+    a, b, c = text_files
+    files = [b, str(empty), a, a, c, str(empty)]
+    by_file = {}
+    for f, r, w in _files_expected(vocab, docs):
+        by_file.setdefault(f, []).append((r, w))
+    want = [(k, r, w) for k, f in enumerate(files) if f != str(empty)
+            for r, w in by_file[text_files.index(f)]]
+    fn = TokenizeFiles(vocab)
+    tables = list(fn(pa.table({"path": files})))
+    assert len(tables) == 1
+    got = [r for t in tables for r in t.to_pylist()]
+    assert [(r["path"], r["row"], r["input_ids"]) for r in got] == \
+        [(files[k], r, w) for k, r, w in want]
+    assert fn.stats["calls"] == 1 and fn.stats["seconds"]["upload_and_submit"] > 0
+    fn = TokenizeFiles(vocab, out_dir=tmp_path / "parts", fmt="megatron", eot=None)
+    rows = [r for t in fn(pa.table({"path": files, "index": range(len(files))}))
+            for r in t.to_pylist()]
+    assert [r["num_documents"] for r in rows] == [len(docs) - 40, 0, 40, 40, 25, 0]
+    info = merge_shard_lists(rows, tmp_path / "out", fmt="megatron")
+    assert _read_shards(tmp_path / "out", info, "megatron") == [w for _, _, w in want]
 
 
 @pytest.mark.parametrize("fmt", ["llmc", "megatron", "flat"])

@@ -690,7 +690,7 @@ def cmd_encode(args: argparse.Namespace) -> int:
 
 
 def _encode(args: argparse.Namespace, opener, device) -> int:
-    from .readers import _Pump, documents
+    from .pipeline import read_ahead
 
     t_epoch = time.time()
     t0 = time.perf_counter()
@@ -705,12 +705,11 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
                             "writer_busy"), 0.0)
     source = source_from_args(args)
     read_stats: dict = {}
-    # Reading starts now, on other threads (readers._Pump): the first batch is read while the
-    # vocab loads and the GPU opens.
+    # Reading starts now, on other threads (pipeline.read_ahead: the pipeline TokenizeFiles runs
+    # too): the first batch is read while the vocab loads and the GPU opens.
     reader = source.reader()
-    stream = documents(reader, max_docs=args.max_docs, max_bytes=args.max_bytes,
-                       stats=read_stats, batch_bytes=args.batch_bytes)
-    pump = _Pump(_at_reader_priority(reader, stream), 2, "torch_gpubpe encode read")
+    pump = read_ahead(reader, batch_bytes=args.batch_bytes, stats=read_stats,
+                      max_docs=args.max_docs, max_bytes=args.max_bytes)
     batches = iter(pump)
     try:
         return _encode_run(args, opener, device, source, batches, read_stats, stages,
@@ -718,15 +717,6 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
     finally:
         batches.close()
         pump.close()
-
-
-def _at_reader_priority(reader, stream):
-    """``stream`` on a thread with the reader threads' niceness (``--read-nice``): joining a
-    batch's pieces is reading too, and runs ahead like it."""
-    lower = getattr(reader, "_lower_priority", None)
-    if lower is not None:
-        lower()
-    yield from stream
 
 
 def _encode_run(args, opener, device, source, batches, read_stats, stages, t0,
@@ -790,13 +780,9 @@ def _encode_run(args, opener, device, source, batches, read_stats, stages, t0,
             writer.add(ids, offsets, eot_included=eos is not None)
             stages["writer_busy"] += time.perf_counter() - t
 
-        def drain(pending) -> None:
+        def drain(enc, nb: int) -> None:
             nonlocal n_tokens, n_docs, n_bytes, writing
-            future, nb = pending
-            t = time.perf_counter()
-            enc = future.result()
             t1 = time.perf_counter()
-            stages["wait_gpu_and_readback"] += t1 - t
             if writing is not None:
                 writing.result()  # in order, at most one batch waiting to be written
             stages["wait_writer"] += time.perf_counter() - t1
@@ -810,32 +796,15 @@ def _encode_run(args, opener, device, source, batches, read_stats, stages, t0,
                 bar.set_postfix_str(f"{n_tokens / dt:,.0f} tokens/s", refresh=False)
 
         try:
-            pending = None
-            # Reading, decompressing and packing run on other threads (readers._Pump); the GPU
-            # encodes batch i (two in flight, Tokenizer's double buffering) while batch i - 1 is
-            # written.
-            while True:
-                t = time.perf_counter()
-                p = next(batches, None)
-                t1 = time.perf_counter()
-                stages["wait_reader"] += t1 - t
-                if p is None:
-                    break
-                if "first_batch_read" not in stages:
-                    stages["first_batch_read"] = t1 - t0  # since reading began
-                    opening.result()  # the GPU session, opened while the first batch was read
-                    t2 = time.perf_counter()
-                    stages["wait_gpu_open"] = t2 - t1
-                    t1 = t2
-                # The GPU puts the end-of-text token in while reading the ids back: before
-                # every document for llm.c, after it for the others (--append-eos).
-                fut = tok.submit_packed(p.data, p.offsets, **specials)
-                stages["upload_and_submit"] += time.perf_counter() - t1
-                if pending is not None:
-                    drain(pending)
-                pending = (fut, p.nbytes)
-            if pending is not None:
-                drain(pending)
+            from .pipeline import encode_in_flight
+
+            # Reading, decompressing and packing run on other threads (pipeline.read_ahead);
+            # the GPU encodes batch i (two in flight, Tokenizer's double buffering) while batch
+            # i - 1 is written. The GPU puts the end-of-text token in while reading the ids
+            # back: before every document for llm.c, after it for the others (--append-eos).
+            for p, enc in encode_in_flight(tok, batches, stages, specials=specials, t0=t0,
+                                           before_first=opening.result):
+                drain(enc, p.nbytes)
             if writing is not None:
                 writing.result()
         finally:

@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -364,7 +365,10 @@ class TokenizeBatches:
 
     @staticmethod
     def _result(p) -> tuple[np.ndarray, np.ndarray]:
-        enc = p.result()
+        return TokenizeBatches._result_of(p.result())
+
+    @staticmethod
+    def _result_of(enc) -> tuple[np.ndarray, np.ndarray]:
         return np.asarray(enc.ids), np.asarray(enc.offsets, np.int64)
 
     def encode_packed(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -460,11 +464,12 @@ class TokenizeFiles:
     the files read by the actor itself with the ``encode`` CLI's reader.
 
     The rows carry paths only, so the text never passes through Ray's object store: each call
-    reads its files with :class:`torch_gpubpe.readers.FileReader` (parquet row groups / JSON
-    Lines chunks read ahead on threads, the next file while one is encoded; the Arrow text
-    buffers go to the GPU as they are) and
-    runs the CLI's loop (two GPU batches in flight) on a thread of its own, so Ray's puts of
-    the token blocks (or the shard writes) overlap the GPU's work. With
+    runs the ``encode`` CLI's pipeline (:mod:`torch_gpubpe.pipeline`, the same code) over its
+    files: one :class:`torch_gpubpe.readers.FileReader` over all of them (parquet row groups /
+    JSON Lines chunks read ahead on its threads, across the files' ends; parquet decoded on
+    those threads, not on Arrow's CPU pool, which Ray's ``OMP_NUM_THREADS=1`` sizes to one
+    thread), the pack thread, two GPU batches in flight, on a thread of its own, so Ray's puts
+    of the token blocks (or the shard writes) overlap the GPU's work. With
     ``ray.data.read_parquet`` + :class:`TokenizeBatches` instead, Ray tasks read every byte,
     put it in the object store and the actor takes it from there.
 
@@ -481,6 +486,9 @@ class TokenizeFiles:
             file's extension).
         batch_bytes: text per GPU submit (the CLI's ``--batch-bytes``).
         read_threads: FileReader threads per call (default: the CPU count, at most 16).
+        read_nice: the reading threads' added niceness (FileReader's ``nice``; default the
+            ``encode`` CLI's ``--read-nice`` default, ``cli.ENCODE_READ_NICE``; Ray's workers
+            already run at niceness 15, Linux caps it at 19).
         out_dir: write shards instead of returning tokens: one part per file,
             ``out_dir/part-<index>`` (:class:`torch_gpubpe.shards.ShardWriter`, as the
             ``encode`` CLI writes them; a folder every node can write to); then
@@ -498,6 +506,11 @@ class TokenizeFiles:
     file: ``path``, ``part``, ``key`` (str), ``num_documents``, ``num_tokens`` (int64). The
     tokens equal ``Tokenizer(vocab).encode_batch`` of the documents (DESIGN.md §4).
 
+    Attributes:
+        stats: ``skipped_none`` (rows whose text is None), ``calls`` (finished), ``seconds``:
+            the pipeline's stages summed over the calls (``encode --debug``'s names:
+            ``wait_reader``, ``upload_and_submit``, ``wait_gpu_and_readback``, ...).
+
     Raises (from ``__call__``):
         InputError: the path column is missing; a file cannot be read or a value is not text
             (FileReader's messages name the file and row).
@@ -507,6 +520,7 @@ class TokenizeFiles:
                  text_column: str = "text", format: str | None = None,
                  output_column: str = "input_ids", append_eos: str | None = None,
                  batch_bytes: int = DEFAULT_SUB_BATCH_BYTES, read_threads: int | None = None,
+                 read_nice: int | None = None,
                  pre_tokenizer: str | None = None, open_gpu: bool = True, out_dir=None,
                  fmt: str = "llmc", name: str = "data", eot: str | None = "<|endoftext|>",
                  shard_tokens: int | None = None) -> None:
@@ -525,6 +539,9 @@ class TokenizeFiles:
         self.text_column, self.format = text_column, format
         self.output_column, self.batch_bytes = output_column, int(batch_bytes)
         self.read_threads = read_threads
+        if read_nice is None:
+            from .cli import ENCODE_READ_NICE as read_nice   # the CLI's default
+        self.read_nice = read_nice
         self.out_dir = None if out_dir is None else Path(out_dir)
         self.fmt, self.name = fmt, name
         self.shard_tokens = DEFAULT_SHARD_TOKENS if shard_tokens is None else int(shard_tokens)
@@ -537,12 +554,20 @@ class TokenizeFiles:
                               {"bos_id" if fmt == "llmc" else "eos_id": self.eot_id})
         else:
             self._specials = {} if self.enc.eos is None else {"eos_id": self.enc.eos}
-        self.stats: dict = {"skipped_none": 0}
+        self.stats: dict = {"skipped_none": 0, "calls": 0, "seconds": {}}
+        self._lock = threading.Lock()
 
     def ready(self):
         """:meth:`TokenizeBatches.ready`: wait for the GPU session; returns ``self``."""
         self.enc.ready()
         return self
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def __call__(self, batch):
         import pyarrow as pa
@@ -561,19 +586,18 @@ class TokenizeFiles:
         encoded = prefetch(self._encoded(paths), 2, "torch_gpubpe ray encode")
         if self.out_dir is None:
             id_dtype = self.enc._tokenizer().id_dtype
-            for path, rows, ids, offsets in encoded:
-                if rows is None:
-                    continue                   # the end of a file
-                yield pa.table({"path": pa.array([path]).take(pa.array(np.zeros(len(rows),
-                                                                                np.int32))),
-                                "row": pa.array(np.asarray(rows, np.int64)),
+            names = pa.array(paths, pa.string())
+            for file, row, ids, offsets in encoded:
+                yield pa.table({"path": names.take(pa.array(file)),
+                                "row": pa.array(row),
                                 self.output_column: _token_column([(ids, offsets)], id_dtype)})
             return
         yield from self._write(paths, keys, encoded)
 
     def _write(self, paths: list[str], keys: list[str] | None, encoded):
         """Shards mode: one ShardWriter per file (the part), written on the calling thread
-        while the prefetch thread keeps the GPU busy; a row per file, in order."""
+        while the prefetch thread keeps the GPU busy (a GPU batch across a file's end is cut
+        there); a row per file, in order (empty files too)."""
         import hashlib
 
         import pyarrow as pa
@@ -583,77 +607,69 @@ class TokenizeFiles:
         if keys is None:
             keys = [hashlib.blake2b(os.path.abspath(p).encode(), digest_size=12).hexdigest()
                     for p in paths]
-        key_of = dict(zip(paths, keys))
-        w, n_docs = None, 0
-        for path, _rows, ids, offsets in encoded:
-            part = self.out_dir / f"part-{key_of[path]}"
-            if w is None:
-                w = ShardWriter(part, self.fmt, len(self.vocab), name=self.name,
-                                eot_id=self.eot_id, shard_tokens=self.shard_tokens,
-                                overwrite=True)
-            if ids is not None:
-                w.add(ids, offsets, eot_included=self.eot_id is not None)
-                n_docs += len(offsets) - 1
-                continue
-            info = w.close({"num_documents": n_docs, "source": path})       # the file's end
-            yield pa.table({"path": [path], "part": [str(part)], "key": [key_of[path]],
-                            "num_documents": [n_docs], "num_tokens": [int(info["num_tokens"])]})
-            w, n_docs = None, 0
+        state = {"file": -1, "writer": None, "docs": 0}
+
+        def open_next():
+            state["file"] += 1
+            state["docs"] = 0
+            state["writer"] = ShardWriter(
+                self.out_dir / f"part-{keys[state['file']]}", self.fmt, len(self.vocab),
+                name=self.name, eot_id=self.eot_id, shard_tokens=self.shard_tokens,
+                overwrite=True)
+
+        def close_current():
+            f, w = state["file"], state["writer"]
+            info = w.close({"num_documents": state["docs"], "source": paths[f]})
+            state["writer"] = None
+            return pa.table({"path": [paths[f]], "part": [str(w.out)], "key": [keys[f]],
+                             "num_documents": [state["docs"]],
+                             "num_tokens": [int(info["num_tokens"])]})
+
+        open_next()
+        for file, _rows, ids, offsets in encoded:
+            cuts = np.flatnonzero(np.diff(file)) + 1          # the batch's documents by file
+            for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(file)]):
+                while state["file"] < file[a]:                # files before it are complete
+                    yield close_current()
+                    open_next()
+                o = offsets[a:b + 1]
+                state["writer"].add(ids[o[0]:o[-1]], o - o[0],
+                                    eot_included=self.eot_id is not None)
+                state["docs"] += int(b - a)
+        yield close_current()
+        while state["file"] < len(paths) - 1:                 # empty files at the end
+            open_next()
+            yield close_current()
 
     def _encoded(self, paths: list[str]):
-        """On the prefetch thread: read → GPU, two batches in flight → (path, rows, ids,
-        offsets) per GPU batch, and (path, None, None, None) at the end of each file."""
-        from collections import deque
+        """On the prefetch thread: the ``encode`` CLI's pipeline (:mod:`torch_gpubpe.pipeline`:
+        one FileReader over the call's files, its read-ahead threads and pack thread, two GPU
+        batches in flight) → per GPU batch ``(file position, row in the file, ids, offsets)``
+        (int64 arrays per document; the file from ``FileReader.file_starts``)."""
+        from .pipeline import encode_in_flight, read_ahead
+        from .readers import FileReader
 
-        from .readers import FileReader, _Pump, documents
-
-        tok = self.enc._tokenizer()
-
-        def file_docs(path: str):
-            st: dict = {}
-            reader = FileReader([path], text_column=self.text_column, format=self.format,
-                                threads=self.read_threads)
-            yield from documents(reader, stats=st, batch_bytes=self.batch_bytes)
-            self.stats["skipped_none"] += st.get("skipped_none", 0)
-
-        def packed():
-            # The next file is read (on its own thread, its FileReader's threads) while this
-            # one is encoded: as the CLI's one reader over all files, no gap at a file's end.
-            todo = iter(paths)
-            started = deque()
-            try:
-                for path in (next(todo, None), next(todo, None)):
-                    if path is not None:
-                        started.append((path, _Pump(file_docs(path), 2, "torch_gpubpe ray read")))
-                while started:
-                    path, pump = started[0]
-                    for p in pump:
-                        yield path, p
-                    started.popleft()
-                    yield path, None
-                    nxt = next(todo, None)
-                    if nxt is not None:
-                        started.append((nxt, _Pump(file_docs(nxt), 2, "torch_gpubpe ray read")))
-            finally:
-                for _, pump in started:       # stopped early (an error, a closed generator)
-                    pump.close()
-
-        pending = []
-        for path, p in packed():
-            pending.append((path, None, None) if p is None else
-                           (path, p.indices, tok.submit_packed(p.data, p.offsets,
-                                                               **self._specials)))
-            while sum(x[2] is not None for x in pending) >= 2:   # two GPU batches in flight
-                yield self._done(*pending.pop(0))
-        for x in pending:
-            yield self._done(*x)
-
-    @staticmethod
-    def _done(path: str, rows: np.ndarray | None, fut):
-        if fut is None:
-            return path, None, None, None
-        ids, offsets = TokenizeBatches._result(fut)
-        return path, rows, ids, offsets
+        stages: dict = {}
+        st: dict = {}
+        reader = FileReader(paths, text_column=self.text_column, format=self.format,
+                            threads=self.read_threads, nice=self.read_nice)
+        pump = read_ahead(reader, batch_bytes=self.batch_bytes, stats=st,
+                          name="torch_gpubpe ray read")
+        tok = self.enc._make_tokenizer()
+        try:
+            for p, enc in encode_in_flight(tok, iter(pump), stages, specials=self._specials,
+                                           before_first=self.enc.ready):
+                starts = np.array(reader.file_starts, np.int64).reshape(-1, 2)
+                k = np.searchsorted(starts[:, 0], p.indices, "right") - 1
+                ids, offsets = TokenizeBatches._result_of(enc)
+                yield starts[k, 1], p.indices - starts[k, 0], ids, offsets
+        finally:
+            pump.close()
+            with self._lock:
+                self.stats["skipped_none"] += st.get("skipped_none", 0)
+                for key, v in stages.items():
+                    self.stats["seconds"][key] = self.stats["seconds"].get(key, 0.0) + v
+                self.stats["calls"] += 1
 
 
 def tokenize_files(paths, vocab, *, num_gpus: float | None = 1, actors: int = 1,

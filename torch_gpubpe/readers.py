@@ -719,7 +719,10 @@ class FileReader(Reader):
         text_column: column / JSON field holding the text.
         format: one of :data:`FORMATS` for every file (``None``: from each file's extension).
         sample_by: plain-text files: ``"line"`` (default), ``"paragraph"`` or ``"document"``.
-        threads: reader threads (default: the CPU count, at most 16).
+        threads: reader threads (default: the CPU count, at most 16). Parquet row groups are
+            decoded on these threads (``use_threads=False``), not on Arrow's CPU pool, whose size
+            follows ``OMP_NUM_THREADS`` (1 in a Ray worker without ``num_cpus``: every row group
+            of the call would be decoded on that one thread).
         chunk_bytes: decompressed JSON Lines / text bytes per parse task.
         read_ahead_bytes: decompressed bytes that JSON Lines files after the one being read
             may hold ahead (their threads decompress in parallel; default
@@ -729,6 +732,13 @@ class FileReader(Reader):
             ``stats["nice"]``): with ``nice > 0`` the threads that feed the GPU get the cores
             first when both want them, and the reader uses what is left (it reads ahead).
             0 (default): as the calling thread.
+
+    Attributes:
+        file_starts: ``(global index of the file's first row, the file's position in
+            paths)`` for each file with rows, appended on the reading thread as the reading
+            reaches the file (before its rows are handed on), reset by each pass: which file
+            a document came from (:class:`torch_gpubpe.ray.TokenizeFiles`); files without
+            rows are absent.
     Raises:
         InputError: a file does not exist, has an unknown extension, or a bad option.
     """
@@ -754,9 +764,11 @@ class FileReader(Reader):
         self.threads = max(1, min(threads or os.cpu_count() or 1, 16))
         self.chunk_bytes = int(chunk_bytes)
         self.stats: dict = {}
+        self.file_starts: list[tuple[int, int]] = []
+        self._file = 0   # the file (position in its run) a format reader's next rows are of
 
     def __getstate__(self) -> dict:
-        return dict(self.__dict__, stats={})
+        return dict(self.__dict__, stats={}, file_starts=[])
 
     def describe(self) -> str:
         shown = ", ".join(self.paths[:3]) + (" ..." if len(self.paths) > 3 else "")
@@ -766,6 +778,7 @@ class FileReader(Reader):
         k = 0
         pool = ThreadPoolExecutor(self.threads, thread_name_prefix="gpubpe-read",
                                   initializer=self._lower_priority)
+        self.file_starts = starts = []
         try:
             i = 0
             while i < len(self.paths):
@@ -778,6 +791,8 @@ class FileReader(Reader):
                           "csv": self._csv, "text": self._text,
                           "binary": lambda ps, pool, skip: self._text(ps, pool, skip, False)}[fmt]
                 for values, origin in reader(self.paths[i:j], pool, first - k):
+                    if len(values) and (not starts or starts[-1][1] != i + self._file):
+                        starts.append((k, i + self._file))
                     yield values, k, origin
                     k += len(values)
                 i = j
@@ -827,7 +842,7 @@ class FileReader(Reader):
         import pyarrow.parquet as pq
 
         tasks = []
-        for p in paths:
+        for t, p in enumerate(paths):
             try:
                 pf = pq.ParquetFile(p)
             except (pa.ArrowException, OSError) as e:
@@ -840,16 +855,17 @@ class FileReader(Reader):
             base = 0
             for g in range(md.num_row_groups):
                 n = md.row_group(g).num_rows
-                tasks.append((p, md, g, n, base))
+                tasks.append((t, p, md, g, n, base))
                 base += n
 
         def read(p, md, g):
             f = pq.ParquetFile(p, metadata=md)
-            return f.read_row_group(g, columns=[self.text_column]).column(0)
+            # decoded on this (the pool's) thread: Arrow's own pool may have 1 thread (above)
+            return f.read_row_group(g, columns=[self.text_column], use_threads=False).column(0)
 
         def gen():
             nonlocal skip
-            for p, md, g, n, base in tasks:
+            for _t, p, md, g, n, base in tasks:
                 if skip >= n:  # a resumed shard: this row group is before anything needed
                     skip -= n
                     yield (lambda n=n: n)
@@ -857,14 +873,16 @@ class FileReader(Reader):
                 skip = 0
                 yield (lambda p=p, md=md, g=g: read(p, md, g))
 
-        for (p, md, g, n, base), col in zip(tasks, _ordered(gen(), pool, 2 * self.threads)):
+        for (t, p, md, g, n, base), col in zip(tasks, _ordered(gen(), pool, 2 * self.threads)):
+            self._file = t
             if isinstance(col, int):
                 yield pa.nulls(col, pa.large_binary()), _Origin(lambda j: "")
                 continue
             yield self._typed(col, p, lambda j, p=p, base=base: f"{p}:row {base + j}")
 
     def _arrow(self, paths, pool, skip):
-        for p in paths:
+        for t, p in enumerate(paths):
+            self._file = t
             try:
                 src = pa.memory_map(p)
                 try:
@@ -889,7 +907,8 @@ class FileReader(Reader):
     def _csv(self, paths, pool, skip):
         import pyarrow.csv as pcsv
 
-        for p in paths:
+        for t, p in enumerate(paths):
+            self._file = t
             ext, _ = _split_ext(p)
             popts = pcsv.ParseOptions(delimiter="\t" if ext == ".tsv" else ",",
                                       newlines_in_values=True)
@@ -998,11 +1017,17 @@ class FileReader(Reader):
 
     def _jsonl(self, paths, pool, skip):
         buffers = _BufferPool(self.chunk_bytes, 4 * self.threads)
-        tasks = ((lambda p=p, line=line, chunk=chunk, nl=nl:
-                  self._parse_jsonl(p, line, chunk, nl, buffers))
-                 for p, line, chunk, nl in self._files_chunks(paths, "JSON Lines", buffers))
+
+        def tasks():
+            t = -1
+            for p, line, chunk, nl in self._files_chunks(paths, "JSON Lines", buffers):
+                t += line == 1     # only a file's first chunk starts at line 1
+                yield (lambda t=t, p=p, line=line, chunk=chunk, nl=nl:
+                       (t, self._parse_jsonl(p, line, chunk, nl, buffers)))
+
         first_chunk: set[str] = set()
-        for p, values, origin, lines in _ordered(tasks, pool, 2 * self.threads):
+        for t, (p, values, origin, lines) in _ordered(tasks(), pool, 2 * self.threads):
+            self._file = t
             if p not in first_chunk:
                 first_chunk.add(p)
                 self._check_field_exists(p, values, origin, lines)
@@ -1131,7 +1156,8 @@ class FileReader(Reader):
             return p, raw
 
         tasks = ((lambda p=p: read(p)) for p in paths)
-        for p, raw in _ordered(tasks, pool, self.threads):
+        for t, (p, raw) in enumerate(_ordered(tasks, pool, self.threads)):
+            self._file = t
             data = np.frombuffer(raw, np.uint8)
             if self.sample_by == "document":
                 offsets = np.array([0, len(data)], np.int64)

@@ -1,0 +1,116 @@
+"""The ``encode`` CLI's reading + encoding pipeline (torch_gpubpe.pipeline), which
+torch_gpubpe.ray.TokenizeFiles runs too: FileReader's file_starts name the file of every
+document over files of every format (empty files, a file listed twice, None rows), parquet is
+decoded on the reader's threads (not Arrow's CPU pool, one thread in a Ray worker), and the
+loop gives the encoder's tokens in order with the CLI's stage names."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import corpus_docs
+from torch_gpubpe import reference
+from torch_gpubpe.encoder import Tokenizer
+from torch_gpubpe.pipeline import encode_in_flight, read_ahead
+from torch_gpubpe.readers import FileReader, documents
+from torch_gpubpe.vocab import Vocab
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[str]:
+    return [d.replace("\n", " ").replace("\r", " ")          # one line each (text files)
+            for d in corpus_docs("tr_manpages", 40_000, 400) + corpus_docs("multi_emoji", 20_000, 300)]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, docs) -> tuple[list[str], list[list[str | None]]]:
+    """Files of every format (one empty, one listed twice in a row, a None row) and each
+    file's rows as FileReader reads them."""
+    d = tmp_path_factory.mktemp("pipeline")
+    rows_a = docs[:20] + [None] + docs[20:35]
+    pq.write_table(pa.table({"text": rows_a}), d / "a.parquet", row_group_size=6)
+    pq.write_table(pa.table({"text": pa.array([], pa.string())}), d / "empty.parquet")
+    rows_j = docs[35:60]
+    with gzip.open(d / "b.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write("".join(json.dumps({"text": t}) + "\n" for t in rows_j))
+    (d / "empty.jsonl").write_text("")
+    rows_t = [t + "\n" for t in docs[60:80]]
+    (d / "c.txt").write_text("".join(rows_t), encoding="utf-8")
+    rows_f = docs[80:95]
+    feather.write_feather(pa.table({"text": rows_f}), d / "e.arrow", chunksize=4)
+    rows_c = docs[95:110]
+    import pyarrow.csv as pcsv
+
+    pcsv.write_csv(pa.table({"text": rows_c}), d / "f.csv")
+    order = [("a.parquet", rows_a), ("empty.parquet", []), ("a.parquet", rows_a),
+             ("b.jsonl.gz", rows_j), ("empty.jsonl", []), ("c.txt", rows_t),
+             ("e.arrow", rows_f), ("f.csv", rows_c), ("a.parquet", rows_a)]
+    return [str(d / n) for n, _ in order], [r for _, r in order]
+
+
+def test_file_starts_name_the_file_of_every_document(files):
+    paths, rows = files
+    assert all(rows[k] for k in (0, 3, 5, 6, 7))
+    for kw in ({}, {"threads": 1, "chunk_bytes": 700}):
+        reader = FileReader(paths, **kw)
+        got = []
+        for p in documents(reader, batch_bytes=3_000):
+            starts = np.array(reader.file_starts).reshape(-1, 2)
+            k = np.searchsorted(starts[:, 0], p.indices, "right") - 1
+            for j, (f, r) in enumerate(zip(starts[k, 1], p.indices - starts[k, 0])):
+                got.append((int(f), int(r), p.data[p.offsets[j]:p.offsets[j + 1]].tobytes()))
+        want = [(f, r, t.encode()) for f, rs in enumerate(rows) for r, t in enumerate(rs)
+                if t is not None]
+        assert got == want
+        assert [f for _, f in reader.file_starts] == [f for f, rs in enumerate(rows) if rs]
+
+
+def test_parquet_is_decoded_on_the_readers_threads(monkeypatch, files):
+    """Not on Arrow's CPU pool: its size follows OMP_NUM_THREADS, which Ray sets to 1 in a
+    worker without num_cpus (every row group would wait for that one thread)."""
+    calls = []
+    orig = pq.ParquetFile.read_row_group
+
+    def spy(self, *a, **kw):
+        calls.append((kw.get("use_threads", True), threading.current_thread().name))
+        return orig(self, *a, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", spy)
+    paths = [p for p in files[0] if p.endswith("a.parquet")]
+    n = sum(len(p) for p in documents(FileReader(paths, threads=3)))
+    assert n == 3 * 35 and len(calls) == 3 * 6
+    assert {c[0] for c in calls} == {False}
+    assert all(c[1].startswith("gpubpe-read") for c in calls)
+
+
+def test_the_pipeline_gives_the_encoders_tokens_in_order(files, docs):
+    vocab = Vocab.from_merges(reference.train(docs[::4], 300, 2, 1), ["<|endoftext|>"])
+    eot = vocab.token_to_id("<|endoftext|>")
+    paths, rows = files
+    texts = [t for rs in rows for t in rs if t is not None]
+    want = Tokenizer(vocab).encode_batch(texts)
+    tok = Tokenizer(vocab)
+    stages: dict = {}
+    st: dict = {}
+    opened = []
+    pump = read_ahead(FileReader(paths), batch_bytes=2_000, stats=st)
+    try:
+        out = [(p, enc) for p, enc in encode_in_flight(tok, iter(pump), stages,
+                                                       specials={"eos_id": eot},
+                                                       before_first=lambda: opened.append(1))]
+    finally:
+        pump.close()
+    assert len(out) > 3 and opened == [1] and st["skipped_none"] == 3
+    got = [list(enc[j]) for _, enc in out for j in range(len(enc))]
+    assert got == [[*want[k], eot] for k in range(len(texts))]
+    assert sum(p.nbytes for p, _ in out) == sum(len(t.encode()) for t in texts)
+    assert set(stages) == {"wait_reader", "first_batch_read", "wait_gpu_open",
+                           "upload_and_submit", "wait_gpu_and_readback"}
