@@ -171,16 +171,24 @@ def cli_encode(vocab_path: str, files: list[str], a) -> dict:
            "--overwrite", "--no-progress", "--debug"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO)] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]))
+    import resource
+
+    def children_cpu() -> float:
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return ru.ru_utime + ru.ru_stime
+
+    c0 = children_cpu()
     t0 = time.perf_counter()
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
     whole = time.perf_counter() - t0
+    cpu = children_cpu() - c0
     shutil.rmtree(out, ignore_errors=True)
     if res.returncode:
         sys.exit(f"encode CLI failed ({res.returncode}): {res.stderr[-2000:]}")
     m = re.search(r"→ ([\d,]+) tokens .* in ([\d.]+) s \(", res.stdout)
     st = re.search(r"seconds: (.*?);", res.stdout)
     return {"whole": whole, "inside": float(m.group(2)), "tokens": int(m.group(1).replace(",", "")),
-            "stages": st.group(1) if st else ""}
+            "stages": st.group(1) if st else "", "cpu": cpu}
 
 
 def _process_start() -> float | None:
@@ -203,7 +211,7 @@ class _Traced:
 
         t = time.time()
         self._trace = trace
-        self._log({"ev": "process", "t": _process_start()})
+        self._log({"ev": "process", "t": _process_start(), "env": _worker_env()})
         self._log({"ev": "init_start", "t": t, "cpu": time.process_time()})
         super().__init__(vocab, **kw)
         self._log({"ev": "init_end", "t": time.time()})
@@ -224,11 +232,12 @@ class TracedTokenizeBatches(_Traced, TokenizeBatches):
         self._trace_init(trace, vocab, kw)
 
     def __call__(self, batch):
-        t = time.time()
+        t, cpu = time.time(), time.process_time()
         out = super().__call__(batch)
         nbytes = pc.sum(pc.binary_length(batch.column(self.text_column))).as_py() or 0
         self._log({"ev": "call", "t": t, "t_end": time.time(), "rows": batch.num_rows,
-                   "bytes": nbytes, "in_ray": 0.0, "tables": 1})
+                   "bytes": nbytes, "in_ray": 0.0, "tables": 1, "cpu": cpu,
+                   "cpu_end": time.process_time()})
         return out
 
 
@@ -240,14 +249,30 @@ class TracedTokenizeFiles(_Traced, TokenizeFiles):
         """Also the time between a yield and the next request (Ray's: the table made a block,
         put in the object store) and when the first table was ready."""
         t, in_ray, n, rows, first = time.time(), 0.0, 0, 0, None
+        cpu = time.process_time()
         for out in super().__call__(batch):
             first = first or time.time()
             n, rows = n + 1, rows + out.num_rows
             y = time.perf_counter()
             yield out
             in_ray += time.perf_counter() - y
+        # self.stats: the pipeline's stages summed over the calls that have ended (this one's
+        # included: its reading thread merged them before the last table came)
         self._log({"ev": "call", "t": t, "t_first": first, "t_end": time.time(), "rows": rows,
-                   "bytes": 0, "in_ray": in_ray, "tables": n})
+                   "bytes": 0, "in_ray": in_ray, "tables": n, "cpu": cpu,
+                   "cpu_end": time.process_time(), "stats": self.stats})
+
+
+def _worker_env() -> dict:
+    """What sizes a worker's thread pools and shares its cores: Ray sets OMP_NUM_THREADS
+    (1 without num_cpus), which sizes Arrow's CPU pool; Ray's workers run niced (15)."""
+    try:
+        aff = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        aff = None
+    return {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "pa.cpu_count": pa.cpu_count(),
+            "pa.io_thread_count": pa.io_thread_count(), "os.cpu_count": os.cpu_count(),
+            "affinity": aff, "nice": os.nice(0)}
 
 
 def _adapter_name() -> str:
@@ -321,6 +346,45 @@ def intervals_union(iv: list[tuple[float, float]]) -> float:
     return total
 
 
+STAGES = ("first_batch_read", "wait_gpu_open", "wait_reader", "upload_and_submit",
+          "wait_gpu_and_readback")
+
+
+def actor_summary(trace: str) -> dict:
+    """The actors' CPU over their windows (process CPU, first call start → last call end, per
+    actor process, summed), the windows' seconds, the environment the first actor saw, and the
+    pipeline's stages summed over the calls (TokenizeFiles' stats; none for TokenizeBatches)."""
+    evs = [json.loads(x) for x in Path(trace).read_text().splitlines()]
+    env = next((e.get("env") for e in evs if e["ev"] == "process" and e.get("env")), None)
+    cpu = win = 0.0
+    stages: dict = {}
+    for pid in {e["pid"] for e in evs if e["ev"] == "call"}:
+        calls = [e for e in evs if e["ev"] == "call" and e["pid"] == pid]
+        if all("cpu" in c for c in calls):
+            cpu += max(c["cpu_end"] for c in calls) - min(c["cpu"] for c in calls)
+        win += max(c["t_end"] for c in calls) - min(c["t"] for c in calls)
+        st = [c["stats"] for c in calls if c.get("stats")]
+        if st:
+            for k, v in max(st, key=lambda x: x.get("calls", 0)).get("seconds", {}).items():
+                stages[k] = stages.get(k, 0.0) + v
+    return {"env": env, "cpu": cpu, "window": win, "stages": stages}
+
+
+def where_short(summ: dict, base: dict) -> str:
+    """A table cell: the actors' cores busy against the CLI's, and where the pipeline's calls
+    spent their time (shares of wait_reader / upload_and_submit / wait_gpu_and_readback)."""
+    out = []
+    if summ["cpu"] and summ["window"]:
+        out.append(f"{summ['cpu'] / summ['window']:.1f} cores busy"
+                   + (f" (CLI {base['cpu'] / base['whole']:.1f})" if base.get("cpu") else ""))
+    st = summ["stages"]
+    loop = sum(st.get(k, 0.0) for k in STAGES[2:])
+    if loop:
+        out.append("calls: " + " / ".join(f"{n} {st.get(k, 0.0) / loop:.0%}" for n, k in
+                                          zip(("reader", "upload", "GPU"), STAGES[2:])))
+    return "; ".join(out) or "n/a"
+
+
 def report_timeline(r: dict, trace: str, nbytes: int, base: dict, mon) -> None:
     """Timeline, steady state and where the time beyond the CLI's goes. ``base``: the CLI's
     best whole-command seconds, its fixed part (whole - inside) and its inside rate."""
@@ -380,6 +444,25 @@ def report_timeline(r: dict, trace: str, nbytes: int, base: dict, mon) -> None:
           f"average; {len(calls)} calls, {sum(c.get('tables', 1) for c in calls)} token tables)"
           + (f"; the calls spent {in_ray:.2f} s in Ray between yields (blocks made and put)"
              if in_ray else "") + f"; {mon.window(first['t'], last['t_end'])}")
+    summ = actor_summary(trace)
+    if summ["env"]:
+        print("the actor's environment (what sizes its thread pools and shares its cores): "
+              + ", ".join(f"{k}={v}" for k, v in summ["env"].items()) + "; the driver's: "
+              + ", ".join(f"{k}={v}" for k, v in _worker_env().items()))
+    if summ["cpu"]:
+        print(f"actor CPU over its window: {summ['cpu']:.2f} s in {summ['window']:.2f} s = "
+              f"{summ['cpu'] / summ['window']:.1f} cores busy"
+              + (f"; the CLI: {base['cpu']:.2f} s in its {base['whole']:.2f} s = "
+                 f"{base['cpu'] / base['whole']:.1f} cores" if base.get("cpu") else ""))
+    if summ["stages"]:
+        st, cli = summ["stages"], base.get("stages", {})
+        print("where the actor's calls spent their time (the encode CLI's pipeline on each "
+              "call's reading thread, summed over the calls, encode --debug's names; with "
+              "calls at once the sums may pass the window): "
+              + ", ".join(f"{k} {st.get(k, 0.0):.2f} s" for k in STAGES)
+              + "; the CLI's: " + ", ".join(f"{k} {cli.get(k, 0.0):.2f} s" for k in STAGES)
+              + " (wait_reader: the GPU waits for the reader; upload_and_submit: the host "
+                "copies into the GPU's buffers; wait_gpu_and_readback: the GPU is the limit)")
     e2e = r["end"] - t0
     lost = {"start-up (dataset built → first call at the actor)": first["t"] - t0,
             "wait for the GPU session (opening on a thread while the first batch is read)":
@@ -551,8 +634,8 @@ def main() -> None:
     baselines(a.cli_runs // 2)
 
     loop_s = min(s for _, s in loops)
-    print("\n| path | seconds | MB/s | of the CLI (whole command) | tokens |\n"
-          "|---|---:|---:|---:|---:|")
+    print("\n| path | seconds | MB/s | of the CLI (whole command) | tokens | where the time "
+          "goes |\n|---|---:|---:|---:|---:|---|")
     base = None
     if clis:
         c = min(clis, key=lambda c: c["whole"])
@@ -560,20 +643,25 @@ def main() -> None:
         st = dict((k, float(v)) for k, v in (x.rsplit(" ", 1) for x in c["stages"].split(", ")
                                              if " " in x))
         steady = c["inside"] - st.get("first_batch_read", 0.0) - st.get("wait_gpu_open", 0.0)
-        base = {"whole": c["whole"], "inside": inside, "steady": steady}
+        base = {"whole": c["whole"], "inside": inside, "steady": steady, "cpu": c["cpu"],
+                "stages": st}
+        loop = sum(st.get(k, 0.0) for k in STAGES[2:]) or 1.0
         print(f"| `encode` CLI, whole command (best of {len(clis)}) | {c['whole']:.2f} | "
-              f"{nbytes / c['whole'] / 1e6:,.1f} | 100% | {c['tokens']:,} |")
+              f"{nbytes / c['whole'] / 1e6:,.1f} | 100% | {c['tokens']:,} | "
+              f"{c['cpu'] / c['whole']:.1f} cores busy; loop: " + " / ".join(
+                  f"{n} {st.get(k, 0.0) / loop:.0%}" for n, k in
+                  zip(("reader", "upload", "GPU"), STAGES[2:])) + " |")
         print(f"| `encode` CLI, inside (its summary; best) | {inside:.2f} | "
-              f"{nbytes / inside / 1e6:,.1f} | | |")
+              f"{nbytes / inside / 1e6:,.1f} | | | |")
     else:
         base = {"whole": loop_s, "inside": loop_s, "steady": loop_s}
     print(f"| in-process loop, session open (best of {len(loops)}) | {loop_s:.2f} | "
-          f"{nbytes / loop_s / 1e6:,.1f} | {base['whole'] / loop_s:.0%} | {loops[0][0]:,} |")
-    for label, calls, r, _, _ in done:
+          f"{nbytes / loop_s / 1e6:,.1f} | {base['whole'] / loop_s:.0%} | {loops[0][0]:,} | |")
+    for label, calls, r, trace, _ in done:
         s2 = r["end"] - r["t0"]
         print(f"| Ray `{label}`, {a.concurrency} GPU actor(s), {calls} call(s) at once, end to "
               f"end | {s2:.2f} | {nbytes / s2 / 1e6:,.1f} | {base['whole'] / s2:.0%} | "
-              f"{r['tokens']:,} |")
+              f"{r['tokens']:,} | {where_short(actor_summary(trace), base)} |")
     for label, calls, r, trace, mon2 in done:
         e2e = r["end"] - r["t0"]
         print(f"\n=== Ray `{label}`, {calls} call(s) at once: {base['whole'] / e2e:.0%} of the "
