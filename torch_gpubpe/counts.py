@@ -490,7 +490,8 @@ def count_to_file(documents: Iterable[str | bytes], path: PathLike, *, count_on:
     size = PIECE_BYTES if count_on == "gpu" else DEFAULT_BATCH_BYTES
     wc = count_packed(_batches(documents, size, info), count_on=count_on)
     t1 = time.perf_counter()
-    out = write_counts(wc, path, **info)
+    out = write_counts(wc, path, num_documents=info["num_documents"],
+                       corpus_bytes=info["corpus_bytes"])
     if stats is not None:
         stats.update(info, num_words=len(wc), seconds_count=t1 - t0,
                      seconds_write=time.perf_counter() - t1)

@@ -400,7 +400,7 @@ def pack_batches(documents: Iterable, batch_bytes: int, info: dict, *,
             group.append(doc)
             try:
                 size += len(doc)   # (units: ≤ its UTF-8 bytes)
-            except TypeError:
+            except (TypeError, ValueError):  # (ValueError: a released memoryview)
                 pass               # (a bad item: the task names it)
             if size >= batch_bytes:
                 break
