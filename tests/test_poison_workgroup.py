@@ -218,7 +218,7 @@ def test_trainer_both_algorithms(poisoned):
 # One initialisation per shader, removed: the poisoned build must then go wrong (so the tests
 # above can fail). (shader, the first occurrence of this text removed, the check, its options)
 MUTATIONS = [
-    ("encode_bpe", "if (lid == 0u) { atomicStore(&wg_count, 0u); }", check_encode_bpe,
+    ("encode_bpe", "if (lane_wg == 0u) { atomicStore(&wg_count, 0u); }", check_encode_bpe,
      {"small": False}),
     ("pretokenize_unicode", "wf[lid] = fa;\n    wb[lid] = ba;", check_pretokenize_unicode, {}),
     ("pretokenize_unicode", "tile[tile_word(j0)] = word;", check_pretokenize_unicode,
