@@ -3,8 +3,12 @@ largest gap between submits with them; benchmarks/long_word.py --train prints it
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
-from conftest import corpus_docs
+from conftest import corpus_docs, subprocess_env
 
 from torch_gpubpe import reference
 from torch_gpubpe.trainer import train
@@ -21,8 +25,8 @@ def test_submit_gaps_are_recorded(algorithm):
     # clear+count, then batches of 16 (60 merges: at least 4), continuations for the long word
     assert st["submits"] >= 5
     assert 0 < st["max_submit_gap_s"] <= st["seconds_merge"] + st["seconds_upload"]
-    assert st["max_submit_gap_before"] in ("count", "merges", "continue")
-    assert st["max_submit_gap_after"] in ("count", "merges", "continue")
+    kinds = ("init", "count", "merges", "continue")
+    assert st["max_submit_gap_before"] in kinds and st["max_submit_gap_after"] in kinds
     assert 0 <= st["max_submit_gap_wait_s"] <= st["max_submit_gap_s"]
 
 
@@ -53,6 +57,80 @@ def test_gpu_time_caps_merges_and_continuations_per_submit(monkeypatch):
     # that a pause held proves nothing), against doubling to 16 in the base run
     assert st["merge_submits"] >= len(want) - 16 > base["merge_submits"]
     assert st["continuation_dispatches"] == st["continue_submits"] > 0
+
+
+def test_cpu_buffer_init_pieces(monkeypatch):
+    # On a CPU adapter the stream's uploads and the other buffers' clears are submits of
+    # their own, CPU_INIT_BYTES each (forced small here: a buffer in many pieces, the last one
+    # partial); on a GPU there are none. Same merges either way.
+    import torch_gpubpe.train_wordlist as tw
+    from torch_gpubpe.trainer import GPUTrainer
+
+    docs = corpus_docs("en_fortunes", 6_000) + ["a" * 3_000, "ab" * 500]
+    want = reference.train(docs, 256 + 80, 2)
+    st: dict = {}
+    assert list(train(docs, 256 + 80, stats=st).merges) == want
+    monkeypatch.setattr(tw, "CPU_INIT_BYTES", 1 << 12)
+    small: dict = {}
+    assert list(train(docs, 256 + 80, stats=small).merges) == want
+    if GPUTrainer().is_cpu:
+        # the stream's 4 buffers of 4n + 16 B (≥ 36 KB: 9+ pieces) and 5 more, ≥ 1 each
+        assert small["init_submits"] >= 4 * 9 + 5 > st["init_submits"] >= 9
+    else:
+        assert "init_submits" not in st and "init_submits" not in small
+
+
+_FIRST_TRAINING = """
+import json, sys, warnings
+from torch_gpubpe.trainer import train
+doc = open(sys.argv[1], "rb").read()
+st = {}
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    merges = train([doc], int(sys.argv[2]), min_frequency=int(sys.argv[3]), stats=st,
+                   progress=False).merges
+print(json.dumps({"merges": list(merges), "warnings": [str(x.message) for x in w],
+                  "stats": {k: v for k, v in st.items() if isinstance(v, (int, float, str))}}))
+"""
+
+
+def _first_training_gap(tmp_path, doc: bytes, vocab_size: int, min_frequency: int,
+                        runs: int = 3, timeout: int = 600) -> dict:
+    """train([doc]) as the first training of a fresh Python process (its buffers' memory new
+    to the process, as a later training's is not), until a run's largest gap between submits
+    is within 50 ms, at most ``runs`` processes (one can be stalled by this machine's other
+    processes; a submit whose own work is too long shows in every run): the best run's
+    ``{"merges", "warnings", "stats"}``."""
+    path = tmp_path / "doc.bin"
+    path.write_bytes(doc)
+    best = None
+    for _ in range(runs):
+        r = subprocess.run([sys.executable, "-c", _FIRST_TRAINING, str(path), str(vocab_size),
+                            str(min_frequency)], capture_output=True, text=True,
+                           timeout=timeout, env=subprocess_env())
+        assert r.returncode == 0, r.stderr[-3000:]
+        out = json.loads(r.stdout.strip().splitlines()[-1])
+        out["merges"] = [tuple(m) for m in out["merges"]]
+        if best is None or out["stats"]["max_submit_gap_s"] < best["stats"]["max_submit_gap_s"]:
+            best = out
+        if out["stats"]["max_submit_gap_s"] <= 0.050:
+            break
+    return best
+
+
+@pytest.mark.parametrize("case", ["a", "ab"])
+def test_first_training_5mb_word_setup_has_no_submit_gap_above_50ms(tmp_path, case):
+    # Issue 17 §1's trainer target at its size, on the part of the run a process's first
+    # training pays for: the buffers' first writes, the set-up and the first count
+    # (min_frequency above any count: no merge, the run stops after the count; the merges
+    # are the tests above and the heavy test below). lavapipe, 2 cores, before the init
+    # pieces (train_wordlist.CPU_INIT_BYTES): 74-94 ms in the set-up's first submit; a second
+    # training in the same process ~40 ms; after: ~20 ms.
+    out = _first_training_gap(tmp_path, _long_word_docs(5_000_000)[case], 300, 10**9)
+    st = out["stats"]
+    assert out["merges"] == [] and st["submits"] >= 2
+    assert any("after 0 of 44 merges" in w for w in out["warnings"]), out["warnings"]
+    assert st["max_submit_gap_s"] <= 0.050, {k: v for k, v in st.items() if "gap" in k}
 
 
 def _long_word_docs(n: int) -> dict:
@@ -103,13 +181,14 @@ def test_single_long_word_has_no_submit_gap_above_50ms(case, nbytes, vocab_size)
 
 @pytest.mark.heavy
 @pytest.mark.parametrize("case", ["a", "ab", "base64"])
-def test_heavy_single_5mb_word_has_no_submit_gap_above_50ms(case):
+def test_heavy_single_5mb_word_has_no_submit_gap_above_50ms(tmp_path, case):
     # Issue 17 §1's trainer target at its size, on a real GPU (H200 before this session's CPU
-    # changes: a 12.0 ms, ab 12.4 ms, base64 21.1 ms). The merges of one run of "a" ("ab"):
-    # a+a (a+b), then each new token with itself, while it occurs twice (ties cannot arise:
-    # the other pairs touch the run's ends, once each).
+    # changes: a 12.0 ms, ab 12.4 ms, base64 21.1 ms), as a fresh process's first training.
+    # The merges of one run of "a" ("ab"): a+a (a+b), then each new token with itself, while
+    # it occurs twice (ties cannot arise: the other pairs touch the run's ends, once each).
     doc = _long_word_docs(5_000_000)[case]
-    st, merges = _best_gap(doc, 1024, runs=1)
+    out = _first_training_gap(tmp_path, doc, 1024, 2, runs=1, timeout=3600)
+    st, merges = out["stats"], out["merges"]
     if case != "base64":
         assert merges[0] == ((97, 97) if case == "a" else (97, 98))
         assert merges[1:] == [(256 + i, 256 + i) for i in range(len(merges) - 1)]

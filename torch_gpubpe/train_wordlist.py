@@ -65,6 +65,14 @@ CPU_WALK_STEPS = 1 << 14
 # (train_long.wgsl's window: lc_apply ~2 µs of CPU time per position, a round ~15 ms).
 CPU_STREAM_SYMBOLS = 1 << 17
 CPU_LONG_WINDOW = 1 << 13
+# A new buffer's memory is first written inside the first submit that uses it: wgpu copies the
+# queued write_buffer data there and zeroes the ranges nothing wrote (its lazy initialisation),
+# and on a CPU adapter that memory is the host's, with its page faults on first touch. A 5 MB
+# word's stream buffers (lsym, wid, nxt, prv: 80 MB) were written in the set-up's first submit
+# (lavapipe, 2 cores: 74-82 ms between two submits in a process's first training, ~40 ms with
+# the memory already mapped) and pool (40 MB) in the first wl_byte_lists one. So on a CPU
+# adapter the buffers are uploaded and cleared beforehand, CPU_INIT_BYTES per submit (~8 ms).
+CPU_INIT_BYTES = 1 << 23
 
 
 def default_budget(gpu, is_cpu: bool) -> int:
@@ -171,9 +179,19 @@ class WordListKernels:
                               "train_long.lchain"),
             lblk=gpu.buffer(4 * c["LC_ITEMS"], S | C, "train_long.lblk"))
         gpu.device.queue.write_buffer(self.own["lchain"], 0, np.zeros(c["LC_HEAD"], np.uint32))
-        q = gpu.device.queue
-        q.write_buffer(self.own["lsym"], 0, sym)
-        q.write_buffer(self.own["wid_in"], 0, wid)
+        uploads = {"lsym": sym, "wid_in": wid}
+        # (buffer, offset, bytes or None: clear); on a GPU the whole upload now, no clears
+        self.init: list = []
+        for name, buf in self.own.items():
+            data = uploads.get(name)
+            if not is_cpu:
+                if data is not None:
+                    gpu.device.queue.write_buffer(buf, 0, data)
+                continue
+            raw = memoryview(np.ascontiguousarray(data)).cast("B") if data is not None else None
+            end = int(buf.size) if raw is None else len(raw)
+            self.init += [(buf, o, None if raw is None else raw[o:o + CPU_INIT_BYTES])
+                          for o in range(0, end, CPU_INIT_BYTES)]
         self.rebind()
 
     def rebind(self) -> None:
@@ -189,6 +207,24 @@ class WordListKernels:
 
     def initial_state(self) -> dict:
         return {"S_N": self.n, "S_TOP": self.top}
+
+    def init_pieces(self) -> list:
+        """On a CPU adapter, the uploads of the stream (lsym, wid) and the clears of the other
+        buffers, as functions of a command encoder, one submit each (CPU_INIT_BYTES: what a
+        buffer's first use would otherwise write in one submit); on a GPU none (written at
+        construction; wgpu zeroes the rest in the first submit)."""
+        q = self.g.device.queue
+
+        def piece(buf, off, data):
+            def record(enc) -> None:
+                if data is None:
+                    enc.clear_buffer(buf, off, min(CPU_INIT_BYTES, int(buf.size) - off))
+                else:
+                    q.write_buffer(buf, off, data)   # (copied in the coming submit)
+            return record
+
+        todo, self.init = self.init, []      # (once; the stream's arrays let go)
+        return [piece(*p) for p in todo]
 
     def record_setup(self, cp) -> None:
         """The links and byte lists from lsym (once, before the first count): wl_links,

@@ -951,7 +951,8 @@ class _MergeLoop:
     def _submit(self, enc, what: str) -> None:
         """Submit ``enc``; keep the largest interval between the starts of two submits of the
         run (``stats["max_submit_gap_s"]``; ``["max_submit_gap_after"]`` / ``["_before"]``, the
-        kinds of the submits that opened and ended it: count, merges, continue;
+        kinds of the submits that opened and ended it: init (a CPU adapter's first writes of
+        its buffers, ``WordListKernels.init_pieces``), count, merges, continue;
         ``["max_submit_gap_wait_s"]``, of it the host blocked on GPU readbacks, and
         ``["max_submit_gap_in_submit_s"]``, in the submit call that opened it (a CPU adapter
         runs the work there); the rest is host work; ``["submits"]`` counts them;
@@ -1124,6 +1125,14 @@ class _MergeLoop:
         """The merge loop; None when the pair table overflowed (caller restarts larger)."""
         g, st, c = self.g, self.st, self.c
         t_c = time.perf_counter()
+        # (a CPU adapter: the buffers' first writes in bounded submits of their own)
+        pieces = self.k.init_pieces() if hasattr(self.k, "init_pieces") else []
+        for record in pieces:
+            enc = g.device.create_command_encoder(label="train.init")
+            record(enc)
+            self._submit(enc, "init")
+        if pieces:
+            st["init_submits"] = st.get("init_submits", 0) + len(pieces)
         self._count(0, self.n, setup=True)
         self.occ_mark = int(self._state()[c["S_OCC"]])
         st["table_initial_load"] = self.occ_mark / self.table.slots
