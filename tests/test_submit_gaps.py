@@ -59,10 +59,12 @@ def test_gpu_time_caps_merges_and_continuations_per_submit(monkeypatch):
     assert st["continuation_dispatches"] == st["continue_submits"] > 0
 
 
-def test_cpu_buffer_init_pieces(monkeypatch):
+def test_cpu_buffer_init_and_count_pieces(monkeypatch):
     # On a CPU adapter the stream's uploads and the other buffers' clears are submits of
-    # their own, CPU_INIT_BYTES each (forced small here: a buffer in many pieces, the last one
-    # partial); on a GPU there are none. Same merges either way.
+    # their own, CPU_INIT_BYTES each, and the passes over the stream are cut (the set-up's
+    # into CPU_STREAM_SYMBOLS positions, pair_count's into CPU_COUNT_SYMBOLS): forced small
+    # here (a buffer in many pieces, the last one partial; pieces of the two sizes); on a GPU
+    # there are none. Same merges either way.
     import torch_gpubpe.train_wordlist as tw
     from torch_gpubpe.trainer import GPUTrainer
 
@@ -71,11 +73,14 @@ def test_cpu_buffer_init_pieces(monkeypatch):
     st: dict = {}
     assert list(train(docs, 256 + 80, stats=st).merges) == want
     monkeypatch.setattr(tw, "CPU_INIT_BYTES", 1 << 12)
+    monkeypatch.setattr(tw, "CPU_STREAM_SYMBOLS", 3 << 10)
+    monkeypatch.setattr(tw, "CPU_COUNT_SYMBOLS", 1 << 10)
     small: dict = {}
     assert list(train(docs, 256 + 80, stats=small).merges) == want
     if GPUTrainer().is_cpu:
         # the stream's 4 buffers of 4n + 16 B (≥ 36 KB: 9+ pieces) and 5 more, ≥ 1 each
         assert small["init_submits"] >= 4 * 9 + 5 > st["init_submits"] >= 9
+        assert small["count_submits"] > 2 * st["count_submits"]
     else:
         assert "init_submits" not in st and "init_submits" not in small
 

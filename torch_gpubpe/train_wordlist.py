@@ -65,6 +65,9 @@ CPU_WALK_STEPS = 1 << 14
 # (train_long.wgsl's window: lc_apply ~2 µs of CPU time per position, a round ~15 ms).
 CPU_STREAM_SYMBOLS = 1 << 17
 CPU_LONG_WINDOW = 1 << 13
+# pair_count's share: its table atomics cost 3-5× a set-up pass per position (one 5 MB word,
+# a or ab: ~25 ms of CPU time per 2^17 positions, 5-10 ms for wl_links), so half the positions.
+CPU_COUNT_SYMBOLS = 1 << 16
 # A new buffer's memory is first written inside the first submit that uses it: wgpu copies the
 # queued write_buffer data there and zeroes the ranges nothing wrote (its lazy initialisation),
 # and on a CPU adapter that memory is the host's, with its page faults on first touch. A 5 MB
@@ -247,17 +250,22 @@ class WordListKernels:
         """The set-up (``setup``: before the first count) and the pair count as submits:
         ``[(S_WG0 or None, [(pipeline, bind group, grid), ...]), ...]``, one submit each. On a
         GPU one submit (:meth:`record_setup` + :meth:`record_count`); on a CPU adapter the
-        passes over the stream are cut into submits of CPU_STREAM_SYMBOLS positions, each at
-        the state word S_WG0 = its first workgroup (a dispatch's work is a gap there), and
-        find_max4 + find_max_super over the table are a submit of their own."""
+        passes over the stream are cut into submits of CPU_STREAM_SYMBOLS positions
+        (pair_count's: CPU_COUNT_SYMBOLS), each at the state word S_WG0 = its first workgroup
+        (a dispatch's work is a gap there), and find_max4 + find_max_super over the table are
+        a submit of their own."""
         p, bg, c = self.pipes, self.bg, self.info.consts
         per = c["WG"] * c["SETUP_ITEMS"]
         total = -(-self.n // per)
         if not self.is_cpu:
             return [(None, [])]    # (recorded by record_setup / record_count)
-        assert c["WG"] * c["PC_ITEMS"] == per   # one piece size for all three passes
-        step = max(1, CPU_STREAM_SYMBOLS // per)
-        pieces = [(w, self.g.grid(min(step, total - w))) for w in range(0, total, step)]
+        assert c["WG"] * c["PC_ITEMS"] == per   # the same positions per workgroup in all three
+
+        def cut(symbols: int) -> list:
+            step = max(1, symbols // per)
+            return [(w, self.g.grid(min(step, total - w))) for w in range(0, total, step)]
+
+        pieces = cut(CPU_STREAM_SYMBOLS)
         plans: list[tuple[int | None, list]] = []
         if setup:
             plans += [(w, [(p["wl_links"], bg["wl_links"], gr)]) for w, gr in pieces]
@@ -269,7 +277,7 @@ class WordListKernels:
                      find_max_super=self.g.grid(self.table.nsupers))
         plans += [(w, ([(p["clear_table"], bg["clear_table"], grids["clear_table"])] if not w
                        else []) + [(p["pair_count"], bg["pair_count"], gr)])
-                  for w, gr in pieces]
+                  for w, gr in cut(CPU_COUNT_SYMBOLS)]
         plans.append((0, [(p[e], bg[e], grids[e]) for e in ("find_max4", "find_max_super")]))
         return plans
 

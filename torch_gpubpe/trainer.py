@@ -996,9 +996,17 @@ class _MergeLoop:
 
     def _count(self, merges_done: int, n: int, setup: bool = False) -> None:
         """clear_table + pair_count over the current stream (``setup``: first the
-        algorithm's own set-up dispatches, if it has any)."""
+        algorithm's own set-up dispatches, if it has any, after its buffers' first writes on a
+        CPU adapter: bounded submits of their own, ``init_pieces``)."""
         from ._wgpu_internals import raw_recorder
 
+        pieces = self.k.init_pieces() if setup and hasattr(self.k, "init_pieces") else []
+        for record in pieces:
+            enc = self.g.device.create_command_encoder(label="train.init")
+            record(enc)
+            self._submit(enc, "init")
+        if pieces:
+            self.st["init_submits"] = self.st.get("init_submits", 0) + len(pieces)
         plans = self.k.count_plans(setup) if hasattr(self.k, "count_plans") else [(None, [])]
         if len(plans) > 1:      # a CPU adapter: the passes over the stream split into submits
             for wg0, steps in plans:
@@ -1125,14 +1133,6 @@ class _MergeLoop:
         """The merge loop; None when the pair table overflowed (caller restarts larger)."""
         g, st, c = self.g, self.st, self.c
         t_c = time.perf_counter()
-        # (a CPU adapter: the buffers' first writes in bounded submits of their own)
-        pieces = self.k.init_pieces() if hasattr(self.k, "init_pieces") else []
-        for record in pieces:
-            enc = g.device.create_command_encoder(label="train.init")
-            record(enc)
-            self._submit(enc, "init")
-        if pieces:
-            st["init_submits"] = st.get("init_submits", 0) + len(pieces)
         self._count(0, self.n, setup=True)
         self.occ_mark = int(self._state()[c["S_OCC"]])
         st["table_initial_load"] = self.occ_mark / self.table.slots
