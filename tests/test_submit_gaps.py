@@ -4,6 +4,7 @@ largest gap between submits with them; benchmarks/long_word.py --train prints it
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -131,11 +132,13 @@ def test_first_training_5mb_word_setup_has_no_submit_gap_above_50ms(tmp_path, ca
     # are the tests above and the heavy test below). lavapipe, 2 cores, before the init
     # pieces (train_wordlist.CPU_INIT_BYTES): 74-94 ms in the set-up's first submit; a second
     # training in the same process ~40 ms; after: ~20 ms.
-    out = _first_training_gap(tmp_path, _long_word_docs(5_000_000)[case], 300, 10**9)
+    # (5 processes: ~5 s each; a busy machine stalls a run, the gap's CPU time tells)
+    out = _first_training_gap(tmp_path, _long_word_docs(5_000_000)[case], 300, 10**9, runs=5)
     st = out["stats"]
     assert out["merges"] == [] and st["submits"] >= 2
     assert any("after 0 of 44 merges" in w for w in out["warnings"]), out["warnings"]
-    assert st["max_submit_gap_s"] <= 0.050, {k: v for k, v in st.items() if "gap" in k}
+    assert st["max_submit_gap_s"] <= 0.050, ({k: v for k, v in st.items() if "gap" in k},
+                                             "load average", os.getloadavg())
 
 
 def _long_word_docs(n: int) -> dict:
