@@ -166,3 +166,34 @@ def test_doctor_install_runs_the_package_manager_only_when_needed(monkeypatch):
     monkeypatch.setattr(doctor, "_has_native_adapter", lambda: True)
     monkeypatch.setattr(doctor.subprocess, "run", lambda *a, **k: pytest.fail("ran a command"))
     assert doctor.install(io.StringIO()) == 0
+
+
+def test_doctor_install_adds_a_c_compiler_only_when_none_is_found(monkeypatch):
+    """The str → UTF-8 packer is compiled on first use: `doctor --install` installs a C
+    compiler when cc/gcc/clang are all missing, and runs nothing when one is there."""
+    import io
+
+    from torch_gpubpe import _utf8_native, doctor, gpu
+
+    monkeypatch.setattr(doctor, "_has_native_adapter", lambda: True)
+    found = iter([None, "gcc"])  # none before the install, gcc after
+    monkeypatch.setattr(_utf8_native, "_compiler", lambda: next(found))
+    monkeypatch.setattr(gpu, "compiler_install_commands",
+                        lambda: [["true", "apt-get", "install", "gcc"]])
+    calls = []
+    real_run = doctor.subprocess.run
+
+    def fake_run(argv, **kw):
+        calls.append(argv)
+        return real_run(["true"], **kw)
+
+    monkeypatch.setattr(doctor.subprocess, "run", fake_run)
+    assert doctor.install(io.StringIO()) == 0 and calls == [["true", "apt-get", "install", "gcc"]]
+    # installed but still none on PATH: said, status 2
+    monkeypatch.setattr(_utf8_native, "_compiler", lambda: None)
+    out = io.StringIO()
+    assert doctor.install(out) == 2 and "no C compiler" in out.getvalue()
+    # one present: nothing runs
+    monkeypatch.setattr(_utf8_native, "_compiler", lambda: "cc")
+    monkeypatch.setattr(doctor.subprocess, "run", lambda *a, **k: pytest.fail("ran a command"))
+    assert doctor.install(io.StringIO()) == 0

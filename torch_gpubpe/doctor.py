@@ -44,17 +44,7 @@ def _has_native_adapter() -> bool:
     return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 
 
-def install(out: TextIO = sys.stdout) -> int:
-    """Install Mesa's lavapipe when no native adapter exists; 0 when one exists afterwards."""
-    from .gpu import install_commands, install_hint
-
-    if _has_native_adapter():
-        print("install: a Vulkan/Metal/D3D12 adapter is present; nothing to install", file=out)
-        return 0
-    cmds = install_commands()
-    if not cmds or not shutil.which(cmds[-1][1 if cmds[-1][0] == "sudo" else 0]):
-        print(f"install: no package manager known here; run: {install_hint()}", file=out)
-        return 2
+def _run_install(cmds: list[list[str]], out: TextIO, hint: str) -> int:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     for c in cmds:
         argv = ["sudo", "-n", *c[1:]] if c[0] == "sudo" else c
@@ -63,8 +53,49 @@ def install(out: TextIO = sys.stdout) -> int:
                            text=True)
         if r.returncode != 0:
             print(f"install: failed (exit {r.returncode}): {r.stderr.strip()[-400:]}\n"
-                  f"run it yourself: {install_hint()}", file=out)
+                  f"run it yourself: {hint}", file=out)
             return 2
+    return 0
+
+
+def install_compiler(out: TextIO = sys.stdout) -> int:
+    """Install a C compiler when none is found (the str → UTF-8 packer is built with it on
+    first use; without one, str documents are packed by a slower path, said once); 0 when one
+    is found afterwards."""
+    from ._utf8_native import _compiler
+    from .gpu import compiler_install_commands
+
+    if _compiler() is not None:
+        return 0
+    cmds = compiler_install_commands()
+    hint = " && ".join(" ".join(c) for c in cmds) or "install gcc or clang"
+    if not cmds or not shutil.which(cmds[-1][1 if cmds[-1][0] == "sudo" else 0]):
+        print(f"install: no C compiler and no package manager known here; run: {hint}", file=out)
+        return 2
+    if _run_install(cmds, out, hint) != 0:
+        return 2
+    if _compiler() is None:
+        print("install: done, but no C compiler (cc, gcc, clang) is on PATH", file=out)
+        return 2
+    return 0
+
+
+def install(out: TextIO = sys.stdout) -> int:
+    """Install Mesa's lavapipe when no native adapter exists, and a C compiler when none is
+    found; 0 when both exist afterwards."""
+    from .gpu import install_commands, install_hint
+
+    if install_compiler(out) != 0:
+        return 2
+    if _has_native_adapter():
+        print("install: a Vulkan/Metal/D3D12 adapter is present; nothing to install", file=out)
+        return 0
+    cmds = install_commands()
+    if not cmds or not shutil.which(cmds[-1][1 if cmds[-1][0] == "sudo" else 0]):
+        print(f"install: no package manager known here; run: {install_hint()}", file=out)
+        return 2
+    if _run_install(cmds, out, install_hint()) != 0:
+        return 2
     if not _has_native_adapter():
         print("install: done, but wgpu still sees no Vulkan adapter", file=out)
         return 2
@@ -98,6 +129,15 @@ def run(out: TextIO = sys.stdout, *, install_missing: bool = False) -> int:
     icds = sorted(glob.glob("/usr/share/vulkan/icd.d/*.json") + glob.glob("/etc/vulkan/icd.d/*.json"))
     say(f"Vulkan loader: {loader or 'not found'}; driver files: "
         + (", ".join(os.path.basename(p) for p in icds) or "none"))
+    from . import str_pack
+    from ._utf8_native import _compiler, why_not
+
+    cc = _compiler()
+    if str_pack.available():
+        say(f"str → UTF-8 packer: compiled ({cc}), GIL-free threads")
+    else:
+        say(f"str → UTF-8 packer: NOT COMPILED ({why_not() or 'unavailable'}): str documents "
+            "are packed by the slower path; `doctor --install` installs a C compiler")
 
     try:
         adapters = list(wgpu.gpu.enumerate_adapters_sync())

@@ -140,6 +140,32 @@ def install_commands() -> list[list[str]]:
     return []
 
 
+def compiler_install_commands() -> list[list[str]]:
+    """The commands (argv lists) that install a C compiler on this Linux distribution (for
+    the str → UTF-8 packer, :mod:`torch_gpubpe.str_pack`, built on first use); empty where
+    unknown."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return []
+    rel = _os_release()
+    family = f"{rel.get('ID', '')} {rel.get('ID_LIKE', '')}"
+    sudo = [] if hasattr(os, "geteuid") and os.geteuid() == 0 else ["sudo"]
+    if any(k in family for k in ("debian", "ubuntu")):
+        return [sudo + ["apt-get", "update"],
+                sudo + ["apt-get", "install", "-y", "--no-install-recommends", "gcc",
+                        "libc6-dev"]]
+    if any(k in family for k in ("fedora", "rhel", "centos")):
+        return [sudo + ["dnf", "install", "-y", "gcc"]]
+    if "arch" in family:
+        return [sudo + ["pacman", "-S", "--noconfirm", "gcc"]]
+    if "suse" in family:
+        return [sudo + ["zypper", "install", "-y", "gcc"]]
+    if "alpine" in family:
+        return [sudo + ["apk", "add", "gcc", "musl-dev"]]
+    return []
+
+
 def install_hint() -> str:
     """The command line that installs a software Vulkan device (Mesa's lavapipe) here."""
     import sys
