@@ -209,6 +209,9 @@ def main() -> None:
                          "back in its submit, each one timed (benchmarks/_kernel_clock.py)")
     ap.add_argument("--pass-rounds", type=int, default=2,
                     help="merge-order rows: rounds over the batches per kernel column")
+    ap.add_argument("--bpe-chunks", type=int, nargs="*", default=[64, 128],
+                    help="merge-order rows: also kernel columns at these chunk_bytes (bpe and "
+                         "greedy both at that size)")
     ap.add_argument("--warm-s", type=float, default=0.25,
                     help="merge-order rows: seconds of back-to-back submits before each kernel "
                          "column (untimed), so that it starts at the loaded clock")
@@ -433,27 +436,40 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
     occ = [f for f in EB.OCCUPANCY if not getattr(EB, f)]  # (the occupancy switches together)
     if len(occ) > 1:
         variants["+".join(occ) + " on"] = dict.fromkeys(occ, True)
-    builds = {}
+    if "LEAN_STATE" in occ and not EB.OVERLAP_TRY:  # fewer registers may pay for OVERLAP_TRY's
+        variants["LEAN_STATE+OVERLAP_TRY on"] = {"LEAN_STATE": True, "OVERLAP_TRY": True}
+    # Larger chunks (a thread starts the words of chunk_bytes bytes): a warp waits for its
+    # longest lane, about chunk + the longest word crossing a chunk end, so the share lost to
+    # that wait falls as chunks grow. Each such column has greedy mode at the same chunk size.
+    chunks = {f"chunk_bytes {c}": ({}, c) for c in args.bpe_chunks if c != args.chunk_bytes}
+    if len(occ) > 1 and args.bpe_chunks:
+        c = max(args.bpe_chunks)
+        chunks[f"{'+'.join(occ)} on, chunk_bytes {c}"] = (dict.fromkeys(occ, True), c)
+    variants = {k: (v, args.chunk_bytes) for k, v in variants.items()} | chunks
+    builds, peers = {}, {args.chunk_bytes: greedy}
     check_docs = [d for b in bs for d in b[:5]]
     check_ids = [enc.encode_ordinary(d) for d in check_docs]
-    for name, sw in variants.items():
+    for name, (sw, chunk) in variants.items():
         saved = {f: getattr(EB, f) for f in sw}
         for f, v in sw.items():
             setattr(EB, f, v)  # read when the session opens
         try:
-            builds[name] = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True)
+            builds[name] = Tokenizer(vocab, chunk_bytes=chunk, profile=True)
             if builds[name].encode_batch(check_docs).tolist() != check_ids:
                 raise AssertionError(f"the walk build '{name}' differs from tiktoken")
         finally:
             for f, v in saved.items():
                 setattr(EB, f, v)
+        if chunk not in peers:
+            peers[chunk] = Tokenizer(vocab, chunk_bytes=chunk, profile=True, mode="greedy")
+            peers[chunk].encode_batch(bs[0][:50])
     from _kernel_clock import METHOD, time_columns
 
     jobs = [lambda t, d=d, o=o: t.submit_packed(d, o) for d, o in packed]
     kw = {"reps": args.repeat_passes, "rounds": args.pass_rounds, "warm_s": args.warm_s}
     cols = {"bpe mode": time_columns({"bpe": ktok, "greedy": greedy}, jobs, **kw)}
     for name, t in builds.items():
-        cols[name] = time_columns({"bpe": t, "greedy": greedy}, jobs, **kw)
+        cols[name] = time_columns({"bpe": t, "greedy": peers[variants[name][1]]}, jobs, **kw)
     print()
     print("| method (GPT-2 vocabulary, merge order) | seconds | MB/s | Mtokens/s | tokens/byte | "
           "same token count as GPU |")
@@ -477,37 +493,39 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
     print("| total | " + " | ".join(f"{b[0]:.4f}" for b in breakdown.values()) + " |")
     print()
     print(METHOD.format(warm=args.warm_s, reps=args.repeat_passes, rounds=args.pass_rounds,
-                        nb=len(packed)) + "; each column's ratio is to the greedy mode timed "
-          "in the same column (same vocab and input, min over min)")
+                        nb=len(packed)) + "; each row's ratios are to the greedy mode timed "
+          "in the same column (same vocab and input, min over min) unless it says otherwise")
     print("walk build switches of the bpe mode column (torch_gpubpe.encoder_bpe): "
           + ", ".join(f"{f}={'on' if getattr(EB, f) else 'off'}" for f in EB.WALK_SWITCHES)
-          + "; each later column flips the switches it names")
-    print("| GPU pass (timestamp queries) | bpe mode ms, min / median | greedy mode ms, min / "
-          "median (same vocab) | ratio | "
-          + " | ".join(f"bpe, {f}: ms | ratio" for f in builds) + " |")
-    print("|---|---:|---:|---:|" + "---:|---:|" * len(builds))
-    walk = {"trie_tokenizer_chunked": "walk (bpe_tokenizer_chunked / trie_tokenizer_chunked)"}
+          + "; each later row flips the switches it names")
     nan = float("nan")
     base = cols["bpe mode"]
+    walk_k = "trie_tokenizer_chunked"
 
     def mm(c, k):
         return f"{c['min'].get(k, nan) / 1e3:.3f} / {c['median'].get(k, nan) / 1e3:.3f}"
 
-    def ratio(col, k):
-        g = col["greedy"]["min"].get(k, 0.0)
-        return f"{col['bpe']['min'].get(k, nan) / g if g else nan:.2f}"
-    for k in base["bpe"]["min"]:
-        print(f"| {walk.get(k, k)} | {mm(base['bpe'], k)} | {mm(base['greedy'], k)} | "
-              f"{ratio(base, k)} | "
-              + " | ".join(f"{mm(cols[f]['bpe'], k)} | {ratio(cols[f], k)}" for f in builds)
-              + " |")
-    print(f"| greedy all passes in the same column, min / median | | | | "
-          + " | ".join(f"{mm(cols[f]['greedy'], 'all passes')} | " for f in builds) + " |")
+    def ratio(a, g, k):
+        g = g["min"].get(k, 0.0)
+        return f"{a['min'].get(k, nan) / g if g else nan:.2f}"
+
     def clk(c):
         c = c["clock"]
         return f"{int(statistics.median(c)):,} (min {min(c):,})" if c else "n/a"
-    print(f"| SM clock during the column, median MHz | {clk(base)} | (same column) | | "
-          + " | ".join(f"{clk(cols[f])} | " for f in builds) + " |")
+    print("One row per column (the bpe build it names, timed beside greedy mode; ms summed over "
+          "the batches, min / median):")
+    print("| column: bpe build | walk ms | trie_prefix_sum ms | trie_tokenizer_compact ms | all "
+          "passes ms | greedy walk ms (same column) | greedy all passes ms | walk / greedy walk "
+          "| all / greedy all | all / greedy all of the bpe mode column | SM clock MHz, median "
+          "(min) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for name, c in cols.items():
+        b, g = c["bpe"], c["greedy"]
+        label = name if name == "bpe mode" else f"bpe, {name}"
+        print(f"| {label} | {mm(b, walk_k)} | {mm(b, 'trie_prefix_sum')} | "
+              f"{mm(b, 'trie_tokenizer_compact')} | {mm(b, 'all passes')} | {mm(g, walk_k)} | "
+              f"{mm(g, 'all passes')} | {ratio(b, g, walk_k)} | {ratio(b, g, 'all passes')} | "
+              f"{ratio(b, base['greedy'], 'all passes')} | {clk(c)} |")
     tb, tg = base["bpe"]["min"]["all passes"], base["greedy"]["min"]["all passes"]
     print(f"(kernel GB/s of input, min: bpe {nbytes / max(tb, 1e-9) / 1e3:.3g}, greedy "
           f"{nbytes / max(tg, 1e-9) / 1e3:.3g}; continuation dispatches during the bpe mode "

@@ -740,6 +740,24 @@ def test_gpu_walk_switches_cut_their_loads(gpt2, gpt2_tt, monkeypatch):
 
 
 @gpu
+@pytest.mark.parametrize("chunk,switches", [(64, ""), (128, ""),
+                                            (128, "WALK_WG64+D1_GLOBAL+LEAN_STATE")])
+def test_gpu_large_chunks_exact(gpt2, gpt2_tt, monkeypatch, chunk, switches):
+    """Merge-order mode with the larger chunks benchmarks/encode.py times (--bpe-chunks), alone
+    and with the occupancy switches: tiktoken's ids, continuations and pathological words
+    included."""
+    import torch_gpubpe.encoder_bpe as EB
+    from torch_gpubpe.encoder import Tokenizer
+
+    for f in filter(None, switches.split("+")):
+        monkeypatch.setattr(EB, f, True)
+    tok = Tokenizer(gpt2, thread_budget=8_000, chunk_bytes=chunk)
+    docs = corpus_docs("code_cpython_stdlib", 20_000, max_doc_bytes=4_000) + PATHOLOGICAL
+    assert_same(tok.encode_batch(docs).tolist(), [gpt2_tt.encode_ordinary(d) for d in docs])
+    assert tok._session().continuation_dispatches > 0
+
+
+@gpu
 def test_gpu_occupancy_switches_same_walk(gpt2, gpt2_tt, monkeypatch):
     """WALK_WG64, D1_GLOBAL and LEAN_STATE change how the walk's workgroups are cut and where
     its state lives, not the walk: in the PROFILE build every work counter but the loads (and,
