@@ -317,19 +317,20 @@ def test_gpu_profile_repeat_same_ids(gpt2, gpt2_tt):
 
 NEW_SWITCHES = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS", "TEXT_WINDOW",
                 "SPINE_ROWS")
-OCCUPANCY_SWITCHES = ("WALK_WG64", "D1_GLOBAL", "LEAN_STATE")
+OCCUPANCY_SWITCHES = ("WALK_WG64", "D1_GLOBAL", "LEAN_STATE", "WORD_BITS")
 
 
 @gpu
 @pytest.mark.parametrize("flag", ["PREFETCH_ROWS", "OVERLAP_TRY", *NEW_SWITCHES,
                                   "+".join(NEW_SWITCHES), *OCCUPANCY_SWITCHES,
                                   "+".join(OCCUPANCY_SWITCHES), "LEAN_STATE+SPINE_ROWS",
-                                  "WALK_WG64+LEAN_STATE+PREFETCH_ROWS+LAZY_ROWS"])
+                                  "WALK_WG64+LEAN_STATE+PREFETCH_ROWS+LAZY_ROWS",
+                                  "WORD_BITS+TEXT_WINDOW", "LEAN_STATE+OVERLAP_TRY"])
 def test_gpu_walk_build_flags_flipped(gpt2, gpt2_tt, monkeypatch, flag):
     """The walk with each build switch of encoder_bpe flipped from its default (PREFETCH_ROWS
     off: candidate rows loaded in the try; OVERLAP_TRY on: the trying lane's first pair-check
     loads issued before the walking lanes'; SHORT_SEARCH, FUSED_EDGES, D2_LUT, LAZY_ROWS,
-    TEXT_WINDOW, SPINE_ROWS, WALK_WG64, D1_GLOBAL, LEAN_STATE: see encoder_bpe), the
+    TEXT_WINDOW, SPINE_ROWS, WALK_WG64, D1_GLOBAL, LEAN_STATE, WORD_BITS: see encoder_bpe), the
     load-cutting ones together, the occupancy ones together and with other switches, as
     benchmarks/encode.py compares, is exact too, on text that backtracks (pops: LEAN_STATE's
     scan back) and on pathological words, continued across dispatches."""
@@ -759,11 +760,12 @@ def test_gpu_large_chunks_exact(gpt2, gpt2_tt, monkeypatch, chunk, switches):
 
 @gpu
 def test_gpu_occupancy_switches_same_walk(gpt2, gpt2_tt, monkeypatch):
-    """WALK_WG64, D1_GLOBAL and LEAN_STATE change how the walk's workgroups are cut and where
-    its state lives, not the walk: in the PROFILE build every work counter but the loads (and,
-    for LEAN_STATE, the scan back for the token before a popped one, which it does not keep)
-    equals the default build's, subgroup lockstep included (the lanes walk the same chunks);
-    the ids equal tiktoken's, on documents that pop (LEAN_STATE's pop path runs)."""
+    """WALK_WG64, D1_GLOBAL, LEAN_STATE and WORD_BITS change how the walk's workgroups are
+    cut, where its state lives and how it tests word starts, not the walk: in the PROFILE build
+    every work counter but the loads (and, for LEAN_STATE, the scan back for the token before a
+    popped one, which it does not keep) equals the default build's, subgroup lockstep included
+    (the lanes walk the same chunks); WORD_BITS loads less text; the ids equal tiktoken's, on
+    documents that pop (LEAN_STATE's pop path runs)."""
     import torch_gpubpe.encoder_bpe as EB
     from torch_gpubpe.encoder import Tokenizer
 
@@ -790,3 +792,22 @@ def test_gpu_occupancy_switches_same_walk(gpt2, gpt2_tt, monkeypatch):
             {k: v for k, v in base.items() if k not in skip}, flag
         if "scan" in skip:
             assert w["scan"] > base["scan"], flag
+        if flag == "WORD_BITS":
+            assert w["ld_text"] < base["ld_text"] / 2, flag
+
+
+@gpu
+def test_gpu_word_bits_sliced(gpt2, gpt2_tt, monkeypatch):
+    """WORD_BITS with slices of 300 bytes, a budget of one step and chunks of 4 bytes (words
+    cut across slices and continued across dispatches: the bits are the slice's, computed once
+    per slice) gives tiktoken's ids."""
+    import torch_gpubpe.encoder_bpe as EB
+    from torch_gpubpe.encoder import Tokenizer
+
+    monkeypatch.setattr(EB, "WORD_BITS", True)
+    tok = Tokenizer(gpt2, max_slice_bytes=300, thread_budget=1, chunk_bytes=4)
+    docs = corpus_docs("web_html", 6_000, max_doc_bytes=2_000) + [p[:3_000] for p in PATHOLOGICAL]
+    assert_same(tok.encode_batch(docs).tolist(), [gpt2_tt.encode_ordinary(d) for d in docs])
+    sess = tok._session()
+    assert sess.bpe_bits_pipeline is not None and sess.slices > 20
+    assert sess.continuation_dispatches > 0

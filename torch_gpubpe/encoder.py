@@ -267,6 +267,9 @@ class _Slot:
                 bind[18] = s.bpe_work
             bind.update(s.bpe_bind)
         walk = s.chunked_bindings
+        if s.bpe_bits_pipeline is not None:  # merge-order WORD_BITS: word starts as bits first
+            self.wbits = g.buffer(((cap_n + 31) // 32 + 2) * 4, U.STORAGE, f"{lab}.word_bits")
+            bind[16] = bind[23] = self.wbits
         if s.pretok:  # the walk reads word starts from the regex pre-tokenizer's mask
             self.pt = s.pretok.scratch(cap_n, self.text, self.bits, f"{lab}.pretok")
             bind[16] = self.pt.mask
@@ -276,6 +279,8 @@ class _Slot:
                    "compact": (1, 4, 7, 8, 9, 10, 11, 12)}
         if s.long_from:
             uses_of["ends"] = (6, 7, 8)
+        if s.bpe_bits_pipeline is not None:
+            uses_of["wbits"] = (0, 1, 8, 23)
         for name, uses in uses_of.items():
             self.bg[name] = g.bind_group(s.pipes[name], {b: bind[b] for b in uses},
                                          label=f"{lab}.{name}")
@@ -471,6 +476,8 @@ class _Slot:
         if s.walk_sub > 1:  # merge-order walk in workgroups smaller than a block (WALK_WG64)
             cont_grid = g.grid((self.nb if first else cont_blocks) * s.walk_sub)
         walks = 1 if first else continuations
+        if first and s.bpe_bits_pipeline is not None:  # (WORD_BITS) the walk's word starts
+            s.dispatch(cp, "wbits", self.bg["wbits"], g.grid(-(-(self.n // 32 + 2) // WG)))
         for _ in range(walks):
             s.dispatch(cp, "chunked", self.bg["chunked"], cont_grid)
         if walks and s.long_from:  # (re)find the ends of the long-word regions
@@ -886,6 +893,7 @@ class _Session:
         self.pretok = None
         self.walk_sub = 1  # walk workgroups per block (merge-order mode: encoder_bpe.WALK_WG64)
         self.bpe_bind: dict = {}
+        self.bpe_bits_pipeline = None  # merge-order mode's WORD_BITS pass (encoder_bpe)
         walk_flags = g.flags
         if pre_tokenizer != "bytes-classes":  # a regex split (torch_gpubpe.unicode_pretok)
             from .unicode_pretok import UnicodePreTokenizer
@@ -909,6 +917,8 @@ class _Session:
             "prefix": g.pipeline("encode", "trie_prefix_sum", **kw),
             "compact": g.pipeline("encode", "trie_tokenizer_compact", **kw),
         }
+        if self.bpe_bits_pipeline is not None:
+            self.pipes["wbits"] = self.bpe_bits_pipeline
         if self.long_from:
             for name, entry in (("ends", "long_word_ends"), ("lperiods", "long_periods"),
                                 ("lmatch", "long_match"),

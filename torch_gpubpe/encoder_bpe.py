@@ -102,16 +102,24 @@ next walk's trie steps), no token-before-the-previous (a pop scans back for it) 
 byte (the walk's first trie step reads it again): about 10 fewer live 32-bit values. Why it may
 be faster: TEXT_WINDOW's 6 more registers cost 28% on the H200 (runs of 17:19 and 17:34 UTC),
 as if the walk sits at an occupancy step. Off until measured."""
+WORD_BITS = False
+"""Whether the word starts of this project's split (DESIGN.md §2) are computed first, as bits,
+by ``bpe_word_bits`` (one thread per 32 bytes, in the walk's compute pass, so in its time),
+and the walk is the WORD_MASK build that regex pre-tokenizers use: each word-start test one
+bit instead of two doc_bits bits, three text bytes and the byte-class rule (a trie step tests
+the byte after its match; PROFILE counters: ~8 text loads per input byte). No effect with a
+regex pre-tokenizer (its mask is used already). Off until measured."""
 WALK_SWITCHES = ("PREFETCH_ROWS", "OVERLAP_TRY", "SHORT_SEARCH", "FUSED_EDGES", "D2_LUT",
-                 "LAZY_ROWS", "TEXT_WINDOW", "SPINE_ROWS", "WALK_WG64", "D1_GLOBAL", "LEAN_STATE")
+                 "LAZY_ROWS", "TEXT_WINDOW", "SPINE_ROWS", "WALK_WG64", "D1_GLOBAL", "LEAN_STATE",
+                 "WORD_BITS")
 """The module-level build switches of the walk (each exact; tests flip each one)."""
 SPEEDUPS = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS", "TEXT_WINDOW",
             "SPINE_ROWS")
 """The switches that cut the walk's loads (issue 15: kernels within 2x of greedy's); the
 benchmarks also time them all off (all on, when they are not the default)."""
-OCCUPANCY = ("WALK_WG64", "D1_GLOBAL", "LEAN_STATE")
-"""The switches aimed at the SM's occupancy and the workgroup tail (not at loads); the
-benchmarks also time them together."""
+OCCUPANCY = ("WALK_WG64", "D1_GLOBAL", "LEAN_STATE", "WORD_BITS")
+"""The switches of 19:00-20:00 UTC 2026-12-01 (occupancy, the workgroup tail, the word-start
+tests); the benchmarks also time them together."""
 
 DEFAULTS = {k: globals()[k] for k in WALK_SWITCHES}
 """The switches' defaults (before TORCH_GPUBPE_WALK_SWITCHES)."""
@@ -284,6 +292,18 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False
         sess.bpe_work = g.buffer(4 * W_COUNT, U.STORAGE | U.COPY_SRC | U.COPY_DST,
                                  "encode_bpe.work")
         g.device.queue.write_buffer(sess.bpe_work, 0, np.zeros(W_COUNT, np.uint32))
+    sess.bpe_bits_pipeline = None
+    if WORD_BITS and sess.pretok is None:  # word starts as bits first (bpe_word_bits)
+        flags.add("WORD_MASK")
+        sess.chunked_bindings = tuple(b for b in sess.chunked_bindings if b != 1) + (16,)
+        bits_flags = frozenset(flags - {"WORD_MASK", "D1_GLOBAL", "PROFILE"})
+        bsrc = None  # (the default build's module, cached under the shader's name)
+        if bits_flags != frozenset(g.flags):
+            from .shaders import shader_source
+
+            bsrc = shader_source("encode_bpe", bits_flags)
+        sess.bpe_bits_pipeline = g.pipeline("encode_bpe", "bpe_word_bits",
+                                            constants={"WG": 256}, source=bsrc)
     if flags != set(g.flags):
         from .shaders import shader_source
 

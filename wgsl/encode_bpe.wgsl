@@ -126,6 +126,8 @@ override LEAN_STATE: bool = false;    // (with SPINE_ROWS) fewer registers acros
                                       // kept (the spines row loaded when cand is accepted and
                                       // its word goes on), no pprev (a pop scans back), no b0
                                       // (the first trie step reads the byte again)
+override WORD_BITS: bool = false;     // (the host builds the walk with WORD_MASK and runs
+                                      // bpe_word_bits first: the word starts as bits)
 override ALL_REACHABLE: bool = false;  // no unreachable token (GPT-2, Qwen2, vocabs trained by
                                        // merges): skip the per-node check and whole-word rule
 
@@ -876,3 +878,29 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     if (lane_wg < W_COUNT) { atomicAdd(&work[lane_wg], atomicLoad(&wg_work[lane_wg])); }
 //#endif
 }
+
+//#if WORD_MASK
+//#else
+// WORD_BITS (torch_gpubpe/encoder_bpe.py): this project's word starts (DESIGN.md §2) of the
+// slice as bits, for the walk's WORD_MASK build, which then reads one bit per word-start test
+// (a trie step tests the byte after its match) instead of doc_bits bits and three text bytes.
+// One thread per 32 bytes: word w of starts_out holds bits 32w .. 32w + 31 (word_start_at of
+// each byte below n; 0 above). Run in the walk's compute pass, before its first dispatch.
+//  23 starts_out : storage, read_write  array<u32>  ((n + 31) / 32 words, and one more)
+@group(0) @binding(23) var<storage, read_write> starts_out: array<u32>;
+
+@compute @workgroup_size(WG)
+fn bpe_word_bits(@builtin(workgroup_id) wid: vec3<u32>,
+                 @builtin(num_workgroups) nwg: vec3<u32>,
+                 @builtin(local_invocation_index) lid: u32) {
+    let n = params.n;
+    let w = linear_workgroup(wid, nwg) * WG + lid;
+    if (w > (n + 31u) / 32u) { return; }
+    var bits = 0u;
+    for (var k = 0u; k < 32u; k++) {
+        let i = 32u * w + k;
+        if (i < n && word_start_at(i)) { bits |= 1u << k; }
+    }
+    starts_out[w] = bits;
+}
+//#endif
