@@ -18,8 +18,9 @@ Every path reads the same files (``--repeat`` lists them K times) and gives the 
   whole and by its own summary line (reading to the last write);
 * in-process loop: FileReader → ``Tokenizer.submit_arrow``, two batches in flight, session
   already open (the encoder's ceiling on these files: no process start, nothing written);
-* Ray ``files``: ``tokenize_files`` (a dataset of the paths; the actor reads its files with
-  FileReader and runs the CLI's loop; token tables to the driver);
+* Ray ``files``: ``tokenize_files`` (a dataset of the paths; each call runs the CLI's pipeline,
+  ``torch_gpubpe.pipeline``, over its files: one FileReader, read-ahead, pack thread, two GPU
+  batches in flight; token tables to the driver);
 * Ray ``shards``: ``tokenize_files(out_dir=...)``: the actor writes a Megatron part per file
   (ShardWriter, as the CLI), then ``merge_shard_lists`` (renames) makes one list;
 * Ray ``parquet``: ``ray.data.read_parquet`` → ``tokenize_dataset`` (Ray tasks read, the
@@ -29,7 +30,7 @@ Every path reads the same files (``--repeat`` lists them K times) and gives the 
   store hop costs without Ray's parquet reader).
 
 ``--runs files:2 shards:2 parquet:2`` says which Ray runs (``pipeline:calls at once in the
-actor``), one after another in the same cluster; the first run also pays Ray's cold workers
+actor``, for files/shards optionally ``:files per call``), one after another in the same cluster; the first run also pays Ray's cold workers
 (importing ray.data), as a user's first job does. ``--preload-runs files:2 shards:2`` then
 runs these in a second cluster whose prestarted workers imported ray.data and torch_gpubpe
 before taking work (Ray's system config ``preload_python_modules``). Each Ray run is timed
@@ -37,8 +38,10 @@ from the call that builds the dataset to the last token batch at the driver, or 
 shard list (``ray.init`` apart: a cluster is already up where such jobs run). Printed per Ray run: the timeline (driver planning, actor process, ``__init__``,
 GPU open, first batch at the actor, first token batch at the driver, last call), the steady state
 (the actor's window: first call start to last call end; MB/s; share of the window with a call
-running; time the actor's calls spent in Ray between yields), where the time beyond the CLI's
-goes, from what size Ray reaches 80% of the CLI, GPU busy/SM clock (nvidia-smi), Ray's
+running; time the actor's calls spent in Ray between yields), the actor's environment
+(``OMP_NUM_THREADS``, Arrow's CPU pool, niceness), its CPU in cores against the CLI's, the
+pipeline's stages in the actor's calls beside the CLI's (``encode --debug``'s names: reader /
+upload / GPU; also a column of the table), where the time beyond the CLI's goes, from what size Ray reaches 80% of the CLI, GPU busy/SM clock (nvidia-smi), Ray's
 per-operator stats; then machine / date / command.
 """
 
@@ -295,8 +298,9 @@ def read_file_tables(batch, text_column: str):
 
 
 def ray_pipeline(ray, vocab: Vocab, files: list[str], a, kind: str, calls: int,
-                 trace: str) -> dict:
-    """One Ray run: tokens, driver times (wall), Ray's stats."""
+                 trace: str, per_call: int | None = None) -> dict:
+    """One Ray run: tokens, driver times (wall), Ray's stats. ``per_call``: files per call
+    (files / shards runs; default ``--files-per-call``)."""
     r: dict = {"t0": time.time()}
     common = dict(num_gpus=a.num_gpus or None, actors=a.concurrency, calls_per_actor=calls,
                   text_column=a.text_column, trace=trace)
@@ -305,7 +309,7 @@ def ray_pipeline(ray, vocab: Vocab, files: list[str], a, kind: str, calls: int,
         if kind == "shards":   # each actor writes a Megatron part per file (no EOT: the
             out = Path(tempfile.mkdtemp(prefix="ray_encode_shards_", dir=a.cli_out_dir))
             common.update(out_dir=str(out / ".parts"), fmt="megatron", eot=None)  # CLI's count)
-        ds = tokenize_files(files, vocab, files_per_call=a.files_per_call,
+        ds = tokenize_files(files, vocab, files_per_call=per_call or a.files_per_call,
                             cls=TracedTokenizeFiles, **common)
         r["planned"] = time.time()
         if out is not None:
@@ -504,12 +508,15 @@ def main() -> None:
     ap.add_argument("--vocab-size", type=int, default=32_768)
     ap.add_argument("--train-bytes", type=float, default=100e6)
     ap.add_argument("--runs", nargs="+", default=["files:2", "shards:2", "parquet:2"],
-                    help="Ray runs, in order, each PIPELINE:CALLS (files = tokenize_files, "
+                    help="Ray runs, in order, each PIPELINE:CALLS[:FILES_PER_CALL] (files = "
+                         "tokenize_files, "
                          "token tables to the driver; shards = tokenize_files(out_dir=): the "
                          "actor writes Megatron parts, merged after (as the CLI, tokens on "
                          "disk); parquet = read_parquet + tokenize_dataset; readtasks = Ray "
                          "tasks read with FileReader (from_items + map_batches), then "
-                         "tokenize_dataset; CALLS: calls at once in the actor)")
+                         "tokenize_dataset; CALLS: calls at once in the actor; "
+                         "FILES_PER_CALL, files/shards runs: instead of --files-per-call, e.g. "
+                         "shards:1:32 = one call over 32 files, the CLI's pipeline once)")
     ap.add_argument("--preload-runs", nargs="*", default=["files:2", "shards:2"],
                     help="then these runs in a second cluster whose prestarted workers import "
                          f"{PRELOAD} before taking work (Ray's system config "
@@ -533,13 +540,17 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=1, help="Ray GPU actors")
     ap.add_argument("--cpus", type=int, default=os.cpu_count(), help="CPUs for ray.init")
     a = ap.parse_args()
-    def specs(given: list[str], opt: str) -> list[tuple[str, int]]:
+    def specs(given: list[str], opt: str) -> list[tuple[str, int, int | None]]:
         out = []
         for spec in given:
-            kind, _, calls = spec.partition(":")
-            if kind not in KINDS or not calls.isdigit() or int(calls) < 1:
-                sys.exit(f"{opt}: {spec!r} is not KIND:N, KIND one of {KINDS}")
-            out.append((kind, int(calls)))
+            kind, _, rest = spec.partition(":")
+            calls, _, per = rest.partition(":")
+            if kind not in KINDS or not calls.isdigit() or int(calls) < 1 or \
+                    (per and (not per.isdigit() or int(per) < 1 or kind not in ("files",
+                                                                              "shards"))):
+                sys.exit(f"{opt}: {spec!r} is not KIND:N or files/shards:N:FILES_PER_CALL, "
+                         f"KIND one of {KINDS}")
+            out.append((kind, int(calls), int(per) if per else None))
         return out
 
     runs, preload_runs = specs(a.runs, "--runs"), specs(a.preload_runs, "--preload-runs")
@@ -615,11 +626,12 @@ def main() -> None:
               f"{os.environ.get(env_pre, '(unset)')}")
         ray.data.DataContext.get_current().enable_progress_bars = False
         try:
-            for kind, calls in specs:
-                label = kind + (" (workers preloaded)" if preload else "")
+            for kind, calls, per in specs:
+                label = kind + (f", {per} file(s) per call" if per else "") + (
+                    " (workers preloaded)" if preload else "")
                 trace = tempfile.mktemp(prefix="ray_encode_trace_", suffix=".jsonl")
                 with StampedMonitor() as mon2:
-                    r = ray_pipeline(ray, vocab, files, a, kind, calls, trace)
+                    r = ray_pipeline(ray, vocab, files, a, kind, calls, trace, per)
                 s2 = r["end"] - r["t0"]
                 print(f"ray {label}, {calls} call(s) at once: {r['tokens']:,} tokens in "
                       f"{s2:.2f} s = {nbytes / s2 / 1e6:,.1f} MB/s end to end; "
