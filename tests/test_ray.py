@@ -249,6 +249,33 @@ def test_tokenize_files_cuts_a_gpu_batch_at_its_files_ends(tmp_path, vocab, docs
     assert _read_shards(tmp_path / "out", info, "megatron") == [w for _, _, w in want]
 
 
+def test_tokenize_files_says_when_arrows_pool_decodes_csv_on_fewer_threads(tmp_path, vocab,
+                                                                          docs):
+    """Ray's OMP_NUM_THREADS=1 sizes Arrow's CPU pool, which parses CSV: recorded, warned."""
+    import pyarrow.csv as pcsv
+
+    from torch_gpubpe import ray as tray
+    from torch_gpubpe.notices import GPUBPEWarning
+
+    pcsv.write_csv(pa.table({"text": docs[:30]}), tmp_path / "a.csv")
+    keep = pa.cpu_count()
+    tray.TokenizeFiles._warned_pool = False
+    try:
+        pa.set_cpu_count(1)
+        fn = TokenizeFiles(vocab, read_threads=2)
+        with pytest.warns(GPUBPEWarning, match="Arrow's CPU pool, here 1 thread"):
+            rows = [r for t in fn(pa.table({"path": [str(tmp_path / "a.csv")]}))
+                    for r in t.to_pylist()]
+        assert [r["input_ids"] for r in rows] == _expected(vocab, docs[:30])
+        assert fn.stats["arrow_cpu_count"] == 1
+        pa.set_cpu_count(2)
+        fn = TokenizeFiles(vocab, read_threads=2)
+        list(fn(pa.table({"path": [str(tmp_path / "a.csv")]})))
+        assert "arrow_cpu_count" not in fn.stats
+    finally:
+        pa.set_cpu_count(keep)
+
+
 @pytest.mark.parametrize("fmt", ["llmc", "megatron", "flat"])
 def test_write_shards_per_batch_then_one_shard_list(tmp_path, vocab, docs, fmt):
     eot = vocab.token_to_id(EOT)

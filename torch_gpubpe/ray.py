@@ -55,6 +55,14 @@ driver that starts a local cluster) makes the workers Ray starts ahead import th
 taking work (``benchmarks/ray_encode.py --preload-runs`` measures it). ``ray`` is an optional
 dependency (``pip install torch_gpubpe[ray]``); this module imports it only inside functions.
 
+A Ray worker is not the CLI's process: Ray sets ``OMP_NUM_THREADS`` to the actor's ``num_cpus``
+(1 without it), which sizes Arrow's CPU pool (``pyarrow.cpu_count()``), and runs its workers at
+niceness 15. :class:`TokenizeFiles` reads as the CLI does anyway: FileReader decodes parquet
+and JSON Lines on its own threads (sized by ``os.cpu_count()``), not on Arrow's pool (with it,
+an actor decoded every row group on one thread: 20% of the CLI's rate on the H200); CSV and
+Arrow IPC files still use Arrow's pool (recorded in ``stats``, warned once: pass
+``ray_remote_args={"num_cpus": N}``).
+
 Examples (one GPU, parquet files with a ``text`` column)::
 
     from torch_gpubpe import Vocab
@@ -509,7 +517,9 @@ class TokenizeFiles:
     Attributes:
         stats: ``skipped_none`` (rows whose text is None), ``calls`` (finished), ``seconds``:
             the pipeline's stages summed over the calls (``encode --debug``'s names:
-            ``wait_reader``, ``upload_and_submit``, ``wait_gpu_and_readback``, ...).
+            ``wait_reader``, ``upload_and_submit``, ``wait_gpu_and_readback``, ...);
+            ``arrow_cpu_count`` when CSV / Arrow IPC files were decoded on an Arrow CPU pool
+            smaller than the reader's thread count (warned once).
 
     Raises (from ``__call__``):
         InputError: the path column is missing; a file cannot be read or a value is not text
@@ -641,6 +651,26 @@ class TokenizeFiles:
             open_next()
             yield close_current()
 
+    _warned_pool = False
+
+    def _check_arrow_pool(self, reader) -> None:
+        """CSV and Arrow IPC files are parsed / decompressed on Arrow's CPU pool, sized by
+        ``OMP_NUM_THREADS`` (Ray: 1 in an actor without ``num_cpus``): say so (stats, once)."""
+        import pyarrow as pa
+
+        slow = sorted({f for f in reader.formats if f in ("csv", "arrow")})
+        if slow and pa.cpu_count() < reader.threads:
+            self.stats["arrow_cpu_count"] = pa.cpu_count()
+            if not TokenizeFiles._warned_pool:
+                TokenizeFiles._warned_pool = True
+                notices.warn(f"torch_gpubpe.ray: {'/'.join(slow)} files are decoded on Arrow's "
+                             f"CPU pool, here {pa.cpu_count()} thread(s) (OMP_NUM_THREADS="
+                             f"{os.environ.get('OMP_NUM_THREADS')}; Ray sets it to the actor's "
+                             f"num_cpus, 1 without): pass ray_remote_args={{'num_cpus': "
+                             f"{reader.threads}}} or set OMP_NUM_THREADS in its runtime_env "
+                             "(parquet and JSON Lines are decoded on the reader's own threads)",
+                             stacklevel=3)
+
     def _encoded(self, paths: list[str]):
         """On the prefetch thread: the ``encode`` CLI's pipeline (:mod:`torch_gpubpe.pipeline`:
         one FileReader over the call's files, its read-ahead threads and pack thread, two GPU
@@ -653,6 +683,7 @@ class TokenizeFiles:
         st: dict = {}
         reader = FileReader(paths, text_column=self.text_column, format=self.format,
                             threads=self.read_threads, nice=self.read_nice)
+        self._check_arrow_pool(reader)
         pump = read_ahead(reader, batch_bytes=self.batch_bytes, stats=st,
                           name="torch_gpubpe ray read")
         tok = self.enc._make_tokenizer()
