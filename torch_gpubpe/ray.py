@@ -59,7 +59,8 @@ A Ray worker is not the CLI's process: Ray sets ``OMP_NUM_THREADS`` to the actor
 (1 without it), which sizes Arrow's CPU pool (``pyarrow.cpu_count()``), and runs its workers at
 niceness 15. :class:`TokenizeFiles` reads as the CLI does anyway: FileReader decodes parquet
 and JSON Lines on its own threads (sized by ``os.cpu_count()``), not on Arrow's pool (with it,
-an actor decoded every row group on one thread: 20% of the CLI's rate on the H200); CSV and
+an actor decoded every row group on one thread: the H200 run of 17:49 UTC had the actor at
+~1.5 cores and 20% of the CLI's rate); CSV and
 Arrow IPC files still use Arrow's pool (recorded in ``stats``, warned once: pass
 ``ray_remote_args={"num_cpus": N}``).
 
