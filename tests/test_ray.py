@@ -7,6 +7,7 @@ instance (``ray.init(num_cpus=2)``; lavapipe as the GPU) reading parquet files.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -247,6 +248,28 @@ def test_tokenize_files_cuts_a_gpu_batch_at_its_files_ends(tmp_path, vocab, docs
     assert [r["num_documents"] for r in rows] == [len(docs) - 40, 0, 40, 40, 25, 0]
     info = merge_shard_lists(rows, tmp_path / "out", fmt="megatron")
     assert _read_shards(tmp_path / "out", info, "megatron") == [w for _, _, w in want]
+
+
+def test_tokenize_files_shards_hold_the_encode_clis_tokens(tmp_path, vocab, text_files):
+    """The same files through the ``encode`` command and through TokenizeFiles' parts merged:
+    the same documents' tokens (llm.c: the same token stream; Megatron: the same sequences)."""
+    from torch_gpubpe import cli
+
+    vocab.save(tmp_path / "vocab.json")
+    for fmt, eot in (("llmc", EOT), ("megatron", None)):
+        cli_out = tmp_path / f"cli-{fmt}"
+        assert cli.main(["encode", "--vocab", str(tmp_path / "vocab.json"), "--data-files",
+                         *text_files, "--out", str(cli_out), "--output-format", fmt,
+                         "--no-progress", "--batch-bytes", "2K"]) == 0
+        cli_info = json.loads((cli_out / "meta.json").read_text())
+        fn = TokenizeFiles(vocab, out_dir=tmp_path / f"parts-{fmt}", fmt=fmt, eot=eot)
+        rows = [r for t in fn(pa.table({"path": text_files, "index": [0, 1, 2]}))
+                for r in t.to_pylist()]
+        info = merge_shard_lists(rows, tmp_path / f"ray-{fmt}", fmt=fmt)
+        assert _read_shards(tmp_path / f"ray-{fmt}", info, fmt) == \
+            _read_shards(cli_out, cli_info, fmt)
+        assert info["num_documents"] == cli_info["num_documents"] and \
+            info["num_tokens"] == cli_info["num_tokens"]
 
 
 def test_tokenize_files_says_when_arrows_pool_decodes_csv_on_fewer_threads(tmp_path, vocab,
