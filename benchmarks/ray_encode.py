@@ -682,6 +682,8 @@ def main() -> None:
         print("\nRay Data stats (per operator):\n" + ray_stats_summary(r["stats"]))
     counts = ({t for t, _ in loops} | {c["tokens"] for c in clis}
               | {r["tokens"] for _, _, r, _, _ in done})
+    for _, _, _, trace, _ in done:
+        Path(trace).unlink(missing_ok=True)
     if len(counts) != 1:
         sys.exit(f"token counts differ: {sorted(counts)}")
     print_footer()
