@@ -63,13 +63,17 @@ def best(fn, repeat: int) -> tuple[float, float, bytes]:
 
 
 def trainer_docs(paths: list[Path], max_bytes: int, piece: int) -> list[str]:
-    """Documents of ``piece`` characters cut from every corpus in turn (the last piece of each
-    document shorter), repeated (each repeat a new object, cut at another phase) until
-    ``max_bytes`` UTF-8 bytes."""
+    """Documents of about ``piece`` characters (the 868 MB training corpus's mean: 11 KB):
+    the corpora's texts in turn, short ones joined (by a newline) and long ones cut, repeated
+    (each repeat new objects, cut at another phase) until ``max_bytes`` UTF-8 bytes."""
     texts = [json.loads(line)["text"] for p in paths for line in gzip.open(p, "rt")]
-    docs, total, phase = [], 0, 0
+    docs, total, phase, cur = [], 0, 0, []
     while total < max_bytes:
         for t in texts:
+            cur.append(t)
+            if sum(map(len, cur)) < piece:
+                continue
+            t, cur = "\n".join(cur), []
             for a in range(-phase if phase else 0, len(t), piece):
                 d = t[max(a, 0) : a + piece]
                 if d:

@@ -93,6 +93,25 @@ def test_every_path_gives_the_bytes_of_to_bytes(docs):
             assert got == want, (name, threads)
 
 
+@settings(max_examples=150, deadline=None)
+@given(docs=st.lists(_doc(), max_size=12))
+def test_the_portable_build_gives_the_same_bytes(docs):
+    """The build without SSE2 blocks (-DGPUBPE_NO_SIMD: 64-bit words) packs as the SIMD one."""
+    lib = _portable()
+    for mode in (0, 1):
+        assert str_pack._pack_arrays(lib, docs, 0, 1, mode)[0].tobytes() == _want(docs)
+
+
+_PORTABLE: list = []
+
+
+def _portable():
+    if not _PORTABLE:
+        _PORTABLE.append(_utf8_native.build(["-DGPUBPE_NO_SIMD"]))
+    str_pack.available()   # (the layout, checked)
+    return _PORTABLE[0]
+
+
 @pytest.mark.parametrize("n", LENGTHS)
 @pytest.mark.parametrize("c", ["a", "\xe9", "\u4e2d", "\U0001f600", "\ud800", "\ud83d\ude00"])
 def test_boundary_lengths_of_each_kind(n, c):
@@ -105,6 +124,8 @@ def test_boundary_lengths_of_each_kind(n, c):
         want = _want(docs)
         for name, got in _every_path(docs, 2).items():
             assert got == want, (name, repr(s[:40]), len(s))
+        for mode in (0, 1):
+            assert str_pack._pack_arrays(_portable(), docs, 0, 1, mode)[0].tobytes() == want
 
 
 def test_surrogates_as_to_bytes():

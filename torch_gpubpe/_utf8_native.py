@@ -39,9 +39,9 @@ def _cache_dirs() -> list[Path]:
     return [Path(base) / "torch_gpubpe", Path(tempfile.gettempdir()) / f"torch_gpubpe-{os.getuid()}"]
 
 
-def _build(cc: str) -> tuple[ctypes.CDLL | None, str | None]:
+def _build(cc: str, flags: list[str] = FLAGS) -> tuple[ctypes.CDLL | None, str | None]:
     src = SOURCE.read_bytes()
-    key = hashlib.blake2b(src + " ".join([cc, *FLAGS, platform.machine()]).encode(),
+    key = hashlib.blake2b(src + " ".join([cc, *flags, platform.machine()]).encode(),
                           digest_size=10).hexdigest()
     errors = []
     for d in _cache_dirs():
@@ -50,7 +50,7 @@ def _build(cc: str) -> tuple[ctypes.CDLL | None, str | None]:
             try:
                 d.mkdir(parents=True, exist_ok=True)
                 tmp = d / f".utf8pack-{key}-{os.getpid()}-{threading.get_ident()}.so"
-                r = subprocess.run([*cc.split(), *FLAGS, "-o", str(tmp), str(SOURCE)],
+                r = subprocess.run([*cc.split(), *flags, "-o", str(tmp), str(SOURCE)],
                                    capture_output=True, text=True, timeout=120)
                 if r.returncode:
                     tmp.unlink(missing_ok=True)
@@ -94,6 +94,18 @@ def library() -> ctypes.CDLL | None:
             _state["why"] = why
             _state["lib"] = None if lib is None else _typed(lib)
     return _state["lib"]
+
+
+def build(extra_flags: list[str]) -> ctypes.CDLL:
+    """Another build of the library with ``extra_flags`` (e.g. ``-DGPUBPE_NO_SIMD``: the tests
+    compare the portable path with the SIMD one). Raises OSError where it cannot be built."""
+    cc = _compiler()
+    if cc is None:
+        raise OSError("no C compiler")
+    lib, why = _build(cc, [*FLAGS, *extra_flags])
+    if lib is None:
+        raise OSError(why)
+    return _typed(lib)
 
 
 def why_not() -> str | None:

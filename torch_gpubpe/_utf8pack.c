@@ -18,7 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#ifdef __SSE2__
+#if defined(__SSE2__) && !defined(GPUBPE_NO_SIMD)
+#define GPUBPE_SSE2 1
 #include <emmintrin.h>
 #endif
 
@@ -194,38 +195,117 @@ static inline uint8_t *put(uint8_t *o, uint32_t c)
 
 /* Each encodes units s[*i..n) into o, stopping once *i reaches `stop` (a pair is not split:
    its high half is read with the low one, so *i may end at stop + 1); returns the new o.
-   Blocks of 16 ASCII characters are copied at once (SSE2, else 64-bit words); after a block
-   that is not all ASCII, the next 16 characters are encoded one by one. */
-#ifdef __SSE2__
+   With SSE2, 16 characters are looked at a time: all ASCII, they are packed to 16 bytes at
+   once; else the ASCII ones before the first other one are (the 16 bytes stored, only those
+   kept), then that one character is encoded on its own; a block of 8 two-byte characters
+   (U+0080..U+07FF, kind 2) is encoded at once; other blocks character by character (`run`).
+   A store of 16 bytes never passes the room: it is made only with 16 characters left before
+   `stop`, whose UTF-8 takes at least 16 bytes. Without SSE2 (or with GPUBPE_NO_SIMD defined:
+   the tests build both), 64-bit words of ASCII. */
+#ifdef GPUBPE_SSE2
+#define LOAD(p) _mm_loadu_si128((const __m128i *)(p))
+#define STORE(p, v) _mm_storeu_si128((__m128i *)(p), v)
 #define ASCII_BLOCKS_enc1                                                                        \
+    run = 16;                                                                                    \
     while (i + 16 <= stop) {                                                                     \
-        __m128i v = _mm_loadu_si128((const __m128i *)(s + i));                                   \
-        if (_mm_movemask_epi8(v))                                                                \
+        __m128i v = LOAD(s + i);                                                                 \
+        unsigned m = (unsigned)_mm_movemask_epi8(v);                                             \
+        STORE(o, v);                                                                             \
+        if (!m) {                                                                                \
+            i += 16;                                                                             \
+            o += 16;                                                                             \
+            continue;                                                                            \
+        }                                                                                        \
+        unsigned lead = (unsigned)__builtin_ctz(m);                                              \
+        i += lead;                                                                               \
+        o += lead;                                                                               \
+        run = lead ? 1 : 16;                                                                     \
+        break;                                                                                   \
+    }
+
+#define ASCII_BLOCKS_enc2                                                                        \
+    run = 16;                                                                                    \
+    while (i + 16 <= stop) {                                                                     \
+        const __m128i z = _mm_setzero_si128(), h7 = _mm_set1_epi16((short)0xFF80);              \
+        __m128i a = LOAD(s + i), b = LOAD(s + i + 8);                                            \
+        unsigned ma = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(a, h7), z));    \
+        unsigned mb = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi16(_mm_and_si128(b, h7), z));    \
+        unsigned m = ma | (mb << 16);                                                            \
+        if (m == 0xFFFFFFFFu || (m & 1u)) {                                                     \
+            STORE(o, _mm_packus_epi16(a, b));                                                    \
+            if (m == 0xFFFFFFFFu) {                                                              \
+                i += 16;                                                                         \
+                o += 16;                                                                         \
+                continue;                                                                        \
+            }                                                                                    \
+            unsigned lead = (unsigned)__builtin_ctz(~m) >> 1;                                    \
+            i += lead;                                                                           \
+            o += lead;                                                                           \
+            run = 1;                                                                             \
             break;                                                                               \
-        _mm_storeu_si128((__m128i *)o, v);                                                       \
-        i += 16;                                                                                 \
-        o += 16;                                                                                 \
+        }                                                                                        \
+        if (!ma && _mm_movemask_epi8(_mm_cmpeq_epi16(                                            \
+                       _mm_and_si128(a, _mm_set1_epi16((short)0xF800)), z)) == 0xFFFF) {         \
+            __m128i lo = _mm_or_si128(_mm_srli_epi16(a, 6), _mm_set1_epi16(0xC0));              \
+            __m128i hi = _mm_or_si128(_mm_and_si128(a, _mm_set1_epi16(0x3F)),                    \
+                                      _mm_set1_epi16(0x80));                                     \
+            STORE(o, _mm_or_si128(lo, _mm_slli_epi16(hi, 8)));   /* 8 two-byte characters */  \
+            i += 8;                                                                              \
+            o += 16;                                                                             \
+            continue;                                                                            \
+        }                                                                                        \
+        run = 8;                                                                                 \
+        break;                                                                                   \
+    }
+
+#define ASCII_BLOCKS_enc4                                                                        \
+    run = 16;                                                                                    \
+    while (i + 16 <= stop) {                                                                     \
+        const __m128i z = _mm_setzero_si128(), h7 = _mm_set1_epi32((int)0xFFFFFF80);            \
+        __m128i a = LOAD(s + i), b = LOAD(s + i + 4), c = LOAD(s + i + 8), d = LOAD(s + i + 12); \
+        uint64_t m = (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi32(_mm_and_si128(a, h7), z)) \
+            | (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi32(_mm_and_si128(b, h7), z)) << 16 \
+            | (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi32(_mm_and_si128(c, h7), z)) << 32 \
+            | (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi32(_mm_and_si128(d, h7), z)) << 48; \
+        STORE(o, _mm_packus_epi16(_mm_packs_epi32(a, b), _mm_packs_epi32(c, d)));               \
+        if (m == ~0ull) {                                                                        \
+            i += 16;                                                                             \
+            o += 16;                                                                             \
+            continue;                                                                            \
+        }                                                                                        \
+        unsigned lead = (unsigned)__builtin_ctzll(~m) >> 2;                                      \
+        i += lead;                                                                               \
+        o += lead;                                                                               \
+        run = lead ? 1 : 4;                                                                      \
+        break;                                                                                   \
     }
 #else
-#define ASCII_BLOCKS_enc1                                                                        \
-    while (i + 8 <= stop) {                                                                      \
-        uint64_t w;                                                                              \
-        memcpy(&w, s + i, 8);                                                                    \
-        if (w & 0x8080808080808080ull)                                                           \
+#define ASCII_BLOCKS_WORDS(MASK, PER)                                                            \
+    run = 16;                                                                                    \
+    while (i + PER <= stop) {                                                                    \
+        uint64_t w[PER * sizeof s[0] / 8], any = 0;                                              \
+        memcpy(w, s + i, sizeof w);                                                              \
+        for (unsigned k = 0; k < sizeof w / 8; k++)                                              \
+            any |= w[k];                                                                         \
+        if (any & MASK)                                                                          \
             break;                                                                               \
-        memcpy(o, &w, 8);                                                                        \
-        i += 8;                                                                                  \
-        o += 8;                                                                                  \
+        for (unsigned k = 0; k < PER; k++)                                                       \
+            o[k] = (uint8_t)s[i + k];                                                            \
+        i += PER;                                                                                \
+        o += PER;                                                                                \
     }
+#define ASCII_BLOCKS_enc1 ASCII_BLOCKS_WORDS(0x8080808080808080ull, 8)
+#define ASCII_BLOCKS_enc2 ASCII_BLOCKS_WORDS(0xFF80FF80FF80FF80ull, 16)
+#define ASCII_BLOCKS_enc4 ASCII_BLOCKS_WORDS(0xFFFFFF80FFFFFF80ull, 8)
 #endif
 
 static uint8_t *enc1(const uint8_t *s, int64_t n, int64_t *pi, int64_t stop, uint8_t *o)
 {
-    int64_t i = *pi;
+    int64_t i = *pi, run;
     (void)n;
     while (i < stop) {
         ASCII_BLOCKS_enc1
-        int64_t lim = stop - i < 16 ? stop : i + 16;
+        int64_t lim = stop - i < run ? stop : i + run;
         while (i < lim) {
             uint8_t c = s[i++];
             if (c < 0x80) {
@@ -243,10 +323,10 @@ static uint8_t *enc1(const uint8_t *s, int64_t n, int64_t *pi, int64_t stop, uin
 #define ENC_WIDE(NAME, T)                                                                        \
     static uint8_t *NAME(const T *s, int64_t n, int64_t *pi, int64_t stop, uint8_t *o)         \
     {                                                                                            \
-        int64_t i = *pi;                                                                         \
+        int64_t i = *pi, run;                                                                    \
         while (i < stop) {                                                                       \
             ASCII_BLOCKS_##NAME                                                                  \
-            int64_t lim = stop - i < 16 ? stop : i + 16;                                         \
+            int64_t lim = stop - i < run ? stop : i + run;                                       \
             while (i < lim) {                                                                    \
                 uint32_t c = s[i++];                                                             \
                 if (c < 0x80) {                                                                  \
@@ -267,52 +347,6 @@ static uint8_t *enc1(const uint8_t *s, int64_t n, int64_t *pi, int64_t stop, uin
         *pi = i;                                                                                 \
         return o;                                                                                \
     }
-
-#ifdef __SSE2__
-/* 16 ASCII characters at a time: packed to bytes with unsigned saturation */
-#define ASCII_BLOCKS_enc2                                                                                \
-    while (i + 16 <= stop) {                                                                     \
-        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));                                   \
-        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 8));                               \
-        __m128i hi = _mm_and_si128(_mm_or_si128(a, b), _mm_set1_epi16((short)0xFF80));           \
-        if (_mm_movemask_epi8(_mm_cmpeq_epi16(hi, _mm_setzero_si128())) != 0xFFFF)              \
-            break;                                                                               \
-        _mm_storeu_si128((__m128i *)o, _mm_packus_epi16(a, b));                                  \
-        i += 16;                                                                                 \
-        o += 16;                                                                                 \
-    }
-#define ASCII_BLOCKS_enc4                                                                                \
-    while (i + 16 <= stop) {                                                                     \
-        __m128i a = _mm_loadu_si128((const __m128i *)(s + i));                                   \
-        __m128i b = _mm_loadu_si128((const __m128i *)(s + i + 4));                               \
-        __m128i c = _mm_loadu_si128((const __m128i *)(s + i + 8));                               \
-        __m128i d = _mm_loadu_si128((const __m128i *)(s + i + 12));                              \
-        __m128i or4 = _mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d));                      \
-        __m128i hi = _mm_and_si128(or4, _mm_set1_epi32((int)0xFFFFFF80));                        \
-        if (_mm_movemask_epi8(_mm_cmpeq_epi32(hi, _mm_setzero_si128())) != 0xFFFF)              \
-            break;                                                                               \
-        __m128i ab = _mm_packs_epi32(a, b), cd = _mm_packs_epi32(c, d);                          \
-        _mm_storeu_si128((__m128i *)o, _mm_packus_epi16(ab, cd));                                \
-        i += 16;                                                                                 \
-        o += 16;                                                                                 \
-    }
-#else
-#define ASCII_BLOCKS_WORDS(MASK, PER)                                                            \
-    while (i + PER <= stop) {                                                                    \
-        uint64_t w[PER * sizeof s[0] / 8], any = 0;                                              \
-        memcpy(w, s + i, sizeof w);                                                              \
-        for (unsigned k = 0; k < sizeof w / 8; k++)                                              \
-            any |= w[k];                                                                         \
-        if (any & MASK)                                                                          \
-            break;                                                                               \
-        for (unsigned k = 0; k < PER; k++)                                                       \
-            o[k] = (uint8_t)s[i + k];                                                            \
-        i += PER;                                                                                \
-        o += PER;                                                                                \
-    }
-#define ASCII_BLOCKS_enc2 ASCII_BLOCKS_WORDS(0xFF80FF80FF80FF80ull, 16)
-#define ASCII_BLOCKS_enc4 ASCII_BLOCKS_WORDS(0xFFFFFF80FFFFFF80ull, 8)
-#endif
 
 ENC_WIDE(enc2, uint16_t)
 ENC_WIDE(enc4, uint32_t)
