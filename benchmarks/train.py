@@ -342,7 +342,8 @@ def main() -> None:
               f"{g.get('merges_per_submit')} merges/submit, restarts {g.get('restarts')}, "
               f"rebuilds {g.get('rebuilds')}, walks continued {g.get('walks_paused')} "
               f"({g.get('continuation_dispatches')} dispatches), fallbacks "
-              f"{g.get('wgpu_fallbacks') or 'none'}; "
+              f"{g.get('wgpu_fallbacks') or 'none'}; str packer {g.get('str_packer')} "
+              f"(str fallbacks {g.get('str_fallbacks') or 'none'}); "
               f"gpu init wait {_fmt(g.get('seconds_gpu_init_wait'))} s, upload "
               f"{_fmt(g.get('seconds_upload'))} s")
     for m in ("gpubpe", "gpubpe_seed"):

@@ -159,6 +159,11 @@ def test_cached_utf8_bytes_subclasses_and_bad_items():
             pack(["a", "é", 5])
     with pytest.raises(InputError, match="document 7: expected str or bytes, got NoneType"):
         list(str_pack.pack_batches(iter(["é" * 3] * 7 + [None]), 4, {}))
+    released = memoryview(b"gone")
+    released.release()
+    for pack in (str_pack.pack, lambda d: list(str_pack.pack_batches(d, 4, {}))):
+        with pytest.raises(InputError, match="document 2: unreadable memoryview"):
+            pack(["ok", b"fine", released])
 
 
 @pytest.mark.parametrize("threads", [1, 2, 5])

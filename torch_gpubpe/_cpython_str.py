@@ -1,6 +1,11 @@
 """Every CPython ``str`` internal torch_gpubpe uses, behind one door: the UTF-8 of a batch of
 ``str`` documents made by several threads without the GIL.
 
+The packers (``encoder._pack``, ``pack_documents``, ``train(list)``) now go through
+:mod:`torch_gpubpe.str_pack` (one compiled call per thread range, on this module's checked
+layout); the iconv path below is what they take where that is not available
+(``fallbacks()["str_native"]`` says why).
+
 ``str.encode("utf-8")`` holds the GIL, so a batch of non-ASCII documents is packed by one
 thread (the host's bottleneck of ``Tokenizer.encode_batch`` and ``train(list_of_str)``). Here
 each compact ``str``'s characters are read in place (PEP 393: ``kind`` 1, 2 or 4 bytes per

@@ -89,6 +89,8 @@ def library() -> ctypes.CDLL | None:
                 why = "TORCH_GPUBPE_NATIVE_PACK=0"
             elif (cc := _compiler()) is None:
                 why = "no C compiler (set CC, or install cc/gcc/clang)"
+            elif not SOURCE.is_file():
+                why = f"{SOURCE} is missing (an incomplete install)"
             else:
                 lib, why = _build(cc)
             _state["why"] = why
