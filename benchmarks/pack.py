@@ -12,7 +12,7 @@ into the mapped upload buffer) and the trainer's batches (``pack_batches`` / the
 Usage::
 
     python3 benchmarks/pack.py                              # both shapes, threads 1 2 4 8 16
-    python3 benchmarks/pack.py --shape train --train-bytes 868e6 --threads 1 4 16
+    python3 benchmarks/pack.py --shape train --jsonl /tmp/big.jsonl --threads 1 4 16
 
 Each row is the best of ``--repeat`` runs: wall seconds, MB/s, the CPU seconds of the whole
 process (all threads) and MB per CPU second (≈ one thread's throughput: robust to a loaded
@@ -97,10 +97,11 @@ def packer_off():
         str_pack._state.update(saved)
 
 
-def rows_for(docs: list[str], nbytes: int, threads: list[int], shape: str) -> list:
+def rows_for(docs: list[str], nbytes: int, threads: list[int], shape: str,
+             iconv: bool = True) -> list:
     rows = [("to_bytes per document, joined (old loop)",
              lambda: b"".join([to_bytes(d) for d in docs]))]
-    for t in threads:
+    for t in threads if iconv else []:
         rows.append((f"iconv packer: utf8_parts + join_parts, {t} thr",
                      lambda t=t: _cpython_str.join_parts(_cpython_str.utf8_parts(docs, threads=t))))
     for t in threads:
@@ -138,7 +139,7 @@ def rows_for(docs: list[str], nbytes: int, threads: list[int], shape: str) -> li
     return rows
 
 
-def run_shape(name: str, docs: list[str], threads: list[int], repeat: int) -> None:
+def run_shape(name: str, docs: list[str], threads: list[int], repeat: int, iconv: bool) -> None:
     nbytes = sum(len(to_bytes(d)) for d in docs)
     na = sum(len(to_bytes(d)) for d in docs if not d.isascii())
     kinds = {1: 0, 2: 0, 4: 0}
@@ -152,7 +153,7 @@ def run_shape(name: str, docs: list[str], threads: list[int], repeat: int) -> No
           f"{kinds[4] / 1e6:.1f} MB)")
     want = None
     print(f"{'packer':<50} {'wall s':>8} {'MB/s':>8} {'CPU s':>8} {'MB/CPU s':>9}")
-    for label, fn in rows_for(docs, nbytes, threads, name):
+    for label, fn in rows_for(docs, nbytes, threads, name, iconv):
         wall, cpu, out = best(fn, repeat)
         want = out if want is None else want
         assert out == want, f"{label}: other bytes"
@@ -167,20 +168,27 @@ def main() -> None:
     ap.add_argument("--max-bytes", type=int, default=102_000_000, help="encode shape")
     ap.add_argument("--train-bytes", type=float, default=150e6, help="train shape")
     ap.add_argument("--train-doc-chars", type=int, default=11_000)
+    ap.add_argument("--jsonl", type=Path, help="train shape: these documents as they are "
+                    "(e.g. the 868 MB /tmp/big.jsonl of shared/device/gather_text.py)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--skip-iconv", action="store_true", help="no rows of the iconv packer")
     args = ap.parse_args()
     print(f"compiled packer: {str_pack.available()}, str_pack.THREADS {str_pack.THREADS}; "
           f"iconv packer: {_cpython_str.available()}; fallbacks {_cpython_str.fallbacks() or {}}")
     if args.shape in ("encode", "both"):
         docs = read_docs(args.corpus or [CORPORA / f"{n}.jsonl.gz" for n in DEFAULT_CORPORA],
                          args.max_bytes)
-        run_shape("encode", docs, args.threads, args.repeat)
+        run_shape("encode", docs, args.threads, args.repeat, not args.skip_iconv)
         del docs
     if args.shape in ("train", "both"):
-        paths = args.corpus or sorted(CORPORA.glob("*.jsonl.gz"))
-        docs = trainer_docs(paths, int(args.train_bytes), args.train_doc_chars)
-        run_shape("train", docs, args.threads, args.repeat)
+        if args.jsonl:
+            with open(args.jsonl, encoding="utf-8") as f:
+                docs = [json.loads(line)["text"] for line in f]
+        else:
+            paths = args.corpus or sorted(CORPORA.glob("*.jsonl.gz"))
+            docs = trainer_docs(paths, int(args.train_bytes), args.train_doc_chars)
+        run_shape("train", docs, args.threads, args.repeat, not args.skip_iconv)
     print_footer()
 
 

@@ -23,7 +23,7 @@ from torch_gpubpe.errors import InputError
 from torch_gpubpe.notices import GPUBPEWarning
 from torch_gpubpe.pretokenize import pack_documents
 from torch_gpubpe.reference import to_bytes
-from torch_gpubpe.wordcount import _batches
+from torch_gpubpe.wordcount import _batches, str_packer
 
 SURROGATES = "\ud800\udbff\udc00\udfff\ud83d\ude00"
 # lengths around the 16-character blocks and a 64 KiB bounce buffer's pieces (≈ 21,800
@@ -215,9 +215,7 @@ def test_the_paths_use_it():
     parts, offsets = _pack(docs, keep_parts=True)
     assert len(parts) == 1 and type(parts[0]) is str_pack.Packed
     assert type(_pack(docs, keep_parts=True, defer=False)[0]) is np.ndarray   # (encode_batches)
-    info: dict = {}
-    list(_batches(docs, 1 << 20, info))
-    assert info["str_packer"] == f"str_pack, {str_pack.THREADS} threads"
+    assert str_packer(docs) == f"str_pack, {str_pack.THREADS} threads"
 
 
 def test_a_pool_thread_does_not_wait_on_the_pool(monkeypatch):
@@ -252,9 +250,7 @@ def test_unavailable_gives_the_same_bytes_records_and_warns_once(monkeypatch):
         assert cs.fallbacks() == {"str_native": "TORCH_GPUBPE_NATIVE_PACK=0"}
         assert str_pack.pack(docs) is None
         assert all(b == _want(docs) for b in got)
-        info: dict = {}
-        list(_batches(docs, 4096, info))
-        assert info["str_packer"] == "to_bytes per document"
+        assert str_packer(docs) == "to_bytes per document"
     finally:
         _utf8_native.reset()
 

@@ -180,8 +180,10 @@ def train(
             ``gpu_memory_bytes`` (the run's GPU buffers), ``walks_paused`` and
             ``continuation_dispatches`` (word list: walks carried past the per-thread
             budget), ``wgpu_fallbacks`` (speed-only wgpu internals not used, see
-            :mod:`~torch_gpubpe._wgpu_internals`), ``str_fallbacks`` (the threaded str →
-            UTF-8 packer not used: :mod:`~torch_gpubpe._cpython_str`), ``count_pipeline``
+            :mod:`~torch_gpubpe._wgpu_internals`), ``str_fallbacks`` (the str → UTF-8
+            packers not used: :mod:`~torch_gpubpe._cpython_str`, ``"str_native"``:
+            :mod:`~torch_gpubpe.str_pack`), ``str_packer`` (the one that packed the
+            documents: :func:`~torch_gpubpe.wordcount.str_packer`), ``count_pipeline``
             (where counting's time went: :mod:`~torch_gpubpe.count_pipeline`),
             ``count_gpu_memory_bytes``, and, when
             counting spilled, ``spilled_runs``, ``spill_bytes``, ``seconds_spill``,
@@ -301,7 +303,7 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
     """train() after its checks: count under ``budget``, then merge."""
     from . import count_budget, count_pipeline
     from .count_budget import count_cpu
-    from .wordcount import GPUWordCounter, _batches
+    from .wordcount import GPUWordCounter, _batches, str_packer
 
     # Open the device on a thread meanwhile (the CPU counts the words, count_on="cpu", or packs
     # the first pieces for the GPU counter); the thread compiles the counting pipelines first
@@ -358,6 +360,7 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
             t4 = time.perf_counter()
     st.update(opener.times)
     st.update(info)
+    st["str_packer"] = str_packer(documents)
     if not info["corpus_bytes"]:
         raise InputError(
             f"empty corpus: {info['num_documents']} documents and 0 bytes of text; nothing to "

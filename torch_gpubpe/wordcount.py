@@ -65,8 +65,8 @@ def _batches(documents: Iterable[str | bytes], batch_bytes: int,
     pool thread, ``str_pack.THREADS`` batches in flight); where that is not available, one
     ``to_bytes`` per document on this thread (570 MB/s on the H200 host; the iconv packer of
     :mod:`._cpython_str` packed the trainer's 868 MB of 11 KB documents at 115-210 MB/s there,
-    its per-document Python work in the threads queueing on the GIL). ``info["str_packer"]``
-    says which."""
+    its per-document Python work in the threads queueing on the GIL). :func:`str_packer` says
+    which."""
     packed = getattr(documents, "packed_batches", None)
     if packed is not None:
         for data, offsets in packed(batch_bytes):
@@ -75,10 +75,8 @@ def _batches(documents: Iterable[str | bytes], batch_bytes: int,
             yield data, offsets
         return
     if str_pack.available():   # (the compiled packer: one pool task per batch, GIL-free)
-        info["str_packer"] = f"str_pack, {str_pack.THREADS} threads"
         yield from str_pack.pack_batches(documents, batch_bytes, info)
         return
-    info["str_packer"] = "to_bytes per document"
     parts: list[bytes] = []
     size = 0
     for k, doc in enumerate(documents):
@@ -95,6 +93,16 @@ def _batches(documents: Iterable[str | bytes], batch_bytes: int,
             parts, size = [], 0
     if parts:
         yield _pack(parts)
+
+
+def str_packer(documents) -> str:
+    """Which packer :func:`_batches` takes for ``documents`` (``train()``'s
+    ``stats["str_packer"]``)."""
+    if getattr(documents, "packed_batches", None) is not None:
+        return "the source's packed batches"
+    if str_pack.available():
+        return f"str_pack, {str_pack.THREADS} threads"
+    return "to_bytes per document"
 
 
 def _pack(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
