@@ -174,7 +174,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-iconv", action="store_true", help="no rows of the iconv packer")
     args = ap.parse_args()
-    print(f"compiled packer: {str_pack.available()}, str_pack.THREADS {str_pack.THREADS}; "
+    print(f"compiled packer: {str_pack.available()}, str_pack.THREADS {str_pack.THREADS}, "
+          f"BATCH_THREADS {str_pack.BATCH_THREADS}; "
           f"iconv packer: {_cpython_str.available()}; fallbacks {_cpython_str.fallbacks() or {}}")
     if args.shape in ("encode", "both"):
         docs = read_docs(args.corpus or [CORPORA / f"{n}.jsonl.gz" for n in DEFAULT_CORPORA],

@@ -215,7 +215,7 @@ def test_the_paths_use_it():
     parts, offsets = _pack(docs, keep_parts=True)
     assert len(parts) == 1 and type(parts[0]) is str_pack.Packed
     assert type(_pack(docs, keep_parts=True, defer=False)[0]) is np.ndarray   # (encode_batches)
-    assert str_packer(docs) == f"str_pack, {str_pack.THREADS} threads"
+    assert str_packer(docs) == f"str_pack, {str_pack.BATCH_THREADS} threads"
 
 
 def test_a_pool_thread_does_not_wait_on_the_pool(monkeypatch):
@@ -231,9 +231,10 @@ def test_threads_from_the_environment():
     import sys
 
     out = subprocess.run([sys.executable, "-c", "from torch_gpubpe import str_pack; "
-                          "print(str_pack.THREADS)"], capture_output=True, text=True,
-                         env={**os.environ, "TORCH_GPUBPE_PACK_THREADS": "3"}, check=True)
-    assert out.stdout.strip() == "3"
+                          "print(str_pack.THREADS, str_pack.BATCH_THREADS)"], capture_output=True,
+                         text=True, env={**os.environ, "TORCH_GPUBPE_PACK_THREADS": "3"},
+                         check=True)
+    assert out.stdout.split() == ["3", "3"]
 
 
 def test_unavailable_gives_the_same_bytes_records_and_warns_once(monkeypatch):

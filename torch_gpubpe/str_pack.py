@@ -28,7 +28,8 @@ Three shapes use it:
   batch, several in flight, buffers recycled once the consumer drops them).
 
 Threads: :data:`THREADS` (env ``TORCH_GPUBPE_PACK_THREADS``, default the CPU count, at most
-16) or the ``threads`` argument. Where the compiled part or the layout is not available,
+16; :data:`BATCH_THREADS` for the trainer's batches, at most 8 by default) or the ``threads``
+argument. Where the compiled part or the layout is not available,
 :func:`available` is False, ``_cpython_str.fallbacks()["str_native"]`` says why (copied by
 ``train()`` into ``stats["str_fallbacks"]``) and one ``GPUBPEWarning`` is given; the callers
 then pack as before.
@@ -54,7 +55,11 @@ import numpy as np
 from . import _cpython_str as _cs
 from . import _utf8_native, notices
 
-THREADS = max(1, int(os.environ.get("TORCH_GPUBPE_PACK_THREADS") or min(16, os.cpu_count() or 1)))
+_ENV_THREADS = os.environ.get("TORCH_GPUBPE_PACK_THREADS")
+THREADS = max(1, int(_ENV_THREADS or min(16, os.cpu_count() or 1)))
+BATCH_THREADS = max(1, int(_ENV_THREADS or min(8, os.cpu_count() or 1)))
+"""Threads (and batches in flight) of :func:`pack_batches`: fewer by default than
+:data:`THREADS` (8 already outrun the GPU's counting; each batch in flight holds its buffer)."""
 MIN_WORK = 1 << 20      # work units (≈ bytes) per thread at least: below, fewer threads
 BOUNCE = 1 << 16        # bytes of a thread's bounce buffer (cache-resident)
 _COST = np.array([1, 4, 4, 0, 4, 0], np.int64)   # work per unit by kind (0: memcpy; -1: last)
@@ -386,9 +391,9 @@ def pack_batches(documents: Iterable, batch_bytes: int, info: dict, *,
     lib = library()
     if lib is None:
         raise RuntimeError("str_pack.pack_batches needs the compiled packer (str_pack.available())")
-    inflight = max(1, THREADS if threads is None else threads)
+    inflight = max(1, BATCH_THREADS if threads is None else threads)
     pool = pool_for(inflight + 1)
-    buffers = _Buffers(2 * inflight + 6, 3 * batch_bytes + 64)
+    buffers = _Buffers(inflight + 8, 3 * batch_bytes + 64)   # (more alive: not kept after)
     it = iter(documents)
     pending: deque = deque()
     done = 0   # documents handed to tasks
@@ -428,4 +433,4 @@ def pack_batches(documents: Iterable, batch_bytes: int, info: dict, *,
         del fut, batches, data, offsets   # (the buffer is free once the consumer drops its views)
 
 
-__all__ = ["THREADS", "Packed", "available", "pack", "pack_batches"]
+__all__ = ["BATCH_THREADS", "THREADS", "Packed", "available", "pack", "pack_batches"]

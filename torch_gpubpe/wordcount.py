@@ -62,7 +62,7 @@ def _batches(documents: Iterable[str | bytes], batch_bytes: int,
     :class:`torch_gpubpe.readers.Reader`, the CLI's corpus reader) gives its batches as they
     are: no Python object per document. Other documents are packed by
     :func:`torch_gpubpe.str_pack.pack_batches` (one compiled, GIL-free call per batch on a
-    pool thread, ``str_pack.THREADS`` batches in flight); where that is not available, one
+    pool thread, ``str_pack.BATCH_THREADS`` batches in flight); where that is not available, one
     ``to_bytes`` per document on this thread (570 MB/s on the H200 host; the iconv packer of
     :mod:`._cpython_str` packed the trainer's 868 MB of 11 KB documents at 115-210 MB/s there,
     its per-document Python work in the threads queueing on the GIL). :func:`str_packer` says
@@ -101,7 +101,7 @@ def str_packer(documents) -> str:
     if getattr(documents, "packed_batches", None) is not None:
         return "the source's packed batches"
     if str_pack.available():
-        return f"str_pack, {str_pack.THREADS} threads"
+        return f"str_pack, {str_pack.BATCH_THREADS} threads"
     return "to_bytes per document"
 
 
