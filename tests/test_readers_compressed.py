@@ -137,17 +137,3 @@ def test_batches_held_while_chunk_buffers_are_reused(tmp_path):
     last = held[-1]
     n2 = len(docs[2::3])
     assert last.where(len(last) - 1) == f"{files[2]}:{n2 + -(-n2 // 7)}"
-
-
-@pytest.mark.parametrize("threads", [None, 1, 3, 5])
-def test_jsonl_width_by_default_half_the_threads_same_documents(tmp_path, threads, monkeypatch):
-    """By default JSON Lines decompresses on half the reader threads (each file's thread and
-    a parse task per unit of width); a given ``threads`` is the width itself; the documents do
-    not depend on it."""
-    monkeypatch.setattr(readers.os, "cpu_count", lambda: 6)
-    docs = corpus_docs("multi_udhr", max_bytes=200_000)
-    paths = [docs_file(tmp_path, docs[k::4], name=f"p{k}.jsonl.gz")[0] for k in range(4)]
-    r = FileReader(paths, chunk_bytes=4096, threads=threads)
-    assert r.json_width == (3 if threads is None else threads)
-    got = values(r)
-    assert got == [d.encode("utf-8", "surrogatepass") for k in range(4) for d in docs[k::4]]

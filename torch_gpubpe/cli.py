@@ -109,8 +109,7 @@ def _add_source_args(p: argparse.ArgumentParser, *, default_note: str) -> None:
                         "per blank-line paragraph, or per file (document); the same names as "
                         "TokenizedDataset's sample_by")
     g.add_argument("--read-threads", type=_positive_int, metavar="N",
-                   help="threads reading and decompressing files (default: CPU count, max 16; JSON "
-                        "Lines: half of it decompressing and as many parsing)")
+                   help="threads reading and decompressing files (default: CPU count, max 16)")
     g.add_argument("--read-nice", type=int, default=0, metavar="N", choices=range(20),
                    help="raise the reading threads' niceness by N (0-19; Linux): the threads "
                         "feeding the GPU get the cores first (default 0; encode: "

@@ -719,9 +719,7 @@ class FileReader(Reader):
         text_column: column / JSON field holding the text.
         format: one of :data:`FORMATS` for every file (``None``: from each file's extension).
         sample_by: plain-text files: ``"line"`` (default), ``"paragraph"`` or ``"document"``.
-        threads: reader threads (default: the CPU count, at most 16; JSON Lines then
-            decompresses at most half as many files at once and parses as many chunks, so
-            that its two kinds of thread together match the cores). Parquet row groups are
+        threads: reader threads (default: the CPU count, at most 16). Parquet row groups are
             decoded on these threads (``use_threads=False``), not on Arrow's CPU pool, whose size
             follows ``OMP_NUM_THREADS`` (1 in a Ray worker without ``num_cpus``: every row group
             of the call would be decoded on that one thread).
@@ -764,11 +762,6 @@ class FileReader(Reader):
         self.formats = [self.format or infer_format(p) for p in self.paths]
         self.sample_by = sample_by
         self.threads = max(1, min(threads or os.cpu_count() or 1, 16))
-        # JSON Lines runs two kinds of thread per unit of width, a file's decompressing thread
-        # and a parse task, so by default its width is half the threads: together about one per
-        # core, the rest left to the consumer (H200 host, 16 cores, 3.2 GB of jsonl.gz → llm.c
-        # shards: 4.17-4.69 s with 16 of each, 3.48-3.57 s with 8).
-        self.json_width = self.threads if threads else max(1, self.threads // 2)
         self.chunk_bytes = int(chunk_bytes)
         self.stats: dict = {}
         self.file_starts: list[tuple[int, int]] = []
@@ -995,7 +988,7 @@ class FileReader(Reader):
         live: deque = deque()
         it = iter(paths)
 
-        live_max = min(self.json_width, len(paths))
+        live_max = min(self.threads, len(paths))
         # Chunks each file may decompress ahead: the files are consumed in order, so without
         # room to run ahead only the first file's thread would work (one core of gzip).
         depth = max(3, self.read_ahead_bytes // max(1, self.chunk_bytes * live_max))
@@ -1023,7 +1016,7 @@ class FileReader(Reader):
                 pump.close()
 
     def _jsonl(self, paths, pool, skip):
-        buffers = _BufferPool(self.chunk_bytes, 4 * self.json_width)
+        buffers = _BufferPool(self.chunk_bytes, 4 * self.threads)
 
         def tasks():
             t = -1
@@ -1033,7 +1026,7 @@ class FileReader(Reader):
                        (t, self._parse_jsonl(p, line, chunk, nl, buffers)))
 
         first_chunk: set[str] = set()
-        for t, (p, values, origin, lines) in _ordered(tasks(), pool, 2 * self.json_width):
+        for t, (p, values, origin, lines) in _ordered(tasks(), pool, 2 * self.threads):
             self._file = t
             if p not in first_chunk:
                 first_chunk.add(p)
