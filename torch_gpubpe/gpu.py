@@ -115,9 +115,10 @@ def _os_release() -> dict[str, str]:
         return {}
 
 
-def install_commands() -> list[list[str]]:
-    """The commands (argv lists) that install Mesa's lavapipe and the Vulkan loader on this
-    Linux distribution (``sudo -n`` added when not root); empty where unknown."""
+def _package_commands(packages: dict[str, list[str]]) -> list[list[str]]:
+    """The commands (argv lists) that install ``packages[family]`` with this Linux
+    distribution's package manager (families: debian, fedora, arch, suse, alpine; ``sudo``
+    added when not root); empty where unknown."""
     import sys
 
     if not sys.platform.startswith("linux"):
@@ -128,42 +129,35 @@ def install_commands() -> list[list[str]]:
     if any(k in family for k in ("debian", "ubuntu")):
         return [sudo + ["apt-get", "update"],
                 sudo + ["apt-get", "install", "-y", "--no-install-recommends",
-                        "mesa-vulkan-drivers", "libvulkan1"]]
+                        *packages["debian"]]]
     if any(k in family for k in ("fedora", "rhel", "centos")):
-        return [sudo + ["dnf", "install", "-y", "mesa-vulkan-drivers", "vulkan-loader"]]
+        return [sudo + ["dnf", "install", "-y", *packages["fedora"]]]
     if "arch" in family:
-        return [sudo + ["pacman", "-S", "--noconfirm", "vulkan-swrast", "vulkan-icd-loader"]]
+        return [sudo + ["pacman", "-S", "--noconfirm", *packages["arch"]]]
     if "suse" in family:
-        return [sudo + ["zypper", "install", "-y", "libvulkan_lvp", "libvulkan1"]]
+        return [sudo + ["zypper", "install", "-y", *packages["suse"]]]
     if "alpine" in family:
-        return [sudo + ["apk", "add", "mesa-vulkan-swrast", "vulkan-loader"]]
+        return [sudo + ["apk", "add", *packages["alpine"]]]
     return []
+
+
+def install_commands() -> list[list[str]]:
+    """The commands (argv lists) that install Mesa's lavapipe and the Vulkan loader on this
+    Linux distribution (``sudo -n`` added when not root); empty where unknown."""
+    return _package_commands({
+        "debian": ["mesa-vulkan-drivers", "libvulkan1"],
+        "fedora": ["mesa-vulkan-drivers", "vulkan-loader"],
+        "arch": ["vulkan-swrast", "vulkan-icd-loader"],
+        "suse": ["libvulkan_lvp", "libvulkan1"],
+        "alpine": ["mesa-vulkan-swrast", "vulkan-loader"]})
 
 
 def compiler_install_commands() -> list[list[str]]:
     """The commands (argv lists) that install a C compiler on this Linux distribution (for
     the str → UTF-8 packer, :mod:`torch_gpubpe.str_pack`, built on first use); empty where
     unknown."""
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return []
-    rel = _os_release()
-    family = f"{rel.get('ID', '')} {rel.get('ID_LIKE', '')}"
-    sudo = [] if hasattr(os, "geteuid") and os.geteuid() == 0 else ["sudo"]
-    if any(k in family for k in ("debian", "ubuntu")):
-        return [sudo + ["apt-get", "update"],
-                sudo + ["apt-get", "install", "-y", "--no-install-recommends", "gcc",
-                        "libc6-dev"]]
-    if any(k in family for k in ("fedora", "rhel", "centos")):
-        return [sudo + ["dnf", "install", "-y", "gcc"]]
-    if "arch" in family:
-        return [sudo + ["pacman", "-S", "--noconfirm", "gcc"]]
-    if "suse" in family:
-        return [sudo + ["zypper", "install", "-y", "gcc"]]
-    if "alpine" in family:
-        return [sudo + ["apk", "add", "gcc", "musl-dev"]]
-    return []
+    return _package_commands({"debian": ["gcc", "libc6-dev"], "fedora": ["gcc"],
+                              "arch": ["gcc"], "suse": ["gcc"], "alpine": ["gcc", "musl-dev"]})
 
 
 def install_hint() -> str:
