@@ -26,8 +26,14 @@ from torch_gpubpe.vocab import Vocab
 
 @pytest.fixture(scope="module")
 def docs() -> list[str]:
-    return [d.replace("\n", " ").replace("\r", " ")          # one line each (text files)
-            for d in corpus_docs("tr_manpages", 40_000, 400) + corpus_docs("multi_emoji", 20_000, 300)]
+    out = [d.replace("\n", " ").replace("\r", " ")          # one line each (text files)
+           for d in corpus_docs("tr_manpages", 40_000, 400) + corpus_docs("multi_emoji", 20_000, 300)]
+    # the corpora shipped in tests/data are short: repeated (marked) until every file has rows
+    k = 0
+    while len(out) < 120:
+        out += [f"{k} {d}" for d in out[:120 - len(out)]]
+        k += 1
+    return out
 
 
 @pytest.fixture(scope="module")
