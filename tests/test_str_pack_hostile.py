@@ -159,20 +159,36 @@ class _Odd(str):
     def __str__(self):
         return "other"
 
-    def encode(self, *args, **kwargs):
-        return "not bytes"
-
     def __iter__(self):
         raise RuntimeError("not iterable")
 
 
-def test_str_subclasses_are_their_characters():
-    """A str subclass is packed as its characters (``str.encode``), whatever it overrides:
-    never an object of another type taken as bytes."""
-    docs = ["a", _Odd("h\xe9llo \u4e2d"), _Odd("plain"), _Odd("\ud800x"), "b"]
-    want = [b"a", "h\xe9llo \u4e2d".encode(), b"plain", b"\xef\xbf\xbdx", b"b"]
+class _Loud(str):
+    def encode(self, *args, **kwargs):
+        return b"LOUD"
+
+
+class _NotBytes(str):
+    def encode(self, *args, **kwargs):
+        return "not bytes" * 1000
+
+
+def test_str_subclasses():
+    """A str subclass is packed as to_bytes packs it: its characters whatever else it
+    overrides, its own encode() where it has one; an encode() that gives no bytes is an
+    InputError naming the item, never an object of another type read as bytes."""
+    docs = ["a", _Odd("h\xe9llo \u4e2d"), _Odd("plain"), _Odd("\ud800x"), _Loud("q\xe9"), "b"]
+    want = [b"a", "h\xe9llo \u4e2d".encode(), b"plain", b"\xef\xbf\xbdx", b"LOUD", b"b"]
     assert [to_bytes(d) for d in docs] == want
+    assert all(type(to_bytes(d)) is bytes for d in docs)
     _assert_as_to_bytes(docs)
+    bad = ["\u4e2d" * 100] * 3000 + [_NotBytes("x\xe9")]
+    with pytest.raises(TypeError, match="_NotBytes.encode returned str"):
+        to_bytes(bad[-1])
+    for call in (lambda: str_pack.pack(bad, threads=2), lambda: str_pack.Packed(bad, threads=2),
+                 lambda: _batches(bad, batch_bytes=4096)):
+        with pytest.raises(InputError, match="document 3000: _NotBytes.encode returned str"):
+            call()
 
 
 class _LenRaises(str):
@@ -289,8 +305,11 @@ units = ["a", " ", "\xe9", "\u4e2d", "\U0001f600", "\ud800", "\udc00", "\ud83d\u
 docs = ["".join(t) for t in itertools.product(units, repeat=3)]
 class S(str):
     def encode(self, *a, **k):
-        return "not bytes"
-docs += [S("s\xfcb \u4e2d"), np.str_("np \xe9"), b"raw \xff", bytearray(b"ba \xe9"),
+        return b"LOUD"
+class T(str):
+    def __len__(self):
+        return 10 ** 9
+docs += [S("s\xfcb \u4e2d"), T("t\xfcb \u4e2d"), np.str_("np \xe9"), b"raw \xff", bytearray(b"ba \xe9"),
          memoryview(b"m e m o")[::2], "", b"", ("x\u4e2d\ud800" * 8000)[:21843],
          "a" * 32765 + "\udbff", "\U0001f600" * 16383 + "\ud800\udc00"]
 stats = {}

@@ -58,10 +58,12 @@ EXPORT int64_t gpubpe_scan(int64_t n, const uint64_t *obj, uint64_t str_type,
                     continue;
                 }
                 uint64_t u;
+                int64_t ulen;
                 memcpy(&u, o + layout[3], 8);
-                if (u) {                    /* UTF-8 cached in the object */
-                    int64_t ulen;
-                    memcpy(&ulen, o + layout[2], 8);
+                memcpy(&ulen, o + layout[2], 8);
+                if (u && ulen > 0) {        /* UTF-8 cached in the object (a non-ASCII str
+                                               has some: length 0 is a cache being filled by
+                                               another thread, its pointer set first) */
                     src[i] = u;
                     len[i] = ulen;
                     kind[i] = 0;

@@ -48,9 +48,12 @@ def to_bytes(text: str | bytes | bytearray | memoryview) -> bytes:
     """UTF-8 bytes of ``text``; lone surrogates in a ``str`` become U+FFFD (DESIGN.md §1)."""
     if isinstance(text, str):
         try:
-            return text.encode("utf-8")
+            b = text.encode("utf-8")
         except UnicodeEncodeError:  # lone surrogates → U+FFFD, as tiktoken does
-            return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
+            b = str.encode(text, "utf-16", "surrogatepass").decode("utf-16", "replace").encode()
+        if not isinstance(b, bytes):   # (a str subclass's own encode)
+            raise TypeError(f"{type(text).__name__}.encode returned {type(b).__name__}, not bytes")
+        return b if type(b) is bytes else bytes(b)
     if isinstance(text, (bytes, bytearray, memoryview)):
         try:
             return bytes(text)
