@@ -275,9 +275,9 @@ def test_a_list_changed_by_another_thread():
     known = {to_bytes(d) for d in docs}
     stop = threading.Event()
 
-    def change():
-        k = 0
-        while not stop.is_set():
+    def change():  # a bounded number of changes: an iterator over a list that grows as
+        k = 0        # fast as it is read would never end
+        while not stop.is_set() and k < 100_000:
             k += 1
             d = f"doc \u4e2d {k % 20000} " * 5
             docs.append(d)
