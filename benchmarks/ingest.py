@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -371,6 +372,13 @@ def count_stage(pq_files: list[str], nbytes: int) -> None:
         f" packer: copying {cp.get('seconds_pack', 0):.2f} s, waiting for the reader "
         f"{cp.get('seconds_wait_source', 0):.2f} s, for a free stage "
         f"{cp.get('seconds_wait_stage', 0):.2f} s; {cp.get('staged_batches', 0)} batches")
+    if cp.get("seconds_steady"):
+        print(f"    steady state (first batch at the GPU thread → last batch submitted): "
+              f"{cp['steady_bytes'] / 1e6:,.0f} MB in {cp['seconds_steady']:.3f} s = "
+              f"{cp['steady_bytes'] / cp['seconds_steady'] / 1e9:.2f} GB/s (issue 13: >= 2 GB/s); "
+              f"before it {cp.get('seconds_to_first_batch', 0):.3f} s (the reader's start), after "
+              f"it {st['seconds_count'] - cp['seconds_steady'] - cp.get('seconds_to_first_batch', 0):.3f} s "
+              "(the unique words gathered, the rest)")
 
 
 def api_train(args) -> None:
@@ -427,6 +435,11 @@ def job_encode(args, data: Path, nbytes: int, work: Path, vocab_dir: Path | None
                 row(f"torch_gpubpe encode ({kind}){label}, run {run + 1}", wall, nbytes, mon,
                     f"{ours_tok:,} tokens; the CLI's own timing: {own}")
                 if stages:
+                    m = re.search(r"steady_encode ([0-9.]+)", stages)
+                    if m:
+                        sd = float(m.group(1))
+                        print(f"    steady state (first submit → last ids, CLI's steady_encode):"
+                              f" {sd:.3f} s = {nbytes / sd / 1e9:.2f} GB/s (issue 13: >= 2 GB/s)")
                     print(f"    where the CLI's time went: {stages}")
                     print(f"    the whole command: {whole_command_phases(stages, e0, e1)}")
         wall = walls[0]

@@ -68,6 +68,9 @@ def test_pieces_that_fill_a_stage_exactly_and_one_byte_over():
     _, got, st = _staged_counts(exact + over, batch_bytes=cap)
     assert got == dict(reference.count_words(docs))
     assert st["staged_batches"] == 3 and st["direct_batches"] == 1
+    # the steady state: every batch after the first (3 stages of cap + one direct piece)
+    assert st["steady_bytes"] == 2 * cap + cap + 1
+    assert 0 < st["seconds_steady"] and 0 <= st["seconds_to_first_batch"]
 
 
 def test_staged_counts_without_the_mapped_view(monkeypatch):

@@ -119,4 +119,6 @@ def test_the_pipeline_gives_the_encoders_tokens_in_order(files, docs):
     assert got == [[*want[k], eot] for k in range(len(texts))]
     assert sum(p.nbytes for p, _ in out) == sum(len(t.encode()) for t in texts)
     assert set(stages) == {"wait_reader", "first_batch_read", "wait_gpu_open",
-                           "upload_and_submit", "wait_gpu_and_readback"}
+                           "upload_and_submit", "wait_gpu_and_readback", "steady_encode"}
+    # the steady state holds every step after the first batch was read and the GPU opened
+    assert stages["steady_encode"] >= stages["upload_and_submit"] - 1e-6

@@ -24,7 +24,10 @@ Timings go to ``stats``: ``seconds_wait_input`` (the GPU thread waiting for a fi
 the host is the bottleneck), ``seconds_gpu`` (in the counter's GPU steps, which wait for the
 GPU), ``seconds_gpu_wait`` (of which blocked on the GPU's state readbacks: the kernels and
 the submit/map latency; the rest is Python), ``gpu_round_trips``, ``seconds_pack`` (the packer copying), ``seconds_wait_source`` (the packer waiting for
-the source: reading is the bottleneck), ``staged_batches``, ``direct_batches``.
+the source: reading is the bottleneck), ``staged_batches``, ``direct_batches``, and the
+steady state: ``seconds_to_first_batch`` (from the call to the first filled batch at the GPU
+thread: the source's start), ``steady_bytes`` (text bytes of every later batch) over
+``seconds_steady`` (from the first batch's arrival to the last batch's submit returning).
 
 Example::
 
@@ -249,6 +252,9 @@ def count_stream(counter, pieces: Iterable[tuple[np.ndarray, np.ndarray]], *,
             s.open()
             free.put(s)
 
+    t_start = time.perf_counter()
+    t_first = None  # when the first batch reached the GPU thread (the steady state's start)
+    steady_bytes = 0
     try:
         while True:
             settle(block=filled.empty())
@@ -266,6 +272,12 @@ def count_stream(counter, pieces: Iterable[tuple[np.ndarray, np.ndarray]], *,
                 if host is not None:
                     raise host
                 break
+            if t_first is None:
+                t_first = t1
+                st["seconds_to_first_batch"] = st.get("seconds_to_first_batch", 0.0) + (
+                    t1 - t_start)
+            else:
+                steady_bytes += host.n
             if stage is None:
                 counter.add_batch(host.array(), host.offsets)
                 st["direct_batches"] += 1
@@ -279,6 +291,10 @@ def count_stream(counter, pieces: Iterable[tuple[np.ndarray, np.ndarray]], *,
             st["seconds_gpu"] += time.perf_counter() - t1
         st["seconds_gpu_wait"] = counter.seconds_wait
         st["gpu_round_trips"] = counter.round_trips
+        if t_first is not None:  # every batch after the first, first batch in → last one out
+            st["steady_bytes"] = st.get("steady_bytes", 0) + steady_bytes
+            st["seconds_steady"] = st.get("seconds_steady", 0.0) + (
+                time.perf_counter() - t_first)
     finally:
         packer.stop.set()
         packer.join(timeout=30)

@@ -59,12 +59,15 @@ def encode_in_flight(tok, batches: Iterator, stages: dict, *, specials: dict | N
     CLI's and the actor's wait for the GPU session that opens meanwhile). Seconds added to
     ``stages``: ``wait_reader`` (for ``batches``), ``first_batch_read`` (from ``t0``, default
     the call), ``wait_gpu_open`` (``before_first``), ``upload_and_submit``,
-    ``wait_gpu_and_readback``.
+    ``wait_gpu_and_readback``, and ``steady_encode``: the steady state, from the first
+    batch's submit to the return of the last batch's ids, the caller's work between the
+    yields included (every batch's text went through the GPU in it).
     """
     specials = specials or {}
     t_start = time.perf_counter() if t0 is None else t0
     pending = None
     first = True
+    t_steady = None
     while True:
         t = time.perf_counter()
         p = next(batches, None)
@@ -79,7 +82,7 @@ def encode_in_flight(tok, batches: Iterator, stages: dict, *, specials: dict | N
                 before_first()                   # the GPU session, opened while it was read
             t2 = time.perf_counter()
             stages["wait_gpu_open"] = t2 - t1
-            t1 = t2
+            t1 = t_steady = t2
         fut = tok.submit_packed(p.data, p.offsets, **specials)
         _add(stages, "upload_and_submit", time.perf_counter() - t1)
         if pending is not None:
@@ -87,6 +90,8 @@ def encode_in_flight(tok, batches: Iterator, stages: dict, *, specials: dict | N
         pending = (p, fut)
     if pending is not None:
         yield _done(pending, stages)
+    if t_steady is not None:
+        stages["steady_encode"] = time.perf_counter() - t_steady
 
 
 def _done(pending, stages: dict):
