@@ -194,6 +194,10 @@ def run_warmup(docs, vocab_size, min_frequency, profile):
         t = time.perf_counter()
         train(head, min(vocab_size, 2048), min_frequency=min_frequency, algorithm=algorithm)
         out[algorithm] = time.perf_counter() - t
+    if sum(map(len, docs)) >= 2 ** 31:  # 64-bit pair counts (trainer: total pairs >= 2^31):
+        t = time.perf_counter()         # other pipelines; a few merges on everything
+        train(docs, 300, min_frequency=min_frequency)
+        out["wordlist, 64-bit counts"] = time.perf_counter() - t
     return {"warmup_s": out}
 
 
