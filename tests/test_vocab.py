@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import re
 
+import numpy as np
 import pytest
 
 from torch_gpubpe import Vocab, VocabFormatError, reference
@@ -49,7 +52,7 @@ def test_damaged_or_foreign_file(tmp_path, content, match):
     p.write_bytes(content)
     with pytest.raises(VocabFormatError, match=match) as e:
         Vocab.load(p)
-    assert str(p) in str(e.value)
+    assert str(p) in str(e.value) and gc.isenabled()
 
 
 def test_truncated_file(tmp_path, vocab):
@@ -91,3 +94,43 @@ def test_load_from_folder_and_short_repr(tmp_path, vocab):
     assert Vocab.load(tmp_path) == vocab
     assert repr(vocab) == f"Vocab(size={len(vocab)}, merges={len(vocab.merges)}, " \
                           "special_tokens=['<|endoftext|>', '<|pad|>'])"
+
+
+def _merges_as_before(merges):
+    """The per-merge check ``Vocab`` ran before it was vectorised: the spec of its result."""
+    merges = tuple((int(a), int(b)) for a, b in merges)
+    for k, (a, b) in enumerate(merges):
+        if not (0 <= a < 256 + k and 0 <= b < 256 + k):
+            raise ValueError(f"merge {k} = ({a}, {b}) refers to an id not yet defined")
+    return merges
+
+
+@pytest.mark.parametrize("merges", [
+    [], [(97, 98)], [(97, 98), (256, 99), (257, 256)], [[97, 98], [256, 256]],
+    [(np.int64(97), np.uint16(98))], [(True, False)], [(97.9, 98)], ((a, a) for a in range(3)),
+    [(97, 256)], [(-1, 5)], [(97, 98), (258, 97)], [(97, 98), (97, 2**70)], [(2**64, 0)],
+    [(97, 98), (0, -(2**70))],
+])
+def test_merge_check_is_the_per_merge_loop(merges):
+    merges = list(merges)
+    try:
+        want = _merges_as_before(merges)
+    except ValueError as e:
+        with pytest.raises(ValueError, match=re.escape(str(e))):
+            Vocab.from_merges(merges)
+        return
+    got = Vocab.from_merges(merges)
+    assert got.merges == want and all(type(i) is int for m in got.merges for i in m)
+    assert got.token_bytes == tuple(reference.token_bytes(want))
+
+
+def test_load_of_a_large_file_is_exact(tmp_path):
+    rng = np.random.default_rng(7)
+    merges = [(int(rng.integers(0, 256 + k)), int(rng.integers(0, min(256 + k, 600))))
+              for k in range(5000)]
+    v = Vocab.from_merges(merges, ["<|endoftext|>"])
+    v.save(tmp_path / "v.json")
+    back = Vocab.load(tmp_path / "v.json")
+    assert back == v and back.merges == tuple(map(tuple, merges))
+    assert back.token_bytes == tuple(reference.token_bytes(merges))
+    assert gc.isenabled()  # the load's collector pause is over
