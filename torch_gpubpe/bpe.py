@@ -45,13 +45,13 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 
+from . import _disk_cache
 from .vocab import Vocab
 
 NO_TOKEN = 0xFFFFFFFF
@@ -138,9 +138,11 @@ def _split_of(tok: bytes, ranks: dict[bytes, int]) -> tuple[bytes, bytes] | None
 
 
 TABLE_CACHE_FORMAT = 1  # bump when BpeTables' fields or their meaning change
-TABLE_CACHE_MIN_TOKENS = 8192  # smaller vocabs build in well under 0.1 s: not cached
-ENV_NO_TABLE_CACHE = "TORCH_GPUBPE_NO_TABLE_CACHE"
-table_cache_stats: dict = {"loaded": 0, "built": 0, "saved": 0, "errors": []}
+TABLE_CACHE_MIN_TOKENS = _disk_cache.MIN_TOKENS  # smaller vocabs build in well under 0.1 s
+ENV_NO_TABLE_CACHE = _disk_cache.ENV_OFF
+_TABLE_CACHE = _disk_cache.ArrayCache("bpe_tables", "bpe", "merge-order tables", __file__,
+                                      TABLE_CACHE_FORMAT)
+table_cache_stats: dict = _TABLE_CACHE.stats
 """What :func:`bpe_tables` did in this process: tables restored from the disk cache, built,
 written to it; errors met (the tables were built then)."""
 
@@ -148,8 +150,7 @@ written to it; errors met (the tables were built then)."""
 def table_cache_dir() -> Path:
     """Where built tables are kept: ``$XDG_CACHE_HOME/torch_gpubpe/bpe_tables`` (default
     ``~/.cache``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "torch_gpubpe" / "bpe_tables"
+    return _TABLE_CACHE.directory()
 
 
 def table_cache_key(vocab: Vocab) -> str:
@@ -157,47 +158,25 @@ def table_cache_key(vocab: Vocab) -> str:
     format and this module's source (a change of the algorithm is a new key)."""
     toks, ranks, ids = vocab.token_bytes, vocab.bpe_ranks, vocab.bytes_to_id
     n = len(toks)
-    h = hashlib.sha256(f"bpe_tables {TABLE_CACHE_FORMAT} {n}\0".encode())
-    h.update(Path(__file__).read_bytes())
-    h.update(np.fromiter(map(len, toks), np.int64, n).tobytes())
-    h.update(b"".join(toks))
-    h.update(np.fromiter((ranks.get(t, -1) for t in toks), np.int64, n).tobytes())
-    h.update(np.fromiter((ids[t] for t in toks), np.int64, n).tobytes())
-    return h.hexdigest()[:32]
+    return _TABLE_CACHE.key(
+        np.fromiter(map(len, toks), np.int64, n), b"".join(toks),
+        np.fromiter((ranks.get(t, -1) for t in toks), np.int64, n),
+        np.fromiter((ids[t] for t in toks), np.int64, n))
 
 
-def _cache_error(e: Exception) -> None:
-    from .gpu import _warn_once
-
-    why = f"{type(e).__name__}: {e}"
-    table_cache_stats["errors"].append(why)
-    _warn_once("bpe table cache", f"torch_gpubpe: merge-order tables not cached ({why}): they "
-               "are built in every process (slower start); set XDG_CACHE_HOME to a writable "
-               f"folder, or {ENV_NO_TABLE_CACHE}=1 to stop trying")
-
-
-def _load_tables(path: Path, n: int) -> BpeTables:
-    with np.load(path, allow_pickle=False) as z:
-        f = {k: z[k] for k in z.files}
+def _tables_from_arrays(f: Mapping[str, np.ndarray], n: int) -> BpeTables:
     shapes = {"split": (n, 2), "next_prefix": (n,), "rank": (n,), "bounds": (n, 2),
               "gpu_bounds": (n, 4), "gpu_info": (n, 4)}
-    for k, shape in shapes.items():
-        if f[k].shape != shape or f[k].dtype != np.uint32:
-            raise ValueError(f"{path}: {k} is {f[k].dtype}{f[k].shape}, not uint32{shape}")
-    return BpeTables(split=f["split"], next_prefix=f["next_prefix"], rank=f["rank"],
-                     pairs=f["pairs"].astype(np.uint32, copy=False),
+    tables = {k: _disk_cache.check_array(f, k, np.uint32, shape) for k, shape in shapes.items()}
+    return BpeTables(**tables, pairs=f["pairs"].astype(np.uint32, copy=False),
                      max_probe=int(f["max_probe"]), max_height=int(f["max_height"]),
-                     unreachable=tuple(int(i) for i in f["unreachable"]), bounds=f["bounds"],
-                     gpu_bounds=f["gpu_bounds"], gpu_info=f["gpu_info"])
+                     unreachable=tuple(int(i) for i in f["unreachable"]))
 
 
-def _save_tables(path: Path, t: BpeTables) -> None:
+def _tables_to_arrays(t: BpeTables) -> dict[str, np.ndarray]:
     arrays = {f.name: np.asarray(getattr(t, f.name)) for f in fields(t)}
     arrays["unreachable"] = np.array(t.unreachable, np.int64)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    return arrays
 
 
 def bpe_tables(vocab: Vocab) -> BpeTables:
@@ -208,7 +187,8 @@ def bpe_tables(vocab: Vocab) -> BpeTables:
     the result on disk (:func:`table_cache_dir`, ``bpe-<key>.npz``, key
     :func:`table_cache_key`), so that later processes load it in milliseconds. A damaged file
     is rebuilt; an unwritable folder is warned once (``table_cache_stats``);
-    ``TORCH_GPUBPE_NO_TABLE_CACHE=1`` turns the disk cache off.
+    ``TORCH_GPUBPE_NO_TABLE_CACHE=1`` turns the disk cache off (and the trie's:
+    :mod:`torch_gpubpe._disk_cache`).
 
     Raises:
         ValueError: the vocab is not supported (a split part does not rank below its token, or
@@ -218,26 +198,9 @@ def bpe_tables(vocab: Vocab) -> BpeTables:
     if cached is not None:
         return cached
     n = len(vocab.token_bytes)
-    path = None
-    if n >= TABLE_CACHE_MIN_TOKENS and not os.environ.get(ENV_NO_TABLE_CACHE):
-        try:
-            path = table_cache_dir() / f"bpe-{table_cache_key(vocab)}.npz"
-            out = _load_tables(path, n)
-            table_cache_stats["loaded"] += 1
-            object.__setattr__(vocab, "_bpe_tables", out)
-            return out
-        except FileNotFoundError:
-            pass
-        except Exception as e:  # noqa: BLE001 - a damaged file: built again (and rewritten)
-            _cache_error(e)
-    out = _build_tables(vocab)
-    table_cache_stats["built"] += 1
-    if path is not None:
-        try:
-            _save_tables(path, out)
-            table_cache_stats["saved"] += 1
-        except Exception as e:  # noqa: BLE001 - unwritable: built in every process
-            _cache_error(e)
+    out = _TABLE_CACHE.get(
+        (lambda: table_cache_key(vocab)) if n >= TABLE_CACHE_MIN_TOKENS else None,
+        lambda: _build_tables(vocab), _tables_to_arrays, lambda f: _tables_from_arrays(f, n))
     object.__setattr__(vocab, "_bpe_tables", out)
     return out
 

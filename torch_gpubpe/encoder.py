@@ -75,7 +75,7 @@ from . import _wgpu_internals as _wi
 from ._cpython_str import PARALLEL_COPY_MIN, copy_parts, join_parts
 from .errors import GPUOperationError, InputError
 from .pretokenize import word_start_mask
-from .trie import Trie, compile_trie
+from .trie import Trie, cached_trie
 from .vocab import Vocab
 
 WG = 256
@@ -1155,9 +1155,10 @@ class Tokenizer:
 
     @property
     def trie(self) -> Trie:
-        """The compiled trie (DESIGN.md §5), built on first use."""
+        """The compiled trie (DESIGN.md §5), built on first use (or loaded from the disk cache
+        of :func:`~torch_gpubpe.trie.cached_trie`)."""
         if self._trie is None:
-            self._trie = compile_trie(self.vocab.token_bytes)
+            self._trie = cached_trie(self.vocab.token_bytes)
         return self._trie
 
     @property
