@@ -89,10 +89,11 @@ def _sort_tokens(toks: list[bytes], head: np.ndarray, lens: np.ndarray) -> np.nd
     if long_.any():
         k0, k1 = be[order, 0], be[order, 1]
         run = np.concatenate([[True], (k0[1:] != k0[:-1]) | (k1[1:] != k1[:-1])])
-        run_id = np.cumsum(run) - 1
-        for r in np.unique(run_id[long_]):
-            sel = np.flatnonzero(run_id == r)
-            order[sel] = sorted(order[sel].tolist(), key=lambda i: (toks[i], i))
+        run_id = np.cumsum(run) - 1  # ascending: each run is one slice of `order`
+        runs = np.unique(run_id[long_])
+        starts, ends = np.searchsorted(run_id, runs), np.searchsorted(run_id, runs, "right")
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            order[a:b] = sorted(order[a:b].tolist(), key=lambda i: (toks[i], i))
     return order
 
 
@@ -135,14 +136,14 @@ def compile_trie(token_bytes: Sequence[bytes]) -> Trie:
         ValueError: an empty token, or a single byte that is no token.
     """
     toks = list(token_bytes)
-    if {t[0] for t in toks if len(t) == 1} != set(range(256)):
-        raise ValueError("the 256 single bytes must all be tokens (byte-level vocab, DESIGN.md §1)")
     lens = np.fromiter(map(len, toks), np.int64, len(toks))
-    if (lens == 0).any():
-        raise ValueError(f"token id {int(np.argmin(lens))} is empty")
     flat = np.frombuffer(b"".join(toks), np.uint8)
     offs = np.zeros(len(toks), np.int64)
     np.cumsum(lens[:-1], out=offs[1:])
+    if len(np.unique(flat[offs[lens == 1]])) != 256:
+        raise ValueError("the 256 single bytes must all be tokens (byte-level vocab, DESIGN.md §1)")
+    if (lens == 0).any():
+        raise ValueError(f"token id {int(np.argmin(lens))} is empty")
     head = _head_matrix(flat, offs, lens)
     order = _sort_tokens(toks, head, lens)
     s_lens, s_offs = lens[order], offs[order]
