@@ -1,4 +1,4 @@
-"""GPU word starts of the regex pre-tokenizers of GPT-2, cl100k_base, Qwen2 and o200k_base,
+r"""GPU word starts of the regex pre-tokenizers of GPT-2, cl100k_base, Qwen2 and o200k_base,
 exactly as ``regex.finditer(pat_str)`` splits (wgsl/pretokenize_unicode.wgsl; patterns and oracle in
 :mod:`torch_gpubpe.patterns`).
 
@@ -6,9 +6,9 @@ UTF-8 is decoded on the GPU and each code point classified through a two-level t
 the installed ``regex`` module (:mod:`torch_gpubpe._unicode_gen`). Derivation of the rules: a
 match of these patterns can be told from the code points around it, except for three facts
 about whole runs — how many digits precede in a digit run (cl100k groups them by 3 from the
-left), whether a CR/LF run follows an "other" (then ``[\\r\\n]*`` of the punctuation match took
-it), and what ends a run of spaces (a non-space, CR/LF, or the document's end: ``\\s+(?!\\S)``,
-``\\s*[\\r\\n]``, ``\\s++$``). Those are carried by two finite automata, scanned across threads,
+left), whether a CR/LF run follows an "other" (then ``[\r\n]*`` of the punctuation match took
+it), and what ends a run of spaces (a non-space, CR/LF, or the document's end: ``\s+(?!\S)``,
+``\s*[\r\n]``, ``\s++$``). Those are carried by two finite automata, scanned across threads,
 workgroups and blocks by composing their transition functions (associative), so no rule
 depends on where a chunk, workgroup or slice begins. GPT-2's pattern has none of the three
 (its digit runs are not grouped, its punctuation takes no CR/LF, and ``\s+(?!\S)`` only
@@ -16,9 +16,9 @@ looks at the code point after a space), so GPT-2 runs one pass, ``pt_local``, fr
 its workgroup's block and a 32-byte halo kept in workgroup memory.
 
 o200k_base (derivation; checked against ``regex`` on every string of up to 5 code points over
-13 classes, tests/test_unicode_pretok.py). Classes: u = ``[\\p{Lu}\\p{Lt}]``, l = ``\\p{Ll}``,
-b = ``[\\p{Lm}\\p{Lo}\\p{M}]`` (both case classes; a mark is not ``\\p{L}``, so it is also
-"other" for ``[^\\r\\n\\p{L}\\p{N}]?`` and ``[^\\s\\p{L}\\p{N}]+``), W = u ∪ l ∪ b. No
+13 classes, tests/test_unicode_pretok.py). Classes: u = ``[\p{Lu}\p{Lt}]``, l = ``\p{Ll}``,
+b = ``[\p{Lm}\p{Lo}\p{M}]`` (both case classes; a mark is not ``\p{L}``, so it is also
+"other" for ``[^\r\n\p{L}\p{N}]?`` and ``[^\s\p{L}\p{N}]+``), W = u ∪ l ∪ b. No
 alternative matches the empty string and every code point is matched by one, so the matches
 tile the text and the word starts are the finditer process itself. At a match start p:
 
@@ -29,12 +29,12 @@ tile the text and the word starts are the finditer process itself. At a match st
   second alternative takes the whole run. Either way the last match of a W run reaches its
   end and takes a contraction there;
 * "other" or a space before a code point of W: the prefix of a letter match;
-* "other" otherwise, or U+0020 before "other": ``[^\\s\\p{L}\\p{N}]+`` takes the run of
-  other and marks, then ``[\\r\\n/]*`` the run of CR, LF and "/" after it;
-* a digit: ``\\p{N}{1,3}``;
-* a space otherwise: ``\\s*[\\r\\n]+`` to the run's last CR/LF if it has one, else
-  ``\\s+(?!\\S)`` leaves the last space of the run to the code point after it (unless the
-  run ends the document), and a space before a digit, CR/LF... alone is ``\\s+``.
+* "other" otherwise, or U+0020 before "other": ``[^\s\p{L}\p{N}]+`` takes the run of
+  other and marks, then ``[\r\n/]*`` the run of CR, LF and "/" after it;
+* a digit: ``\p{N}{1,3}``;
+* a space otherwise: ``\s*[\r\n]+`` to the run's last CR/LF if it has one, else
+  ``\s+(?!\S)`` leaves the last space of the run to the code point after it (unless the
+  run ends the document), and a space before a digit, CR/LF... alone is ``\s+``.
 
 So the left automaton F is "which match the previous code point is in" (7 states: none that
 takes more, letter match before / after an l, the other-run, its CR/LF/"/" tail, a contraction
