@@ -10,8 +10,8 @@ them in milliseconds. One :class:`ArrayCache` per kind of result:
 * key: :meth:`ArrayCache.key`, a SHA-256 of the cache's format number, the source of the module
   that builds the result (a change of the algorithm is a new key) and what the caller passes
   (everything the build reads);
-* written to a temporary name and renamed (atomic: processes that build the same file at once
-  never read half of it);
+* written to a temporary name (per process and thread) and renamed (atomic: processes that
+  build the same file at once never read half of it);
 * a damaged file (truncated, a missing array, wrong dtype or shape: ``from_arrays`` raises) is
   built again and rewritten; an error reading or writing the folder is warned once per cache
   (``GPUBPEWarning``) and kept in ``stats["errors"]``, and the result is built (exact, slower);
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -147,7 +148,7 @@ class ArrayCache:
 
     def _save(self, path: Path, arrays: Mapping[str, np.ndarray]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp.npz")
         try:
             np.savez(tmp, **arrays)
             os.replace(tmp, path)
