@@ -87,6 +87,9 @@ def test_python_m_encode_exits_with_the_output_complete(tmp_path, vocab_dir, fil
         assert sec[part] >= 0, part
     assert sec["gpu_open_pipelines"] <= sec["open_session"] + 1e-3
     assert "process start → main()" in r.stdout
+    # what the disk caches did (this vocab is below the size they keep: built, not saved)
+    assert meta["caches"] == {"trie": "built", "bpe_tables": "not used"}
+    assert "caches: trie built, bpe_tables not used" in r.stdout
     from torch_gpubpe.encoder import Tokenizer
 
     vocab = Vocab.load(vocab_dir / "vocab.json")

@@ -829,6 +829,9 @@ def _encode_run(args, opener, device, source, batches, read_stats, stages, t0,
         "skipped_none_rows": read_stats.get("skipped_none", 0),
         "skipped_none_row_indices": read_stats.get("skipped_none_rows", []),
         "seconds": meta_seconds,
+        # what the disk caches did in this process (README "Something off?"): the vocab's
+        # trie and merge-order tables loaded from ~/.cache/torch_gpubpe or built here
+        "caches": _cache_report(),
     }, before_meta=lambda: meta_seconds.update(_encode_seconds(
         stages, writer, t0, t_close, tok.host_seconds, tok.open_seconds)))
     seconds = meta_seconds["total"]
@@ -851,13 +854,33 @@ def _encode_run(args, opener, device, source, batches, read_stats, stages, t0,
         print("  seconds: " + ", ".join(f"{k} {v:.3f}" for k, v in meta["seconds"].items())
               + f"; process start → main() {_fmt_s(getattr(args, '_main_since_start', None))}"
               f", → done {_fmt_s(since)}; started at epoch {t_epoch:.3f}, done at "
-              f"{time.time():.3f}")
+              f"{time.time():.3f}; caches: "
+              + ", ".join(f"{k} {v}" for k, v in meta.get("caches", {}).items()))
     if read_stats.get("skipped_none"):
         rows = read_stats["skipped_none_rows"]
         print(f"  skipped {read_stats['skipped_none']:,} rows whose text is None (missing), "
               f"rows {', '.join(map(str, rows[:10]))}{' …' if len(rows) > 10 else ''}: "
               "document k of the output is not row k (see meta.json)")
     return 0
+
+
+def _cache_report() -> dict:
+    """``{"trie": ..., "bpe_tables": ...}``: for each disk cache, ``"loaded"``, ``"built"``
+    (``"built and saved"``), ``"not used"`` (a vocab below the size cached, or the cache off)
+    or ``"error: ..."`` (built; the first error met), from its stats in this process."""
+    from . import bpe, trie
+
+    out = {}
+    for name, st in (("trie", trie.trie_cache_stats), ("bpe_tables", bpe.table_cache_stats)):
+        if st["errors"]:
+            out[name] = f"error: {st['errors'][0]}"
+        elif st["loaded"]:
+            out[name] = "loaded"
+        elif st["built"]:
+            out[name] = "built and saved" if st["saved"] else "built"
+        else:
+            out[name] = "not used"
+    return out
 
 
 def _encode_seconds(stages: dict, writer, t0: float, t_close: float,
