@@ -710,6 +710,32 @@ def test_fused_edges_and_depth2_table(gpt2):
     assert (d2[~present] == 0xFFFFFFFF).all()
 
 
+LOADS = ("ld_trie", "ld_rows", "ld_pairs", "ld_text")  # (walk_work's load counters)
+
+
+def _walk_work_of(gpt2, gpt2_tt, monkeypatch, off, extra_docs=()):
+    """Sets the switches in ``off`` False (whatever TORCH_GPUBPE_WALK_SWITCHES set) and returns
+    ``work()``: the PROFILE build's work counters (``encoder_bpe.walk_work``, counter name →
+    count) of a new GPT-2 Tokenizer under the switches as they are at that call, over ~3 KB each
+    of en_novels and multi_udhr (documents cut to 1,500 characters) and ``extra_docs``; it
+    asserts first that build's ids are tiktoken's."""
+    import torch_gpubpe.encoder_bpe as EB
+    from torch_gpubpe.encoder import Tokenizer
+
+    docs = [d for n in ("en_novels", "multi_udhr")
+            for d in corpus_docs(n, 3_000, max_doc_bytes=1_500)] + list(extra_docs)
+    want = [gpt2_tt.encode_ordinary(d) for d in docs]
+    for flag in off:
+        monkeypatch.setattr(EB, flag, False)
+
+    def work() -> dict[str, int]:
+        ids: list = []
+        w = EB.walk_work(Tokenizer(gpt2), docs, ids_out=ids)
+        assert_same([x.tolist() for x in ids], want, "PROFILE")
+        return w
+    return work
+
+
 @gpu
 def test_gpu_walk_switches_cut_their_loads(gpt2, gpt2_tt, monkeypatch):
     """Each new build switch does what it says in the PROFILE build's load counters: the same
@@ -717,32 +743,20 @@ def test_gpu_walk_switches_cut_their_loads(gpt2, gpt2_tt, monkeypatch):
     FUSED_EDGES and D2_LUT with fewer trie loads, LAZY_ROWS and SPINE_ROWS with fewer row
     loads, TEXT_WINDOW with fewer text loads, the others unchanged."""
     import torch_gpubpe.encoder_bpe as EB
-    from torch_gpubpe.encoder import Tokenizer
 
-    docs = [d for n in ("en_novels", "multi_udhr")
-            for d in corpus_docs(n, 3_000, max_doc_bytes=1_500)]
-    want = [gpt2_tt.encode_ordinary(d) for d in docs]
-    loads = ("ld_trie", "ld_rows", "ld_pairs", "ld_text")
-    for flag in NEW_SWITCHES + OCCUPANCY_SWITCHES:  # (whatever TORCH_GPUBPE_WALK_SWITCHES set)
-        monkeypatch.setattr(EB, flag, False)
-
-    def work():
-        ids: list = []
-        w = EB.walk_work(Tokenizer(gpt2), docs, ids_out=ids)
-        assert_same([x.tolist() for x in ids], want, "PROFILE")
-        return w
+    work = _walk_work_of(gpt2, gpt2_tt, monkeypatch, NEW_SWITCHES + OCCUPANCY_SWITCHES)
     base = work()
-    assert all(base[k] > 0 for k in loads)
+    assert all(base[k] > 0 for k in LOADS)
     less = {"SHORT_SEARCH": "ld_trie", "FUSED_EDGES": "ld_trie", "D2_LUT": "ld_trie",
             "LAZY_ROWS": "ld_rows", "TEXT_WINDOW": "ld_text", "SPINE_ROWS": "ld_rows"}
     for flag, fewer in less.items():
         monkeypatch.setattr(EB, flag, True)
         w = work()
         monkeypatch.setattr(EB, flag, False)
-        assert {k: v for k, v in w.items() if k not in loads} == \
-            {k: v for k, v in base.items() if k not in loads}, flag
+        assert {k: v for k, v in w.items() if k not in LOADS} == \
+            {k: v for k, v in base.items() if k not in LOADS}, flag
         assert w[fewer] < base[fewer], flag
-        assert all(w[k] == base[k] for k in loads if k != fewer), flag
+        assert all(w[k] == base[k] for k in LOADS if k != fewer), flag
 
 
 @gpu
@@ -772,27 +786,15 @@ def test_gpu_occupancy_switches_same_walk(gpt2, gpt2_tt, monkeypatch):
     (the lanes walk the same chunks); WORD_BITS loads less text; the ids equal tiktoken's, on
     documents that pop (LEAN_STATE's pop path runs)."""
     import torch_gpubpe.encoder_bpe as EB
-    from torch_gpubpe.encoder import Tokenizer
 
-    docs = [d for n in ("en_novels", "multi_udhr")
-            for d in corpus_docs(n, 3_000, max_doc_bytes=1_500)] + ["ab" * 3_000]
-    want = [gpt2_tt.encode_ordinary(d) for d in docs]
-    loads = ("ld_trie", "ld_rows", "ld_pairs", "ld_text")
-    for flag in OCCUPANCY_SWITCHES:
-        monkeypatch.setattr(EB, flag, False)
-
-    def work():
-        ids: list = []
-        w = EB.walk_work(Tokenizer(gpt2), docs, ids_out=ids)
-        assert_same([x.tolist() for x in ids], want, "PROFILE")
-        return w
+    work = _walk_work_of(gpt2, gpt2_tt, monkeypatch, OCCUPANCY_SWITCHES, ["ab" * 3_000])
     base = work()
     assert base["pops"] > 0
     for flag in OCCUPANCY_SWITCHES:
         monkeypatch.setattr(EB, flag, True)
         w = work()
         monkeypatch.setattr(EB, flag, False)
-        skip = loads + (("scan",) if flag == "LEAN_STATE" and EB.SPINE_ROWS else ())
+        skip = LOADS + (("scan",) if flag == "LEAN_STATE" and EB.SPINE_ROWS else ())
         assert {k: v for k, v in w.items() if k not in skip} == \
             {k: v for k, v in base.items() if k not in skip}, flag
         if "scan" in skip:
