@@ -183,9 +183,13 @@ def whole_command_phases(debug_line: str, e0: float, e1: float) -> str:
     return ", ".join(parts)
 
 
+ROWS: list[dict] = []  # every row printed, for --json-out
+
+
 def row(name: str, seconds: float, nbytes: int, mon: GPUMonitor | None, extra: str = "") -> None:
     rate = nbytes / seconds / 1e6 if seconds > 0 else float("inf")
     gpu = mon.summary() if mon is not None else ""
+    ROWS.append({"name": name, "seconds": seconds, "bytes": nbytes, "notes": extra, "gpu": gpu})
     print(f"  {name:<48} {seconds:9.2f} s {rate:10,.1f} MB/s  {extra}  [{gpu}]", flush=True)
 
 
@@ -441,6 +445,7 @@ def job_encode(args, data: Path, nbytes: int, work: Path, vocab_dir: Path | None
                         print(f"    steady state (first submit → last ids, CLI's steady_encode):"
                               f" {sd:.3f} s = {nbytes / sd / 1e9:.2f} GB/s (issue 13: >= 2 GB/s)")
                     print(f"    where the CLI's time went: {stages}")
+                    ROWS[-1]["cli_seconds"] = stages
                     print(f"    the whole command: {whole_command_phases(stages, e0, e1)}")
         wall = walls[0]
         if args.skip_peer:
@@ -581,6 +586,8 @@ def main() -> None:
                     help="job encode: extra CLI options per variant, each run --encode-runs "
                          "times, e.g. '' '--read-nice 10' '--read-threads 8' (default: one, '')")
     ap.add_argument("--skip-peer", action="store_true")
+    ap.add_argument("--json-out", help="also write every row (and the CLI's --debug seconds) "
+                    "as JSON here")
     ap.add_argument("--skip-rustbpe", action="store_true")
     ap.add_argument("--work", help="scratch folder (default: a temporary one)")
     ap.add_argument("--peer-llmc", action="store_true", help=argparse.SUPPRESS)
@@ -623,6 +630,10 @@ def main() -> None:
         job_memory(args, data, nbytes, vocab_dir)
     if "dataset" in jobs:
         job_dataset(args, data, nbytes, vocab_dir)
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(
+            {"argv": sys.argv, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             "input": info, "rows": ROWS}, indent=1) + "\n")
     print_footer()
 
 
