@@ -220,6 +220,24 @@ def _packed_chunks(column) -> list[tuple[np.ndarray, np.ndarray]]:
     return [_packed(c) for c in column.chunks if len(c)]
 
 
+def _table_with(batch, column: str, option: str):
+    """A Ray batch (``pyarrow.Table`` or ``RecordBatch``) as a ``pyarrow.Table``, checked to hold
+    ``column``.
+
+    Raises:
+        InputError: the batch has no ``column`` (names the batch's columns and ``option=``, the
+            argument to pass).
+    """
+    import pyarrow as pa
+
+    if isinstance(batch, pa.RecordBatch):
+        batch = pa.Table.from_batches([batch])
+    if column not in batch.column_names:
+        raise InputError(f"the batch has no column {column!r} (columns: "
+                         f"{batch.column_names}); pass {option}=")
+    return batch
+
+
 def _token_column(parts: Sequence[tuple[np.ndarray, np.ndarray]], id_dtype):
     """Sub-batches' (flat ids, int64 token offsets from 0) → one ``list<id dtype>`` chunked
     array, a chunk per sub-batch over its ids without a copy (``large_list`` when a sub-batch
@@ -391,13 +409,7 @@ class TokenizeBatches:
         return ids, offs
 
     def __call__(self, batch):
-        import pyarrow as pa
-
-        if isinstance(batch, pa.RecordBatch):
-            batch = pa.Table.from_batches([batch])
-        if self.text_column not in batch.column_names:
-            raise InputError(f"the batch has no column {self.text_column!r} (columns: "
-                             f"{batch.column_names}); pass text_column=")
+        batch = _table_with(batch, self.text_column, "text_column")
         parts = self.encode_chunks(_packed_chunks(batch.column(self.text_column)))
         keep = batch.column_names if self.keep_columns is None else self.keep_columns
         out = batch.select([c for c in keep if c != self.output_column])
@@ -585,11 +597,7 @@ class TokenizeFiles:
 
         from .readers import prefetch
 
-        if isinstance(batch, pa.RecordBatch):
-            batch = pa.Table.from_batches([batch])
-        if self.path_column not in batch.column_names:
-            raise InputError(f"the batch has no column {self.path_column!r} (columns: "
-                             f"{batch.column_names}); pass path_column=")
+        batch = _table_with(batch, self.path_column, "path_column")
         paths = [os.fspath(p) for p in batch.column(self.path_column).to_pylist()]
         keys = None
         if self.index_column in batch.column_names:
@@ -942,11 +950,7 @@ class CountBatches:
 
         from .counts import count_packed, write_counts
 
-        if isinstance(batch, pa.RecordBatch):
-            batch = pa.Table.from_batches([batch])
-        if self.text_column not in batch.column_names:
-            raise InputError(f"the batch has no column {self.text_column!r} (columns: "
-                             f"{batch.column_names}); pass text_column=")
+        batch = _table_with(batch, self.text_column, "text_column")
         data, offsets = _packed(batch.column(self.text_column))
         if self.count_on == "gpu":
             _pin_assigned_gpu()
