@@ -72,3 +72,19 @@ def shared_vocab(name: str) -> Path:
     raise FileNotFoundError(
         f"{name} is neither in {TEST_VOCABS} nor in {SHARED_VOCABS}: set TORCH_GPUBPE_VOCABS to "
         "a folder holding it (see tests/data/vocabs/README.md)")
+
+
+def fresh_disk_cache(monkeypatch, tmp_path: Path, module, min_tokens_attr: str, stats: dict) -> None:
+    """Give one test an empty disk cache (torch_gpubpe._disk_cache, XDG_CACHE_HOME under
+    ``tmp_path``), turned on (TORCH_GPUBPE_NO_TABLE_CACHE unset) for vocabs of every size
+    (``module.<min_tokens_attr>`` = 0), with the counters of ``stats`` (the module's cache stats
+    dict: loaded, built, saved = 0, errors = []) and gpu's warn-once set reset; all undone after."""
+    from torch_gpubpe import _disk_cache, gpu
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv(_disk_cache.ENV_OFF, raising=False)
+    monkeypatch.setattr(module, min_tokens_attr, 0)
+    for k in ("loaded", "built", "saved"):
+        monkeypatch.setitem(stats, k, 0)
+    monkeypatch.setitem(stats, "errors", [])
+    monkeypatch.setattr(gpu, "_warned", set())

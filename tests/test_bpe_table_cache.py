@@ -9,7 +9,8 @@ from dataclasses import fields
 import numpy as np
 import pytest
 
-from torch_gpubpe import Vocab, bpe, gpu, reference
+from conftest import fresh_disk_cache
+from torch_gpubpe import Vocab, bpe, reference
 
 TEXT = ("the quick brown fox jumps over the lazy dog; " * 40 + "Ünïcödé ğüşıöç 日本語 🙂 " * 20
         + "def f(x):\n    return x ** 2\n" * 30)
@@ -17,13 +18,7 @@ TEXT = ("the quick brown fox jumps over the lazy dog; " * 40 + "Ünïcödé ğü
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv(bpe.ENV_NO_TABLE_CACHE, raising=False)
-    monkeypatch.setattr(bpe, "TABLE_CACHE_MIN_TOKENS", 0)
-    for k in ("loaded", "built", "saved"):
-        monkeypatch.setitem(bpe.table_cache_stats, k, 0)
-    monkeypatch.setitem(bpe.table_cache_stats, "errors", [])
-    monkeypatch.setattr(gpu, "_warned", set())
+    fresh_disk_cache(monkeypatch, tmp_path, bpe, "TABLE_CACHE_MIN_TOKENS", bpe.table_cache_stats)
     return bpe.table_cache_dir()
 
 

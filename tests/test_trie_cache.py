@@ -13,20 +13,15 @@ from dataclasses import fields
 import numpy as np
 import pytest
 
-from torch_gpubpe import _disk_cache, gpu, trie
+from conftest import fresh_disk_cache
+from torch_gpubpe import _disk_cache, trie
 
 BYTES = [bytes([b]) for b in range(256)]
 
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv(_disk_cache.ENV_OFF, raising=False)
-    monkeypatch.setattr(trie, "TRIE_CACHE_MIN_TOKENS", 0)
-    for k in ("loaded", "built", "saved"):
-        monkeypatch.setitem(trie.trie_cache_stats, k, 0)
-    monkeypatch.setitem(trie.trie_cache_stats, "errors", [])
-    monkeypatch.setattr(gpu, "_warned", set())
+    fresh_disk_cache(monkeypatch, tmp_path, trie, "TRIE_CACHE_MIN_TOKENS", trie.trie_cache_stats)
     return _disk_cache.cache_root() / "trie"
 
 
