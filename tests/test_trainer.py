@@ -40,14 +40,20 @@ def test_merges_equal_reference_on_every_corpus(corpus):
         assert list(vocab.merges) == ref, algorithm
 
 
-def test_merges_equal_rustbpe_on_real_text():
+def _assert_train_equals_rustbpe(docs, vocab_size: int) -> None:
+    """``train(docs, vocab_size, min_frequency=1)`` gives rustbpe's tokens (with
+    ``SPLIT_PATTERN``), id for id; skips when rustbpe is not installed."""
     rustbpe = pytest.importorskip("rustbpe")
-    docs = corpus_docs("tr_manpages", 60_000) + corpus_docs("code_cpython_headers", 30_000)
-    vocab = train(docs, 700, min_frequency=1)
+    vocab = train(docs, vocab_size, min_frequency=1)
     tok = rustbpe.Tokenizer()
-    tok.train_from_iterator(iter(docs), 700, pattern=SPLIT_PATTERN)
+    tok.train_from_iterator(iter(docs), vocab_size, pattern=SPLIT_PATTERN)
     ranks = [bytes(b) for b, _ in sorted(tok.get_mergeable_ranks(), key=lambda kv: kv[1])]
     assert list(vocab.token_bytes) == ranks
+
+
+def test_merges_equal_rustbpe_on_real_text():
+    docs = corpus_docs("tr_manpages", 60_000) + corpus_docs("code_cpython_headers", 30_000)
+    _assert_train_equals_rustbpe(docs, 700)
 
 
 def test_word_counting_equals_reference():
@@ -429,24 +435,14 @@ def test_errors_name_the_problem():
 @pytest.mark.heavy
 def test_vocab_above_65536_equals_rustbpe():
     """Ids above 16 bits (run on the real GPU: ~70k merges)."""
-    rustbpe = pytest.importorskip("rustbpe")
-    docs = corpus_docs("en_novels", 8_000_000, max_doc_bytes=2_000_000)
-    vocab = train(docs, 70_000, min_frequency=1)
-    tok = rustbpe.Tokenizer()
-    tok.train_from_iterator(iter(docs), 70_000, pattern=SPLIT_PATTERN)
-    ranks = [bytes(b) for b, _ in sorted(tok.get_mergeable_ranks(), key=lambda kv: kv[1])]
-    assert list(vocab.token_bytes) == ranks
+    _assert_train_equals_rustbpe(corpus_docs("en_novels", 8_000_000, max_doc_bytes=2_000_000),
+                                 70_000)
 
 
 @pytest.mark.heavy
 def test_corpus_scale_equals_rustbpe():
-    rustbpe = pytest.importorskip("rustbpe")
-    docs = corpus_docs("code_cpython_stdlib", 20_000_000, max_doc_bytes=10_000_000)
-    vocab = train(docs, 32_768, min_frequency=1)
-    tok = rustbpe.Tokenizer()
-    tok.train_from_iterator(iter(docs), 32_768, pattern=SPLIT_PATTERN)
-    ranks = [bytes(b) for b, _ in sorted(tok.get_mergeable_ranks(), key=lambda kv: kv[1])]
-    assert list(vocab.token_bytes) == ranks
+    _assert_train_equals_rustbpe(
+        corpus_docs("code_cpython_stdlib", 20_000_000, max_doc_bytes=10_000_000), 32_768)
 
 
 def test_single_string_is_not_a_corpus():
