@@ -545,13 +545,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         "num_documents": int(stats.get("num_documents") or reader.train_docs),
         "heldout_bytes": held_bytes,
         "heldout_documents": len(held),
-        "unique_words": stats.get("unique_words"),
-        "vocab_size": len(vocab),
-        "requested_vocab_size": args.vocab_size,
-        "num_merges": len(vocab.merges),
-        "requested_merges": args.vocab_size - 256 - len(specials),
-        "min_frequency": args.min_frequency,
-        "special_tokens": list(vocab.special_tokens),
+        **vocab_summary(args, vocab, specials, stats),
         "seconds": {
             "read_and_count": stats.get("seconds_count", reader.seconds),
             "merge": stats.get("seconds_merge"),
@@ -565,10 +559,32 @@ def cmd_train(args: argparse.Namespace) -> int:
         "heldout_bytes_per_token": (held_bytes / held_tokens) if held_tokens else None,
         "written": {k: str(v) for k, v in written.items()},
     }
+    print_train_summary(args, summary)
+    return 0
+
+
+def vocab_summary(args: argparse.Namespace, vocab: Vocab, specials: tuple[str, ...],
+                  stats: dict) -> dict:
+    """The train summary's fields about the vocab (``train`` and ``train --counts``): unique
+    words (from the trainer's ``stats``), vocab size and merges (got and asked for: ``specials``
+    are the special tokens asked for), ``min_frequency`` and the special tokens, in this order."""
+    return {
+        "unique_words": stats.get("unique_words"),
+        "vocab_size": len(vocab),
+        "requested_vocab_size": args.vocab_size,
+        "num_merges": len(vocab.merges),
+        "requested_merges": args.vocab_size - 256 - len(specials),
+        "min_frequency": args.min_frequency,
+        "special_tokens": list(vocab.special_tokens),
+    }
+
+
+def print_train_summary(args: argparse.Namespace, summary: dict) -> None:
+    """Print :func:`format_train_summary` of ``summary``; also write it as JSON (UTF-8, indent 2)
+    to ``args.summary_json`` when given."""
     print(format_train_summary(summary))
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    return 0
 
 
 def _count_tokens(vocab: Vocab, texts: list[str]) -> int:

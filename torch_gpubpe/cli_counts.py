@@ -13,7 +13,6 @@ A vocabulary from a corpus spread over machines (:mod:`torch_gpubpe.counts`)::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from datetime import datetime, timezone
@@ -153,13 +152,7 @@ def cmd_train_counts(args: argparse.Namespace, out) -> int:
         "num_documents": int(meta.get("num_documents", 0)),
         "heldout_bytes": 0, "heldout_documents": 0, "heldout_tokens": 0,
         "heldout_bytes_per_token": None,
-        "unique_words": stats.get("unique_words"),
-        "vocab_size": len(vocab),
-        "requested_vocab_size": args.vocab_size,
-        "num_merges": len(vocab.merges),
-        "requested_merges": args.vocab_size - 256 - len(specials),
-        "min_frequency": args.min_frequency,
-        "special_tokens": list(vocab.special_tokens),
+        **cli.vocab_summary(args, vocab, specials, stats),
         "seconds": {"read_and_count": stats.get("seconds_count"),
                     "merge": stats.get("seconds_merge"), "train_total": t_train,
                     "export": time.perf_counter() - t2, "heldout_encode": None,
@@ -167,9 +160,7 @@ def cmd_train_counts(args: argparse.Namespace, out) -> int:
         "peak_rss_bytes": cli._peak_rss_bytes(),
         "written": {k: str(v) for k, v in written.items()},
     }
-    print(cli.format_train_summary(summary))
-    if args.summary_json:
-        Path(args.summary_json).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    cli.print_train_summary(args, summary)
     return 0
 
 
