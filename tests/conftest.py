@@ -74,7 +74,8 @@ def shared_vocab(name: str) -> Path:
         "a folder holding it (see tests/data/vocabs/README.md)")
 
 
-def fresh_disk_cache(monkeypatch, tmp_path: Path, module, min_tokens_attr: str, stats: dict) -> None:
+def fresh_disk_cache(monkeypatch, tmp_path: Path, module, min_tokens_attr: str,
+                     stats: dict) -> None:
     """Give one test an empty disk cache (torch_gpubpe._disk_cache, XDG_CACHE_HOME under
     ``tmp_path``), turned on (TORCH_GPUBPE_NO_TABLE_CACHE unset) for vocabs of every size
     (``module.<min_tokens_attr>`` = 0), with the counters of ``stats`` (the module's cache stats
