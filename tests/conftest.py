@@ -74,6 +74,21 @@ def shared_vocab(name: str) -> Path:
         "a folder holding it (see tests/data/vocabs/README.md)")
 
 
+def assert_same_fields(a, b, *, same_types: bool = False) -> None:
+    """Two dataclass instances (a disk cache's result and the freshly built one) are equal
+    field by field: arrays in dtype, shape and every value; other fields by ``==`` (and by type
+    too with ``same_types``)."""
+    import numpy as np
+    from dataclasses import fields
+
+    for f in fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), f.name
+        else:
+            assert (not same_types or type(x) is type(y)) and x == y, f.name
+
+
 def fresh_disk_cache(monkeypatch, tmp_path: Path, module, min_tokens_attr: str,
                      stats: dict) -> None:
     """Give one test an empty disk cache (torch_gpubpe._disk_cache, XDG_CACHE_HOME under

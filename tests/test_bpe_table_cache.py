@@ -4,12 +4,11 @@ unwritable folder or TORCH_GPUBPE_NO_TABLE_CACHE=1 builds every time, and only t
 
 from __future__ import annotations
 
-from dataclasses import fields
 
 import numpy as np
 import pytest
 
-from conftest import fresh_disk_cache
+from conftest import assert_same_fields, fresh_disk_cache
 from torch_gpubpe import Vocab, bpe, reference
 
 TEXT = ("the quick brown fox jumps over the lazy dog; " * 40 + "Ünïcödé ğüşıöç 日本語 🙂 " * 20
@@ -27,12 +26,7 @@ def _vocab(size=420, text=TEXT) -> Vocab:
 
 
 def _same(a: bpe.BpeTables, b: bpe.BpeTables) -> None:
-    for f in fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, np.ndarray):
-            assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), f.name
-        else:
-            assert x == y, f.name
+    assert_same_fields(a, b)
 
 
 def test_tables_from_the_cache_are_the_built_ones(cache):

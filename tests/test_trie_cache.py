@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import doctest
 import warnings
-from dataclasses import fields
 
 import numpy as np
 import pytest
 
-from conftest import fresh_disk_cache
+from conftest import assert_same_fields, fresh_disk_cache
 from torch_gpubpe import _disk_cache, trie
 
 BYTES = [bytes([b]) for b in range(256)]
@@ -38,12 +37,7 @@ def _tokens(n=2000, seed=0) -> list[bytes]:
 
 
 def _same(a: trie.Trie, b: trie.Trie) -> None:
-    for f in fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, np.ndarray):
-            assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), f.name
-        else:
-            assert type(x) is type(y) and x == y, f.name
+    assert_same_fields(a, b, same_types=True)  # num_nodes, max_depth: ints, not numpy scalars
 
 
 def test_trie_from_the_cache_is_the_compiled_one(cache):
