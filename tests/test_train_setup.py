@@ -75,5 +75,6 @@ def test_stats_time_breakdown_adds_up():
         assert st["prefetch_bytes"] > 0
         assert st["seconds_upload_host"] + st["seconds_upload_gpu"] <= st["seconds_upload"]
         assert 0 <= st.get("seconds_rebuilds", 0.0) <= st["seconds_merge"]
-        for k in ("seconds_gpu_open", "seconds_compile_count", "seconds_compile_train"):
+        for k in ("seconds_gpu_open", "seconds_compile_count", "seconds_compile_train",
+                  "seconds_import_arrow"):
             assert st[k] >= 0

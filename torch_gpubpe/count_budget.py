@@ -231,12 +231,12 @@ class CountBudget:
         """The corpus's word counts: ``wc`` (the last table) when nothing was spilled (pruning
         is then the caller's), else the runs and ``wc`` merged, with ``prune_below`` applied
         as they stream (``stats['pruned_words']``, warned once)."""
+        if not self.runs:
+            return wc
         from .counts import DEFAULT_FAN_IN, iter_count_batches, iter_merged, merge_counts
         from .trainer import _rss_bytes, estimate_merge_memory
         from .wordcount import WordCounts
 
-        if not self.runs:
-            return wc
         self.spill(wc)
         del wc
         t0 = time.perf_counter()

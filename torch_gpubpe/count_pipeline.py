@@ -50,7 +50,7 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 
 from . import _wgpu_internals as _wi
-from .readers import put_unless_stopped
+from ._common import put_unless_stopped
 from .wordcount import HostBatch
 
 STAGES = 3                 # mapped staging buffers (one GPU batch each) in rotation

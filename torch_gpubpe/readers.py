@@ -74,6 +74,8 @@ import numpy as np
 import pyarrow as pa
 
 from . import notices
+from ._common import is_hf as _is_hf
+from ._common import put_unless_stopped
 from .errors import InputError
 from .pretokenize import pack_documents
 from .reference import to_bytes
@@ -565,18 +567,6 @@ def _ordered(tasks: Iterator[Callable[[], Any]], pool: ThreadPoolExecutor, ahead
     finally:
         for f in pending:
             f.cancel()
-
-
-def put_unless_stopped(q: queue.Queue, item, stop: threading.Event) -> bool:
-    """``q.put(item)``, giving up (False) once ``stop`` is set: a producer thread never blocks
-    forever on a consumer that has gone."""
-    while not stop.is_set():
-        try:
-            q.put(item, timeout=0.1)
-            return True
-        except queue.Full:
-            continue
-    return False
 
 
 class _Pump:
@@ -1235,11 +1225,6 @@ def _pack_parts(parts: list[bytes], valid: list[bool] | None = None) -> pa.Array
 
 
 # -- Hugging Face datasets -----------------------------------------------------------------------
-def _is_hf(obj: object, kind: str) -> bool:
-    return any(c.__module__.startswith("datasets") and c.__name__ == kind
-               for c in type(obj).__mro__)
-
-
 class HFReader(Reader):
     """A ``datasets.Dataset`` (map-style: a shard reads only its rows, zero copy from the Arrow
     table) or ``datasets.IterableDataset`` (streaming: read in Arrow batches, a shard keeps its

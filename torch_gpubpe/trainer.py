@@ -174,7 +174,8 @@ def train(
             and, ``seconds_upload_gpu``, the GPU set-up and first pair count waited for),
             ``seconds_merge`` (of which ``seconds_rebuilds``), ``seconds_total``; on the
             opening thread ``seconds_gpu_open`` (importing wgpu, opening the device),
-            ``seconds_compile_count``, ``seconds_compile_train``;
+            ``seconds_compile_count``, ``seconds_compile_train``, ``seconds_import_arrow``
+            (counting on the GPU: pyarrow.compute, which the end of counting uses);
             ``table_slots``, ``distinct_initial_pairs``, ``rebuilds``, ``restarts``,
             ``adapter``, ``merges_per_submit``, ``algorithm``, ``wide_counts``,
             ``gpu_memory_bytes`` (the run's GPU buffers), ``walks_paused`` and
@@ -237,9 +238,11 @@ def train(
     ``RuntimeWarning`` says so and ``stats["stopped_early"]`` gives the reason.
     """
     t_start = time.perf_counter()
-    from .readers import _is_hf, open_source
+    from ._common import is_hf
 
-    if _is_hf(documents, "Dataset") or _is_hf(documents, "IterableDataset"):
+    if is_hf(documents, "Dataset") or is_hf(documents, "IterableDataset"):
+        from .readers import open_source
+
         documents = open_source(documents)   # its "text" column, as Arrow batches
     if progress is True:
         bars = _ProgressBars()
@@ -287,77 +290,80 @@ def train(
         cpu_batches = 8 * ((os.cpu_count() or 1) + 1) * wordcount.DEFAULT_BATCH_BYTES
         budget = CountBudget(limit, prune_below, batch_bytes=cpu_batches, stages=0, stats=st)
     budget.check_start()
+    # The device opens on a thread from here on (_Opener), while this thread reads and packs
+    # the first documents (the CPU counts the words, count_on="cpu"): in a fresh process the
+    # opening (importing wgpu, the adapter, the device) is the longest step before counting.
+    opener = _Opener(count_on == "gpu")
+    pool = ThreadPoolExecutor(1, thread_name_prefix="gpubpe-init")
+    fut = pool.submit(opener.run)
     try:
         return _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0,
-                               gpu_batch, prefetch, min_frequency=min_frequency,
+                               gpu_batch, prefetch, opener, fut, min_frequency=min_frequency,
                                special_tokens=special_tokens, progress=progress, batch=batch,
                                profile=profile, algorithm=algorithm, count_on=count_on,
                                max_memory=limit, prune_below=prune_below)
     finally:
+        pool.shutdown(wait=True)
         budget.close()
 
 
 def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gpu_batch,
-                    prefetch, *, min_frequency, special_tokens, progress, batch, profile,
-                    algorithm, count_on, max_memory, prune_below) -> Vocab:
-    """train() after its checks: count under ``budget``, then merge."""
+                    prefetch, opener, fut, *, min_frequency, special_tokens, progress, batch,
+                    profile, algorithm, count_on, max_memory, prune_below) -> Vocab:
+    """train() after its checks: count under ``budget``, then merge. ``opener`` (_Opener) is
+    opening the device on a thread (``fut``): it compiles the counting pipelines first and says
+    so, then the training pipelines while the GPU counts."""
     from . import count_budget, count_pipeline
     from .count_budget import count_cpu
     from .wordcount import GPUWordCounter, _batches, str_packer
 
-    # Open the device on a thread meanwhile (the CPU counts the words, count_on="cpu", or packs
-    # the first pieces for the GPU counter); the thread compiles the counting pipelines first
-    # and says so, then the training pipelines while the GPU counts (_Opener).
-    opener = _Opener(count_on == "gpu")
-    with ThreadPoolExecutor(1, thread_name_prefix="gpubpe-init") as pool:
-        fut = pool.submit(opener.run)
-        if count_on == "cpu":
-            counts = count_cpu(documents, budget, info)
-            t1 = time.perf_counter()
-            trainer = fut.result()
-            t2 = time.perf_counter()
-            t3 = t4 = t2
-        else:
-            # Read pieces while the device opens (at least one, at most ``prefetch`` bytes),
-            # then count them through mapped staging (count_pipeline: read, pack and count
-            # overlap).
-            batches = _batches(documents, min(count_pipeline.PIECE_BYTES, gpu_batch), info)
-            ready: list = []
-            held = 0
-            for b in batches:
-                ready.append(b)
-                held += len(b[0])
-                if opener.ready.is_set() or held >= prefetch:
-                    break
-            t1 = time.perf_counter()
-            st["seconds_prefetch"], st["prefetch_bytes"] = t1 - t0, held
-            gpu = opener.wait_gpu(fut)
-            t2 = time.perf_counter()
-            counter = GPUWordCounter(gpu, gpu_batch)
-            counter.spill = budget.spill
-            # (a batch adds at most about gpu_batch / 8 new words before the next check)
-            counter.max_words = max(budget.max_table_words - gpu_batch // 8,
-                                    count_budget.MIN_TABLE_WORDS)
-            counter.on_batch = lambda c: budget.on_gpu_batch(c, info["corpus_bytes"])
-            if "cpu" in str(gpu.adapter_info.get("adapter_type", "")).lower():
-                # A CPU adapter's buffers are host memory: the batch buffers (text, bitmaps:
-                # ~1.3 × a batch) come off the budget's share, and the word table (36 B per
-                # slot with its backups and compaction output) gets a third of the rest; a
-                # batch with more words is split, a full table spilled.
-                budget.free -= 2 * gpu_batch
-                cap = max(budget.free // 3 // 36, counter.min_slots)
-                counter.max_slots = min(counter.max_slots, 1 << (int(cap).bit_length() - 1))
-                st["count_table_slots_limit"] = counter.max_slots
-            with gpu.operation("counting words"):
-                count_pipeline.count_stream(counter, itertools.chain(ready, batches),
-                                            stats=count_stats)
-                del ready
-                counts = counter.result()
-            st["count_gpu_memory_bytes"] = counter.peak_gpu_bytes + count_stats.get(
-                "staging_bytes", 0)
-            t3 = time.perf_counter()
-            trainer = fut.result()      # the training pipelines (compiled while counting)
-            t4 = time.perf_counter()
+    if count_on == "cpu":
+        counts = count_cpu(documents, budget, info)
+        t1 = time.perf_counter()
+        trainer = fut.result()
+        t2 = time.perf_counter()
+        t3 = t4 = t2
+    else:
+        # Read pieces while the device opens (at least one, at most ``prefetch`` bytes),
+        # then count them through mapped staging (count_pipeline: read, pack and count
+        # overlap).
+        batches = _batches(documents, min(count_pipeline.PIECE_BYTES, gpu_batch), info)
+        ready: list = []
+        held = 0
+        for b in batches:
+            ready.append(b)
+            held += len(b[0])
+            if opener.ready.is_set() or held >= prefetch:
+                break
+        t1 = time.perf_counter()
+        st["seconds_prefetch"], st["prefetch_bytes"] = t1 - t0, held
+        gpu = opener.wait_gpu(fut)
+        t2 = time.perf_counter()
+        counter = GPUWordCounter(gpu, gpu_batch)
+        counter.spill = budget.spill
+        # (a batch adds at most about gpu_batch / 8 new words before the next check)
+        counter.max_words = max(budget.max_table_words - gpu_batch // 8,
+                                count_budget.MIN_TABLE_WORDS)
+        counter.on_batch = lambda c: budget.on_gpu_batch(c, info["corpus_bytes"])
+        if "cpu" in str(gpu.adapter_info.get("adapter_type", "")).lower():
+            # A CPU adapter's buffers are host memory: the batch buffers (text, bitmaps:
+            # ~1.3 × a batch) come off the budget's share, and the word table (36 B per
+            # slot with its backups and compaction output) gets a third of the rest; a
+            # batch with more words is split, a full table spilled.
+            budget.free -= 2 * gpu_batch
+            cap = max(budget.free // 3 // 36, counter.min_slots)
+            counter.max_slots = min(counter.max_slots, 1 << (int(cap).bit_length() - 1))
+            st["count_table_slots_limit"] = counter.max_slots
+        with gpu.operation("counting words"):
+            count_pipeline.count_stream(counter, itertools.chain(ready, batches),
+                                        stats=count_stats)
+            del ready
+            counts = counter.result()
+        st["count_gpu_memory_bytes"] = counter.peak_gpu_bytes + count_stats.get(
+            "staging_bytes", 0)
+        t3 = time.perf_counter()
+        trainer = fut.result()      # the training pipelines (compiled while counting)
+        t4 = time.perf_counter()
     st.update(opener.times)
     st.update(info)
     st["str_packer"] = str_packer(documents)
@@ -644,9 +650,10 @@ class _Opener:
     """train()'s device opening on a thread, in the order the run needs it: the device, the
     counting pipelines (then :attr:`ready` is set: the GPU can count), then the training
     pipelines (:func:`get_trainer`, compiled while the GPU counts; on a GPU also the 64-bit
-    count variant, which corpora with ≥ 2^31 pairs take). :attr:`times`: ``seconds_gpu_open``
-    (importing wgpu, opening the adapter and device), ``seconds_compile_count``,
-    ``seconds_compile_train`` (on the thread)."""
+    count variant, which corpora with ≥ 2^31 pairs take), then (counting on the GPU) imports
+    pyarrow.compute. :attr:`times`: ``seconds_gpu_open`` (importing wgpu, opening the adapter
+    and device), ``seconds_compile_count``, ``seconds_compile_train``,
+    ``seconds_import_arrow`` (on the thread)."""
 
     def __init__(self, count_on_gpu: bool) -> None:
         self.count_on_gpu = count_on_gpu
@@ -674,6 +681,13 @@ class _Opener:
         if not tr.is_cpu and "wordlist" not in tr.too_many_buffers:
             tr.pipelines("wordlist", wide=True)
         self.times["seconds_compile_train"] = time.perf_counter() - t
+        if self.count_on_gpu:
+            # The end of counting groups the words too long for the GPU table with
+            # pyarrow.compute (wordcount.group_words): imported here while the GPU counts, not
+            # on the critical path after it (0.1-0.25 s in a fresh process).
+            t = time.perf_counter()
+            import pyarrow.compute  # noqa: F401
+            self.times["seconds_import_arrow"] = time.perf_counter() - t
         return tr
 
     def wait_gpu(self, fut):

@@ -989,14 +989,20 @@ def group_words(parts: list[tuple]) -> WordCounts:
     arr = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(lens),
                                            [None, pa.py_buffer(off), pa.py_buffer(data)])
     del data
-    t = pa.table({"w": arr, "c": pa.array(counts)})
-    del arr, counts
-    g = t.group_by("w").aggregate([("c", "sum")])
-    words = g.column("w").combine_chunks()
+    # Arrow's hash dictionary encoding (pyarrow.compute), then the counts summed per distinct
+    # word in uint64 (exact). Not Table.group_by: that imports pyarrow.acero, and with it
+    # pandas (0.3-0.5 s in a fresh process, measured on the H200 in train's count).
+    enc = arr.dictionary_encode()
+    del arr
+    idx = enc.indices.to_numpy()
+    words = enc.dictionary
+    sums = np.zeros(len(words), np.uint64)
+    np.add.at(sums, idx, counts)
+    del enc, idx, counts
     bufs = words.buffers()
     o = np.frombuffer(bufs[1], np.int64, len(words) + 1, words.offset * 8)
     d = np.frombuffer(bufs[2], np.uint8, int(o[-1] - o[0]), int(o[0])).copy()
-    return WordCounts(d, np.diff(o), g.column("c_sum").to_numpy().astype(np.uint64))
+    return WordCounts(d, np.diff(o), sums)
 
 
 # group_words of few, long words (e.g. one-word documents of 1 MB): grouped by a BLAKE2b digest
