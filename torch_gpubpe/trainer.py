@@ -167,7 +167,8 @@ def train(
             the order they happen): ``seconds_setup`` (before ``seconds_total`` starts:
             imports on the first call, argument checks), ``seconds_count`` (word counting, including
             ``seconds_prefetch``, the first ``prefetch_bytes`` packed while the device opened,
-            and without ``seconds_gpu_init_wait``: waiting for the device and the counting
+            and, counting on the GPU, ``seconds_count_result``: the distinct words gathered
+            from the GPU table at the end; without ``seconds_gpu_init_wait``: waiting for the device and the counting
             pipelines, opened on a thread), ``seconds_compile_wait`` (after counting, for the
             training pipelines), ``seconds_prepare`` (the counts checked and filtered),
             ``seconds_upload`` (``seconds_upload_host``: the host arrays; then the buffers
@@ -358,7 +359,9 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
             count_pipeline.count_stream(counter, itertools.chain(ready, batches),
                                         stats=count_stats)
             del ready
+            t_r = time.perf_counter()
             counts = counter.result()
+        st["seconds_count_result"] = time.perf_counter() - t_r
         st["count_gpu_memory_bytes"] = counter.peak_gpu_bytes + count_stats.get(
             "staging_bytes", 0)
         t3 = time.perf_counter()
@@ -829,7 +832,10 @@ class GPUTrainer:
         sym[:] = data
         starts = np.zeros(len(lens), np.int64)
         np.cumsum(lens[:-1], out=starts[1:])
-        wid = np.repeat(np.arange(len(lens), dtype=np.uint32), lens)
+        # each symbol's word: a prefix sum of the word starts (4-5x faster than np.repeat)
+        wid = np.zeros(len(data), np.uint32)
+        wid[starts[1:]] = 1
+        np.cumsum(wid, out=wid)
         # Distinct byte pairs inside words (≤ 65,536): sizes the pair table. The pair across
         # each word boundary is replaced by the next word's first pair (words have ≥ 2 bytes).
         pairs = data[:-1].astype(np.uint16) << 8
