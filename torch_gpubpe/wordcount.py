@@ -851,9 +851,8 @@ class GPUWordCounter:
         first = 4 * (o + 1)
         mark[first] = 1
         mark[first + lengths] -= 1     # < the next word's first byte (its length word between)
-        mask = np.cumsum(mark[:-1], dtype=np.int8).view(bool)
-        del mark
-        return WordCounts(store.view(np.uint8)[mask], lengths, counts)
+        np.cumsum(mark, dtype=np.int8, out=mark)      # (in place: no second 4·top array)
+        return WordCounts(store.view(np.uint8)[mark[:-1].view(bool)], lengths, counts)
 
     def group_long(self) -> WordCounts:
         """Group the long words held (words over ``MAXW`` bytes, exact counts) and keep them
