@@ -4,7 +4,9 @@
   wl_byte_lists), equal the host's construction: nxt/prv exactly, each byte's list as a set of
   stream positions (its order is free), the lists' offsets and lengths;
 * train()'s ``stats`` time breakdown: every part present, non-negative, and the main thread's
-  parts adding up to at most the total.
+  parts adding up to at most the total;
+* a fresh process's train(list[str]) imports neither pandas nor pyarrow.acero (0.3-0.5 s of its
+  counting on the H200), its merges equal the reference's.
 """
 
 from __future__ import annotations
@@ -78,3 +80,35 @@ def test_stats_time_breakdown_adds_up():
         for k in ("seconds_gpu_open", "seconds_compile_count", "seconds_compile_train",
                   "seconds_import_arrow"):
             assert st[k] >= 0
+
+
+def test_fresh_train_of_strings_imports_neither_pandas_nor_acero():
+    """train(list[str]) in a fresh process, with words longer than the GPU table takes (they
+    are grouped on the host, by Arrow), imports neither pandas nor pyarrow.acero: on the H200
+    those imports cost 0.3-0.5 s of a fresh run's counting (Table.group_by, Array.to_numpy and
+    pa.array(ndarray) all import pandas). The merges equal the reference's."""
+    import json
+    import subprocess
+    import sys
+
+    from torch_gpubpe.wordcount import MAXW
+
+    make_docs = (f"long_word = 'x' * {3 * MAXW} + 'y' * 7\n"
+                 "docs = [f'alpha beta {long_word} gamma {i % 7} ' * 3 for i in range(200)]\n")
+    namespace: dict = {}
+    exec(make_docs, namespace)
+    docs = namespace["docs"]
+    code = (
+        "import json, sys\n"
+        "from torch_gpubpe.trainer import train\n"
+        + make_docs +
+        "st = {}\n"
+        "v = train(docs, 300, min_frequency=1, stats=st)\n"
+        "print(json.dumps({'merges': [list(m) for m in v.merges],\n"
+        "                  'pandas': 'pandas' in sys.modules,\n"
+        "                  'acero': 'pyarrow.acero' in sys.modules}))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert not got["pandas"] and not got["acero"], got
+    assert [tuple(m) for m in got["merges"]] == reference.train(docs, 300, min_frequency=1)
