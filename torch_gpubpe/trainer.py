@@ -168,9 +168,10 @@ def train(
             imports on the first call, argument checks), ``seconds_count`` (word counting, including
             ``seconds_prefetch``, the first ``prefetch_bytes`` packed while the device opened,
             and, counting on the GPU, ``seconds_count_result``: the distinct words gathered
-            from the GPU table at the end; without ``seconds_gpu_init_wait``: waiting for the device and the counting
-            pipelines, opened on a thread), ``seconds_compile_wait`` (after counting, for the
-            training pipelines), ``seconds_prepare`` (the counts checked and filtered),
+            from the GPU table at the end; without ``seconds_gpu_init_wait``: waiting for the
+            device and the counting pipelines, opened on a thread), ``seconds_compile_wait``
+            (after counting, for the training pipelines), ``seconds_prepare`` (the counts
+            checked and filtered),
             ``seconds_upload`` (``seconds_upload_host``: the host arrays; then the buffers
             and, ``seconds_upload_gpu``, the GPU set-up and first pair count waited for),
             ``seconds_merge`` (of which ``seconds_rebuilds``), ``seconds_total``; on the
