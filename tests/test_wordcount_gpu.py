@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from conftest import CORPUS_NAMES, corpus_docs
-from torch_gpubpe import reference
+from torch_gpubpe import reference, wordcount
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.wordcount import MAXW, GPUWordCounter, WordCounts, _batches, count_words_gpu
 
@@ -57,6 +57,48 @@ def test_many_batches_table_growth_and_store_growth():
     assert counter.slots >= 4096 and counter.store_cap > 1_000   # both grew (from 64)
     assert not counter.cpu_has_short_words
     assert got == ref_counts(docs)
+
+
+def _add_all(counter, docs) -> list[int]:
+    """Count ``docs`` batch by batch; each batch's word starts (reference words counted)."""
+    starts = []
+    for data, offsets in _batches(docs, counter.batch_bytes, {}):
+        batch = [data[offsets[k]:offsets[k + 1]].tobytes() for k in range(len(offsets) - 1)]
+        starts.append(sum(reference.count_words(batch).values()))
+        counter.add_batch(data, offsets)
+    return starts
+
+
+def test_table_sized_by_the_share_of_new_words_is_smaller_and_exact():
+    """Real text (a novel read four times) adds far fewer new words than it has word starts:
+    the table is sized for NEW_WORDS_MARGIN × the share of new words seen, no batch is
+    counted again, the table ends at most half the size that sizing for every word start
+    gives, and the counts are exact."""
+    docs = corpus_docs("en_novels", 500_000, max_doc_bytes=500_000) * 4
+    counter = GPUWordCounter(batch_bytes=512 << 10, min_slots=64, min_store=64)
+    starts = _add_all(counter, docs)
+    got = counter.result().to_dict()
+    assert got == ref_counts(docs)
+    assert counter.estimate_retries == 0
+    bound = 1 << (2 * (len(got) + max(starts)) - 1).bit_length()   # every start new
+    assert 2 * counter.slots <= bound, (counter.slots, bound)
+    assert 0 < counter.new_words_rate < wordcount.FIRST_NEW_WORDS
+
+
+def test_more_new_words_than_guessed_are_counted_again_exactly(monkeypatch):
+    """Every word distinct (the guess of FIRST_NEW_WORDS is far too low): the batch overfills
+    the table, is undone and counted again into a table sized for every word start; the
+    counts are exact, the retries counted."""
+    monkeypatch.setattr(wordcount, "MIN_NEW_WORDS", 16)
+    def word(i: int, k: int) -> str:      # letters only: one word start per word
+        return "".join(chr(97 + i // 26 ** j % 26) for j in range(4)) + chr(97 + k)
+
+    docs = [" ".join(word(i, k) for i in range(4_000)) for k in range(6)]
+    counter = GPUWordCounter(batch_bytes=40_000, min_slots=64, min_store=64)
+    _add_all(counter, docs)
+    assert counter.result().to_dict() == ref_counts(docs)
+    assert counter.estimate_retries >= 1
+    assert counter.new_words_rate > 0.9
 
 
 def test_word_length_limit_and_long_words():

@@ -188,8 +188,9 @@ def train(
             :mod:`~torch_gpubpe.str_pack`), ``str_packer`` (the one that packed the
             documents: :func:`~torch_gpubpe.wordcount.str_packer`), ``count_pipeline``
             (where counting's time went: :mod:`~torch_gpubpe.count_pipeline`),
-            ``count_gpu_memory_bytes``, and, when
-            counting spilled, ``spilled_runs``, ``spill_bytes``, ``seconds_spill``,
+            ``count_gpu_memory_bytes``, ``count_table_retries`` (batches counted again
+            because the word table's size guess was low: :data:`~torch_gpubpe.wordcount.
+            NEW_WORDS_MARGIN`), and, when counting spilled, ``spilled_runs``, ``spill_bytes``, ``seconds_spill``,
             ``seconds_merge_runs`` (:mod:`~torch_gpubpe.count_budget`), ``submits`` and
             ``max_submit_gap_s`` (merge phase: the longest interval between the starts of two
             submits, and ``max_submit_gap_before`` the kind of submit that ended it) (and
@@ -365,6 +366,7 @@ def _train_budgeted(documents, vocab_size, budget, info, count_stats, st, t0, gp
         st["seconds_count_result"] = time.perf_counter() - t_r
         st["count_gpu_memory_bytes"] = counter.peak_gpu_bytes + count_stats.get(
             "staging_bytes", 0)
+        st["count_table_retries"] = counter.estimate_retries
         t3 = time.perf_counter()
         trainer = fut.result()      # the training pipelines (compiled while counting)
         t4 = time.perf_counter()

@@ -372,6 +372,17 @@ def count_words(documents: Iterable[str | bytes], *, batch_bytes: int = DEFAULT_
 _WC = shader_info("wordcount").consts
 MAXW = _WC["MAXW"]            # longest word the GPU table takes (bytes)
 DEFAULT_GPU_BATCH_BYTES = 64 << 20
+# The word table's size per batch. A batch of w word starts adds at most w new words, but text
+# adds far fewer (868 MB of real text: 1.58 M distinct words in 64 MiB batches of 13-25 M word
+# starts), and sizing for w took 2.76 GB of GPU memory there. The table is sized for
+# NEW_WORDS_MARGIN × the highest share of new words per word start seen in a batch so far
+# (FIRST_NEW_WORDS before the first), at least MIN_NEW_WORDS; a batch that overfills it (a probe
+# sequence ran out, or the table ended more than half full) is undone and counted again into a
+# table sized for every word start being new: exact either way, one more pass when the guess
+# was low (GPUWordCounter.estimate_retries).
+FIRST_NEW_WORDS = 0.125
+NEW_WORDS_MARGIN = 2.0
+MIN_NEW_WORDS = 1 << 14
 _S_TOP, _S_OCC, _S_NLONG, _S_OVERFLOW, _S_NWORDS, _S_NOUT, _S_NEED = (
     _WC[k] for k in ("S_TOP", "S_OCC", "S_NLONG", "S_OVERFLOW", "S_NWORDS", "S_NOUT", "S_NEED"))
 _WC_WG = _WC["WG"]
@@ -490,6 +501,9 @@ class GPUWordCounter:
         self.spilled_runs = 0
         self.peak_gpu_bytes = 0
         self.seconds_wait = 0.0    # blocked on state readbacks (GPU work + submit latency)
+        self.new_words_rate = None  # the highest new words / word starts of a batch so far
+        self.estimate_retries = 0   # batches counted again: the table's size guess was low
+        self._every_start_new = False   # (the retry of such a batch: size for every start)
         self.round_trips = 0
         self.on_batch = None       # called with the counter after each batch counted on the GPU
 
@@ -726,7 +740,14 @@ class GPUWordCounter:
             raise GPUOperationError(f"word counting: the GPU found {nwords} word starts in a "
                                     f"batch of {n} bytes (a driver or shader fault; please "
                                     "report it)")
-        need = 2 * (occ + nwords)
+        # New words this batch may add: every word start (the bound), or the guess of
+        # NEW_WORDS_MARGIN (checked after the insert; a low guess is undone and recounted).
+        new = nwords
+        if not self._every_start_new:
+            rate = FIRST_NEW_WORDS if self.new_words_rate is None else self.new_words_rate
+            new = min(nwords, max(MIN_NEW_WORDS, int(NEW_WORDS_MARGIN * rate * nwords)))
+        guessed = new < nwords
+        need = 2 * (occ + new)
         if need > self.slots:
             slots = max(self.min_slots, 1 << (need - 1).bit_length())
             if slots > self.max_slots and occ and self.spill is not None:
@@ -735,7 +756,7 @@ class GPUWordCounter:
                 # counted into an empty table.
                 self._spill_table()
                 occ = 0
-                slots = max(self.min_slots, 1 << (2 * nwords - 1).bit_length())
+                slots = max(self.min_slots, 1 << (2 * new - 1).bit_length())
                 st[_S_TOP] = 0
                 if slots <= self.max_slots:
                     self._new_table(slots)
@@ -766,6 +787,21 @@ class GPUWordCounter:
         enc.copy_buffer_to_buffer(self.counts, 0, self.counts_bak, 0, 8 * self.slots)
         self._dispatch(enc, "wc_insert", n)
         st = self._state(enc, "word counting")
+        if guessed and (st[_S_OVERFLOW] or 2 * int(st[_S_OCC]) > self.slots):
+            # More new words than guessed: undo the batch and count it again into a table
+            # sized for every word start being new (its text is still in `text`).
+            enc = g.device.create_command_encoder(label="wordcount")
+            enc.copy_buffer_to_buffer(self.keys_bak, 0, self.keys, 0, 4 * self.slots)
+            enc.copy_buffer_to_buffer(self.counts_bak, 0, self.counts, 0, 8 * self.slots)
+            q.submit([enc.finish()])
+            self._set_state(occ=occ, overflow=0)
+            self.estimate_retries += 1
+            self._every_start_new = True
+            try:
+                self._count_uploaded(host, None, _split)
+            finally:
+                self._every_start_new = False
+            return
         if (not st[_S_OVERFLOW] and 4 * (top + int(st[_S_NEED]) + 16) > g.binding_bytes(4)):
             st[_S_OVERFLOW] = 1             # the word store would outgrow a binding
             if self.spill is not None and occ:
@@ -796,6 +832,9 @@ class GPUWordCounter:
                 return
             self._cpu(host.array(), host.offsets)
             return
+        if nwords:
+            rate = (int(st[_S_OCC]) - occ) / nwords
+            self.new_words_rate = max(self.new_words_rate or 0.0, rate)
         self.occupied = int(st[_S_OCC])
         self.store_words = top + int(st[_S_NEED])
         nlong = int(st[_S_NLONG])
