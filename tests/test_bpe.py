@@ -174,8 +174,12 @@ def test_hf_json_round_trip_and_rejects(gpt2, trained):
         assert back.token_bytes == v.token_bytes and back.mode == "bpe"
         assert back.special_tokens == v.special_tokens and back.ranks is None
     wp = hf_tokenizer_dict(trained.with_mode("greedy"))  # the WordPiece export
-    with pytest.raises(VocabFormatError, match="WordPiece"):
-        vocab_from_hf_dict(wp)
+    with pytest.raises(VocabFormatError, match="WordPiece.*export of a greedy-mode vocab"):
+        vocab_from_hf_dict(wp)     # (says where the loadable vocab is)
+    other_wp = dict(wp, model=dict(wp["model"], continuing_subword_prefix="##"))
+    with pytest.raises(VocabFormatError, match="WordPiece") as e:
+        vocab_from_hf_dict(other_wp)
+    assert "greedy-mode" not in str(e.value)
     obj = hf_tokenizer_dict(trained)
     with pytest.raises(VocabFormatError, match="normalizer"):
         vocab_from_hf_dict(dict(obj, normalizer={"type": "NFC"}))

@@ -101,6 +101,26 @@ def test_more_new_words_than_guessed_are_counted_again_exactly(monkeypatch):
     assert counter.new_words_rate > 0.9
 
 
+def test_retries_double_the_guess_even_when_batches_end_on_the_cpu(monkeypatch):
+    """Probe sequences of 2 (colliding hashes run out): batches overflow whatever the guess and
+    end on the CPU, which teaches no share of new words; each retry still doubles the next
+    guess, so a few batches are counted again, not every one. Counts exact."""
+    monkeypatch.setattr(wordcount, "MIN_NEW_WORDS", 16)
+    rnd = random.Random(7)
+
+    def word() -> str:
+        return "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(3))
+
+    # a first batch of one repeated long word (a tiny table, a low share), then dense new
+    # words (three letters and a digit: two word starts each)
+    docs = [(" " + "a" * 200) * 20] + ["".join(word() + str(i % 10) for i in range(1000))
+                                       for _ in range(30)]
+    counter = GPUWordCounter(batch_bytes=4_096, min_slots=64, min_store=64, max_probe=2)
+    batches = len(_add_all(counter, docs))
+    assert counter.result().to_dict() == ref_counts(docs)
+    assert batches >= 12 and 1 <= counter.estimate_retries <= 4, (batches, counter.estimate_retries)
+
+
 def test_word_length_limit_and_long_words():
     """Words of MAXW bytes stay on the GPU, longer ones are counted on the host; runs of one
     byte class (spaces, letters, digits) and long words that recur."""

@@ -749,11 +749,13 @@ class _Background:
                 raise StopIteration
             return x
 
-    def close(self) -> None:
-        """Stop the thread; join it when called from the thread that consumed the items."""
+    def close(self, _get_ident=threading.get_ident) -> None:
+        """Stop the thread; join it when called from the thread that consumed the items.
+        (``_get_ident`` bound at definition: at interpreter exit a generator left unfinished is
+        closed after the module's globals, ``threading`` among them, are gone.)"""
         self._done = True
         self._stop.set()
-        if self._t is not None and threading.get_ident() == self._consumer:
+        if self._t is not None and _get_ident() == self._consumer:
             self._t.join(timeout=60)
 
     def __del__(self) -> None:

@@ -189,8 +189,8 @@ def train(
             documents: :func:`~torch_gpubpe.wordcount.str_packer`), ``count_pipeline``
             (where counting's time went: :mod:`~torch_gpubpe.count_pipeline`),
             ``count_gpu_memory_bytes``, ``count_table_retries`` (batches counted again
-            because the word table's size guess was low: :data:`~torch_gpubpe.wordcount.
-            NEW_WORDS_MARGIN`), and, when counting spilled, ``spilled_runs``, ``spill_bytes``, ``seconds_spill``,
+            into a larger word table: its size guess was low, or a probe sequence ran out;
+            :data:`~torch_gpubpe.wordcount.NEW_WORDS_MARGIN`), and, when counting spilled, ``spilled_runs``, ``spill_bytes``, ``seconds_spill``,
             ``seconds_merge_runs`` (:mod:`~torch_gpubpe.count_budget`), ``submits`` and
             ``max_submit_gap_s`` (merge phase: the longest interval between the starts of two
             submits, and ``max_submit_gap_before`` the kind of submit that ended it) (and

@@ -138,8 +138,13 @@ def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = 
         raise VocabFormatError(f"{source}: no \"model\" object: not a Hugging Face tokenizer.json")
     kind = model.get("type", "BPE" if "merges" in model else None)
     if kind != "BPE":
+        hint = ""
+        if kind == "WordPiece" and model.get("continuing_subword_prefix") == "":
+            # (export.py's form of a greedy-mode vocab: longest match, no "##" prefix)
+            hint = ("; it looks like torch_gpubpe's export of a greedy-mode vocab: load the "
+                    "vocab.json saved beside it, e.g. Tokenizer('<its folder>')")
         raise VocabFormatError(f"{source}: model type {kind!r} is not supported; only byte-level "
-                               "BPE (WordPiece, Unigram and WordLevel are not BPE merges)")
+                               f"BPE (WordPiece, Unigram and WordLevel are not BPE merges){hint}")
     if obj.get("normalizer") not in (None, {}):
         raise VocabFormatError(f"{source}: a normalizer ({obj['normalizer'].get('type')!r}) is "
                                "not supported: the GPU encodes the raw UTF-8 bytes")

@@ -379,7 +379,8 @@ DEFAULT_GPU_BATCH_BYTES = 64 << 20
 # (FIRST_NEW_WORDS before the first), at least MIN_NEW_WORDS; a batch that overfills it (a probe
 # sequence ran out, or the table ended more than half full) is undone and counted again into a
 # table sized for every word start being new: exact either way, one more pass when the guess
-# was low (GPUWordCounter.estimate_retries).
+# was low or a probe sequence ran out for other reasons (colliding hashes), counted in
+# GPUWordCounter.estimate_retries; each retry at least doubles the next guess.
 FIRST_NEW_WORDS = 0.125
 NEW_WORDS_MARGIN = 2.0
 MIN_NEW_WORDS = 1 << 14
@@ -796,6 +797,9 @@ class GPUWordCounter:
             q.submit([enc.finish()])
             self._set_state(occ=occ, overflow=0)
             self.estimate_retries += 1
+            # the next guess at least doubles (NEW_WORDS_MARGIN × the share just guessed), even
+            # when this batch ends on the CPU and teaches no share: a few retries at most
+            self.new_words_rate = max(self.new_words_rate or 0.0, new / max(1, nwords))
             self._every_start_new = True
             try:
                 self._count_uploaded(host, None, _split)
