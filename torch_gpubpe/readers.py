@@ -173,7 +173,7 @@ def arrow_to_packed(values: pa.Array | pa.ChunkedArray, *, nulls: str = "error"
             j = int(np.flatnonzero(~_valid_mask(values))[0])
             raise InputError(f"document {j} is null (None), not text")
         if nulls == "skip":
-            values = values.filter(pa.array(_valid_mask(values)))
+            values = values.filter(values.is_valid())
         # "empty": keep the offsets (a null slot may still span bytes: zero them below)
     n = len(values)
     bufs = values.buffers()
@@ -204,6 +204,13 @@ def packed_to_arrow(data: np.ndarray, offsets: np.ndarray) -> pa.LargeBinaryArra
     offsets = np.ascontiguousarray(offsets, np.int64)
     return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offsets) - 1,
                                             [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _arrow_indices(js: np.ndarray) -> pa.Array:
+    """int64 indices as an Arrow array without a copy. Not ``pa.array(js)``: in a fresh process
+    (every DataLoader worker) that imports pandas, 0.3 s, through pyarrow's pandas check."""
+    a = np.ascontiguousarray(js, np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(a), [None, pa.py_buffer(a)])
 
 
 def _valid_mask(values: pa.Array) -> np.ndarray:
@@ -283,7 +290,7 @@ class DocBatch:
 
     def take(self, js: np.ndarray) -> DocBatch:
         js = np.asarray(js, np.int64)
-        return DocBatch(self.values.take(pa.array(js)), self.indices[js], self.rows[js],
+        return DocBatch(self.values.take(_arrow_indices(js)), self.indices[js], self.rows[js],
                         self.origin)
 
     def slice(self, a: int, b: int) -> DocBatch:
@@ -304,7 +311,7 @@ def _shard_of(values: pa.Array, k0: int, origin: _Origin, shard: int, num_shards
         js = np.arange(j0, n, dtype=np.int64)
         return DocBatch(values.slice(j0), k0 + js, js, origin)
     js = np.arange(j0, n, num_shards, dtype=np.int64)
-    return DocBatch(values.take(pa.array(js)), k0 + js, js, origin)
+    return DocBatch(values.take(_arrow_indices(js)), k0 + js, js, origin)
 
 
 # ================================================================================================
@@ -1219,7 +1226,7 @@ def _pack_parts(parts: list[bytes], valid: list[bool] | None = None) -> pa.Array
     data = np.frombuffer(b"".join(parts), np.uint8)
     vbuf = None
     if valid is not None and not all(valid):
-        vbuf = pa.array(valid, pa.bool_()).buffers()[1]
+        vbuf = pa.py_buffer(np.packbits(np.array(valid, bool), bitorder="little"))
     return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(parts),
                                             [vbuf, pa.py_buffer(offsets), pa.py_buffer(data)])
 
@@ -1291,7 +1298,7 @@ class HFReader(Reader):
             t = ds[a:b]
             col, origin = self._typed(self._col(t, a), a)
             js = np.arange(0, b - a, num_shards, dtype=np.int64)
-            vals = col if num_shards == 1 else col.take(pa.array(js))
+            vals = col if num_shards == 1 else col.take(_arrow_indices(js))
             yield DocBatch(vals, a + js, js, origin)
             a = b
 
