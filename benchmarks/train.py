@@ -380,7 +380,10 @@ def main() -> None:
               f"{g.get('wgpu_fallbacks') or 'none'}; str packer {g.get('str_packer')} "
               f"(str fallbacks {g.get('str_fallbacks') or 'none'}); "
               f"gpu init wait {_fmt(g.get('seconds_gpu_init_wait'))} s, upload "
-              f"{_fmt(g.get('seconds_upload'))} s")
+              f"{_fmt(g.get('seconds_upload'))} s; counting: GPU memory "
+              f"{(g.get('count_gpu_memory_bytes') or 0) / 1e6:,.0f} MB, word-table retries "
+              f"{g.get('count_table_retries')}, distinct words gathered in "
+              f"{_fmt(g.get('seconds_count_result'))} s")
     for m in ("gpubpe", "gpubpe_seed"):
         r = results.get(m, {})
         for label, rr in (("fresh", r), ("warm", r.get("warm"))):
