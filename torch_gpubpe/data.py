@@ -49,6 +49,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 import pyarrow as pa
 
 from . import notices
+from ._common import put_unless_stopped
 from .errors import GPUForkError, InputError
 from .readers import (DocBatch, PyReader, Reader, TextFiles, TextSource, arrow_to_packed,
                       open_source)
@@ -704,13 +705,7 @@ class _Background:
     def _run(items: Iterator, q: queue.Queue, stop: threading.Event) -> None:
         # No reference to self here: the thread must not keep its iterator alive.
         def put(x) -> bool:
-            while not stop.is_set():
-                try:
-                    q.put(x, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
+            return put_unless_stopped(q, x, stop)
 
         try:
             for x in items:
