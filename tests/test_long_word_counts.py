@@ -56,6 +56,31 @@ def test_group_few_long_words_is_exact():
     assert _as_dict(wc) == dict(want) and len(wc) == len(want)
 
 
+@pytest.mark.parametrize("seed", [3, 4])
+def test_group_many_words_by_arrow_is_exact(seed):
+    """The other path (many words, or short ones: Arrow's dictionary encoding, uint64 sums):
+    random words of 1-300 bytes with repeats, prefixes of each other and all 256 byte values,
+    over parts with and without counts, one count above 2^40; equal to a Counter."""
+    rng = np.random.default_rng(seed)
+    words = [rng.integers(0, 256, int(rng.integers(1, 300))).astype(np.uint8).tobytes()
+             for _ in range(3_000)]
+    words += [w[: len(w) // 2] for w in words[:500] if len(w) > 1] + [bytes(range(256))]
+    seq = [words[int(i)] for i in rng.integers(0, len(words), 20_000)]
+    want = Counter(seq)
+    third = len(seq) // 3
+    plain = (np.frombuffer(b"".join(seq[:third]), np.uint8).copy(),
+             np.array([len(w) for w in seq[:third]], np.int64))
+    counted = Counter(seq[third:])
+    counted[seq[0]] += 1 << 41
+    want[seq[0]] += 1 << 41
+    grouped = _wc(counted)
+    parts = [plain, (grouped.data, grouped.lengths, grouped.counts)]
+    assert sum(len(w) for w in seq) < LONG_GROUP_BYTES * len(seq)     # not the digest path
+    wc = group_words(parts)
+    assert _as_dict(wc) == dict(want) and len(wc) == len(want)
+    assert wc.counts.dtype == np.uint64
+
+
 def test_write_long_counts_round_trips_in_counts_order(tmp_path):
     d = Counter(_words(2, 9, 700_000))
     d[b"x" * 3_000_000] = 7                           # one word above a row group

@@ -503,7 +503,8 @@ class GPUWordCounter:
         self.peak_gpu_bytes = 0
         self.seconds_wait = 0.0    # blocked on state readbacks (GPU work + submit latency)
         self.new_words_rate = None  # the highest new words / word starts of a batch so far
-        self.estimate_retries = 0   # batches counted again: the table's size guess was low
+        self.estimate_retries = 0   # batches counted again at full size: a low size guess or
+                                    # a probe sequence that ran out
         self._every_start_new = False   # (the retry of such a batch: size for every start)
         self.round_trips = 0
         self.on_batch = None       # called with the counter after each batch counted on the GPU
@@ -726,7 +727,7 @@ class GPUWordCounter:
     def _count_uploaded(self, host: HostBatch, enc, _split: bool) -> None:
         """The GPU passes over the batch now in ``text``/``doc_bits`` (``enc``: an encoder
         holding the upload copies, or None)."""
-        g, q = self.g, self.g.device.queue
+        g = self.g
         n = host.n
         if self.spill is not None and self.occupied > self.max_words:
             self._spill_table()        # the host's share of the budget: words go to disk
@@ -791,11 +792,7 @@ class GPUWordCounter:
         if guessed and (st[_S_OVERFLOW] or 2 * int(st[_S_OCC]) > self.slots):
             # More new words than guessed: undo the batch and count it again into a table
             # sized for every word start being new (its text is still in `text`).
-            enc = g.device.create_command_encoder(label="wordcount")
-            enc.copy_buffer_to_buffer(self.keys_bak, 0, self.keys, 0, 4 * self.slots)
-            enc.copy_buffer_to_buffer(self.counts_bak, 0, self.counts, 0, 8 * self.slots)
-            q.submit([enc.finish()])
-            self._set_state(occ=occ, overflow=0)
+            self._undo_batch(occ)
             self.estimate_retries += 1
             # the next guess at least doubles (NEW_WORDS_MARGIN × the share just guessed), even
             # when this batch ends on the CPU and teaches no share: a few retries at most
@@ -825,11 +822,7 @@ class GPUWordCounter:
             # A probe sequence ran out (adversarial hash collisions), or the store is full:
             # undo the batch; count it on the CPU instead (or, store full with spilling on,
             # spill the table and count the batch again on the GPU).
-            enc = g.device.create_command_encoder(label="wordcount")
-            enc.copy_buffer_to_buffer(self.keys_bak, 0, self.keys, 0, 4 * self.slots)
-            enc.copy_buffer_to_buffer(self.counts_bak, 0, self.counts, 0, 8 * self.slots)
-            q.submit([enc.finish()])
-            self._set_state(occ=occ, overflow=0)
+            self._undo_batch(occ)
             if spill_retry:
                 self._spill_table()
                 self._retry_text(host)
@@ -852,6 +845,14 @@ class GPUWordCounter:
         self.peak_gpu_bytes = max(self.peak_gpu_bytes, self.gpu_bytes())
         if self.on_batch is not None:
             self.on_batch(self)
+
+    def _undo_batch(self, occ: int) -> None:
+        """The table as it was before the last wc_insert (from its backups), ``occ`` words."""
+        enc = self.g.device.create_command_encoder(label="wordcount")
+        enc.copy_buffer_to_buffer(self.keys_bak, 0, self.keys, 0, 4 * self.slots)
+        enc.copy_buffer_to_buffer(self.counts_bak, 0, self.counts, 0, 8 * self.slots)
+        self.g.device.queue.submit([enc.finish()])
+        self._set_state(occ=occ, overflow=0)
 
     def _retry_text(self, host: HostBatch) -> None:
         """Count ``host`` again into the (now empty) table: its text is still in ``text``."""
