@@ -125,6 +125,13 @@ class PairTable:
         self.g.device.queue.write_buffer(self.buffers["state"], 4 * self.c[name],
                                          np.array([value], np.uint32))
 
+    def set_param(self, name: str, value: int) -> None:
+        """Set one Params field (by its WGSL name) on the GPU and in :attr:`params`."""
+        self.params[name] = int(value)
+        at = list(self.info.structs["Params"]).index(name)
+        self.g.device.queue.write_buffer(self.buffers["P"], 4 * at,
+                                         np.array([int(value)], np.uint32))
+
     def count_grids(self, n: int) -> dict:
         """Grids of clear_table (one thread per slot) and pair_count (1024 symbols per
         workgroup) over a stream of ``n`` symbols."""

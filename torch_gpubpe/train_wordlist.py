@@ -40,7 +40,10 @@ from ._wgpu_internals import raw_recorder
 from .train_table import PairTable, bind_groups
 
 SHADER = "train_wordlist"
-STEP = ("find_max4", "wl_merge")
+STEP = ("find_max4", "wl_select", "wl_merge")
+# Merges per step at most (wl_select's P.batch_max; None: the shader's BATCH_MAX). 1 gives one
+# merge per step (the same merges: tests compare the two).
+MAX_MERGES_PER_STEP: int | None = None
 # Walk steps + table probes per thread per dispatch on a GPU: short enough for a watchdog.
 DEFAULT_BUDGET = 32_768
 # On a CPU adapter (lavapipe): its 65,535-iteration loop cap (WGPU_NOTES.md §5) counts the loop
@@ -163,7 +166,11 @@ class WordListKernels:
         self.is_cpu = is_cpu
         # The links (nxt, prv) and the byte lists (tlist, pool) are built on the GPU from lsym
         # (record_setup); tlist and carry start as new buffers do: zero.
-        pool_size = n + (n - nwords) + 16
+        # the lists, then the scratch of a step's members after the first (wl_select)
+        self.scratch = c["SCATTER_WORKGROUPS"] * c["WG"] * c["SCATTER_ITEMS"]
+        assert c["BATCH_WORDS"] == c["BATCH_HEAD"] + c["BATCH_MAX"] * c["BR"]
+        assert table.nsupers <= c["SEL_SUPERS"] * c["WG"], "pair table too large for wl_select"
+        pool_size = n + (n - nwords) + 16 + self.scratch
         self.top = n
         U = gpu.wgpu.BufferUsage
         S, C = U.STORAGE, U.COPY_DST | U.COPY_SRC
@@ -176,6 +183,7 @@ class WordListKernels:
             "tlist": gpu.buffer(8 * (256 + num_merges), S | C, "train_wordlist.tlist"),
             "pool": gpu.buffer(4 * pool_size, S | C, "train_wordlist.pool"),
             "carry": gpu.buffer(16 * threads, S | C, "train_wordlist.carry"),
+            "batch": gpu.buffer(4 * c["BATCH_WORDS"], S | C, "train_wordlist.batch"),
         }
         self.own.update(
             lchain=gpu.buffer(4 * (c["LC_HEAD"] + c["LC_REC"] * c["LC_CAP"]), S | C,
@@ -199,9 +207,16 @@ class WordListKernels:
 
     def rebind(self) -> None:
         """Bind groups (after the table's buffers changed: its dirty-block lists are new and
-        empty, so their lengths are set to 0 too)."""
+        empty, so their lengths are set to 0 too), and the params that follow the table's size:
+        the scratch entries find_max4's grid places per step (P.scatter_cap), merges per step."""
+        c = self.info.consts
         self.bg = bind_groups(self.g, self.pipes, self.info, dict(self.table.buffers, **self.own),
                               "train_wordlist")
+        groups = min(self.table.nblocks, FIND_WORKGROUPS, c["SCATTER_WORKGROUPS"])
+        self.table.set_param("scatter_cap", min(self.scratch,
+                                                groups * c["WG"] * c["SCATTER_ITEMS"]))
+        most = MAX_MERGES_PER_STEP or c["BATCH_MAX"]
+        self.table.set_param("batch_max", max(1, min(int(most), c["BATCH_MAX"])))
         self.g.device.queue.write_buffer(self.table.buffers["state"], 4 * self.info.consts["S_DLEN"],
                                          np.zeros(2, np.uint32))
 
@@ -284,7 +299,7 @@ class WordListKernels:
     def steps(self, k: int) -> list:
         """One merge's dispatches: ``(entry, pipeline, bind group, grid)``."""
         grids = {"find_max4": self.g.grid(min(self.table.nblocks, FIND_WORKGROUPS)),
-                 "wl_merge": self.g.grid(self.workgroups)}
+                 "wl_select": (1, 1), "wl_merge": self.g.grid(self.workgroups)}
         return [(e, self.pipes[e], self.bg[e], grids[e]) for e in STEP]
 
     def record_merges(self, cp, k0: int, cnt: int) -> None:

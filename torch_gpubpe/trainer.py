@@ -1226,6 +1226,12 @@ class _MergeLoop:
             self._tally(stv)
             done = int(stv[c["S_K"]]) + (int(stv[self.done_word]) if self.done_word else 0)
             stopped = stopped or bool(stv[c["S_STOP"]])
+            # A word-list step may make several merges: what is recorded is at least the
+            # merges done and one per queued step.
+            recorded = max(recorded if "S_SH" not in c else 0,
+                           done + sum(f[4] for f in inflight))
+            if "S_SH" in c:
+                st["merge_steps"] = int(stv[c["S_SH"]])
             got = min(cnt, max(0, done - k0))
             if got == cnt and not (self.pause_word is not None and raw[self.pause_word]):
                 per = gpu_s / cnt

@@ -437,7 +437,9 @@ fn lc_apply(@builtin(workgroup_id) wid: vec3<u32>,
     let nitems = workgroupUniformLoad(&sh_u);
     let m = merge_of(atomicLoad(&state[S_A]), atomicLoad(&state[S_B]), atomicLoad(&state[S_C]),
                      atomicLoad(&state[S_TOP]), 1u);
-    merge_stamp = m.c - 255u;
+    merge_stamp = atomicLoad(&state[S_SH]);
+    step_k0 = m.c - 256u;
+    step_n = 1u;
     let same = m.a == m.b;
     let groups = nwg.x * nwg.y;
     for (var t = linear_id(wid, nwg); t < nitems; t += groups) {

@@ -47,7 +47,7 @@
 //  13 best     : storage, read_write array<atomic<u32>>  per block: (count lo, count hi, a, b)
 //  14 merges   : storage, read_write array<u32>  per merge: (a, b, count lo, count hi)
 
-struct Params {     // 48 bytes
+struct Params {     // 64 bytes
     num_merges: u32,    // merge budget (vocab_size - 256 - specials)
     min_freq_lo: u32,   // min_frequency, 64-bit
     min_freq_hi: u32,
@@ -60,7 +60,11 @@ struct Params {     // 48 bytes
                         // takes the rest (0xFFFFFFFF: never)
     long_window: u32,   // word list: stream positions per long chain per round
     long_cap: u32,      // word list: long chains at once (≤ LC_CAP)
-    _pad4: u32,
+    batch_max: u32,     // word list: merges per step at most (≤ BATCH_MAX; 1: one per step)
+    scatter_cap: u32,   // word list: entries of the pool's scratch (the lists of a step's
+                        // members after the first, before find_max4 places them)
+    _pad5: u32,
+    _pad6: u32,
 }
 
 @group(0) @binding(0) var<uniform> P: Params;

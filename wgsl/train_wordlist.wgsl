@@ -103,8 +103,39 @@
 @group(0) @binding(17) var<storage, read_write> dlist: array<u32>;
 @group(0) @binding(18) var<storage, read_write> dmark: array<atomic<u32>>;
 @group(0) @binding(19) var<storage, read_write> scnt: array<atomic<u32>>;
+@group(0) @binding(22) var<storage, read_write> batch: array<u32>;
 const SUPER: u32 = 256u;    // blocks per super-block (= WG: one per find_max_super thread)
-var<workgroup> sh_heads: array<u32, 4>;   // wl_merge: A's and B's (list offset, length)
+
+// The running step's merges ("members"), written by wl_select: a header, then BR words per
+// member. Member x is merge k0 + x, its token C = 256 + k0 + x; its walked list (the shorter
+// of A's and B's) is entries j0 .. j0 + len of the members' lists concatenated; member 0's C
+// list is appended at the pool's top (as a lone merge's), the others' in the pool's scratch
+// tail at `sbase` (find_max4 places them after member 0's, step_thread).
+const BATCH_MAX: u32 = 8u;  // members per step at most
+const BH_K: u32 = 0u;       // members (0: none recorded: stopped)
+const BH_J: u32 = 1u;       // entries of the members' walked lists
+const BH_TOP: u32 = 2u;     // S_TOP when the step was recorded (member 0's C list starts there)
+const BH_K0: u32 = 3u;      // merge index of member 0
+const BATCH_HEAD: u32 = 4u;
+const BR: u32 = 8u;         // words per member:
+const BR_A: u32 = 0u;       //   left id, right id, new id
+const BR_B: u32 = 1u;
+const BR_C: u32 = 2u;
+const BR_OFF: u32 = 3u;     //   its walked list: pool[off .. off + len)
+const BR_LEN: u32 = 4u;
+const BR_FROMB: u32 = 5u;   //   1: the list is B's
+const BR_J0: u32 = 6u;      //   its first entry in the concatenation
+const BR_TOP: u32 = 7u;     //   where its C list is appended (member 0: the top; others: scratch)
+const BATCH_WORDS: u32 = 68u;   // BATCH_HEAD + BATCH_MAX · BR
+var<workgroup> sh_bat: array<u32, BATCH_WORDS>;
+// The running step's merge indices k0 .. k0 + n - 1 (its tags DEAD | k): set per dispatch.
+var<private> step_k0: u32;
+var<private> step_n: u32;
+// find_max4 places the scratch lists with its first SCATTER_WORKGROUPS workgroups (as it
+// numbers them), at most SCATTER_ITEMS entries per thread: P.scatter_cap, the host's bound,
+// is at most their product (wl_select keeps a step's scratch lists under it).
+const SCATTER_WORKGROUPS: u32 = 64u;
+const SCATTER_ITEMS: u32 = 64u;
 
 const DEAD: u32 = 0x40000000u;   // lsym of a symbol merged away (the right half of a pair),
                                  // | the merge's index k (IDM bits)
@@ -114,7 +145,7 @@ const NONE: u32 = 0xFFFFFFFFu;   // no next symbol (nxt), no previous one (prv),
 const PAUSED: u32 = 0xFFFFFFFEu; // live_left ran out of budget
 const S_PAUSE: u32 = 9u;    // walks carried to wl_continue; nonzero: merge steps do nothing
 const S_HOLD: u32 = 10u;    // 1: a step saw S_PAUSE (wl_merge returns); the host clears it
-const S_DONE: u32 = 12u;    // 1 = wl_merge recorded a merge whose S_K increment is pending
+const S_DONE: u32 = 12u;    // merges wl_select recorded whose S_K increment is pending
                             // (done by the next find_max4); merges = S_K + S_DONE
 const S_TOP: u32 = 13u;     // pool entries in use before the running merge's list
 override PROFILE: u32 = 0u;
@@ -127,6 +158,8 @@ const S_DEPTH_MAX: u32 = 16u;
 const S_WALK_DEPTH: u32 = 17u;
 const S_DLEN: u32 = 18u;    // (and 19) entries of dlist's halves
 const S_WALK_BLOCKS: u32 = 21u;   // PROFILE: total over merges of the dirty blocks listed
+const S_SH: u32 = 23u;      // steps recorded (wl_select): the running step's stamp (dmark), and
+                            // its dirty blocks go to dlist's half (S_SH - 1) & 1
 const CARRY_LIVE: u32 = 2u;
 
 // ---- hooks of train_table.wgsl -----------------------------------------------------------------
@@ -145,37 +178,45 @@ fn step_blocked(first: bool) -> u32 {
         if (first) { atomicStore(&state[S_HOLD], 1u); }
         return 1u;
     }
-    if (first && atomicLoad(&state[S_DONE]) != 0u) {
-        // Nobody else reads these words in this dispatch.
+    let done = atomicLoad(&state[S_DONE]);
+    let sh = atomicLoad(&state[S_SH]);
+    if (first && done != 0u) {
+        // The step's commit. Nobody else reads these words in this dispatch (step_thread
+        // reads the batch table's top, not S_TOP, and the lists' lengths).
         if (PROFILE != 0u) {
-            let h = atomicLoad(&state[S_K]) & 1u;
-            atomicAdd(&state[S_WALK_BLOCKS], atomicLoad(&state[S_DLEN + h]));
+            atomicAdd(&state[S_WALK_BLOCKS], atomicLoad(&state[S_DLEN + ((sh - 1u) & 1u)]));
         }
-        atomicAdd(&state[S_K], 1u);
+        atomicAdd(&state[S_K], done);
         atomicStore(&state[S_DONE], 0u);
-        let c = atomicLoad(&state[S_C]);
-        atomicAdd(&state[S_TOP], atomicLoad(&tlist[2u * c + 1u]));
+        // the members' C lists, member 0's first: each one's offset, the pool top past them
+        var top = batch[BH_TOP];
+        for (var x = 0u; x < min(batch[BH_K], BATCH_MAX); x++) {
+            let c = batch[BATCH_HEAD + x * BR + BR_C];
+            atomicStore(&tlist[2u * c], top);
+            top += atomicLoad(&tlist[2u * c + 1u]);
+        }
+        atomicStore(&state[S_TOP], top);
         if (PROFILE != 0u) {
             atomicAdd(&state[S_WALK_DEPTH], atomicExchange(&state[S_DEPTH_MAX], 0u));
         }
     }
     if (first) {
-        // The next merge (S_K) lists its dirty blocks in half S_K & 1; this dispatch reads the
-        // other half (the last merge's).
-        atomicStore(&state[S_DLEN + (atomicLoad(&state[S_K]) & 1u)], 0u);
+        // The next step (stamp S_SH + 1) lists its dirty blocks in half S_SH & 1; this
+        // dispatch reads the other half (the last step's).
+        atomicStore(&state[S_DLEN + (sh & 1u)], 0u);
     }
     return stop;
 }
 
-// find_max4's blocks: every block after clear_table (S_ALL), else the ones the last merge
-// listed (its token C = S_C tells which half; none before the first merge).
+// find_max4's blocks: every block after clear_table (S_ALL), else the ones the last step
+// listed (S_SH tells which half; none before the first step).
 fn scan_blocks() -> vec2<u32> {
     let all = atomicLoad(&state[S_ALL]);         // (loaded together, branches after)
-    let c = atomicLoad(&state[S_C]);
-    let h = (c - 256u) & 1u;                     // (any half when c < 256: unused)
+    let sh = atomicLoad(&state[S_SH]);
+    let h = (sh - 1u) & 1u;                      // (any half when sh = 0: unused)
     let len = atomicLoad(&state[S_DLEN + h]);
     if (all != 0u) { return vec2<u32>(P.nblocks, NONE); }
-    if (c < 256u) { return vec2<u32>(0u, NONE); }
+    if (sh == 0u) { return vec2<u32>(0u, NONE); }
     return vec2<u32>(len, h * P.nblocks);
 }
 
@@ -250,19 +291,42 @@ fn block_changed(blk: u32) { sdirty[blk / SUPER] = 1u; }
 // left (a list longer than threads × budget) the walks hop over instead.
 const FIXUP_WORKGROUPS: u32 = 64u;
 
+// A step of several members: their scratch lists are moved after member 0's (all of them:
+// the next wl_merge may walk them), with the same prv repair, by the first SCATTER_WORKGROUPS
+// workgroups (each list's length and place computed by every thread: ≤ BATCH_MAX loads).
+// Run again (after a recount's find_max4) it writes the same words again.
 fn step_thread(t: u32, threads: u32) {
-    if (FIXUP == 0u || t >= FIXUP_WORKGROUPS * WG) { return; }
-    let stride = min(threads, FIXUP_WORKGROUPS * WG);
-    let c = atomicLoad(&state[S_C]);
-    let off = atomicLoad(&tlist[2u * c]);
-    let len = atomicLoad(&tlist[2u * c + 1u]);
-    var i = t;
-    for (var it = 0u; it < P.budget; it++) {
-        if (i >= len) { break; }
-        let p = pool[off + i];
-        let r = nxt[p];
-        if ((lsym[p] & DEAD) == 0u && r != NONE) { prv[r] = p; }
-        i += stride;
+    let kk = min(batch[BH_K], BATCH_MAX);
+    if (kk == 0u) { return; }
+    let top = batch[BH_TOP];
+    let c0 = batch[BATCH_HEAD + BR_C];
+    let len0 = atomicLoad(&tlist[2u * c0 + 1u]);
+    if (FIXUP != 0u && t < FIXUP_WORKGROUPS * WG) {
+        let stride = min(threads, FIXUP_WORKGROUPS * WG);
+        var i = t;
+        for (var it = 0u; it < P.budget; it++) {
+            if (i >= len0) { break; }
+            let p = pool[top + i];
+            let r = nxt[p];
+            if ((lsym[p] & DEAD) == 0u && r != NONE) { prv[r] = p; }
+            i += stride;
+        }
+    }
+    if (kk < 2u || t >= SCATTER_WORKGROUPS * WG) { return; }
+    let stride = min(threads, SCATTER_WORKGROUPS * WG);
+    var base = top + len0;
+    for (var x = 1u; x < kk; x++) {
+        let row = BATCH_HEAD + x * BR;
+        let len = atomicLoad(&tlist[2u * batch[row + BR_C] + 1u]);
+        let src = batch[row + BR_TOP];
+        // (≤ P.scatter_cap / stride + 1 iterations over all members: SCATTER_ITEMS + BATCH_MAX)
+        for (var i = t; i < len; i += stride) {
+            let p = pool[src + i];
+            pool[base + i] = p;
+            let r = nxt[p];
+            if (FIXUP != 0u && (lsym[p] & DEAD) == 0u && r != NONE) { prv[r] = p; }
+        }
+        base += len;
     }
 }
 
@@ -387,17 +451,6 @@ fn find_max_super(@builtin(workgroup_id) wid: vec3<u32>,
     if (lid == 0u) { sdirty[s] = 0u; }
 }
 
-// The best of the super-block bests, in every thread.
-fn final_best_super(lid: u32, sg: vec3<u32>) -> vec4<u32> {
-    var b = NO_BEST;
-    for (var j = lid; j < P.nsupers; j += WG) {
-        let c = vec4<u32>(sbest[4u * j], sbest[4u * j + 1u], sbest[4u * j + 2u],
-                          sbest[4u * j + 3u]);
-        if (better(c, b)) { b = c; }
-    }
-    return wg_best_sg(lid, b, sg);
-}
-
 // ---- the walk ----------------------------------------------------------------------------------
 // One occurrence's up to 4 deltas (lane i: pair (x[i], y[i]), subtracted when neg[i], when
 // on[i]): probed together (table_slots4), counted, and their blocks listed with the 4 stamps
@@ -457,6 +510,12 @@ struct Cost {
     depth: u32,
 }
 
+// Whether lsym value v is a symbol merged away in the running step (DEAD | k, k one of its
+// merges).
+fn in_step(v: u32) -> bool {
+    return (v & DEAD) != 0u && (((v & IDM) - step_k0) & IDM) < step_n;
+}
+
 // The live symbol left of x when merge m began: (position, its lsym now, its prv), position
 // NONE at the word's start, PAUSED when the budget ran out (the hops so far are saved in
 // prv[x]). y0 = prv[x] (the caller loads it beside its other loads). prv[x] hops over symbols
@@ -472,7 +531,7 @@ fn live_left(x: u32, y0: u32, m: Merge, cost: ptr<function, Cost>) -> vec3<u32> 
         if (y == NONE) { return vec3<u32>(NONE, 0u, NONE); }
         let sy = lsym[y];
         let py = prv[y];
-        if ((sy & DEAD) == 0u || sy == m.tag) {
+        if ((sy & DEAD) == 0u || in_step(sy)) {
             if (hops != 0u) { prv[x] = y; }
             return vec3<u32>(y, sy, py);
         }
@@ -672,83 +731,442 @@ fn save_carry(t: u32, s: Walk) {
     carry[4u * t + 3u] = CARRY_LIVE;
 }
 
+// Member x of the running step (sh_bat loaded) as a Merge, the grid's `stride` threads.
+fn member_merge(x: u32, stride: u32) -> Merge {
+    let r = BATCH_HEAD + x * BR;
+    let c = sh_bat[r + BR_C];
+    return Merge(sh_bat[r + BR_A], sh_bat[r + BR_B], c, DEAD | ((c - 256u) & IDM),
+                 sh_bat[r + BR_OFF], sh_bat[r + BR_LEN], sh_bat[r + BR_TOP], stride,
+                 sh_bat[r + BR_FROMB] != 0u);
+}
+
+// The member whose walked list holds concatenated entry j.
+fn member_of_entry(j: u32, kk: u32) -> u32 {
+    var x = kk - 1u;
+    loop {
+        if (x == 0u || j >= sh_bat[BATCH_HEAD + x * BR + BR_J0]) { break; }
+        x -= 1u;
+    }
+    return x;
+}
+
+// The member with left id `id` (resp. right id), or NONE (ids ≥ DEAD match none).
+fn member_a(id: u32, kk: u32) -> u32 {
+    for (var x = 0u; x < kk; x++) {
+        if (sh_bat[BATCH_HEAD + x * BR + BR_A] == id) { return x; }
+    }
+    return NONE;
+}
+
+fn member_b(id: u32, kk: u32) -> u32 {
+    for (var x = 0u; x < kk; x++) {
+        if (sh_bat[BATCH_HEAD + x * BR + BR_B] == id) { return x; }
+    }
+    return NONE;
+}
+
+// lead_of for a step of several members (all with A ≠ B, their 2·kk ids distinct): the
+// occurrence at p leads unless its live left neighbour L is the right half of an occurrence
+// of any member z (L merged away in this step, or L holds B_z and L's live left holds A_z or
+// C_z). Chains mix members: the leader merges every occurrence adjacent to its own, in order.
+fn lead_of_batch(e: u32, se: u32, pe: u32, ne: u32, m: Merge, kk: u32,
+                 cost: ptr<function, Cost>) -> vec4<u32> {
+    let none = vec4<u32>(NONE, NONE, 0u, NONE);
+    let paused = vec4<u32>(PAUSED, 0u, 0u, 0u);
+    var p = e;
+    var sp = se;
+    var pp = pe;
+    var np = ne;
+    if (m.from_b) {
+        if ((se & LIVE) != m.b) { return none; }
+        let l = live_left(e, pe, m, cost);
+        if (l.x == PAUSED) { return paused; }
+        if (l.x == NONE || (l.y & LIVE) != m.a) { return none; }
+        p = l.x;
+        sp = l.y;
+        pp = l.z;
+        np = e;
+    } else if ((se & LIVE) != m.a) {
+        return none;
+    }
+    let l = live_left(p, pp, m, cost);
+    if (l.x == PAUSED) { return paused; }
+    if (l.x == NONE) { return vec4<u32>(p, NONE, sp, np); }
+    if (in_step(l.y)) { return none; }
+    let id = l.y & LIVE;
+    let z = member_b(id, kk);
+    if (z != NONE) {
+        let ll = live_left(l.x, l.z, m, cost);
+        if (ll.x == PAUSED) { return paused; }
+        let r = BATCH_HEAD + z * BR;
+        let lid = ll.y & LIVE;
+        if (ll.x != NONE && (lid == sh_bat[r + BR_A] || lid == sh_bat[r + BR_C])) {
+            return none;
+        }
+    }
+    return vec4<u32>(p, id, sp, np);
+}
+
+// walk for a step of kk ≥ 2 members: entries j of the concatenated walked lists (`total`),
+// grid-stride; each occurrence of a chain merged with its own member's ids. No hand-over to
+// train_long.wgsl (a long chain is walked on, carried past the budget as any walk).
+fn walk_batch(s0: Walk, kk: u32, total: u32, stride: u32) -> Walk {
+    var s = s0;
+    var cost = Cost(0u, 0u, 0u);
+    var entries = 0u;
+    var probes_all = 0u;
+    loop {
+        if (s.j >= total || cost.spent >= P.budget) { break; }
+        var sp = 0u;
+        var q = NONE;
+        var w = 0u;
+        if (s.p == NONE) {
+            let x = member_of_entry(s.j, kk);
+            let m = member_merge(x, stride);
+            let e = pool[m.off + s.j - sh_bat[BATCH_HEAD + x * BR + BR_J0]];
+            entries += 1u;
+            cost.spent += 1u;
+            let se = lsym[e];
+            let pe = prv[e];
+            let ne = nxt[e];
+            w = wid_in[e];
+            cost.depth += 2u;
+            let l = lead_of_batch(e, se, pe, ne, m, kk, &cost);
+            if (l.x == PAUSED) { break; }
+            if (l.x == NONE) {
+                s.j += stride;
+                continue;
+            }
+            s.p = l.x;
+            s.prev = l.y;
+            sp = l.z;
+            q = l.w;
+        } else {               // resumed from a carry
+            sp = lsym[s.p];
+            q = nxt[s.p];
+            w = wid_in[s.p];
+        }
+        let lo = weights[2u * w];
+        let hi = weights[2u * w + 1u];
+        loop {
+            if (s.p == NONE || cost.spent >= P.budget) { break; }
+            let p = s.p;
+            let y = member_a(sp & LIVE, kk);
+            let qq = select(q, 0u, q == NONE);
+            let sq = lsym[qq];
+            let r = nxt[qq];
+            cost.depth += 1u;
+            if (y == NONE || q == NONE || (sq & LIVE) != sh_bat[BATCH_HEAD + y * BR + BR_B]) {
+                s.p = NONE;
+                break;
+            }
+            let m = member_merge(y, stride);
+            let rr = select(r, 0u, r == NONE);
+            let sr = lsym[rr];
+            let nr = nxt[rr];
+            let at = atomicAdd(&tlist[2u * m.c + 1u], 1u);
+            probes = 0u;
+            probe_rounds = 0u;
+            var yv = 0u;
+            if (r != NONE) { yv = sr & IDM; }
+            let left = s.prev != NONE;
+            let right = r != NONE;
+            pair_deltas4(vec4<u32>(s.prev, s.prev, m.b, m.c), vec4<u32>(m.a, m.c, yv, yv),
+                         vec4<bool>(true, false, true, false),
+                         vec4<bool>(left, left, right, right), lo, hi);
+            lsym[p] = m.c | (sp & TWS);
+            lsym[q] = m.tag;
+            nxt[p] = r;
+            pool[m.top + at] = p;
+            s.prev = m.c;
+            s.p = r;
+            sp = sr;
+            q = nr;
+            cost.spent += 1u + probes;
+            cost.steps += 1u;
+            cost.depth += 3u + probe_rounds;
+            probes_all += probes;
+        }
+        if (s.p == NONE) { s.j += stride; }
+    }
+    if (PROFILE != 0u && cost.spent != 0u) {
+        atomicAdd(&state[S_WALK_ENTRIES], entries);
+        atomicAdd(&state[S_WALK_STEPS], cost.steps);
+        atomicAdd(&state[S_WALK_PROBES], probes_all);
+        atomicMax(&state[S_DEPTH_MAX], cost.depth);
+    }
+    return s;
+}
+
+// ---- wl_select: the step's merges (one workgroup) -----------------------------------------------
+// Several merges in one step are exactly the serial ones when they are a prefix p_1 … p_K of
+// the current ranking (count desc, A asc, B asc) whose 2K ids are distinct (so A ≠ B): merge i
+// only changes pairs holding A_i or B_i, so the later members' counts stay; an old pair only
+// loses count; a new pair (X, C_i) counts at most (X, A_i), (C_i, Y) at most (B_i, Y) and
+// (C_i, C_i) at most (B_i, A_i), none of them a member, so ranked after p_K (by induction for
+// pairs holding earlier C's), and on a tie with p_k, (X, C_i) has X ≥ A_K ≥ A_k (its (X, A_i)
+// ranked after p_K) and C's ids exceed every old id, so p_k still wins. A pair with A = B
+// (whose C_i A_i can count as much as itself) is a step of its own.
+// The ranking's prefix from the table's levels: the BATCH_MAX + 1 best super-blocks (by their
+// best), the BATCH_MAX + 1 best blocks of the first BATCH_MAX of them, and the second-best
+// entry of each of those blocks; a candidate is taken while it beats U, the best entry not
+// among them (the (BATCH_MAX+1)-th super-block's or block's best), and a block's second ends
+// the step (its third is not known). Also ended by: the merge budget, min_frequency, a shared
+// id, P.batch_max, and the members after the first walking more than P.scatter_cap entries.
+const SEL_SUPERS: u32 = 4u;     // super-block bests per thread (nsupers ≤ SEL_SUPERS · WG)
+const SEL_CANDS: u32 = 16u;     // 2 · BATCH_MAX: the best blocks' bests, then their seconds
+var<workgroup> sel_id: array<u32, 18>;           // ranked super-blocks, then ranked blocks
+var<workgroup> sel_heads: array<u32, 64>;        // per candidate: A's and B's (offset, length)
+var<workgroup> sel_m: array<u32, 24>;            // the members' (a, b, slot of their count)
+
+// One round of a ranking: the workgroup's best of each thread's `b` (every thread), then a
+// barrier (a next round may write the reduction's workgroup memory at once).
+fn sel_best(lid: u32, b: vec4<u32>, sg: vec3<u32>) -> vec4<u32> {
+    let r = wg_best_sg(lid, b, sg);
+    workgroupBarrier();
+    return r;
+}
+
+fn is_empty(v: vec4<u32>) -> bool { return (v.x | v.y) == 0u; }
+
 @compute @workgroup_size(WG)
-fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
-            @builtin(num_workgroups) nwg: vec3<u32>,
-            @builtin(local_invocation_index) lid: u32,
+fn wl_select(@builtin(local_invocation_index) lid: u32,
 //#if SUBGROUPS
-            @builtin(subgroup_invocation_id) lane: u32,
-            @builtin(subgroup_size) sg_size: u32,
-            @builtin(subgroup_id) sg_id: u32,
+             @builtin(subgroup_invocation_id) lane: u32,
+             @builtin(subgroup_size) sg_size: u32,
+             @builtin(subgroup_id) sg_id: u32,
 //#endif
-            ) {
+             ) {
 //#if SUBGROUPS
     let sg = vec3<u32>(lane, sg_size, sg_id);
 //#else
     let sg = vec3<u32>(0u);
 //#endif
-    // S_K, S_STOP, S_TOP and the lists of A and B only change in this dispatch to what every
-    // workgroup derives itself (or not at all: appends go to C's list only). S_HOLD was set by
-    // an earlier dispatch (S_PAUSE may rise during this one: it is not read here).
-    // The state is loaded by the last thread (which has no super-block best to load while
-    // there are fewer than WG groups) and the bests reduced before it is looked at: the two
-    // round trips overlap (a stopped or held step reduces for nothing).
-    if (lid == WG - 1u) {
+    if (lid == 0u) {
         sh_u = atomicLoad(&state[S_STOP]) | atomicLoad(&state[S_HOLD]);
         sh_v = atomicLoad(&state[S_K]);
         sh_w = atomicLoad(&state[S_TOP]);
+        sh_x = atomicLoad(&state[S_SH]);
     }
-    let r = final_best_super(lid, sg);
+    // 1. the BATCH_MAX + 1 best super-blocks
+    var sv: array<vec4<u32>, SEL_SUPERS>;
+    for (var q = 0u; q < SEL_SUPERS; q++) {
+        let j = q * WG + lid;
+        sv[q] = NO_BEST;
+        if (j < P.nsupers) {
+            sv[q] = vec4<u32>(sbest[4u * j], sbest[4u * j + 1u], sbest[4u * j + 2u],
+                              sbest[4u * j + 3u]);
+        }
+    }
     if (workgroupUniformLoad(&sh_u) != 0u) { return; }
-    let k = workgroupUniformLoad(&sh_v);
+    let k0 = workgroupUniformLoad(&sh_v);
     let top = workgroupUniformLoad(&sh_w);
-    let stop = training_done(r, k);
-    let wg = linear_id(wid, nwg);
-    let a = r.z;
-    let b = r.w;
-    let c = 256u + k;
-    merge_stamp = k + 1u;
-    // The merge is recorded by the grid's last workgroup: the one with the fewest list
-    // entries (none unless the list is longer than the grid's other threads), so that its
-    // dependent stores are not in series with a walk.
-    if (wg == nwg.x * nwg.y - 1u && lid == 0u) {
-        if (stop) {
-            atomicStore(&state[S_STOP], 1u);
-        } else {
-            record_merge(k, r);
-            atomicStore(&state[S_DONE], 1u);
-            atomicStore(&tlist[2u * c], top);
-            let kp = key_pack(a, b);
-            let slot = table_slot(kp.x, kp.y);
-            if (slot != EMPTY) {
-                atomicStore(&tcounts[2u * slot], 0u);
-                atomicStore(&tcounts[2u * slot + 1u], 0u);
-                dirty[slot / BLOCK] = 1u;
-                block_dirtied(slot / BLOCK);
+    let sh = workgroupUniformLoad(&sh_x);
+    var supv: array<vec4<u32>, 9>;
+    var taken = 0u;
+    for (var r = 0u; r <= BATCH_MAX; r++) {
+        var b = NO_BEST;
+        var bq = NONE;
+        for (var q = 0u; q < SEL_SUPERS; q++) {
+            if (((taken >> q) & 1u) == 0u && better(sv[q], b)) {
+                b = sv[q];
+                bq = q;
             }
         }
-    }
-    // `stop` is the same in every thread (it comes from the reduction); broadcast through a
-    // uniform load so that the barrier is in uniform control flow by WGSL's rules.
-    // The list heads are loaded by one thread and shared: every thread loading them would be
-    // (workgroups × WG / subgroup size) requests for the same 4 words at one L2 slice.
-    if (lid == 0u) {
-        sh_x = select(0u, 1u, stop);
-        if (!stop) {
-            sh_heads[0] = atomicLoad(&tlist[2u * a]);
-            sh_heads[1] = atomicLoad(&tlist[2u * a + 1u]);
-            sh_heads[2] = atomicLoad(&tlist[2u * b]);
-            sh_heads[3] = atomicLoad(&tlist[2u * b + 1u]);
+        let w = sel_best(lid, b, sg);
+        supv[r] = w;
+        if (bq != NONE && !is_empty(w) && all(b == w)) {
+            taken |= 1u << bq;
+            sel_id[r] = bq * WG + lid;
         }
     }
-    if (workgroupUniformLoad(&sh_x) != 0u) { return; }
-    let m = merge_with(a, b, c, top, nwg.x * nwg.y * WG, sh_heads[0], sh_heads[1], sh_heads[2],
-                       sh_heads[3]);
-    let t = wg * WG + lid;
-    let s = walk(Walk(t, NONE, NONE), m);
-    if (s.j < m.len) {
-        save_carry(t, s);
-        atomicAdd(&state[S_PAUSE], 1u);
+    workgroupBarrier();
+    // 2. the BATCH_MAX + 1 best blocks of the first BATCH_MAX super-blocks
+    var bv: array<vec4<u32>, BATCH_MAX>;
+    for (var x = 0u; x < BATCH_MAX; x++) {
+        bv[x] = NO_BEST;
+        if (!is_empty(supv[x])) {
+            let j = sel_id[x] * SUPER + lid;
+            if (j < P.nblocks) { bv[x] = load_best(j); }
+        }
+    }
+    var blkv: array<vec4<u32>, 9>;
+    taken = 0u;
+    for (var r = 0u; r <= BATCH_MAX; r++) {
+        var b = NO_BEST;
+        var bq = NONE;
+        for (var x = 0u; x < BATCH_MAX; x++) {
+            if (((taken >> x) & 1u) == 0u && better(bv[x], b)) {
+                b = bv[x];
+                bq = x;
+            }
+        }
+        let w = sel_best(lid, b, sg);
+        blkv[r] = w;
+        if (bq != NONE && !is_empty(w) && all(b == w)) {
+            taken |= 1u << bq;
+            sel_id[9u + r] = sel_id[bq] * SUPER + lid;
+        }
+    }
+    workgroupBarrier();
+    // 3. the second-best entry of each of the BATCH_MAX best blocks (all slots loaded first)
+    var sl: array<vec4<u32>, BATCH_MAX>;
+    for (var x = 0u; x < BATCH_MAX; x++) {
+        sl[x] = NO_BEST;
+        if (is_empty(blkv[x])) { continue; }
+        let blk = sel_id[9u + x];
+        for (var j = 0u; j < 4u; j++) {
+            let slot = blk * BLOCK + j * WG + lid;
+            let st = atomicLoad(&tkeys[slot]);
+            let lo = atomicLoad(&tcounts[2u * slot]);
+            var hi = 0u;
+            if (WIDE != 0u) { hi = atomicLoad(&tcounts[2u * slot + 1u]); }
+            if (st == EMPTY || (lo | hi) == 0u) { continue; }
+            let ab = key_unpack(st, slot % COLS);
+            let c = vec4<u32>(lo, hi, ab.x, ab.y);
+            if ((ab.x != blkv[x].z || ab.y != blkv[x].w) && better(c, sl[x])) { sl[x] = c; }
+        }
+    }
+    var sec: array<vec4<u32>, BATCH_MAX>;
+    for (var x = 0u; x < BATCH_MAX; x++) { sec[x] = sel_best(lid, sl[x], sg); }
+    // 4. the candidates' list heads (one thread each), then the prefix (thread 0)
+    if (lid < SEL_CANDS) {
+        var c = blkv[lid % BATCH_MAX];
+        if (lid >= BATCH_MAX) { c = sec[lid - BATCH_MAX]; }
+        if (!is_empty(c)) {
+            sel_heads[4u * lid] = atomicLoad(&tlist[2u * c.z]);
+            sel_heads[4u * lid + 1u] = atomicLoad(&tlist[2u * c.z + 1u]);
+            sel_heads[4u * lid + 2u] = atomicLoad(&tlist[2u * c.w]);
+            sel_heads[4u * lid + 3u] = atomicLoad(&tlist[2u * c.w + 1u]);
+        }
+    }
+    workgroupBarrier();
+    if (lid == 0u) {
+        var u = supv[BATCH_MAX];
+        if (better(blkv[BATCH_MAX], u)) { u = blkv[BATCH_MAX]; }
+        var kk = 0u;
+        var tb = 0u;           // blocks whose best is taken
+        var jsum = 0u;
+        var scat = 0u;
+        let scratch = arrayLength(&pool) - P.scatter_cap;
+        let kmax = clamp(P.batch_max, 1u, BATCH_MAX);
+        loop {
+            if (kk >= kmax) { break; }
+            var c = NO_BEST;
+            var ci = NONE;
+            for (var x = 0u; x < BATCH_MAX; x++) {
+                if (((tb >> x) & 1u) == 0u) {
+                    if (better(blkv[x], c)) {
+                        c = blkv[x];
+                        ci = x;
+                    }
+                } else if (better(sec[x], c)) {
+                    c = sec[x];
+                    ci = BATCH_MAX + x;
+                }
+            }
+            if (ci == NONE || is_empty(c) || !better(c, u) || training_done(c, k0 + kk)) {
+                break;
+            }
+            let a = c.z;
+            let b = c.w;
+            let la = sel_heads[4u * ci + 1u];
+            let lb = sel_heads[4u * ci + 3u];
+            let len = min(la, lb);
+            if (kk > 0u) {
+                var clash = a == b || scat + len > P.scatter_cap;
+                for (var v = 0u; v < 2u * kk; v++) {
+                    clash = clash || sel_m[v] == a || sel_m[v] == b;
+                }
+                if (clash) { break; }
+            }
+            let from_b = lb < la && a != b;
+            let row = BATCH_HEAD + kk * BR;
+            batch[row + BR_A] = a;
+            batch[row + BR_B] = b;
+            batch[row + BR_C] = 256u + k0 + kk;
+            batch[row + BR_OFF] = select(sel_heads[4u * ci], sel_heads[4u * ci + 2u], from_b);
+            batch[row + BR_LEN] = len;
+            batch[row + BR_FROMB] = select(0u, 1u, from_b);
+            batch[row + BR_J0] = jsum;
+            batch[row + BR_TOP] = select(scratch + scat, top, kk == 0u);
+            if (kk > 0u) { scat += len; }
+            jsum += len;
+            merges[4u * (k0 + kk)] = a;
+            merges[4u * (k0 + kk) + 1u] = b;
+            merges[4u * (k0 + kk) + 2u] = c.x;
+            merges[4u * (k0 + kk) + 3u] = c.y;
+            sel_m[2u * kk] = a;
+            sel_m[2u * kk + 1u] = b;
+            kk += 1u;
+            if (ci >= BATCH_MAX || a == b) { break; }   // a block's second; a run merge
+            tb |= 1u << ci;
+        }
+        batch[BH_K] = kk;
+        batch[BH_J] = jsum;
+        batch[BH_TOP] = top;
+        batch[BH_K0] = k0;
+        if (kk == 0u) {
+            atomicStore(&state[S_STOP], 1u);
+        } else {
+            atomicStore(&state[S_DONE], kk);
+            atomicStore(&state[S_A], sel_m[0]);
+            atomicStore(&state[S_B], sel_m[1]);
+            atomicStore(&state[S_C], 256u + k0);
+            atomicStore(&tlist[2u * (256u + k0)], top);
+            atomicStore(&state[S_SH], sh + 1u);
+        }
+        sh_v = kk;
+    }
+    // 5. the members' pair counts to 0 (no occurrence is left after the step), their blocks
+    // listed dirty under the step's stamp
+    let kk = workgroupUniformLoad(&sh_v);
+    merge_stamp = sh + 1u;
+    if (lid < kk) {
+        let kp = key_pack(sel_m[2u * lid], sel_m[2u * lid + 1u]);
+        let slot = table_slot(kp.x, kp.y);
+        if (slot != EMPTY) {
+            atomicStore(&tcounts[2u * slot], 0u);
+            atomicStore(&tcounts[2u * slot + 1u], 0u);
+            dirty[slot / BLOCK] = 1u;
+            block_dirtied(slot / BLOCK);
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
+            @builtin(num_workgroups) nwg: vec3<u32>,
+            @builtin(local_invocation_index) lid: u32) {
+    // S_HOLD and the batch table were set by earlier dispatches (S_PAUSE may rise during this
+    // one: it is not read here).
+    if (lid == WG - 1u) {
+        sh_u = atomicLoad(&state[S_STOP]) | atomicLoad(&state[S_HOLD]);
+        sh_v = atomicLoad(&state[S_SH]);
+    }
+    if (lid < BATCH_WORDS) { sh_bat[lid] = batch[lid]; }
+    if (workgroupUniformLoad(&sh_u) != 0u) { return; }
+    let kk = min(workgroupUniformLoad(&sh_bat[BH_K]), BATCH_MAX);
+    if (kk == 0u) { return; }
+    merge_stamp = workgroupUniformLoad(&sh_v);
+    step_k0 = sh_bat[BH_K0];
+    step_n = kk;
+    let stride = nwg.x * nwg.y * WG;
+    let t = linear_id(wid, nwg) * WG + lid;
+    if (kk == 1u) {
+        let m = member_merge(0u, stride);
+        let s = walk(Walk(t, NONE, NONE), m);
+        if (s.j < m.len) {
+            save_carry(t, s);
+            atomicAdd(&state[S_PAUSE], 1u);
+        }
+    } else {
+        let total = sh_bat[BH_J];
+        let s = walk_batch(Walk(t, NONE, NONE), kk, total, stride);
+        if (s.j < total) {
+            save_carry(t, s);
+            atomicAdd(&state[S_PAUSE], 1u);
+        }
     }
 }
 
@@ -758,14 +1176,29 @@ fn wl_merge(@builtin(workgroup_id) wid: vec3<u32>,
 fn wl_continue(@builtin(workgroup_id) wid: vec3<u32>,
                @builtin(num_workgroups) nwg: vec3<u32>,
                @builtin(local_invocation_index) lid: u32) {
+    if (lid == 0u) { sh_v = atomicLoad(&state[S_SH]); }
+    if (lid < BATCH_WORDS) { sh_bat[lid] = batch[lid]; }
+    let stamp = workgroupUniformLoad(&sh_v);
     let t = linear_id(wid, nwg) * WG + lid;
     let f = carry[4u * t + 3u];
     if ((f & CARRY_LIVE) == 0u) { return; }
-    let m = merge_of(atomicLoad(&state[S_A]), atomicLoad(&state[S_B]), atomicLoad(&state[S_C]),
-                     atomicLoad(&state[S_TOP]), nwg.x * nwg.y * WG);
-    merge_stamp = m.c - 255u;
-    let s = walk(Walk(carry[4u * t], carry[4u * t + 1u], carry[4u * t + 2u]), m);
-    if (s.j < m.len) {
+    let kk = min(sh_bat[BH_K], BATCH_MAX);
+    merge_stamp = stamp;
+    step_k0 = sh_bat[BH_K0];
+    step_n = kk;
+    let stride = nwg.x * nwg.y * WG;
+    let s0 = Walk(carry[4u * t], carry[4u * t + 1u], carry[4u * t + 2u]);
+    var s: Walk;
+    var total = 0u;
+    if (kk == 1u) {
+        let m = member_merge(0u, stride);
+        total = m.len;
+        s = walk(s0, m);
+    } else {
+        total = sh_bat[BH_J];
+        s = walk_batch(s0, kk, total, stride);
+    }
+    if (s.j < total) {
         save_carry(t, s);
     } else {
         carry[4u * t + 3u] = 0u;
