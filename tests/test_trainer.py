@@ -511,7 +511,7 @@ def test_profile_reports_each_kernel_and_the_walks(algorithm):
     st: dict = {}
     vocab = train(docs, 300, min_frequency=1, algorithm=algorithm, stats=st, profile=True)
     assert list(vocab.merges) == ref_merges(docs, 300, 1)
-    steps = {"wordlist": ("find_max4", "wl_merge"),
+    steps = {"wordlist": ("find_max4", "wl_select", "wl_merge"),
              "seed": ("find_max4", "find_max_final_det", "setup_merge", "merge_reduce",
                       "scan_pass1", "scan_pass2", "scan_pass3", "finalize_compact")}[algorithm]
     if get_gpu().has_timestamps:

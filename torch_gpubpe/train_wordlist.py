@@ -6,12 +6,17 @@ was made). Per merge the entries of the rarer side of the best pair are looked a
 per entry; the thread holding the first occurrence of a chain of adjacent ones (A B A B, or a
 run of A == B paired left to right) merges the chain with its exact pair-count deltas. Work
 and latency per merge follow the pair's occurrences, not the length of the words they are in.
-3 dispatches per merge, ``find_max4 → find_max_super → wl_merge`` (find_max4 and the pair
-counting are the seed's kernels, shared in ``train_table.wgsl``; here find_max4 rescans only
-the blocks the last merge listed as dirty, over a grid of at most :data:`FIND_WORKGROUPS`;
-find_max_super keeps a level of super-block bests so that the reduction every wl_merge
-workgroup repeats is one load per thread). (Sennrich et al. 2016's incremental update with
-its token → occurrences index, made parallel.)
+Several merges per step: 3 dispatches per step, ``find_max4 → wl_select → wl_merge``.
+wl_select (one workgroup) takes the longest prefix of the current pair ranking whose ids are
+all distinct (at most :data:`MAX_MERGES_PER_STEP`, the shader's BATCH_MAX = 8; a pair with
+A = B alone): such merges touch disjoint positions, no pair they make can outrank a later one
+of them (its count is bounded by a pair ranked after the prefix, and on a tie its left id is
+not smaller), so they are exactly the next serial merges (the proof is in the shader). wl_merge
+walks all their lists at once; occurrences of different members that touch form one chain,
+merged in order by the thread of its leftmost one. find_max4 (the seed's kernel, shared in
+``train_table.wgsl``) rescans only the blocks the last step listed dirty, over a grid of at
+most :data:`FIND_WORKGROUPS`, and keeps a level of super-block bests that wl_select ranks.
+(Sennrich et al. 2016's incremental update with its token → occurrences index, made parallel.)
 
 Long walks: a thread's work is bounded by ``budget`` steps + hops + table probes per dispatch
 (lavapipe stops a thread's loops at 65,535 iterations). A thread out of budget saves its place

@@ -1259,8 +1259,14 @@ class _MergeLoop:
                 need_rebuild = True   # once the queued batch has drained (the final stream)
         merges = g.read_u32(self.table.buffers["merges"], 0, 4 * done, what="merge list readback")
         st["seconds_merge"] = time.perf_counter() - t_up
+        steps = st.get("merge_steps") or done
+        if done and steps:
+            st["merges_per_step"] = done / steps
         if self.profiler is not None:
-            st["gpu_us_per_merge"] = self.profiler.per_merge_us()
+            # (the profiler times steps: a word-list step may make several merges)
+            per_step = self.profiler.per_merge_us()
+            st["gpu_us_per_step"] = per_step
+            st["gpu_us_per_merge"] = {k: v * steps / max(1, done) for k, v in per_step.items()}
         if hasattr(self.k, "long_stats"):
             st.update(self.k.long_stats())
             if st["long_chains_serial"]:
