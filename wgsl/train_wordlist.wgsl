@@ -907,132 +907,154 @@ fn walk_batch(s0: Walk, kk: u32, total: u32, stride: u32) -> Walk {
 // pairs holding earlier C's), and on a tie with p_k, (X, C_i) has X ≥ A_K ≥ A_k (its (X, A_i)
 // ranked after p_K) and C's ids exceed every old id, so p_k still wins. A pair with A = B
 // (whose C_i A_i can count as much as itself) is a step of its own.
-// The ranking's prefix from the table's levels: the BATCH_MAX + 1 best super-blocks (by their
-// best), the BATCH_MAX + 1 best blocks of the first BATCH_MAX of them, and the second-best
-// entry of each of those blocks; a candidate is taken while it beats U, the best entry not
-// among them (the (BATCH_MAX+1)-th super-block's or block's best), and a block's second ends
-// the step (its third is not known). Also ended by: the merge budget, min_frequency, a shared
-// id, P.batch_max, and the members after the first walking more than P.scatter_cap entries.
+// The ranking's prefix from the table's levels, in three rounds of the same exact top-9
+// (sel_top9): the 9 best super-blocks (by their best); the 9 best blocks of the first 8 of
+// them; the 9 best entries of the first 8 of those blocks. Every entry outside those blocks
+// ranks at most U, the better of the 9th super-block's and the 9th block's best, so the
+// entries found that beat U are the ranking's prefix. The step is that prefix, cut at a
+// shared id, the merge budget, min_frequency, P.batch_max, and where the members after the
+// first would walk more than P.scatter_cap entries.
 const SEL_SUPERS: u32 = 4u;     // super-block bests per thread (nsupers ≤ SEL_SUPERS · WG)
-const SEL_CANDS: u32 = 16u;     // 2 · BATCH_MAX: the best blocks' bests, then their seconds
-var<workgroup> sel_id: array<u32, 18>;           // ranked super-blocks, then ranked blocks
-var<workgroup> sel_heads: array<u32, 64>;        // per candidate: A's and B's (offset, length)
-var<workgroup> sel_m: array<u32, 24>;            // the members' (a, b, slot of their count)
-
-// One round of a ranking: the workgroup's best of each thread's `b` (every thread), then a
-// barrier (a next round may write the reduction's workgroup memory at once).
-fn sel_best(lid: u32, b: vec4<u32>, sg: vec3<u32>) -> vec4<u32> {
-    let r = wg_best_sg(lid, b, sg);
-    workgroupBarrier();
-    return r;
-}
+const SEL_TOP: u32 = 9u;        // BATCH_MAX + 1
+const SEL_ITEMS: u32 = 32u;     // a thread's candidates at most (4 slots of 8 blocks)
+const SEL_LIST: u32 = 288u;     // SEL_TOP · SEL_ITEMS
+var<workgroup> sel_list: array<vec4<u32>, SEL_LIST>;
+var<workgroup> sel_lid: array<u32, SEL_LIST>;
+var<workgroup> sel_n: atomic<u32>;
+var<workgroup> sel_theta: vec4<u32>;
+var<workgroup> sel_top: array<vec4<u32>, SEL_TOP>;
+var<workgroup> sel_topid: array<u32, SEL_TOP>;
+var<workgroup> sel_heads: array<u32, 32>;        // per ranked entry: A's and B's (offset, length)
+var<workgroup> sel_m: array<u32, 16>;            // the members' ids (a, b)
 
 fn is_empty(v: vec4<u32>) -> bool { return (v.x | v.y) == 0u; }
 
+// The 9 best of every thread's first q `vals` (NO_BEST: none) → sel_top[0..9) in rank order
+// (NO_BEST past the last), their `ids` → sel_topid. Exact without rounds of reductions: θ =
+// the 9th best of the threads' maxima (9 distinct entries are ≥ θ, so the 9 best all are;
+// NO_BEST when fewer than 9 threads hold any); the entries ≥ θ come from the ≤ 9 threads whose
+// maximum is ≥ θ (≤ SEL_LIST), each ranked by counting the better ones. Every thread, uniform
+// control flow (keys are distinct pairs: no two entries tie).
+fn sel_top9(lid: u32, vals: ptr<function, array<vec4<u32>, SEL_ITEMS>>,
+            ids: ptr<function, array<u32, SEL_ITEMS>>, q: u32) {
+    workgroupBarrier();        // (the last round's results are read before this one writes)
+    var mx = NO_BEST;
+    for (var i = 0u; i < SEL_ITEMS; i++) {
+        if (i < q && better((*vals)[i], mx)) { mx = (*vals)[i]; }
+    }
+    sh_a[lid] = mx.x;
+    sh_b[lid] = mx.y;
+    sh_c[lid] = mx.z;
+    sh_d[lid] = mx.w;
+    if (lid == 0u) {
+        atomicStore(&sel_n, 0u);
+        sel_theta = NO_BEST;
+    }
+    if (lid < SEL_TOP) {
+        sel_top[lid] = NO_BEST;
+        sel_topid[lid] = NONE;
+    }
+    workgroupBarrier();
+    if (!is_empty(mx)) {
+        var r = 0u;
+        for (var j = 0u; j < WG; j++) {
+            if (better(vec4<u32>(sh_a[j], sh_b[j], sh_c[j], sh_d[j]), mx)) { r += 1u; }
+        }
+        if (r == SEL_TOP - 1u) { sel_theta = mx; }
+    }
+    workgroupBarrier();
+    let theta = sel_theta;
+    if (!better(theta, mx) && !is_empty(mx)) {    // (only such a thread has entries ≥ θ)
+        for (var i = 0u; i < SEL_ITEMS; i++) {
+            let v = (*vals)[i];
+            if (i < q && !is_empty(v) && !better(theta, v)) {
+                let at = atomicAdd(&sel_n, 1u);
+                if (at < SEL_LIST) {
+                    sel_list[at] = v;
+                    sel_lid[at] = (*ids)[i];
+                }
+            }
+        }
+    }
+    workgroupBarrier();
+    let n = min(atomicLoad(&sel_n), SEL_LIST);
+    for (var i = lid; i < n; i += WG) {
+        let v = sel_list[i];
+        var r = 0u;
+        for (var j = 0u; j < n; j++) {
+            if (better(sel_list[j], v)) { r += 1u; }
+        }
+        if (r < SEL_TOP) {
+            sel_top[r] = v;
+            sel_topid[r] = sel_lid[i];
+        }
+    }
+    workgroupBarrier();
+}
+
 @compute @workgroup_size(WG)
-fn wl_select(@builtin(local_invocation_index) lid: u32,
-//#if SUBGROUPS
-             @builtin(subgroup_invocation_id) lane: u32,
-             @builtin(subgroup_size) sg_size: u32,
-             @builtin(subgroup_id) sg_id: u32,
-//#endif
-             ) {
-//#if SUBGROUPS
-    let sg = vec3<u32>(lane, sg_size, sg_id);
-//#else
-    let sg = vec3<u32>(0u);
-//#endif
+fn wl_select(@builtin(local_invocation_index) lid: u32) {
     if (lid == 0u) {
         sh_u = atomicLoad(&state[S_STOP]) | atomicLoad(&state[S_HOLD]);
         sh_v = atomicLoad(&state[S_K]);
         sh_w = atomicLoad(&state[S_TOP]);
         sh_x = atomicLoad(&state[S_SH]);
     }
-    // 1. the BATCH_MAX + 1 best super-blocks
-    var sv: array<vec4<u32>, SEL_SUPERS>;
+    var vals: array<vec4<u32>, SEL_ITEMS>;
+    var ids: array<u32, SEL_ITEMS>;
+    // 1. the 9 best super-blocks
     for (var q = 0u; q < SEL_SUPERS; q++) {
         let j = q * WG + lid;
-        sv[q] = NO_BEST;
+        vals[q] = NO_BEST;
+        ids[q] = j;
         if (j < P.nsupers) {
-            sv[q] = vec4<u32>(sbest[4u * j], sbest[4u * j + 1u], sbest[4u * j + 2u],
-                              sbest[4u * j + 3u]);
+            vals[q] = vec4<u32>(sbest[4u * j], sbest[4u * j + 1u], sbest[4u * j + 2u],
+                                sbest[4u * j + 3u]);
         }
     }
     if (workgroupUniformLoad(&sh_u) != 0u) { return; }
     let k0 = workgroupUniformLoad(&sh_v);
     let top = workgroupUniformLoad(&sh_w);
     let sh = workgroupUniformLoad(&sh_x);
-    var supv: array<vec4<u32>, 9>;
-    var taken = 0u;
-    for (var r = 0u; r <= BATCH_MAX; r++) {
-        var b = NO_BEST;
-        var bq = NONE;
-        for (var q = 0u; q < SEL_SUPERS; q++) {
-            if (((taken >> q) & 1u) == 0u && better(sv[q], b)) {
-                b = sv[q];
-                bq = q;
-            }
-        }
-        let w = sel_best(lid, b, sg);
-        supv[r] = w;
-        if (bq != NONE && !is_empty(w) && all(b == w)) {
-            taken |= 1u << bq;
-            sel_id[r] = bq * WG + lid;
-        }
-    }
-    workgroupBarrier();
-    // 2. the BATCH_MAX + 1 best blocks of the first BATCH_MAX super-blocks
-    var bv: array<vec4<u32>, BATCH_MAX>;
+    sel_top9(lid, &vals, &ids, SEL_SUPERS);
+    var u = sel_top[BATCH_MAX];
+    // 2. the 9 best blocks of the first 8 of them (block lid of each)
     for (var x = 0u; x < BATCH_MAX; x++) {
-        bv[x] = NO_BEST;
-        if (!is_empty(supv[x])) {
-            let j = sel_id[x] * SUPER + lid;
-            if (j < P.nblocks) { bv[x] = load_best(j); }
+        vals[x] = NO_BEST;
+        ids[x] = NONE;
+        if (!is_empty(sel_top[x])) {
+            let j = sel_topid[x] * SUPER + lid;
+            ids[x] = j;
+            if (j < P.nblocks) { vals[x] = load_best(j); }
         }
     }
-    var blkv: array<vec4<u32>, 9>;
-    taken = 0u;
-    for (var r = 0u; r <= BATCH_MAX; r++) {
-        var b = NO_BEST;
-        var bq = NONE;
-        for (var x = 0u; x < BATCH_MAX; x++) {
-            if (((taken >> x) & 1u) == 0u && better(bv[x], b)) {
-                b = bv[x];
-                bq = x;
-            }
-        }
-        let w = sel_best(lid, b, sg);
-        blkv[r] = w;
-        if (bq != NONE && !is_empty(w) && all(b == w)) {
-            taken |= 1u << bq;
-            sel_id[9u + r] = sel_id[bq] * SUPER + lid;
-        }
-    }
-    workgroupBarrier();
-    // 3. the second-best entry of each of the BATCH_MAX best blocks (all slots loaded first)
-    var sl: array<vec4<u32>, BATCH_MAX>;
+    sel_top9(lid, &vals, &ids, BATCH_MAX);
+    if (better(sel_top[BATCH_MAX], u)) { u = sel_top[BATCH_MAX]; }
+    // 3. the 9 best entries of the first 8 of those blocks (4 slots of each per thread)
     for (var x = 0u; x < BATCH_MAX; x++) {
-        sl[x] = NO_BEST;
-        if (is_empty(blkv[x])) { continue; }
-        let blk = sel_id[9u + x];
+        let ok = !is_empty(sel_top[x]);
+        let blk = sel_topid[x];
         for (var j = 0u; j < 4u; j++) {
             let slot = blk * BLOCK + j * WG + lid;
-            let st = atomicLoad(&tkeys[slot]);
-            let lo = atomicLoad(&tcounts[2u * slot]);
-            var hi = 0u;
-            if (WIDE != 0u) { hi = atomicLoad(&tcounts[2u * slot + 1u]); }
-            if (st == EMPTY || (lo | hi) == 0u) { continue; }
-            let ab = key_unpack(st, slot % COLS);
-            let c = vec4<u32>(lo, hi, ab.x, ab.y);
-            if ((ab.x != blkv[x].z || ab.y != blkv[x].w) && better(c, sl[x])) { sl[x] = c; }
+            var c = NO_BEST;
+            if (ok) {
+                let st = atomicLoad(&tkeys[slot]);
+                let lo = atomicLoad(&tcounts[2u * slot]);
+                var hi = 0u;
+                if (WIDE != 0u) { hi = atomicLoad(&tcounts[2u * slot + 1u]); }
+                if (st != EMPTY && (lo | hi) != 0u) {
+                    let ab = key_unpack(st, slot % COLS);
+                    c = vec4<u32>(lo, hi, ab.x, ab.y);
+                }
+            }
+            vals[4u * x + j] = c;
+            ids[4u * x + j] = slot;
         }
     }
-    var sec: array<vec4<u32>, BATCH_MAX>;
-    for (var x = 0u; x < BATCH_MAX; x++) { sec[x] = sel_best(lid, sl[x], sg); }
-    // 4. the candidates' list heads (one thread each), then the prefix (thread 0)
-    if (lid < SEL_CANDS) {
-        var c = blkv[lid % BATCH_MAX];
-        if (lid >= BATCH_MAX) { c = sec[lid - BATCH_MAX]; }
+    sel_top9(lid, &vals, &ids, SEL_ITEMS);
+    // 4. the ranked entries' list heads (one thread each), then the prefix (thread 0)
+    if (lid < BATCH_MAX) {
+        let c = sel_top[lid];
         if (!is_empty(c)) {
             sel_heads[4u * lid] = atomicLoad(&tlist[2u * c.z]);
             sel_heads[4u * lid + 1u] = atomicLoad(&tlist[2u * c.z + 1u]);
@@ -1042,32 +1064,14 @@ fn wl_select(@builtin(local_invocation_index) lid: u32,
     }
     workgroupBarrier();
     if (lid == 0u) {
-        var u = supv[BATCH_MAX];
-        if (better(blkv[BATCH_MAX], u)) { u = blkv[BATCH_MAX]; }
         var kk = 0u;
-        var tb = 0u;           // blocks whose best is taken
         var jsum = 0u;
         var scat = 0u;
         let scratch = arrayLength(&pool) - P.scatter_cap;
         let kmax = clamp(P.batch_max, 1u, BATCH_MAX);
-        loop {
-            if (kk >= kmax) { break; }
-            var c = NO_BEST;
-            var ci = NONE;
-            for (var x = 0u; x < BATCH_MAX; x++) {
-                if (((tb >> x) & 1u) == 0u) {
-                    if (better(blkv[x], c)) {
-                        c = blkv[x];
-                        ci = x;
-                    }
-                } else if (better(sec[x], c)) {
-                    c = sec[x];
-                    ci = BATCH_MAX + x;
-                }
-            }
-            if (ci == NONE || is_empty(c) || !better(c, u) || training_done(c, k0 + kk)) {
-                break;
-            }
+        for (var ci = 0u; ci < kmax; ci++) {
+            let c = sel_top[ci];
+            if (is_empty(c) || !better(c, u) || training_done(c, k0 + kk)) { break; }
             let a = c.z;
             let b = c.w;
             let la = sel_heads[4u * ci + 1u];
@@ -1099,8 +1103,7 @@ fn wl_select(@builtin(local_invocation_index) lid: u32,
             sel_m[2u * kk] = a;
             sel_m[2u * kk + 1u] = b;
             kk += 1u;
-            if (ci >= BATCH_MAX || a == b) { break; }   // a block's second; a run merge
-            tb |= 1u << ci;
+            if (a == b) { break; }      // a run merge goes alone
         }
         batch[BH_K] = kk;
         batch[BH_J] = jsum;
@@ -1119,18 +1122,15 @@ fn wl_select(@builtin(local_invocation_index) lid: u32,
         sh_v = kk;
     }
     // 5. the members' pair counts to 0 (no occurrence is left after the step), their blocks
-    // listed dirty under the step's stamp
+    // listed dirty under the step's stamp (their slots are the ranked entries' ids)
     let kk = workgroupUniformLoad(&sh_v);
     merge_stamp = sh + 1u;
     if (lid < kk) {
-        let kp = key_pack(sel_m[2u * lid], sel_m[2u * lid + 1u]);
-        let slot = table_slot(kp.x, kp.y);
-        if (slot != EMPTY) {
-            atomicStore(&tcounts[2u * slot], 0u);
-            atomicStore(&tcounts[2u * slot + 1u], 0u);
-            dirty[slot / BLOCK] = 1u;
-            block_dirtied(slot / BLOCK);
-        }
+        let slot = sel_topid[lid];
+        atomicStore(&tcounts[2u * slot], 0u);
+        atomicStore(&tcounts[2u * slot + 1u], 0u);
+        dirty[slot / BLOCK] = 1u;
+        block_dirtied(slot / BLOCK);
     }
 }
 
