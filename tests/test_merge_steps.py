@@ -66,12 +66,14 @@ def test_chains_mixing_members_equal_reference(budget, monkeypatch):
 
 
 def test_candidates_in_one_block_and_across_super_blocks(monkeypatch):
-    """A one-block table (every candidate in the same block: its second-best entry ends a
-    step) and a 2^21-slot one (2,048 blocks in 8 super-blocks), rebuilt from a small one."""
+    """A one-block table (every candidate in one block, more of them than wl_select's list
+    holds: its threshold is raised), 2^21 slots (2,048 blocks in 8 super-blocks: every block
+    a candidate), 2^22 (16 super-blocks: the 9th one's best bounds the blocks taken), and a
+    small table rebuilt."""
     docs = corpus_docs("multi_udhr", 40_000)
     words, weights = _counts(docs)
     ref = reference.train(docs, 256 + 300, 1)
-    for rows, batch in ((32, 8), (65536, None), (128, 8)):
+    for rows, batch in ((32, 8), (65536, None), (131072, None), (128, 8)):
         got, st = _run(words, weights, 300, monkeypatch, rows=rows, batch=batch)
         assert got == ref, rows
         assert st["merges_per_step"] > 1.2

@@ -922,6 +922,7 @@ var<workgroup> sel_list: array<vec4<u32>, SEL_LIST>;
 var<workgroup> sel_lid: array<u32, SEL_LIST>;
 var<workgroup> sel_n: atomic<u32>;
 var<workgroup> sel_theta: vec4<u32>;
+var<workgroup> sel_cnt: u32;
 var<workgroup> sel_top: array<vec4<u32>, SEL_TOP>;
 var<workgroup> sel_topid: array<u32, SEL_TOP>;
 var<workgroup> sel_heads: array<u32, 32>;        // per ranked entry: A's and B's (offset, length)
@@ -929,54 +930,52 @@ var<workgroup> sel_m: array<u32, 16>;            // the members' ids (a, b)
 
 fn is_empty(v: vec4<u32>) -> bool { return (v.x | v.y) == 0u; }
 
-// The 9 best of every thread's first q `vals` (NO_BEST: none) → sel_top[0..9) in rank order
-// (NO_BEST past the last), their `ids` → sel_topid. Exact without rounds of reductions: θ =
-// the 9th best of the threads' maxima (9 distinct entries are ≥ θ, so the 9 best all are;
-// NO_BEST when fewer than 9 threads hold any); the entries ≥ θ come from the ≤ 9 threads whose
-// maximum is ≥ θ (≤ SEL_LIST), each ranked by counting the better ones. Every thread, uniform
+// The 9 best of every thread's first q `vals` that are ≥ `thr` (NO_BEST: none; thr = NO_BEST:
+// all) → sel_top[0..9) in rank order (NO_BEST past the last), their `ids` → sel_topid. The
+// entries ≥ thr go to sel_list (a known bound: few of them at scale), each ranked by counting
+// the better ones. When more than SEL_LIST are ≥ thr, the bound is raised to θ = the 9th best
+// of the threads' maxima (9 distinct entries are ≥ θ, so the 9 best all are), and only the
+// ≤ 9 threads whose maximum is ≥ θ hold entries ≥ θ (≤ SEL_LIST). Every thread, uniform
 // control flow (keys are distinct pairs: no two entries tie).
 fn sel_top9(lid: u32, vals: ptr<function, array<vec4<u32>, SEL_ITEMS>>,
-            ids: ptr<function, array<u32, SEL_ITEMS>>, q: u32) {
+            ids: ptr<function, array<u32, SEL_ITEMS>>, q: u32, thr: vec4<u32>) {
     workgroupBarrier();        // (the last round's results are read before this one writes)
-    var mx = NO_BEST;
-    for (var i = 0u; i < SEL_ITEMS; i++) {
-        if (i < q && better((*vals)[i], mx)) { mx = (*vals)[i]; }
-    }
-    sh_a[lid] = mx.x;
-    sh_b[lid] = mx.y;
-    sh_c[lid] = mx.z;
-    sh_d[lid] = mx.w;
-    if (lid == 0u) {
-        atomicStore(&sel_n, 0u);
-        sel_theta = NO_BEST;
-    }
+    if (lid == 0u) { atomicStore(&sel_n, 0u); }
     if (lid < SEL_TOP) {
         sel_top[lid] = NO_BEST;
         sel_topid[lid] = NONE;
     }
     workgroupBarrier();
-    if (!is_empty(mx)) {
-        var r = 0u;
-        for (var j = 0u; j < WG; j++) {
-            if (better(vec4<u32>(sh_a[j], sh_b[j], sh_c[j], sh_d[j]), mx)) { r += 1u; }
-        }
-        if (r == SEL_TOP - 1u) { sel_theta = mx; }
-    }
+    sel_gather(vals, ids, q, thr);
     workgroupBarrier();
-    let theta = sel_theta;
-    if (!better(theta, mx) && !is_empty(mx)) {    // (only such a thread has entries ≥ θ)
+    if (lid == 0u) { sel_cnt = atomicLoad(&sel_n); }
+    if (workgroupUniformLoad(&sel_cnt) > SEL_LIST) {
+        var mx = NO_BEST;
         for (var i = 0u; i < SEL_ITEMS; i++) {
             let v = (*vals)[i];
-            if (i < q && !is_empty(v) && !better(theta, v)) {
-                let at = atomicAdd(&sel_n, 1u);
-                if (at < SEL_LIST) {
-                    sel_list[at] = v;
-                    sel_lid[at] = (*ids)[i];
-                }
-            }
+            if (i < q && !better(thr, v) && better(v, mx)) { mx = v; }
         }
+        sh_a[lid] = mx.x;
+        sh_b[lid] = mx.y;
+        sh_c[lid] = mx.z;
+        sh_d[lid] = mx.w;
+        if (lid == 0u) {
+            atomicStore(&sel_n, 0u);
+            sel_theta = thr;
+        }
+        workgroupBarrier();
+        if (!is_empty(mx)) {
+            var r = 0u;
+            for (var j = 0u; j < WG; j++) {
+                if (better(vec4<u32>(sh_a[j], sh_b[j], sh_c[j], sh_d[j]), mx)) { r += 1u; }
+            }
+            if (r == SEL_TOP - 1u) { sel_theta = mx; }
+        }
+        workgroupBarrier();
+        let theta = sel_theta;
+        sel_gather(vals, ids, q, theta);
+        workgroupBarrier();
     }
-    workgroupBarrier();
     let n = min(atomicLoad(&sel_n), SEL_LIST);
     for (var i = lid; i < n; i += WG) {
         let v = sel_list[i];
@@ -990,6 +989,21 @@ fn sel_top9(lid: u32, vals: ptr<function, array<vec4<u32>, SEL_ITEMS>>,
         }
     }
     workgroupBarrier();
+}
+
+// This thread's first q `vals` that are ≥ thr (and not empty) into sel_list (while it has room).
+fn sel_gather(vals: ptr<function, array<vec4<u32>, SEL_ITEMS>>,
+              ids: ptr<function, array<u32, SEL_ITEMS>>, q: u32, thr: vec4<u32>) {
+    for (var i = 0u; i < SEL_ITEMS; i++) {
+        let v = (*vals)[i];
+        if (i < q && !is_empty(v) && !better(thr, v)) {
+            let at = atomicAdd(&sel_n, 1u);
+            if (at < SEL_LIST) {
+                sel_list[at] = v;
+                sel_lid[at] = (*ids)[i];
+            }
+        }
+    }
 }
 
 @compute @workgroup_size(WG)
@@ -1016,7 +1030,7 @@ fn wl_select(@builtin(local_invocation_index) lid: u32) {
     let k0 = workgroupUniformLoad(&sh_v);
     let top = workgroupUniformLoad(&sh_w);
     let sh = workgroupUniformLoad(&sh_x);
-    sel_top9(lid, &vals, &ids, SEL_SUPERS);
+    sel_top9(lid, &vals, &ids, SEL_SUPERS, NO_BEST);
     var u = sel_top[BATCH_MAX];
     // 2. the 9 best blocks of the first 8 of them (block lid of each)
     for (var x = 0u; x < BATCH_MAX; x++) {
@@ -1028,7 +1042,7 @@ fn wl_select(@builtin(local_invocation_index) lid: u32) {
             if (j < P.nblocks) { vals[x] = load_best(j); }
         }
     }
-    sel_top9(lid, &vals, &ids, BATCH_MAX);
+    sel_top9(lid, &vals, &ids, BATCH_MAX, u);
     if (better(sel_top[BATCH_MAX], u)) { u = sel_top[BATCH_MAX]; }
     // 3. the 9 best entries of the first 8 of those blocks (4 slots of each per thread)
     for (var x = 0u; x < BATCH_MAX; x++) {
@@ -1051,7 +1065,7 @@ fn wl_select(@builtin(local_invocation_index) lid: u32) {
             ids[4u * x + j] = slot;
         }
     }
-    sel_top9(lid, &vals, &ids, SEL_ITEMS);
+    sel_top9(lid, &vals, &ids, SEL_ITEMS, u);
     // 4. the ranked entries' list heads (one thread each), then the prefix (thread 0)
     if (lid < BATCH_MAX) {
         let c = sel_top[lid];
