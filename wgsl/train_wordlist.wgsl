@@ -10,8 +10,8 @@
 // merge k's token C = 256 + k: the left position of every occurrence merge k merged), in
 // `pool`. A list may hold stale positions (whose t was merged away since): they are looked at
 // and found to hold something else. A position is in a list at most once.
-// Per merge, 2 dispatches, no pass over the stream:
-//   find_max4       (train_table.wgsl) the dirty blocks' bests: the blocks the last merge
+// Per step (one or more merges: wl_select below), 3 dispatches, no pass over the stream:
+//   find_max4       (train_table.wgsl) the dirty blocks' bests: the blocks the last step
 //                   listed (`dlist`, each once) grid-stride over ≤ 1,056 workgroups (the host's
 //                   grid), not one workgroup per table block (tens of thousands at scale, nearly
 //                   all clean). Per group of SUPER = 256 blocks the list holds `scnt` of them;
@@ -19,21 +19,24 @@
 //                   after a storageBarrier: device-scope release/acquire in naga's SPIR-V, as
 //                   CUDA's __threadfence in its "last block" reduction) reduces the group's
 //                   block bests into its super-block best (once find_max_super, a dispatch of
-//                   its own). Its step_blocked hook (below) first commits the last merge
-//                   (S_K += 1, the pool top past C's list), and its step_thread hook sets
-//                   prv[r] = p for every occurrence p·q·r the last merge made (so `prv` is exact
-//                   again: nobody reads it in this dispatch)
-//   wl_merge    every workgroup reduces the super-block bests (one load per thread up to
-//               2^28 table slots); the last workgroup records the merge; then, grid-stride over the
-//               shorter of A's and B's lists, one thread per entry: the entry's occurrence
-//               (p, q) of (A, B) is found (A's list: p; B's: q and p = its live left); the
-//               thread that holds the FIRST occurrence of a chain of adjacent ones
-//               (A B A B …, or a run of A == B, paired left to right) merges the whole chain,
-//               in order, with the exact pair-count deltas, and appends each merged p to C's
-//               list; the other entries do nothing. Per entry a fixed number of dependent loads
-//               (list entry, its symbol, its neighbours' symbols, the deltas' table probes),
-//               not a walk of the whole word: the longest word of a list no longer sets the
-//               merge's latency (it did: ~2 dependent loads per live symbol of the word).
+//                   its own). Its step_blocked hook (below) first commits the last step
+//                   (S_K += its merges, each member's C list placed, the pool top past them),
+//                   and its step_thread hook moves the members' scratch lists into place and
+//                   sets prv[r] = p for every occurrence p·q·r the last step made (so `prv` is
+//                   exact again: nobody reads it in this dispatch)
+//   wl_select   one workgroup: the step's members, the longest prefix of the pair ranking
+//               with distinct ids (at most BATCH_MAX), recorded in `batch` and `merges`, their
+//               pair counts set to 0
+//   wl_merge    grid-stride over the members' walked lists (each the shorter of its A's and
+//               B's), one thread per entry: the entry's occurrence (p, q) of (A, B) is found
+//               (A's list: p; B's: q and p = its live left); the thread that holds the FIRST
+//               occurrence of a chain of adjacent ones (A B A B …, a run of A == B paired left
+//               to right, or occurrences of different members back to back) merges the whole
+//               chain, in order, with the exact pair-count deltas, and appends each merged p
+//               to its C's list; the other entries do nothing. Per entry a fixed number of
+//               dependent loads (list entry, its symbol, its neighbours' symbols, the deltas'
+//               table probes), not a walk of the whole word: the longest word of a list no
+//               longer sets the merge's latency (it did: ~2 dependent loads per live symbol).
 // The links and byte lists are built on the GPU (wl_links, wl_list_offsets, wl_byte_lists:
 // "set-up" below); after clear_table + pair_count the host records find_max4 over every block
 // (S_ALL) and find_max_super (every group with a changed block; it clears S_ALL): the merge
@@ -47,6 +50,9 @@
 // Left neighbour L of an occurrence at p ("live left" at the start of merge k):
 //   A ≠ B: p leads unless L died in merge k, or L holds B and L's live left holds A or C;
 //   A = B: p leads unless L died in merge k or holds A or C (the run begins left of p).
+//   A step of several members (A ≠ B each, all ids distinct, so occurrences never overlap):
+//   p leads unless L died in this step or L holds some member's B and L's live left holds
+//   that member's A or C (lead_of_batch); "merge k" above reads "this step" throughout.
 // Long chains: a thread's work is bounded by P.budget steps + hops + table probes per dispatch
 // (lavapipe stops loops after 65,535 iterations of a SIMD vector of lanes, silently — the host
 // divides its budget by the lanes there; a real GPU may reset a dispatch that runs for seconds). A thread out of budget saves where it is (list entry, symbol, left
@@ -56,7 +62,8 @@
 // encoder continues a long word. So any word (a 1 MB run of one byte) takes this algorithm.
 // A chain longer than P.long_min occurrences (or one resumed from a carry) is not walked on:
 // its thread hands the rest to train_long.wgsl (long_handoff, counted in S_PAUSE too), whose
-// rounds in the host's continue submits merge it in parallel with the same deltas.
+// rounds in the host's continue submits merge it in parallel with the same deltas (in a step
+// of one merge; in a step of several, walk_batch walks it on, carried past the budget).
 // Deltas of one occurrence X A B Y → X C Y, X the live left neighbour after the previous
 // occurrences of the chain were merged (possibly C), Y the right one before: −(X, A) + (X, C),
 // −(B, Y) + (C, Y); a pair (X, C) made by one occurrence and undone by the next cancels. Deltas
@@ -78,6 +85,7 @@
 //                                               find_max4), NONE at the word's start
 //   6 tlist  : storage, read_write  array<atomic<u32>>  per token id: (pool offset, length)
 //   8 pool   : storage, read_write  array<u32>  stream positions of the lists
+//  22 batch  : storage, read_write  array<u32>  the running step's members (BATCH_WORDS)
 //   9 carry  : storage, read_write  array<u32>  per wl_merge thread: (list entry, symbol, left
 //                                               id, bit1 live); 4 × grid threads
 //  15 sbest  : storage, read_write  array<u32>  per super-block: (count lo, hi, a, b); nsupers
