@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import sys
+import time
 import warnings
 
 import pyarrow as pa
@@ -106,9 +107,19 @@ def test_nice_lowers_only_the_reader_threads(tmp_path):
     r = FileReader([p, p], nice=3, threads=2, chunk_bytes=1 << 16)
     it = r.batches()
     next(it)
-    seen = {t.name: os.getpriority(os.PRIO_PROCESS, t.native_id)
-            for t in threading.enumerate()
-            if t.name.startswith(("gpubpe-read", "gpubpe-decompress")) and t.is_alive()}
+
+    def niceness():
+        return {t.name: os.getpriority(os.PRIO_PROCESS, t.native_id)
+                for t in threading.enumerate()
+                if t.name.startswith(("gpubpe-read", "gpubpe-decompress")) and t.is_alive()}
+
+    # A pool thread is alive before its initializer (which renices it) has run: wait for that
+    # (bounded), then every reader thread must have it.
+    deadline = time.monotonic() + 5
+    seen = niceness()
+    while set(seen.values()) != {mine + 3} and time.monotonic() < deadline:
+        time.sleep(0.01)
+        seen = niceness()
     rest = sum(len(b) for b in it)
     assert rest > 0 and r.stats["nice"] == 3
     assert any(n.startswith("gpubpe-decompress") for n in seen)
