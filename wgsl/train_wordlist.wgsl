@@ -52,7 +52,7 @@
 //   A = B: p leads unless L died in merge k or holds A or C (the run begins left of p).
 //   A step of several members (A ≠ B each, all ids distinct, so occurrences never overlap):
 //   p leads unless L died in this step or L holds some member's B and L's live left holds
-//   that member's A or C (lead_of_batch); "merge k" above reads "this step" throughout.
+//   that member's A or C (lead_of); "merge k" above reads "this step" throughout.
 // Long chains: a thread's work is bounded by P.budget steps + hops + table probes per dispatch
 // (lavapipe stops loops after 65,535 iterations of a SIMD vector of lanes, silently — the host
 // divides its budget by the lanes there; a real GPU may reset a dispatch that runs for seconds). A thread out of budget saves where it is (list entry, symbol, left
@@ -561,7 +561,9 @@ fn live_left(x: u32, y0: u32, m: Merge, cost: ptr<function, Cost>) -> vec3<u32> 
 // a word start, lsym[p], nxt[p]); p = NONE when it leads none, PAUSED when the budget ran out
 // (the entry is started again later). Whether (p, nxt[p]) is an occurrence at all the chain
 // loop checks (only the leader may use nxt[p]: its own).
-fn lead_of(e: u32, se: u32, pe: u32, ne: u32, m: Merge, cost: ptr<function, Cost>)
+// In a step of kk members (sh_bat) with A ≠ B, L ending an occurrence means: L holds some
+// member z's B and L's live left holds A_z or C_z (for kk = 1, z is this merge).
+fn lead_of(e: u32, se: u32, pe: u32, ne: u32, m: Merge, kk: u32, cost: ptr<function, Cost>)
         -> vec4<u32> {
     let none = vec4<u32>(NONE, NONE, 0u, NONE);
     var p = e;
@@ -585,15 +587,59 @@ fn lead_of(e: u32, se: u32, pe: u32, ne: u32, m: Merge, cost: ptr<function, Cost
     if (l.x == PAUSED) { return vec4<u32>(PAUSED, 0u, 0u, 0u); }
     if (l.x == NONE) { return vec4<u32>(p, NONE, sp, np); }
     let id = l.y & LIVE;
-    if (l.y == m.tag) { return none; }             // L merged away now: part of an occurrence
+    if (in_step(l.y)) { return none; }             // L merged away now: part of an occurrence
     if (m.a == m.b) {
         if (id == m.a || id == m.c) { return none; }   // the run begins left of p
-    } else if (id == m.b) {
+        return vec4<u32>(p, id, sp, np);
+    }
+    let z = member_b(id, kk);
+    if (z != NONE) {
         let ll = live_left(l.x, l.z, m, cost);
         if (ll.x == PAUSED) { return vec4<u32>(PAUSED, 0u, 0u, 0u); }
-        if (ll.x != NONE && ((ll.y & LIVE) == m.a || (ll.y & LIVE) == m.c)) { return none; }
+        let r = BATCH_HEAD + z * BR;
+        let lid = ll.y & LIVE;
+        if (ll.x != NONE && (lid == sh_bat[r + BR_A] || lid == sh_bat[r + BR_C])) {
+            return none;
+        }
     }
     return vec4<u32>(p, id, sp, np);
+}
+
+// Merge the occurrence p·q (A B) with live left id `prev` (NONE: word start), q's next r and
+// its lsym sr (Y), of a word weighing (lo, hi): −(X, A) + (X, C), −(B, Y) + (C, Y) ((A, B)
+// itself skipped in A = B runs), p → C, q → DEAD | k, p appended to C's list. C's list entry
+// is taken before the probes: the atomic's round trip overlaps theirs (nobody reads C's list
+// in this step). Adds the probes (private `probes`) and the steps to cost.
+fn merge_occurrence(p: u32, q: u32, r: u32, sp: u32, sr: u32, prev: u32, m: Merge, lo: u32,
+                    hi: u32, cost: ptr<function, Cost>) {
+    let at = atomicAdd(&tlist[2u * m.c + 1u], 1u);
+    probes = 0u;
+    probe_rounds = 0u;
+    var y = 0u;
+    if (r != NONE) { y = sr & IDM; }
+    let left = prev != NONE;
+    let right = r != NONE;
+    pair_deltas4(vec4<u32>(prev, prev, m.b, m.c), vec4<u32>(m.a, m.c, y, y),
+                 vec4<bool>(true, false, true, false),
+                 vec4<bool>(left && !(prev == m.a && m.a == m.b), left,
+                            right && !(y == m.b && m.a == m.b), right), lo, hi);
+    lsym[p] = m.c | (sp & TWS);
+    lsym[q] = m.tag;
+    nxt[p] = r;
+    pool[m.top + at] = p;
+    (*cost).spent += 1u + probes;
+    (*cost).steps += 1u;
+    (*cost).depth += 3u + probe_rounds;     // lsym[r]; probes; stamps; append
+}
+
+// PROFILE: a walk's counters into the state words.
+fn walk_counters(cost: Cost, entries: u32, probes_all: u32) {
+    if (PROFILE != 0u && cost.spent != 0u) {
+        atomicAdd(&state[S_WALK_ENTRIES], entries);
+        atomicAdd(&state[S_WALK_STEPS], cost.steps);
+        atomicAdd(&state[S_WALK_PROBES], probes_all);
+        atomicMax(&state[S_DEPTH_MAX], cost.depth);
+    }
 }
 
 // Walk this thread's list entries from s until they are done (s.j ≥ len) or P.budget steps +
@@ -635,7 +681,7 @@ fn walk(s0: Walk, m: Merge) -> Walk {
                 sq0 = lsym[ne];
                 r0 = nxt[ne];
             }
-            let l = lead_of(e, se, pe, ne, m, &cost);
+            let l = lead_of(e, se, pe, ne, m, 1u, &cost);
             if (l.x == PAUSED) { break; }
             if (l.x == NONE) {
                 s.j += m.stride;
@@ -679,41 +725,16 @@ fn walk(s0: Walk, m: Merge) -> Walk {
             let rr = select(r, 0u, r == NONE);
             let sr = lsym[rr];          // Y, and whether r starts the chain's next occurrence
             let nr = nxt[rr];
-            // C's list entry taken before the probes: the atomic's round trip overlaps theirs
-            // (nobody reads C's list in this merge).
-            let at = atomicAdd(&tlist[2u * m.c + 1u], 1u);
-            probes = 0u;
-            probe_rounds = 0u;
-            // −(X, A) + (X, C), −(B, Y) + (C, Y); (A, B) itself skipped (A = B runs)
-            var y = 0u;
-            if (r != NONE) { y = sr & IDM; }
-            let left = s.prev != NONE;
-            let right = r != NONE;
-            pair_deltas4(vec4<u32>(s.prev, s.prev, m.b, m.c), vec4<u32>(m.a, m.c, y, y),
-                         vec4<bool>(true, false, true, false),
-                         vec4<bool>(left && !(s.prev == m.a && m.a == m.b), left,
-                                    right && !(y == m.b && m.a == m.b), right), lo, hi);
-            lsym[p] = m.c | (sp & TWS);
-            lsym[q] = m.tag;
-            nxt[p] = r;
-            pool[m.top + at] = p;
+            merge_occurrence(p, q, r, sp, sr, s.prev, m, lo, hi, &cost);
+            probes_all += probes;
             s.prev = m.c;
             s.p = r;
             sp = sr;                    // r is this chain's (or nobody's): still current
             q = nr;
-            cost.spent += 1u + probes;
-            cost.steps += 1u;
-            cost.depth += 3u + probe_rounds;     // lsym[r]; probes; stamps; append
-            probes_all += probes;
         }
         if (s.p == NONE) { s.j += m.stride; }     // the chain is done
     }
-    if (PROFILE != 0u && cost.spent != 0u) {
-        atomicAdd(&state[S_WALK_ENTRIES], entries);
-        atomicAdd(&state[S_WALK_STEPS], cost.steps);
-        atomicAdd(&state[S_WALK_PROBES], probes_all);
-        atomicMax(&state[S_DEPTH_MAX], cost.depth);
-    }
+    walk_counters(cost, entries, probes_all);
     return s;
 }
 
@@ -773,48 +794,6 @@ fn member_b(id: u32, kk: u32) -> u32 {
     return NONE;
 }
 
-// lead_of for a step of several members (all with A ≠ B, their 2·kk ids distinct): the
-// occurrence at p leads unless its live left neighbour L is the right half of an occurrence
-// of any member z (L merged away in this step, or L holds B_z and L's live left holds A_z or
-// C_z). Chains mix members: the leader merges every occurrence adjacent to its own, in order.
-fn lead_of_batch(e: u32, se: u32, pe: u32, ne: u32, m: Merge, kk: u32,
-                 cost: ptr<function, Cost>) -> vec4<u32> {
-    let none = vec4<u32>(NONE, NONE, 0u, NONE);
-    let paused = vec4<u32>(PAUSED, 0u, 0u, 0u);
-    var p = e;
-    var sp = se;
-    var pp = pe;
-    var np = ne;
-    if (m.from_b) {
-        if ((se & LIVE) != m.b) { return none; }
-        let l = live_left(e, pe, m, cost);
-        if (l.x == PAUSED) { return paused; }
-        if (l.x == NONE || (l.y & LIVE) != m.a) { return none; }
-        p = l.x;
-        sp = l.y;
-        pp = l.z;
-        np = e;
-    } else if ((se & LIVE) != m.a) {
-        return none;
-    }
-    let l = live_left(p, pp, m, cost);
-    if (l.x == PAUSED) { return paused; }
-    if (l.x == NONE) { return vec4<u32>(p, NONE, sp, np); }
-    if (in_step(l.y)) { return none; }
-    let id = l.y & LIVE;
-    let z = member_b(id, kk);
-    if (z != NONE) {
-        let ll = live_left(l.x, l.z, m, cost);
-        if (ll.x == PAUSED) { return paused; }
-        let r = BATCH_HEAD + z * BR;
-        let lid = ll.y & LIVE;
-        if (ll.x != NONE && (lid == sh_bat[r + BR_A] || lid == sh_bat[r + BR_C])) {
-            return none;
-        }
-    }
-    return vec4<u32>(p, id, sp, np);
-}
-
 // walk for a step of kk ≥ 2 members: entries j of the concatenated walked lists (`total`),
 // grid-stride; each occurrence of a chain merged with its own member's ids. No hand-over to
 // train_long.wgsl (a long chain is walked on, carried past the budget as any walk).
@@ -839,7 +818,7 @@ fn walk_batch(s0: Walk, kk: u32, total: u32, stride: u32) -> Walk {
             let ne = nxt[e];
             w = wid_in[e];
             cost.depth += 2u;
-            let l = lead_of_batch(e, se, pe, ne, m, kk, &cost);
+            let l = lead_of(e, se, pe, ne, m, kk, &cost);
             if (l.x == PAUSED) { break; }
             if (l.x == NONE) {
                 s.j += stride;
@@ -872,37 +851,16 @@ fn walk_batch(s0: Walk, kk: u32, total: u32, stride: u32) -> Walk {
             let rr = select(r, 0u, r == NONE);
             let sr = lsym[rr];
             let nr = nxt[rr];
-            let at = atomicAdd(&tlist[2u * m.c + 1u], 1u);
-            probes = 0u;
-            probe_rounds = 0u;
-            var yv = 0u;
-            if (r != NONE) { yv = sr & IDM; }
-            let left = s.prev != NONE;
-            let right = r != NONE;
-            pair_deltas4(vec4<u32>(s.prev, s.prev, m.b, m.c), vec4<u32>(m.a, m.c, yv, yv),
-                         vec4<bool>(true, false, true, false),
-                         vec4<bool>(left, left, right, right), lo, hi);
-            lsym[p] = m.c | (sp & TWS);
-            lsym[q] = m.tag;
-            nxt[p] = r;
-            pool[m.top + at] = p;
+            merge_occurrence(p, q, r, sp, sr, s.prev, m, lo, hi, &cost);
+            probes_all += probes;
             s.prev = m.c;
             s.p = r;
             sp = sr;
             q = nr;
-            cost.spent += 1u + probes;
-            cost.steps += 1u;
-            cost.depth += 3u + probe_rounds;
-            probes_all += probes;
         }
         if (s.p == NONE) { s.j += stride; }
     }
-    if (PROFILE != 0u && cost.spent != 0u) {
-        atomicAdd(&state[S_WALK_ENTRIES], entries);
-        atomicAdd(&state[S_WALK_STEPS], cost.steps);
-        atomicAdd(&state[S_WALK_PROBES], probes_all);
-        atomicMax(&state[S_DEPTH_MAX], cost.depth);
-    }
+    walk_counters(cost, entries, probes_all);
     return s;
 }
 
