@@ -302,13 +302,14 @@ class WordListKernels:
         return plans
 
     def steps(self, k: int) -> list:
-        """One merge's dispatches: ``(entry, pipeline, bind group, grid)``."""
+        """One step's dispatches (one or more merges): ``(entry, pipeline, bind group, grid)``."""
         grids = {"find_max4": self.g.grid(min(self.table.nblocks, FIND_WORKGROUPS)),
                  "wl_select": (1, 1), "wl_merge": self.g.grid(self.workgroups)}
         return [(e, self.pipes[e], self.bg[e], grids[e]) for e in STEP]
 
     def record_merges(self, cp, k0: int, cnt: int) -> None:
-        """Record merges ``k0 .. k0+cnt-1`` into the compute pass ``cp``."""
+        """Record ``cnt`` steps (at least ``cnt`` merges from merge ``k0`` on) into the compute
+        pass ``cp``."""
         raw_recorder().plan(cp, [s[1:] for s in self.steps(k0)])(cnt)
 
     def record_continue(self, cp, reps: int) -> None:
