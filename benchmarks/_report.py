@@ -79,6 +79,11 @@ def print_footer() -> None:
           f"{platform.python_version()} | SM clock now {sm_clock_now()}")
     print(f"date: {datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}")
     print(f"command: {shlex.join([sys.executable, *sys.argv])}")
+    # Whole-command timings include imports: without cached bytecode every process compiles
+    # its modules again (seen on the lent H200, whose image does not write .pyc files).
+    prefix = sys.pycache_prefix or "beside the sources"
+    print("python bytecode cache: " + ("not written (PYTHONDONTWRITEBYTECODE)"
+                                       if sys.dont_write_bytecode else f"written ({prefix})"))
 
 
 def timed(fn, *args, **kwargs):

@@ -190,6 +190,28 @@ class BatchEncoding:
                 f"dtype={self.ids.dtype})")
 
 
+def _doc_start_bits(out: np.ndarray, starts: np.ndarray, end: int | None) -> None:
+    """Write the document-start bitmap into ``out`` (uint32 words, bit ``p & 31`` of word
+    ``p >> 5`` set for each start ``p``, and for ``end`` when given), with writes only.
+
+    ``out`` is mapped staging memory: it is filled and then written word by word, never read
+    (host reads of write-combined memory are slow), and no bitmap is allocated per batch (a
+    fresh zeroed array is faulted in page by page with the GIL held: 2 MiB per 16 MB batch).
+    ``starts`` are non-decreasing (documents in order; empty ones repeat a start)."""
+    out.fill(0)
+    pos = starts.astype(np.int64)
+    if end is not None:
+        pos = np.append(pos, end)
+    if not len(pos):
+        return
+    word = pos >> 5
+    if len(word) > 1 and not (np.diff(word) >= 0).all():
+        raise AssertionError("document starts are not in order")
+    first = np.flatnonzero(np.diff(word, prepend=-1))  # the first start in each word
+    out[word[first]] = np.bitwise_or.reduceat(np.uint32(1) << (pos & 31).astype(np.uint32),
+                                              first)
+
+
 class _Slot:
     """One set of per-batch GPU buffers (two slots → two batches in flight), grown ×1.5."""
 
@@ -363,12 +385,8 @@ class _Slot:
         t1 = time.perf_counter()
         hs["upload_copy"] += t1 - t
         nbits_words = (n + 1 + 31) // 32 + 1
-        bits = np.zeros(nbits_words, np.uint32)
-        pos = doc_rel.astype(np.int64)
-        if end_bit:
-            pos = np.append(pos, n)
-        np.bitwise_or.at(bits, pos >> 5, (np.uint32(1) << (pos & 31).astype(np.uint32)))
-        up[self.off_bits : self.off_bits + 4 * nbits_words] = bits.view(np.uint8)
+        _doc_start_bits(up[self.off_bits : self.off_bits + 4 * nbits_words].view(np.uint32),
+                        doc_rel, n if end_bit else None)
         up[self.off_docs : self.off_docs + 4 * ndocs] = doc_rel.view(np.uint8)
         if mask is not None:  # word starts of a regex pre-tokenizer, computed for the batch
             mbits = np.packbits(mask, bitorder="little")
