@@ -116,6 +116,21 @@ def test_corrupt_or_truncated_gzip_names_the_file(tmp_path, inflate, name):
         list(documents(FileReader(p, chunk_bytes=1 << 16)))
 
 
+@pytest.mark.parametrize("name", ["a.jsonl.gz", "a.txt.gz"])
+def test_small_gzip_truncated_or_with_trailing_garbage_names_the_file(tmp_path, inflate, name):
+    """A .gz file whose damage is within the first bytes the format check reads (a file of a
+    few lines, cut anywhere or followed by junk): python-isal raises EOFError there, which is
+    no OSError; it is an InputError naming the file, as Python's gzip refuses it too."""
+    whole = gzip.compress(b'{"text": "a"}\n', mtime=0)
+    p = tmp_path / name
+    for bad in [whole[:n] for n in range(1, len(whole))] + [whole + b"xyz", whole + b"\x1f"]:
+        with pytest.raises((OSError, EOFError)):
+            gzip.decompress(bad)
+        p.write_bytes(bad)
+        with pytest.raises(InputError, match=rf"{name}: cannot be (read|decompressed) as gzip"):
+            list(documents(FileReader(p, chunk_bytes=7)))
+
+
 def test_nice_lowers_only_the_reader_threads(tmp_path):
     import os
     import threading

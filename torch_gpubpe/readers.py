@@ -527,7 +527,7 @@ def _sniff(path: str, fmt: str) -> None:
         with open(path, "rb") as f:
             f.seek(max(0, os.path.getsize(path) - 4))
             tail = f.read(4)
-    except (OSError, pa.ArrowException) as e:
+    except _decompress_errors() as e:  # (EOFError: a .gz file truncated in its first bytes)
         raise InputError(f"{path}: cannot be read as {_split_ext(path)[1] or fmt} "
                          f"({type(e).__name__}: {e}); the formats are {', '.join(FORMATS)}, "
                          f"optionally {', '.join(sorted(set(_COMPRESSION)))} compressed") from e
