@@ -318,8 +318,9 @@ def test_text_files_split_as_bytes(tmp_path_factory, pieces, sample_by, chunk):
 
 def test_sharded_reading_in_a_fresh_process_does_not_import_pandas(tmp_path):
     """A DataLoader worker is a fresh process that reads its shard: taking every k-th row,
-    skipping null rows, and packing rows with nulls must not import pandas (pyarrow's
-    ``pa.array(...)`` does, 0.3 s per worker). The shard's documents are the right rows."""
+    skipping null rows, and packing rows with nulls (``documents``) must not import pandas
+    (pyarrow's ``pa.array(...)`` and ``to_numpy()`` do, 0.3 s per worker). The shard's
+    documents are the right rows."""
     import subprocess
     import sys
 
@@ -330,15 +331,17 @@ def test_sharded_reading_in_a_fresh_process_does_not_import_pandas(tmp_path):
     pq.write_table(pa.table({"text": pa.array(docs, pa.large_string())}), path)
     code = (
         "import json, sys\n"
-        "from torch_gpubpe.readers import open_source\n"
+        "from torch_gpubpe.readers import documents, open_source\n"
         f"r = open_source({str(path)!r})\n"
         "got = [b.values.to_pylist() for b in r.batches(shard=1, num_shards=3)]\n"
-        "print(json.dumps({'got': [x for g in got for x in g],\n"
+        "packed = b''.join(p.data.tobytes() for p in documents(r))\n"
+        "print(json.dumps({'got': [x for g in got for x in g], 'packed': packed.decode(),\n"
         "                  'pandas': 'pandas' in sys.modules}))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True, env=subprocess_env())
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert not res["pandas"]
+    assert res["packed"] == "".join(d for d in docs if d is not None)  # null rows skipped
     want = [d.encode() if d is not None else None for d in docs[1::3]]
     got = [x.encode() if isinstance(x, str) else x for x in res["got"]]
     assert [g for g in got if g is not None] == [w for w in want if w is not None]

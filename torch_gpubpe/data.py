@@ -52,7 +52,7 @@ from . import notices
 from ._common import put_unless_stopped
 from .errors import GPUForkError, InputError
 from .readers import (DocBatch, PyReader, Reader, TextFiles, TextSource, arrow_to_packed,
-                      open_source)
+                      open_source, _valid_mask)
 from .vocab import Vocab
 
 STATE_FORMAT = "torch_gpubpe.data.TokenizedDataset/1"
@@ -508,7 +508,7 @@ class TokenizedDataset(IterableDataset):
             bad_pos: list[int] = []
             kept = b
             if b.values.null_count:
-                valid = b.values.is_valid().to_numpy(zero_copy_only=False)
+                valid = _valid_mask(b.values)
                 if self.on_bad_document == "raise":
                     raise self._bad_document(b, int(np.flatnonzero(~valid)[0]), info)
                 bad_pos = (b.indices[~valid] // n_sh).tolist()
