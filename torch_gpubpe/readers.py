@@ -496,8 +496,10 @@ class _Inflating:
 def _open_raw(path: str, stats: dict | None = None):
     """A binary stream of the decompressed bytes of ``path`` (compression from the suffix).
 
-    gzip goes through :mod:`isal.igzip` when python-isal is installed, else through pyarrow's
-    zlib (warned once); ``stats["gzip_inflate"]`` is set to ``"isal"`` or ``"zlib"``."""
+    gzip goes through :mod:`isal.igzip` when python-isal is installed (its ``readinto``
+    through the unbuffered inflater, see :func:`_isal_inflater`), else through pyarrow's zlib
+    (warned once); ``stats["gzip_inflate"]`` is set to ``"isal"``, ``"isal (buffered)"`` (a
+    python-isal without that inflater, warned once) or ``"zlib"``."""
     _, comp = _split_ext(path)
     if comp is None:
         return open(path, "rb", buffering=0)
