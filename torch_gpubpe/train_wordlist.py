@@ -32,7 +32,10 @@ parallel, in rounds of a window of :data:`LONG_WINDOW` stream positions per chai
 search, per-block counts and their prefix sums give each A its offset in the chain (A = B: its
 parity is left or right of a pair, left-to-right pairing), then every pair merges at once with
 the serial walk's pair-count deltas summed per segment. Same merges; ~5 dispatches per window
-instead of one dependent step per occurrence.
+instead of one dependent step per occurrence. In a step of several merges the same holds for a
+run of one member's occurrences (the record names the member); where another member's
+occurrence follows the run, the chain goes back to a carried walk
+(``stats["long_chains_resumed"]``).
 
 :class:`WordListKernels` is built once per run; ``record_*`` only record into a compute pass.
 """
@@ -326,9 +329,12 @@ class WordListKernels:
 
     def long_stats(self) -> dict:
         """The long-chain path's totals of the run (u32 counters, wrapping): chains handed
-        over, chains walked serially because the table was full, rounds that merged."""
+        over, chains walked serially because the table was full, rounds that merged, and
+        chains given back to a carried walk (in a step of several merges: another member's
+        occurrence followed the run)."""
         c = self.info.consts
         h = self.g.read_u32(self.own["lchain"], 0, c["LC_HEAD"], what="long-chain counters")
         return {"long_chains": int(h[c["LH_CHAINS"]]),
                 "long_chains_serial": int(h[c["LH_REFUSED"]]),
-                "long_rounds": int(h[c["LH_ROUNDS"]])}
+                "long_rounds": int(h[c["LH_ROUNDS"]]),
+                "long_chains_resumed": int(h[c["LH_RESUMED"]])}

@@ -56,7 +56,7 @@
 @group(0) @binding(21) var<storage, read_write> lblk: array<u32>;
 
 const LC_HEAD: u32 = 16u;       // header words of lchain
-const LC_REC: u32 = 8u;         // words per chain record
+const LC_REC: u32 = 9u;         // words per chain record
 const LC_CAP: u32 = 4096u;      // chain records (P.long_cap ≤ this; the host sizes the buffer)
 const LC_ITEMS: u32 = 131072u;  // blocks per round over all chains (lblk's length)
 const LC_PER: u32 = 4u;         // stream positions per thread of a block
@@ -67,15 +67,19 @@ const LH_ITEMS: u32 = 1u;       // blocks of this round (lc_plan)
 const LH_CHAINS: u32 = 2u;      // total chains handed over (stats; wraps)
 const LH_REFUSED: u32 = 3u;     // total chains walked on serially: the table was full (stats)
 const LH_ROUNDS: u32 = 4u;      // total rounds that merged something (stats; wraps)
+const LH_RESUMED: u32 = 5u;     // total chains given back to a serial walk: another member's
+                                // occurrence followed the run (stats; wraps)
 // record fields
 const LR_P: u32 = 0u;           // the chain's next occurrence (its A), not merged yet
 const LR_PREV: u32 = 1u;        // the id left of p (NONE at a word start)
-const LR_NEXT: u32 = 2u;        // set by lc_apply: the new p (NONE: done); LC_KEEP: unset
+const LR_NEXT: u32 = 2u;        // set by lc_apply: the symbol after the segment (NONE: a word
+                                // end); LC_KEEP: unset
 const LR_BRK: u32 = 3u;         // the break position of this round (NONE: not in the window)
 const LR_ITEM0: u32 = 4u;       // its first block in this round's block list
 const LR_ITEMS: u32 = 5u;       // its blocks this round (0: waits for a later round)
 const LR_CNT: u32 = 6u;         // its A's in the window up to the break (lc_scan)
 const LR_WEND: u32 = 7u;        // its window's end (exclusive)
+const LR_MEM: u32 = 8u;         // the step's member whose chain this is (its ids: `batch`)
 const LC_KEEP: u32 = 0xFFFFFFFDu;
 
 var<workgroup> lc_w: array<u32, 16>;
@@ -85,9 +89,50 @@ var<workgroup> lc_min: atomic<u32>;
 fn lc_get(i: u32) -> u32 { return atomicLoad(&lchain[i]); }
 fn lc_set(i: u32, v: u32) { atomicStore(&lchain[i], v); }
 
-// The walk's hand-over (train_wordlist.wgsl walk): the chain from p (an occurrence's A) with
-// the id `prev` left of it goes to this path; false when the table is full (the walk goes on).
-fn long_handoff(p: u32, prev: u32) -> bool {
+// Member z of the running step as a Merge (from `batch`, which wl_select wrote; in a step of
+// one merge, z = 0 is that merge).
+fn batch_merge(z: u32) -> Merge {
+    let r = BATCH_HEAD + min(z, BATCH_MAX - 1u) * BR;
+    let c = batch[r + BR_C];
+    return Merge(batch[r + BR_A], batch[r + BR_B], c, DEAD | ((c - 256u) & IDM),
+                 batch[r + BR_OFF], batch[r + BR_LEN], batch[r + BR_TOP], 1u,
+                 batch[r + BR_FROMB] != 0u);
+}
+
+// The member other than z whose occurrence p begins (the serial walk goes on with it: a chain
+// of occurrences of different members, walk_batch), or NONE.
+fn lc_other_member(p: u32, z: u32) -> u32 {
+    let kk = min(batch[BH_K], BATCH_MAX);
+    let q = nxt[p];
+    if (q == NONE) { return NONE; }
+    let sp = lsym[p] & LIVE;
+    let sq = lsym[q] & LIVE;
+    for (var y = 0u; y < kk; y++) {
+        let r = BATCH_HEAD + y * BR;
+        if (y != z && batch[r + BR_A] == sp && batch[r + BR_B] == sq) { return y; }
+    }
+    return NONE;
+}
+
+// A carry slot of wl_continue that holds no walk, claimed through the workgroup's cursor
+// (lc_plan's one workgroup is the only writer of carry in its dispatch), or NONE after
+// LC_SLOT_TRIES tries.
+const LC_SLOT_TRIES: u32 = 1024u;
+var<workgroup> lc_slot: atomic<u32>;
+fn lc_free_slot() -> u32 {
+    let nslots = arrayLength(&carry) / 4u;
+    for (var i = 0u; i < LC_SLOT_TRIES; i++) {
+        let t = atomicAdd(&lc_slot, 1u);
+        if (t >= nslots) { return NONE; }
+        if ((carry[4u * t + 3u] & CARRY_LIVE) == 0u) { return t; }
+    }
+    return NONE;
+}
+
+// The walk's hand-over (train_wordlist.wgsl walk, walk_batch): the chain of member z's
+// occurrences from p (an occurrence's A) with the id `prev` left of it goes to this path;
+// false when the table is full (the walk goes on).
+fn long_handoff(p: u32, prev: u32, z: u32) -> bool {
     let i = atomicAdd(&lchain[LH_COUNT], 1u);
     if (i >= min(P.long_cap, LC_CAP)) {
         atomicSub(&lchain[LH_COUNT], 1u);
@@ -99,6 +144,7 @@ fn long_handoff(p: u32, prev: u32) -> bool {
     lc_set(r + LR_PREV, prev);
     lc_set(r + LR_NEXT, LC_KEEP);
     lc_set(r + LR_ITEMS, 0u);
+    lc_set(r + LR_MEM, z);
     atomicAdd(&lchain[LH_CHAINS], 1u);
     atomicAdd(&state[S_PAUSE], 1u);
     return true;
@@ -206,11 +252,12 @@ fn lc_plan(@builtin(local_invocation_index) lid: u32,
     let sg = vec3<u32>(0u);
     let e = lid;
 //#endif
-    if (lid == 0u) { sh_u = min(lc_get(LH_COUNT), LC_CAP); }
+    if (lid == 0u) {
+        sh_u = min(lc_get(LH_COUNT), LC_CAP);
+        atomicStore(&lc_slot, 0u);
+        atomicStore(&lc_n, 0u);
+    }
     let cnt = workgroupUniformLoad(&sh_u);
-    let a = atomicLoad(&state[S_A]);
-    let b = atomicLoad(&state[S_B]);
-    let c = atomicLoad(&state[S_C]);
     let n = atomicLoad(&state[S_N]);
     let window = max(P.long_window, 1u);
     var kept = 0u;
@@ -220,21 +267,40 @@ fn lc_plan(@builtin(local_invocation_index) lid: u32,
         var keep = 0u;
         var p = NONE;
         var prev = NONE;
+        var z = 0u;
         var nit = 0u;
         var len = 0u;
         if (i < cnt) {
             let r = LC_HEAD + i * LC_REC;
             p = lc_get(r + LR_P);
             prev = lc_get(r + LR_PREV);
+            z = lc_get(r + LR_MEM);
+            let m = batch_merge(z);
             let nx = lc_get(r + LR_NEXT);
             if (nx != LC_KEEP) {
                 p = nx;
-                prev = c;
+                prev = m.c;
             }
-            if (p != NONE && lc_starts(p, a, b)) {
+            if (p != NONE && lc_starts(p, m.a, m.b)) {
                 keep = 1u;
                 nit = (min(window, n - p) + LC_BLK - 1u) / LC_BLK;
                 len = min(window, n - p);
+            } else if (p != NONE && lc_other_member(p, z) != NONE) {
+                // Member z's run ended where another member's occurrence begins: the serial
+                // walk merges it next (its own list entry leaves it to this chain, lead_of),
+                // so it goes back to one as a carried walk (walk_batch, resumed at p; its entry
+                // index the last one, so that it stops after this chain). Its S_PAUSE count
+                // passes to the carry. No free slot: kept (no blocks), tried again next round.
+                let t = lc_free_slot();
+                if (t != NONE) {
+                    carry[4u * t] = max(batch[BH_J], 1u) - 1u;
+                    carry[4u * t + 1u] = p;
+                    carry[4u * t + 2u] = prev;
+                    carry[4u * t + 3u] = CARRY_LIVE | (CARRY_RUN_NONE << 24u);
+                    atomicAdd(&lc_n, 1u);
+                } else {
+                    keep = 1u;       // nit = 0: no blocks this round
+                }
             }
         }
         let s = lc_scan2(e, sg, keep, nit);
@@ -252,16 +318,20 @@ fn lc_plan(@builtin(local_invocation_index) lid: u32,
             lc_set(r + LR_ITEMS, got);
             lc_set(r + LR_CNT, 0u);
             lc_set(r + LR_WEND, p + min(got * LC_BLK, len));
+            lc_set(r + LR_MEM, z);
         }
         kept += s.z;
         items = min(items + s.w, LC_ITEMS);
         storageBarrier();
         workgroupBarrier();
     }
+    workgroupBarrier();
     if (lid == 0u) {
         lc_set(LH_COUNT, kept);
         lc_set(LH_ITEMS, items);
-        if (cnt > kept) { atomicSub(&state[S_PAUSE], cnt - kept); }
+        let carried = atomicLoad(&lc_n);     // records that became carried walks
+        if (cnt > kept + carried) { atomicSub(&state[S_PAUSE], cnt - kept - carried); }
+        atomicAdd(&lchain[LH_RESUMED], carried);
         if (kept != 0u) { atomicAdd(&lchain[LH_ROUNDS], 1u); }
     }
 }
@@ -281,6 +351,7 @@ fn lc_block(t: u32, lid: u32, with_prefix: bool) -> u32 {
         lc_w[3] = brk;
         lc_w[4] = p;
         lc_w[8] = lc_get(r + LR_WEND);
+        lc_w[9] = lc_get(r + LR_MEM);
         sh_v = select(0u, 1u, brk != NONE && start > brk);
         if (with_prefix && sh_v == 0u) {
             lc_w[5] = lblk[t];
@@ -300,11 +371,12 @@ fn lc_break(@builtin(workgroup_id) wid: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
     if (lid == 0u) { sh_u = lc_get(LH_ITEMS); }
     let nitems = workgroupUniformLoad(&sh_u);
-    let a = atomicLoad(&state[S_A]);
-    let b = atomicLoad(&state[S_B]);
     let groups = nwg.x * nwg.y;
     for (var t = linear_id(wid, nwg); t < nitems; t += groups) {
         if (lc_block(t, lid, false) != 0u) { continue; }
+        let mz = batch_merge(lc_w[9]);       // the chain's member: its ids
+        let a = mz.a;
+        let b = mz.b;
         let start = lc_w[1];
         let end = lc_w[2];
         let x0 = start + LC_PER * lid;
@@ -435,15 +507,14 @@ fn lc_apply(@builtin(workgroup_id) wid: vec3<u32>,
 //#endif
     if (lid == 0u) { sh_u = lc_get(LH_ITEMS); }
     let nitems = workgroupUniformLoad(&sh_u);
-    let m = merge_of(atomicLoad(&state[S_A]), atomicLoad(&state[S_B]), atomicLoad(&state[S_C]),
-                     atomicLoad(&state[S_TOP]), 1u);
     merge_stamp = atomicLoad(&state[S_SH]);
-    step_k0 = m.c - 256u;
-    step_n = 1u;
-    let same = m.a == m.b;
+    step_k0 = batch[BH_K0];
+    step_n = max(min(batch[BH_K], BATCH_MAX), 1u);
     let groups = nwg.x * nwg.y;
     for (var t = linear_id(wid, nwg); t < nitems; t += groups) {
         if (lc_block(t, lid, true) != 0u) { continue; }
+        let m = batch_merge(lc_w[9]);        // the chain's member (its C list's top: BR_TOP)
+        let same = m.a == m.b;
         let r = lc_w[0];
         let end = lc_w[2];
         let brk = lc_w[3];
@@ -507,7 +578,9 @@ fn lc_apply(@builtin(workgroup_id) wid: vec3<u32>,
                 let w = wid_in[x];
                 lc_ends(m, j, pairs, prev, rr, weights[2u * w], weights[2u * w + 1u]);
             }
-            if (j + 1u == pairs) { lc_set(r + LR_NEXT, select(rr, NONE, done)); }
+            // the symbol after the segment: the chain's next start (past a break it begins
+            // no occurrence of this member, lc_plan drops it or gives it to another member's)
+            if (j + 1u == pairs) { lc_set(r + LR_NEXT, rr); }
         }
         workgroupBarrier();      // lc_w, lc_n and sh_w are rewritten for the next block
     }

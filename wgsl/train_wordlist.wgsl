@@ -63,7 +63,7 @@
 // A chain longer than P.long_min occurrences (or one resumed from a carry) is not walked on:
 // its thread hands the rest to train_long.wgsl (long_handoff, counted in S_PAUSE too), whose
 // rounds in the host's continue submits merge it in parallel with the same deltas (in a step
-// of one merge; in a step of several, walk_batch walks it on, carried past the budget).
+// of several merges: a run of one member's occurrences, handed over with that member).
 // Deltas of one occurrence X A B Y → X C Y, X the live left neighbour after the previous
 // occurrences of the chain were merged (possibly C), Y the right one before: −(X, A) + (X, C),
 // −(B, Y) + (C, Y); a pair (X, C) made by one occurrence and undone by the next cancels. Deltas
@@ -717,7 +717,7 @@ fn walk(s0: Walk, m: Merge) -> Walk {
                 s.p = NONE;
                 break;
             }
-            if (chain == P.long_min && chain != NONE && long_handoff(p, s.prev)) {
+            if (chain == P.long_min && chain != NONE && long_handoff(p, s.prev, 0u)) {
                 s.p = NONE;    // the rest of this long chain is merged in parallel
                 break;
             }
@@ -753,11 +753,20 @@ fn merge_with(a: u32, b: u32, c: u32, top: u32, stride: u32, oa: u32, la: u32, o
                  stride, from_b);
 }
 
+// walk_batch's member run where it stopped mid-chain (occurrences of one member merged last in
+// a row, bits 8-23, and that member, bits 24-31, CARRY_RUN_NONE: none), kept in a carry's flag
+// word beside CARRY_LIVE
+// so that a resumed walk counts on (a budget smaller than P.long_min would otherwise restart
+// the count in every dispatch and never hand a long run over). Set by wl_continue before a
+// resumed walk_batch, left by walk_batch for save_carry; 0 in a step of one merge.
+var<private> bat_run: u32;
+const CARRY_RUN_NONE: u32 = 0xFFu;
+
 fn save_carry(t: u32, s: Walk) {
     carry[4u * t] = s.j;
     carry[4u * t + 1u] = s.p;
     carry[4u * t + 2u] = s.prev;
-    carry[4u * t + 3u] = CARRY_LIVE;
+    carry[4u * t + 3u] = CARRY_LIVE | bat_run;
 }
 
 // Member x of the running step (sh_bat loaded) as a Merge, the grid's `stride` threads.
@@ -795,19 +804,25 @@ fn member_b(id: u32, kk: u32) -> u32 {
 }
 
 // walk for a step of kk ≥ 2 members: entries j of the concatenated walked lists (`total`),
-// grid-stride; each occurrence of a chain merged with its own member's ids. No hand-over to
-// train_long.wgsl (a long chain is walked on, carried past the budget as any walk).
+// grid-stride; each occurrence of a chain merged with its own member's ids. A chain that has
+// merged P.long_min occurrences of one member in a row and goes on with that member is handed
+// to train_long.wgsl with it, as walk does (that path gives the chain back to a carried walk
+// when another member's occurrence follows the run, lc_plan).
 fn walk_batch(s0: Walk, kk: u32, total: u32, stride: u32) -> Walk {
     var s = s0;
     var cost = Cost(0u, 0u, 0u);
     var entries = 0u;
     var probes_all = 0u;
+    var run = 0u;              // occurrences of member `runm` merged last in a row
+    var runm = NONE;
     loop {
         if (s.j >= total || cost.spent >= P.budget) { break; }
         var sp = 0u;
         var q = NONE;
         var w = 0u;
         if (s.p == NONE) {
+            run = 0u;
+            runm = NONE;
             let x = member_of_entry(s.j, kk);
             let m = member_merge(x, stride);
             let e = pool[m.off + s.j - sh_bat[BATCH_HEAD + x * BR + BR_J0]];
@@ -828,10 +843,14 @@ fn walk_batch(s0: Walk, kk: u32, total: u32, stride: u32) -> Walk {
             s.prev = l.y;
             sp = l.z;
             q = l.w;
-        } else {               // resumed from a carry
+        } else {               // resumed from a carry: its run goes on
             sp = lsym[s.p];
             q = nxt[s.p];
             w = wid_in[s.p];
+            run = (bat_run >> 8u) & 0xFFFFu;
+            runm = select(bat_run >> 24u, NONE, (bat_run >> 24u) == CARRY_RUN_NONE);
+            // (as walk's: a run that took a whole budget is long: handed over if it goes on)
+            if (runm != NONE && P.long_min != NONE) { run = max(run, P.long_min); }
         }
         let lo = weights[2u * w];
         let hi = weights[2u * w + 1u];
@@ -847,6 +866,15 @@ fn walk_batch(s0: Walk, kk: u32, total: u32, stride: u32) -> Walk {
                 s.p = NONE;
                 break;
             }
+            if (y != runm) {
+                runm = y;
+                run = 0u;
+            }
+            if (run == P.long_min && long_handoff(p, s.prev, y)) {
+                s.p = NONE;    // the rest of this member's run is merged in parallel
+                break;
+            }
+            run = min(run + 1u, 0xFFFFu);
             let m = member_merge(y, stride);
             let rr = select(r, 0u, r == NONE);
             let sr = lsym[rr];
@@ -859,6 +887,10 @@ fn walk_batch(s0: Walk, kk: u32, total: u32, stride: u32) -> Walk {
             q = nr;
         }
         if (s.p == NONE) { s.j += stride; }
+    }
+    bat_run = 0u;
+    if (s.p != NONE) {         // stopped mid-chain: its run, for save_carry
+        bat_run = (run << 8u) | (select(runm, CARRY_RUN_NONE, runm == NONE) << 24u);
     }
     walk_counters(cost, entries, probes_all);
     return s;
@@ -1168,6 +1200,7 @@ fn wl_continue(@builtin(workgroup_id) wid: vec3<u32>,
     step_n = kk;
     let stride = nwg.x * nwg.y * WG;
     let s0 = Walk(carry[4u * t], carry[4u * t + 1u], carry[4u * t + 2u]);
+    bat_run = f & 0xFFFFFF00u;
     var s: Walk;
     var total = 0u;
     if (kk == 1u) {
