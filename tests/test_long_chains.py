@@ -91,6 +91,26 @@ def test_full_table_walks_the_rest(monkeypatch):
     assert st["long_chains"] >= 1 and st["long_chains_serial"] >= 1
 
 
+@pytest.mark.parametrize("budget", [None, 16])
+def test_member_runs_in_a_step_of_several_merges(monkeypatch, budget):
+    """A step of two merges, (c, d) and (a, b) ("cd" outweighs the run's own (b, a)): a run of
+    (a, b) goes to the long path with its member, and the (c, d) right after it goes back to a
+    carried walk (long_chains_resumed), then the next run of (a, b) is handed over again. The
+    merges equal the reference's; with the long path off they are the same, through far more
+    continue dispatches (the serial walk, carried)."""
+    docs = ["ab" * 3000 + "cd", "x" + "ab" * 2000 + "cdcd" + "ab" * 1000 + "y"] + ["cd"] * 7000
+    st = {}
+    for min_chain in (train_wordlist.NEVER, 16):
+        _set(monkeypatch, min_chain=min_chain)
+        st[min_chain] = _check(docs, 12, budget=budget)
+        assert st[min_chain]["merges_per_step"] > 1
+    off, on = st[train_wordlist.NEVER], st[16]
+    assert off["long_chains"] == 0
+    assert on["long_chains"] >= 3 and on["long_chains_resumed"] >= 2, on
+    if budget is not None:
+        assert on["continuation_dispatches"] * 4 < off["continuation_dispatches"], (on, off)
+
+
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(runs=hst.lists(hst.tuples(hst.sampled_from(["a", "b", "ab", "aab", "ba", " ", "abc"]),
                                  hst.integers(1, 90)), min_size=1, max_size=10),
