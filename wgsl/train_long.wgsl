@@ -5,12 +5,18 @@
 // A chain of adjacent occurrences (A B A B …, or a run of A == B paired left to right) is
 // merged by ONE wl_merge thread, in order (train_wordlist.wgsl). A thread that has merged
 // P.long_min occurrences of one chain and finds it going on hands the rest over: it records
-// (p, prev) — p the next occurrence's A, not merged yet, prev the id left of it (C) — in the
-// chain table `lchain`, counts it in S_PAUSE (so the merge loop holds, as for a carried walk)
-// and goes on with its next list entry. The host's continue submits then run rounds of
+// (p, prev, z) — p the next occurrence's A, not merged yet, prev the id left of it (C), z the
+// step's member whose occurrences these are (0 in a step of one merge; in a step of several,
+// walk_batch counts a run of one member's occurrences; every kernel here takes A, B, C and
+// C's list from member z's row of `batch`) — in the chain table `lchain`, counts it in S_PAUSE
+// (so the merge loop holds, as for a carried walk) and goes on with its next list entry. The
+// host's continue submits then run rounds of
 //   lc_plan   (1 workgroup) each chain's next start: its record's `next` (the symbol after the
 //             last pair merged) when a round left one; a chain whose start no longer begins an
-//             occurrence (p: A, nxt[p]: B) is done (dropped, S_PAUSE − 1); the others each get
+//             occurrence (p: A, nxt[p]: B) is done (dropped, S_PAUSE − 1), unless it begins
+//             another member's occurrence: the serial walk would go on with it (its own list
+//             entry left it to this chain), so it becomes a carried walk of wl_continue in a
+//             free carry slot (resumed at p; S_PAUSE's count passes to it); the others each get
 //             a window of stream positions [p, min(p + P.long_window, n)) cut into blocks of
 //             LC_BLK (at most LC_ITEMS blocks per round over all chains; the rest wait).
 //   lc_break  per block: the first live position x holding A (or B, A ≠ B) whose live next
