@@ -755,10 +755,10 @@ fn merge_with(a: u32, b: u32, c: u32, top: u32, stride: u32, oa: u32, la: u32, o
 
 // walk_batch's member run where it stopped mid-chain (occurrences of one member merged last in
 // a row, bits 8-23, and that member, bits 24-31, CARRY_RUN_NONE: none), kept in a carry's flag
-// word beside CARRY_LIVE
-// so that a resumed walk counts on (a budget smaller than P.long_min would otherwise restart
-// the count in every dispatch and never hand a long run over). Set by wl_continue before a
-// resumed walk_batch, left by walk_batch for save_carry; 0 in a step of one merge.
+// word beside CARRY_LIVE so that a resumed walk counts on (a budget smaller than P.long_min
+// would otherwise restart the count in every dispatch and never hand a long run over). Set by
+// wl_continue before a resumed walk_batch, left by walk_batch for save_carry; 0 in a step of
+// one merge.
 var<private> bat_run: u32;
 const CARRY_RUN_NONE: u32 = 0xFFu;
 
