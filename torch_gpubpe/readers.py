@@ -538,9 +538,10 @@ def _sniff(path: str, fmt: str) -> None:
             f.seek(max(0, os.path.getsize(path) - 4))
             tail = f.read(4)
     except _decompress_errors() as e:  # (EOFError: a .gz file truncated in its first bytes)
-        raise InputError(f"{path}: cannot be read as {_split_ext(path)[1] or fmt} "
-                         f"({type(e).__name__}: {e}); the formats are {', '.join(FORMATS)}, "
-                         f"optionally {', '.join(sorted(set(_COMPRESSION)))} compressed") from e
+        if _split_ext(path)[1]:  # the file, not its format, is the problem
+            raise _read_failed(path, e) from e
+        raise InputError(f"{path}: cannot be read as {fmt} ({type(e).__name__}: {e}); the "
+                         f"formats are {', '.join(FORMATS)}") from e
     import re as _re
 
     for magic, kind in _MAGICS + ((_re.compile(rb"BZh[1-9]1AY&SY"), "bz2"),):
