@@ -99,10 +99,8 @@ fn lc_set(i: u32, v: u32) { atomicStore(&lchain[i], v); }
 // one merge, z = 0 is that merge).
 fn batch_merge(z: u32) -> Merge {
     let r = BATCH_HEAD + min(z, BATCH_MAX - 1u) * BR;
-    let c = batch[r + BR_C];
-    return Merge(batch[r + BR_A], batch[r + BR_B], c, DEAD | ((c - 256u) & IDM),
-                 batch[r + BR_OFF], batch[r + BR_LEN], batch[r + BR_TOP], 1u,
-                 batch[r + BR_FROMB] != 0u);
+    return new_merge(batch[r + BR_A], batch[r + BR_B], batch[r + BR_C], batch[r + BR_OFF], batch[r + BR_LEN],
+                     batch[r + BR_TOP], 1u, batch[r + BR_FROMB] != 0u);
 }
 
 // The member other than z whose occurrence p begins (the serial walk goes on with it: a chain

@@ -749,8 +749,15 @@ fn merge_of(a: u32, b: u32, c: u32, top: u32, stride: u32) -> Merge {
 fn merge_with(a: u32, b: u32, c: u32, top: u32, stride: u32, oa: u32, la: u32, ob: u32,
               lb: u32) -> Merge {
     let from_b = lb < la && a != b;
-    return Merge(a, b, c, DEAD | ((c - 256u) & IDM), select(oa, ob, from_b), min(la, lb), top,
-                 stride, from_b);
+    return new_merge(a, b, c, select(oa, ob, from_b), min(la, lb), top, stride, from_b);
+}
+
+// The Merge of A + B -> C walking pool[off .. off + len) (from_b: B's list), C's list at `top`:
+// the only place its tag (the mark a symbol merged away by it gets) is made, for merge_with,
+// member_merge (a step's member from sh_bat) and train_long's batch_merge (from `batch`).
+fn new_merge(a: u32, b: u32, c: u32, off: u32, len: u32, top: u32, stride: u32,
+             from_b: bool) -> Merge {
+    return Merge(a, b, c, DEAD | ((c - 256u) & IDM), off, len, top, stride, from_b);
 }
 
 // walk_batch's member run where it stopped mid-chain (occurrences of one member merged last in
@@ -772,10 +779,8 @@ fn save_carry(t: u32, s: Walk) {
 // Member x of the running step (sh_bat loaded) as a Merge, the grid's `stride` threads.
 fn member_merge(x: u32, stride: u32) -> Merge {
     let r = BATCH_HEAD + x * BR;
-    let c = sh_bat[r + BR_C];
-    return Merge(sh_bat[r + BR_A], sh_bat[r + BR_B], c, DEAD | ((c - 256u) & IDM),
-                 sh_bat[r + BR_OFF], sh_bat[r + BR_LEN], sh_bat[r + BR_TOP], stride,
-                 sh_bat[r + BR_FROMB] != 0u);
+    return new_merge(sh_bat[r + BR_A], sh_bat[r + BR_B], sh_bat[r + BR_C], sh_bat[r + BR_OFF],
+                     sh_bat[r + BR_LEN], sh_bat[r + BR_TOP], stride, sh_bat[r + BR_FROMB] != 0u);
 }
 
 // The member whose walked list holds concatenated entry j.
