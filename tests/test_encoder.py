@@ -236,6 +236,27 @@ def test_async_submit_double_buffered(tok, merges):
     assert p1.result() is r1
 
 
+def test_next_batch_staged_while_two_are_in_flight(vocab, merges):
+    """With two batches pending, a submit writes its batch into the oldest one's upload buffer
+    before reading that one back (the GPU meanwhile runs the newest); a batch larger than that
+    slot's buffers is read back first instead. The ids are the same either way."""
+    sizes = [4_000, 4_000, 3_000, 12_000, 2_000, 2_500]
+    names = ["en_fortunes", "multi_xquad", "web_html", "code_cpython_stdlib",
+             "tr_libreoffice_help", "multi_emoji"]
+    batches = [corpus_docs(n, k, max_doc_bytes=700) for n, k in zip(names, sizes)]
+    tok = Tokenizer(vocab)  # fresh slots: their buffers are sized by these batches
+    pending, got = [], []
+    for b in batches:
+        pending.append(tok.submit(b))
+        if len(pending) > 2:
+            got.append(pending.pop(0).result())
+    got += [p.result() for p in pending]
+    assert [r.tolist() for r in got] == [ref_batch(b, merges) for b in batches]
+    # staged: batches 3, 5 and 6 (into the slots of batches 1, 3 and 4); batch 4 (12 kB) is
+    # larger than batch 2's slot (4 kB) and waits for batch 2's readback instead
+    assert tok._session().staged_ahead == 3
+
+
 def test_readback_queued_before_the_next_batch(tok, merges, monkeypatch):
     """Submitting batch k + 1 first queues batch k's readback (before k + 1's passes: queued
     after them, it would wait for all of them); a readback that fails there is raised by batch

@@ -115,6 +115,7 @@ def test_the_pipeline_gives_the_encoders_tokens_in_order(files, docs):
     finally:
         pump.close()
     assert len(out) > 3 and opened == [1] and st["skipped_none"] == 3
+    assert tok._session().staged_ahead >= 1  # two pending: batch i staged before i - 2's readback
     got = [list(enc[j]) for _, enc in out for j in range(len(enc))]
     assert got == [[*want[k], eot] for k in range(len(texts))]
     assert sum(p.nbytes for p, _ in out) == sum(len(t.encode()) for t in texts)

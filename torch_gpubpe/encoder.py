@@ -229,6 +229,7 @@ class _Slot:
         self.cap_lreg = 0
         self.lbg = None
         self.nreg = self.long_errors = 0
+        self._staged = None  # (n, ndocs, bitmap words, mask given) of a staged batch
 
     # -- buffers -------------------------------------------------------------------------
     def ensure(self, n: int, ndocs: int) -> None:
@@ -354,7 +355,8 @@ class _Slot:
     # -- one slice -----------------------------------------------------------------------
     def start(self, data: np.ndarray, s: int, e: int, doc_rel: np.ndarray, end_bit: bool,
               mask: np.ndarray | None = None, before_submit=None) -> None:
-        """Upload bytes ``data[s:e]`` (+ halo) and submit the three passes (no wait).
+        """Upload bytes ``data[s:e]`` (+ halo) and submit the three passes (no wait):
+        :meth:`stage`, then :meth:`launch`.
 
         ``data``: uint8 array of the batch, or the batch's unjoined UTF-8 parts (a list of
         bytes; then ``s == 0`` and ``e`` is the batch size).
@@ -364,14 +366,27 @@ class _Slot:
         ``before_submit``: called once the upload is staged, right before the submit (the
         Tokenizer queues the readback of the batch in flight there).
         """
-        sess, g = self.sess, self.sess.gpu
+        self._settle()
+        self.ensure(e - s, len(doc_rel))
+        self.stage(data, s, e, doc_rel, end_bit, mask)
+        self.launch(before_submit)
+
+    def can_stage(self, n: int, ndocs: int) -> bool:
+        """Whether a slice of ``n`` bytes and ``ndocs`` documents fits the buffers as they are:
+        then it can be staged while this slot's previous batch is still in flight."""
+        return 0 < n <= self.cap_n and ndocs <= self.cap_docs
+
+    def stage(self, data: np.ndarray, s: int, e: int, doc_rel: np.ndarray, end_bit: bool,
+              mask: np.ndarray | None = None) -> None:
+        """The upload half of :meth:`start`: bytes, document-start bitmap, document starts
+        (and a pre-tokenizer's mask) written into the mapped upload buffer, nothing submitted.
+        Touches only the upload buffer, so it may run while the slot's previous batch is still
+        being read back (its ids, token counts and sizes are other buffers and fields), once
+        :meth:`can_stage` says the buffers are big enough; :meth:`launch` submits it."""
+        sess = self.sess
         n = e - s
         ndocs = len(doc_rel)
-        self._settle()
-        self.ensure(n, ndocs)
-        self.n, self.ndocs = n, ndocs
-        sess.slices += 1
-        self.nb = -(-n // sess.block)
+        self._staged = None
         # Upload: bytes + halo, document-start bitmap, document starts; one staging buffer.
         up = self._mapped_upload()
         hs, t = sess.host_seconds, time.perf_counter()
@@ -393,8 +408,23 @@ class _Slot:
             mbits[:1] |= 1  # a slice starts a walk at byte 0 (a word start or a token boundary)
             up[self.off_mask : self.off_mask + len(mbits)] = mbits
         del up
-        t = time.perf_counter()
-        hs["upload_doc_starts"] += t - t1
+        hs["upload_doc_starts"] += time.perf_counter() - t1
+        self._staged = (n, ndocs, nbits_words, mask is not None)
+
+    def launch(self, before_submit=None) -> None:
+        """The submit half of :meth:`start`, for the batch :meth:`stage` wrote: the upload
+        copied to the slot's buffers and the passes recorded and submitted (no wait). The
+        slot's previous batch must have been read back (its ``result()``) first."""
+        sess, g = self.sess, self.sess.gpu
+        if self._staged is None:
+            raise RuntimeError("encoder slot: launch() without a staged batch")
+        n, ndocs, nbits_words, has_mask = self._staged
+        self._staged = None
+        self._settle()
+        self.n, self.ndocs = n, ndocs
+        sess.slices += 1
+        self.nb = -(-n // sess.block)
+        hs, t = sess.host_seconds, time.perf_counter()
         if getattr(self, "_host_upload", None) is not None:
             self.upload.write_mapped(self._host_upload)
             self._host_upload = None
@@ -407,7 +437,7 @@ class _Slot:
         enc.copy_buffer_to_buffer(self.upload, self.off_bits, self.bits, 0, 4 * nbits_words)
         if ndocs:
             enc.copy_buffer_to_buffer(self.upload, self.off_docs, self.doc_starts, 0, 4 * ndocs)
-        if sess.pretok is not None and mask is not None:
+        if sess.pretok is not None and has_mask:
             enc.copy_buffer_to_buffer(self.upload, self.off_mask, self.pt.mask, 0, -(-n // 32) * 4)
         # (benchmarks: the passes recorded ``profile_repeat`` times back to back, so that the
         # GPU runs at its loaded clock; each repetition starts afresh and each is timed: the
@@ -421,7 +451,7 @@ class _Slot:
             at = (self.query_set, 0) if r == reps - 1 else (self.rep_qs, _REP_STRIDE * r)
             if self.query_set is None:
                 at = None
-            if sess.pretok is not None and mask is None:  # the split is computed here, on the GPU
+            if sess.pretok is not None and not has_mask:  # the split is computed here, on the GPU
                 self.pt_timed = self.query_set is not None
                 ts = (at[0], at[1] + 6) if self.pt_timed else None
                 sess.pretok.record(enc, self.pt, n, timestamps=ts)
@@ -858,6 +888,7 @@ class _Session:
         self.continuation_dispatches = 0  # statistics (tests, benchmarks)
         self.continuation_workgroups = 0
         self.slices = 0
+        self.staged_ahead = 0  # batches staged before the oldest in flight was read back
         self.long_regions = 0  # long-word regions encoded in parallel
         self.long_submits = 0
         self.long_dispatches = 0
@@ -1533,10 +1564,24 @@ class Tokenizer:
                                                     np.zeros(len(offsets), np.int64)), specials)
             return p
         sess = self._session()
+        ndocs = len(offsets) - 1
+        staged = None
+        if len(self._inflight) >= 2 and ndocs <= sess.max_docs and total <= sess.limit \
+                and self._inflight[0]._slot.can_stage(total, ndocs):
+            # Both slots are in flight: this batch is written into the oldest one's upload
+            # buffer first, while the GPU still runs the newest, and the oldest is read back
+            # after that. Read back first, the host would wait for the newest batch's passes
+            # there (the map of the oldest's ids resolves only in a device poll that waits for
+            # every submit, WGPU_NOTES.md §1) with nothing to do.
+            staged = self._inflight[0]._slot
+            with sess.gpu.operation(f"encoding a batch of {ndocs} documents ({total} bytes): "
+                                    "upload"):
+                staged.stage(data, 0, total, offsets[:-1].astype(np.uint32), True)
+            sess.staged_ahead += 1
         while len(self._inflight) >= 2:
             old = self._inflight[0]
             old.result()  # removes itself from _inflight
-        if len(offsets) - 1 > sess.max_docs:  # more documents than one slice can index
+        if ndocs > sess.max_docs:  # more documents than one slice can index
             p._result = _add_specials(self._encode_by_documents(data, offsets, sess.max_docs),
                                       specials)
             return p
@@ -1545,10 +1590,13 @@ class Tokenizer:
         if total <= sess.limit:
             busy = {q._slot for q in self._inflight}
             p._slot = next(s for s in sess.slots if s not in busy)
-            starts = offsets[:-1].astype(np.uint32)
-            with sess.gpu.operation(f"encoding a batch of {len(offsets) - 1} documents "
+            with sess.gpu.operation(f"encoding a batch of {ndocs} documents "
                                     f"({total} bytes): upload and submit"):
-                p._slot.start(data, 0, total, starts, True, before_submit=self._queue_readbacks)
+                if staged is p._slot:
+                    p._slot.launch(before_submit=self._queue_readbacks)
+                else:
+                    p._slot.start(data, 0, total, offsets[:-1].astype(np.uint32), True,
+                                  before_submit=self._queue_readbacks)
             self._inflight.append(p)
         else:
             if isinstance(data, list):

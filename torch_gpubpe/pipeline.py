@@ -14,6 +14,7 @@ Ray actor that reads its files itself (:class:`torch_gpubpe.ray.TokenizeFiles`):
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 
 
@@ -51,21 +52,23 @@ def encode_in_flight(tok, batches: Iterator, stages: dict, *, specials: dict | N
                      ) -> Iterator:
     """``(batch, BatchEncoding)`` for each ``Packed`` batch of ``batches``, in order: batch
     ``i`` is submitted (``tok.submit_packed(data, offsets, **specials)``: ``bos_id`` / ``eos_id``
-    put in by the GPU) before batch ``i - 1``'s ids are waited for, so the GPU encodes one
-    while the host uploads the next and the caller handles the last (writes it, makes a table
-    of it) between the yields.
+    put in by the GPU) while batches ``i - 1`` and ``i - 2`` are pending, so the submit writes
+    batch ``i`` into the upload buffer while the GPU encodes ``i - 1``, then reads ``i - 2``
+    back (``Tokenizer.submit_packed``: two slots), and the caller handles ``i - 2`` (writes
+    it, makes a table of it) between the yields.
 
     ``before_first`` is called once the first batch is read, before it is submitted (the
     CLI's and the actor's wait for the GPU session that opens meanwhile). Seconds added to
     ``stages``: ``wait_reader`` (for ``batches``), ``first_batch_read`` (from ``t0``, default
     the call), ``wait_gpu_open`` (``before_first``), ``upload_and_submit``,
-    ``wait_gpu_and_readback``, and ``steady_encode``: the steady state, from the first
+    ``wait_gpu_and_readback`` (what is left of it after a submit read the batch back;
+    ``Tokenizer.host_seconds`` splits both), and ``steady_encode``: the steady state, from the first
     batch's submit to the return of the last batch's ids, the caller's work between the
     yields included (every batch's text went through the GPU in it).
     """
     specials = specials or {}
     t_start = time.perf_counter() if t0 is None else t0
-    pending = None
+    pending: deque = deque()
     first = True
     t_steady = None
     while True:
@@ -85,11 +88,11 @@ def encode_in_flight(tok, batches: Iterator, stages: dict, *, specials: dict | N
             t1 = t_steady = t2
         fut = tok.submit_packed(p.data, p.offsets, **specials)
         _add(stages, "upload_and_submit", time.perf_counter() - t1)
-        if pending is not None:
-            yield _done(pending, stages)
-        pending = (p, fut)
-    if pending is not None:
-        yield _done(pending, stages)
+        pending.append((p, fut))
+        if len(pending) > 2:
+            yield _done(pending.popleft(), stages)
+    while pending:
+        yield _done(pending.popleft(), stages)
     if t_steady is not None:
         stages["steady_encode"] = time.perf_counter() - t_steady
 
