@@ -209,7 +209,8 @@ class ShardWriter:
         self._doc_lens: list[np.ndarray] = []  # megatron / flat: per-document lengths
         self._shard_f = None  # the temporary file of the shard being written
         self._writeback_from: dict[str, int] = {}  # file → bytes handed to the disk so far
-        self.seconds = {"write": 0.0, "fsync": 0.0}  # time spent writing / flushing to disk
+        # time spent writing / starting the writeback (flush thread) / flushing to disk
+        self.seconds = {"write": 0.0, "writeback": 0.0, "fsync": 0.0}
         self._flush_pool = None  # one thread: fsync of complete shards, then the progress file
         self._flushing: list = []
         self._deleting = None  # thread deleting a replaced output (--overwrite)
@@ -404,16 +405,27 @@ class ShardWriter:
         """Every :data:`WRITEBACK_BYTES` written, ask the kernel to start writing them to disk
         (``posix_fadvise(DONTNEED)`` starts the writeback without waiting for it; Linux), so
         that the shard's fsync — the last one is on the command's critical path — finds little
-        left to write."""
+        left to write. The call runs on the flush thread, through a duplicate of the file's
+        descriptor: it hands the dirty pages to the block layer itself, which halved the
+        writing thread's speed where it ran there (2.6 against 4.9 GB/s on the CI VM)."""
         pos = f.tell()
         done = self._writeback_from.get(f.name, 0)
         if pos - done < WRITEBACK_BYTES or not hasattr(os, "posix_fadvise"):
             return
         f.flush()
-        try:
-            os.posix_fadvise(f.fileno(), done, pos - done, os.POSIX_FADV_DONTNEED)
-        except OSError:  # (a file system without it: the fsync does all the work, as before)
-            pass
+        fd = os.dup(f.fileno())  # valid after f is closed and renamed
+
+        def advise(fd=fd, start=done, n=pos - done) -> None:
+            t = time.perf_counter()
+            try:
+                os.posix_fadvise(fd, start, n, os.POSIX_FADV_DONTNEED)
+            except OSError:  # (a file system without it: the fsync does all the work)
+                pass
+            finally:
+                os.close(fd)
+                self.seconds["writeback"] += time.perf_counter() - t
+
+        self._background(advise)
         self._writeback_from[f.name] = pos
 
     def _shard_close(self, header: bytes = b"") -> str:
