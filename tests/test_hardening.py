@@ -31,6 +31,7 @@ each is written to finish in under 2 minutes there).
 | ``device.destroy()`` then encode / new Tokenizer / train / dataset | gpu, encoder, trainer, data | GPUOperationError naming the operation, then a fresh device works | test_device_loss_surfaces_then_recovers |
 | readback that never completes (monkeypatched map) | encoder, data, trainer | GPUOperationError within TORCH_GPUBPE_TIMEOUT, then a fresh device | test_stuck_readback_times_out_then_recovers |
 | KeyboardInterrupt while waiting for a count / token / upload map, then encode again | encoder | no abort (SIGABRT before the fix); exact results after | test_interrupted_readback_does_not_abort_the_next_encode |
+| KeyboardInterrupt in ``result()`` while waiting for or copying the ids (``submit``, two batches in flight), then ``result()`` again; an error there | encoder | the same ids as a fresh encode, later batches exact; the same named error again (was a TypeError or another batch's ids) | test_interrupted_result_resumes |
 | TORCH_GPUBPE_TIMEOUT = 0, -3, "soon", nan / inf | gpu | ValueError naming the variable / wait forever | test_bad_timeout_setting_is_named |
 | WGSL / pipeline validation error, buffer above the limit | gpu | GPUOperationError naming the shader / ValueError | test_validation_errors_are_named |
 | ``None``, int, float as text (a dict row is read through ``text_column``); HF dataset row ``None`` | data | InputError naming index/row and shard, or skipped and counted | test_dataset_bad_values_name_row_or_skip |
@@ -534,6 +535,97 @@ def test_interrupted_readback_does_not_abort_the_next_encode():
         print("alive")
     """)
     assert out.strip().endswith("alive")
+
+
+@pytest.mark.gpu
+def test_interrupted_result_resumes():
+    # Ctrl-C inside PendingEncoding.result() used to drop the batch: result() again raised a
+    # TypeError, or, once the slot had been reused, returned another batch's ids.
+    out = run_py("""
+        import numpy as np
+        from torch_gpubpe import encoder, gpu, reference
+        from torch_gpubpe.encoder import Tokenizer
+        from torch_gpubpe.errors import GPUOperationError
+        from torch_gpubpe.vocab import Vocab
+        merges = reference.train(["ab ab abc abcd"] * 3, vocab_size=262, min_frequency=1)
+        tok = Tokenizer(Vocab.from_merges(merges), thread_budget=20)
+        G = type(gpu.get_gpu())
+        orig_wait, orig_copy = G.wait_promise, encoder.parallel_copy
+        # batches of ~140-160 KB (one thread copies their ids)
+        batches = [["ab abc " * (20_000 + 7 * k), "abcd x" * k, "b"] for k in range(6)]
+        want = [[reference.encode(t, merges) for t in b] for b in batches]
+        # 1.8 M ids (3.6 MB): parallel_copy hands the copy to 3 threads
+        big = ["ab abc " * 900_000, "abcd x", "b"]
+        want_big = [reference.encode(t, merges) for t in big]
+
+        def ids_of(be):
+            return [be.ids[be.offsets[i]:be.offsets[i + 1]].tolist() for i in range(3)]
+
+        def once(real, cond):
+            hit = []
+
+            def f(*a):
+                if cond(*a) and not hit:
+                    hit.append(1)
+                    raise KeyboardInterrupt
+                return real(*a)
+            return f, hit
+
+        for where in ("wait", "copy", "copy-part"):
+            if where == "wait":
+                f, hit = once(orig_wait, lambda self, p, w: w == "token readback")
+                G.wait_promise = f
+            elif where == "copy":
+                f, hit = once(orig_copy, lambda dst, src: True)
+                encoder.parallel_copy = f
+            else:  # interrupted while the pool's threads copy parts: they finish first
+                import concurrent.futures as cf
+                import sys
+                real_result = cf.Future.result
+                hit = []
+
+                def f(self, *a, **k):
+                    if not hit and sys._getframe(1).f_code.co_name == "parallel_copy":
+                        hit.append(1)
+                        raise KeyboardInterrupt
+                    return real_result(self, *a, **k)
+                cf.Future.result = f
+            first = big if where == "copy-part" else batches[0]
+            pend = [tok.submit(first), tok.submit(batches[1])]
+            try:
+                pend[0].result()
+            except KeyboardInterrupt:
+                pass
+            else:
+                raise AssertionError(f"{where}: not interrupted")
+            assert hit, where
+            G.wait_promise, encoder.parallel_copy = orig_wait, orig_copy
+            if where == "copy-part":
+                cf.Future.result = real_result
+            for k in range(2, 6):  # later batches take the other slot, then wait for this one
+                pend.append(tok.submit(batches[k]))
+            got = [ids_of(p.result()) for p in pend]
+            assert got == [want_big if where == "copy-part" else want[0]] + want[1:], where
+            assert got[0] == ids_of(tok.submit(first).result()), where
+        # an error (not an interrupt) is kept: result() again raises it again, named
+        def boom(self, p, w):
+            if w == "token readback":
+                raise GPUOperationError("token readback failed (test)")
+            return orig_wait(self, p, w)
+        G.wait_promise = boom
+        p = tok.submit(batches[0])
+        for _ in range(2):
+            try:
+                p.result()
+            except GPUOperationError as e:
+                assert "token readback failed" in str(e), e
+            else:
+                raise AssertionError("no error")
+        G.wait_promise = orig_wait
+        assert ids_of(tok.submit(batches[1]).result()) == want[1]
+        print("resumed")
+    """)
+    assert out.strip().endswith("resumed"), out
 
 
 @pytest.mark.gpu

@@ -59,6 +59,7 @@ Example::
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import threading
 import time
@@ -813,28 +814,33 @@ class _Slot:
 
     def read_ids(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Wait for the readback that :meth:`submit_readback` queued; returns what
-        :meth:`finish` returns."""
+        :meth:`finish` returns. Interrupted (an exception while it waits or copies), it can be
+        called again: the readback stays queued, the buffer mapped, until the copy succeeded
+        (:meth:`_settle` unmaps it before the slot's next submit)."""
         g = self.sess.gpu
         n_out, nbytes, total, doc_tok, seg, specials = self._readback
-        self._readback = None
         if nbytes == 0:
+            self._readback = None
             return np.zeros(0, self.sess.id_dtype), doc_tok, seg
         hs, t = self.sess.host_seconds, time.perf_counter()
-        g.wait_promise(self.tok_promise, "token readback")
-        self.tok_promise = None
+        if self.tok_promise is not None:  # None: waited for already by an interrupted call
+            g.wait_promise(self.tok_promise, "token readback")
+            self.tok_promise = None
         t1 = time.perf_counter()
         hs["wait_ids"] += t1 - t
         ids = np.empty(n_out, self.sess.id_dtype)
+        view = src = None
         try:
             # The mapped range itself (no intermediate copy), copied once into ``ids`` by
             # several threads: one thread reads mapped memory at only 3–4 GB/s on the H200.
             view = self.rb_tok.read_mapped(0, nbytes, copy=False)
             src = np.frombuffer(view, self.sess.id_dtype, n_out)
             parallel_copy(ids, src)
-            del src, view  # no reference into the mapping may outlive it
         finally:
-            self.rb_tok.unmap()
+            view = src = None  # no reference into the mapping may outlive it
             hs["ids_copy"] += time.perf_counter() - t1
+        self._readback = None
+        self.rb_tok.unmap()
         if self.sess.bpe is not None and self.bad_tokens and int(ids.max()) >= self.sess.num_tokens:
             bad = ids >= self.sess.num_tokens
             if seg is not None:  # the specials put in are not the encoder's ids
@@ -1650,9 +1656,24 @@ class Tokenizer:
                         p._slot.submit_readback(p._specials)
                     p._readback_queued = True
                     ids, doc_tok, seg = p._slot.read_ids()
-            finally:
+            except BaseException as e:
+                if not isinstance(e, Exception) and p._readback_queued \
+                        and p._slot._readback is not None:
+                    # Interrupted (KeyboardInterrupt) while waiting for or copying the ids: the
+                    # batch keeps its slot, and result() again goes on from there.
+                    raise
+                if not isinstance(e, Exception):  # interrupted inside its passes' readback
+                    err = GPUOperationError(
+                        f"the readback of a batch ({p._slot.n} bytes) was interrupted "
+                        f"({type(e).__name__}) before its ids were read; submit it again")
+                    err.__cause__ = e
+                    e = err
+                p._error = e  # result() again raises the same error
                 if p in self._inflight:
                     self._inflight.remove(p)
+                raise
+            if p in self._inflight:
+                self._inflight.remove(p)
             if seg is None:
                 seg = self._doc_offsets(doc_tok.astype(np.int64) - 1, len(ids))
             p._result = BatchEncoding(ids, seg)
@@ -1832,8 +1853,16 @@ def parallel_copy(dst: np.ndarray, src: np.ndarray) -> None:
         a, b = cuts[k], cuts[k + 1]
         dst[a:b] = src[a:b]
 
-    for f in [pool.submit(part, k) for k in range(parts)]:
-        f.result()
+    futures = [pool.submit(part, k) for k in range(parts)]
+    try:
+        for f in futures:
+            f.result()
+    except BaseException:
+        # Interrupted: no part may still read ``src`` (mapped GPU memory, unmapped next).
+        for f in futures:
+            f.cancel()
+        concurrent.futures.wait(futures)
+        raise
 
 
 def insert_special_tokens(ids: np.ndarray, offsets: np.ndarray, bos_id: int | None,
