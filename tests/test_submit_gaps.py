@@ -152,9 +152,9 @@ def _long_word_docs(n: int) -> dict:
 
 def _best_gap(doc: bytes, vocab_size: int, runs: int = 6) -> tuple[dict, list]:
     """train([doc]) until a run's largest gap between submits is within 50 ms, at most
-    ``runs`` times (this machine's other processes can stall any one run: a CI VM of 2 cores
-    had 57 ms in each of 3 runs of the base64 case once, and 21-38 ms otherwise; a submit whose
-    own work is too long shows in every run); the stats of the best run and its merges."""
+    ``runs`` times (this machine's other processes can stall any one run: on a CI VM of 2 cores
+    the best of 3 runs of the base64 case was 57 ms once; a submit whose own work is too long
+    shows in every run); the stats of the best run and its merges."""
     best = None
     for _ in range(runs):
         st: dict = {}
