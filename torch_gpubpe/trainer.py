@@ -962,7 +962,7 @@ class _MergeLoop:
         self._last_kind = "-"       # what the last submit was
         self._waited = 0.0          # seconds blocked on the GPU since the last submit
         self._in_submit = 0.0       # seconds the last queue.submit call took
-        self.key_rate = 0.0     # new table keys per step (a peak halving per batch)
+        self.key_rate = 0.0     # new table keys per step (peak; on a CPU adapter halving)
         self.words = c["STATE_WORDS"]
         self.continue_reps = 1      # wl_continue dispatches in the first submit of a pause
         self.done_word = c.get("S_DONE")   # word list: a recorded merge not yet committed
@@ -1248,20 +1248,28 @@ class _MergeLoop:
                                        done / el if el > 0 else 0.0))
             n_now = int(stv[c["S_N"]])
             occ = int(stv[c["S_OCC"]])
-            # New keys per step, over the last batch read, against a peak that halves per
-            # batch (the first merges add the most keys: the most frequent pairs; one rate
-            # kept from them sized a 64 KB base64 word's table 8x, and on a CPU adapter
-            # find_max4's rescans grew with it: 28-42 ms per step on lavapipe, 7-9 ms at the
-            # table the run needed). Before a rebuild can take effect the queued batches and
-            # the next one add keys: the trigger projects them at that rate to half the
-            # table, and a probe sequence runs out only near a full one (MAX_PROBE rows), so
-            # twice the projection still fits; past that the run restarts larger (exact).
+            # New keys per step, over the last batch read. Before a rebuild can take effect
+            # the queued batch and the next one add keys: the trigger projects them to half
+            # the table (a probe sequence runs out only near a full one, MAX_PROBE rows: twice
+            # the projection still fits; past that the run restarts larger, exact). On a GPU
+            # at the most keys per step seen and two full batches; on a CPU adapter at a peak
+            # that halves per batch and the batches' real sizes: the first merges add the
+            # most keys (the most frequent pairs), and two full batches at their rate grew a
+            # 64 KB base64 word's table 8x, where find_max4's rescans cost with the table
+            # (lavapipe: 28-42 ms per step, 7-10 ms at the table the run needed). (On the
+            # H200, 868 MB at vocab 65,536, the same table either way, and the GPU rule's
+            # extra rebuild, which drops dead keys, 3% faster: 14.3-14.4 against 14.8-15.0 us
+            # per merge, 2026-12-03.)
             if occ >= self.occ_mark:
-                self.key_rate = max(self.key_rate / 2, (occ - self.occ_mark) / max(1, cnt))
+                rate = (occ - self.occ_mark) / max(1, cnt)
+                self.key_rate = max(self.key_rate / 2 if self.is_cpu else self.key_rate, rate)
             self.occ_mark = occ
             st["table_max_load"] = max(st.get("table_max_load", 0.0), occ / self.table.slots)
-            coming = sum(f[4] for f in inflight) + min(size, cap,
-                                                       max(0, self.num_merges - recorded))
+            if self.is_cpu:
+                coming = sum(f[4] for f in inflight) + min(size, cap,
+                                                           max(0, self.num_merges - recorded))
+            else:
+                coming = 2 * self.batch
             ahead = int(self.key_rate * coming)
             if not stopped and (occ + ahead) * 2 > self.table.slots:
                 need_rebuild = True   # once the queued batch has drained (the final stream)
