@@ -110,8 +110,9 @@ def _cpu_adapter() -> bool:
 
 def _gap_s(st: dict) -> float:
     """The run's largest gap between submits as these tests bound it: the wall time; on a CPU
-    adapter, where that is longer, the CPU time this process spent in its largest gap (all
-    threads: the adapter's work is in it) if that is shorter. A CI VM whose host takes its
+    adapter, where that is longer, the most CPU time this process spent in any gap (all
+    threads: the adapter's work is in it) if that is shorter (so every gap is within the
+    bound in wall time, or every gap's own work is, in CPU time). A CI VM whose host takes its
     vCPUs away (steal: about half of the busy time of this 2-core VM on 2026-12-03, when each
     256 KB word's best of 6 runs was 55-90 ms of wall time over 25-40 ms of CPU time)
     stretches a gap's wall time with no more work in it; a submit whose work is unbounded (the
