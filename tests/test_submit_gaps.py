@@ -68,7 +68,6 @@ def test_cpu_buffer_init_and_count_pieces(monkeypatch):
     # here (a buffer in many pieces, the last one partial; pieces of the two sizes); on a GPU
     # there are none. Same merges either way.
     import torch_gpubpe.train_wordlist as tw
-    from torch_gpubpe.trainer import GPUTrainer
 
     docs = corpus_docs("en_fortunes", 6_000) + ["a" * 3_000, "ab" * 500]
     want = reference.train(docs, 256 + 80, 2)
@@ -79,7 +78,7 @@ def test_cpu_buffer_init_and_count_pieces(monkeypatch):
     monkeypatch.setattr(tw, "CPU_COUNT_SYMBOLS", 1 << 10)
     small: dict = {}
     assert list(train(docs, 256 + 80, stats=small).merges) == want
-    if GPUTrainer().is_cpu:
+    if _cpu_adapter():
         # the stream's 4 buffers of 4n + 16 B (≥ 36 KB: 9+ pieces) and 5 more, ≥ 1 each
         assert small["init_submits"] >= 4 * 9 + 5 > st["init_submits"] >= 9
         assert small["count_submits"] > 2 * st["count_submits"]
