@@ -104,3 +104,25 @@ def fresh_disk_cache(monkeypatch, tmp_path: Path, module, min_tokens_attr: str,
         monkeypatch.setitem(stats, k, 0)
     monkeypatch.setitem(stats, "errors", [])
     monkeypatch.setattr(gpu, "_warned", set())
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Says, without failing the run, when the installed ``regex`` knows a newer Unicode than the
+    pre-tokenizers' table (the version of tiktoken's and tokenizers' engines), and which code points
+    the split oracle therefore keeps on the table's classes (patterns.oracle_substitutes)."""
+    import sys
+
+    if "torch_gpubpe.patterns" not in sys.modules:  # no split test ran: nothing to say
+        return
+    from torch_gpubpe._unicode_gen import regex_unicode_version, regex_version
+    from torch_gpubpe.patterns import oracle_substitutes, table
+
+    subs = oracle_substitutes()
+    if subs:
+        shown = " ".join(f"U+{c:04X}" for c in sorted(subs)[:8])
+        terminalreporter.write_line(
+            f"unicode: regex {regex_version()} knows Unicode {regex_unicode_version()}; the "
+            f"pre-tokenizer table follows Unicode {table()[2]['unicode_version']} (tiktoken's and "
+            f"tokenizers' engines): {len(subs)} code points change class ({shown} ...); the split "
+            "oracle keeps the table's classes for them (python -m torch_gpubpe._unicode_gen "
+            "--report lists them by class)")

@@ -31,21 +31,116 @@ def assert_same(docs, family, **kw):
                         f"{split(data[max(0, bad - 24) : bad + 24], family)}")
 
 
-def test_table_is_what_regex_says():
-    """The checked-in table == a fresh run of the generator over every code point."""
-    import regex
+def _table_bytes() -> np.ndarray:
+    stage1, stage2, _ = table()
+    cps = np.arange(0x110000)
+    return stage2[stage1[cps >> 8], cps & 255]
 
-    from torch_gpubpe._unicode_gen import class_bytes, regex_unicode_version, two_level
+
+def test_table_is_what_regex_says(tmp_path_factory):
+    """The checked-in table == a fresh run of the generator under the ``regex`` release it
+    names (the Unicode version of tiktoken's and tokenizers' engines). Where the installed
+    ``regex`` knows another Unicode, that release is installed apart (pip --target) and the
+    generator's check runs in a subprocess over it."""
+    import subprocess
+    import sys
+
+    from torch_gpubpe._unicode_gen import (REGEX_VERSION, UNICODE_VERSION, class_bytes,
+                                           regex_unicode_version, two_level)
 
     stage1, stage2, meta = table()
-    fresh = class_bytes()
-    cps = np.arange(0x110000)
-    assert np.array_equal(stage2[stage1[cps >> 8], cps & 255], fresh), (
-        f"the table was built with regex {meta['regex_version']} (Unicode "
-        f"{meta['unicode_version']}); this is regex {regex.__version__} (Unicode "
-        f"{regex_unicode_version()}): regenerate it with python -m torch_gpubpe._unicode_gen")
-    s1, s2 = two_level(fresh)
-    assert np.array_equal(s1, stage1) and np.array_equal(s2, stage2)
+    assert meta["unicode_version"] == UNICODE_VERSION and meta["regex_version"] == REGEX_VERSION
+    if regex_unicode_version() == UNICODE_VERSION:
+        fresh = class_bytes()
+        assert np.array_equal(_table_bytes(), fresh)
+        s1, s2 = two_level(fresh)
+        assert np.array_equal(s1, stage1) and np.array_equal(s2, stage2)
+        return
+    where = tmp_path_factory.mktemp("regex_for_table")
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                          "--disable-pip-version-check", "--target", str(where),
+                          f"regex=={REGEX_VERSION}"], capture_output=True, text=True)
+    assert pip.returncode == 0, f"installing regex=={REGEX_VERSION} apart: {pip.stderr}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(where), *sys.path])}
+    check = subprocess.run([sys.executable, "-m", "torch_gpubpe._unicode_gen", "--check"],
+                           capture_output=True, text=True, env=env)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_table_is_what_tiktoken_and_hf_tokenizers_say():
+    """Every code point's class in the table == what the installed tiktoken's and Hugging Face
+    tokenizers' regex engines match with the same class patterns (surrogates aside: neither
+    takes them)."""
+    from tokenizers import Regex, pre_tokenizers
+
+    from torch_gpubpe._unicode_gen import (CLASS_PATTERNS, NUM_CP, changed_classes, class_bytes,
+                                           tiktoken_members)
+
+    cps = np.r_[0:0xD800, 0xE000:NUM_CP]
+    text = "".join(map(chr, cps))
+
+    def hf_members(pattern: str) -> np.ndarray:
+        hit = np.zeros(NUM_CP, bool)
+        hit[cps] = True  # "removed" leaves the pieces that do not match
+        for piece, _ in pre_tokenizers.Split(Regex(pattern), "removed").pre_tokenize_str(text):
+            hit[np.frombuffer(piece.encode("utf-32-le"), np.uint32)] = False
+        return hit
+
+    ours = _table_bytes()
+    ours[0xD800:0xE000] = 0  # no peer classifies surrogates
+    for name, members in (("tiktoken", tiktoken_members), ("tokenizers", hf_members)):
+        theirs = class_bytes(members)
+        theirs[0xD800:0xE000] = 0
+        changed = changed_classes(ours, theirs)
+        assert not changed, {k: [f"U+{c:04X}" for c in v[:10]] for k, v in changed.items()}
+    assert set(CLASS_PATTERNS) >= {"L", "N", "S", "upper", "lower"}
+
+
+def test_report_names_the_code_points_a_newer_unicode_moves():
+    """``_unicode_gen --report``'s comparison: a table where Unicode 17's U+088F (an Arabic
+    letter) and U+11DE0 (a digit) were still unassigned is reported class by class."""
+    from torch_gpubpe._unicode_gen import changed_classes
+
+    ours = _table_bytes()
+    newer = ours.copy()
+    newer[0x088F], newer[0x11DE0] = 12, 1  # a letter of both case classes; a digit
+    changed = changed_classes(ours, newer)
+    assert changed == {"L": [0x088F], "N": [0x11DE0], "upper": [0x088F], "lower": [0x088F]}
+    assert changed_classes(ours, ours) == {}
+
+
+# Code points whose class changed in Unicode 17 or 18 (letters of each case class, a mark, a
+# digit, an Ll that became Lo), emoji of Unicode 15 and 17, around letters, digits, contractions
+# and spaces: tiktoken's engine (Unicode 16) treats the new ones as unassigned ("other").
+NEW_CODE_POINTS = ("\u088f\u0c5c\ua7ce\ua7cf\u1acf\U00011de0\u0295"   # Unicode 17
+                   "\u0558\u058b\u05c8\ua7dd\U0001246f\U0001d6a6"      # Unicode 18
+                   "\U0001fae8\U0001fac8")                                # emoji
+NEW_CODE_POINT_TEXTS = (
+    ["a \U0001fae8", "a\U0001fae8b", "I'm \U0001fae8's 12\U00011de0\U00011de134 x"]
+    + [f"{pre}{c}{post}" for c in NEW_CODE_POINTS
+       for pre, post in (("a", "b"), (" ", "'s"), ("A", "B"), ("1", "2"), (".", "\n"), ("", " "))]
+    + [" ".join(NEW_CODE_POINTS), NEW_CODE_POINTS * 3 + "'LL 99"])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_ids_on_new_unicode_code_points_equal_tiktoken(family):
+    """GPU merge-order ids on code points assigned in Unicode 17 and 18 == the installed
+    tiktoken's, with GPT-2's ranks under each family's pattern."""
+    import base64
+
+    import tiktoken
+
+    from conftest import shared_vocab
+    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.patterns import PATTERN_OF
+
+    path = shared_vocab("gpt2.tiktoken")
+    ranks = {base64.b64decode(t): int(r) for t, r in (ln.split() for ln in open(path))}
+    enc = tiktoken.Encoding(family, pat_str=PATTERN_OF[family], mergeable_ranks=ranks,
+                            special_tokens={})
+    got = Tokenizer.from_tiktoken(path, pattern=family).encode_batch(NEW_CODE_POINT_TEXTS)
+    for text, ids in zip(NEW_CODE_POINT_TEXTS, got.tolist()):
+        assert ids == enc.encode_ordinary(text), f"{family}: {text!r}"
 
 
 @pytest.mark.parametrize("family", FAMILIES)

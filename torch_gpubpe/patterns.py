@@ -143,6 +143,41 @@ def _compiled(family: str):
     return regex.compile(PATTERN_OF[family])
 
 
+@functools.cache
+def oracle_substitutes() -> dict[int, int]:
+    """``str.translate`` table that keeps the oracle on the table's Unicode version.
+
+    A ``regex`` built for a newer Unicode than the table's (``table()[2]["unicode_version"]``,
+    the version of tiktoken's and HF tokenizers' engines) classes newly assigned code points
+    as letters, digits or marks where the reference tokenizers see unassigned ones. Each such
+    code point maps to a stand-in of the same UTF-8 length whose class the table and this
+    ``regex`` agree on, so ``regex.finditer`` splits as the table's version would; the patterns
+    read nothing of a non-ASCII code point but its class. Empty when the versions match (the
+    table itself is checked against tiktoken and tokenizers on every code point by the tests).
+    """
+    from ._unicode_gen import NUM_CP, class_bytes, regex_unicode_version
+
+    stage1, stage2, meta = table()
+    if regex_unicode_version() == meta["unicode_version"]:
+        return {}
+    cps = np.arange(NUM_CP)
+    ours = stage2[stage1[cps >> 8], cps & 0xFF]
+    theirs = class_bytes()
+    agree = (ours == theirs) & (cps >= 0x80) & ((cps < 0xD800) | (cps >= 0xE000))
+    length = 1 + (cps >= 0x80) + (cps >= 0x800) + (cps >= 0x10000)
+    moved = np.flatnonzero((ours != theirs) & ((cps < 0xD800) | (cps >= 0xE000)))
+    stand_in: dict[tuple[int, int], int] = {}
+    for cp in moved.tolist():
+        key = (int(ours[cp]), int(length[cp]))
+        if key not in stand_in:
+            same = np.flatnonzero(agree & (ours == key[0]) & (length == key[1]))
+            if not len(same):
+                raise RuntimeError(f"no code point of class {key[0]} and UTF-8 length {key[1]} "
+                                   "is classed alike by the table and this regex")
+            stand_in[key] = int(same[0])
+    return {cp: stand_in[(int(ours[cp]), int(length[cp]))] for cp in moved.tolist()}
+
+
 def _char_byte_lengths(text: str) -> np.ndarray:
     """UTF-8 length of each char of a surrogateescape-decoded string (escapes are 1 byte)."""
     cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
@@ -152,7 +187,8 @@ def _char_byte_lengths(text: str) -> np.ndarray:
 
 
 def reference_word_starts(document: str | bytes, pattern: str) -> np.ndarray:
-    """Where ``regex.finditer(pat_str)`` starts its matches, per byte (the oracle).
+    """Where ``regex.finditer(pat_str)`` starts its matches, per byte (the oracle), under the
+    table's Unicode version (:func:`oracle_substitutes`).
 
     Args:
         document: ``str`` (UTF-8 encoded first, lone surrogates → U+FFFD) or bytes (invalid
@@ -168,6 +204,8 @@ def reference_word_starts(document: str | bytes, pattern: str) -> np.ndarray:
     data = to_bytes(document)
     text = data.decode("utf-8", "surrogateescape")
     lens = _char_byte_lengths(text)
+    if subs := oracle_substitutes():
+        text = text.translate(subs)  # same lengths: the offsets below still hold
     char_off = np.zeros(len(text) + 1, np.int64)
     np.cumsum(lens, out=char_off[1:])
     starts = np.fromiter((m.start() for m in _compiled(fam).finditer(text)), np.int64)
