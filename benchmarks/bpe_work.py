@@ -53,7 +53,7 @@ Variants of the merge-order walk (``--variants``):
   1.64x, and 1.12x (all) greedy's warp loads per byte, vs ``flat-fast``'s 1.79x.
 
 ``--gpu`` also encodes the same documents with ``Tokenizer(mode="bpe")`` and prints the PROFILE
-counters of the real kernel (``torch_gpubpe.encoder_bpe.walk_work``): walk-loop iterations,
+counters of the real kernel (``torch_gpubpe.encoding.merge_walk.walk_work``): walk-loop iterations,
 trie steps, tries, pair checks, backtracks, hash probes, and the subgroup lockstep iterations
 (any adapter; the counts do not depend on it except ``lockstep``, which depends on the subgroup
 size); then, for each build of ``--gpu-variants`` (the default build, each speed-up of
@@ -81,8 +81,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from torch_gpubpe import reference  # noqa: E402
-from torch_gpubpe.bpe import NO_TOKEN, bpe_tables  # noqa: E402
-from torch_gpubpe.vocab import Vocab  # noqa: E402
+from torch_gpubpe.core.bpe_tables import NO_TOKEN, bpe_tables  # noqa: E402
+from torch_gpubpe.core.vocab import Vocab  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -452,11 +452,11 @@ def warp_cost_bpe(lanes: list[list], variant: str) -> int:
 
 
 def variant_switches(spec: str) -> dict[str, bool]:
-    """``--gpu-variants`` item -> the walk switches it sets (torch_gpubpe.encoder_bpe):
+    """``--gpu-variants`` item -> the walk switches it sets (torch_gpubpe.encoding.merge_walk):
     ``default``; ``all-new`` / ``all-off`` (the speed-ups, encoder_bpe.SPEEDUPS, all on / all
     off); ``A+B``: those
     switches flipped from their defaults."""
-    import torch_gpubpe.encoder_bpe as EB
+    import torch_gpubpe.encoding.merge_walk as EB
 
     if spec == "default":
         return {}
@@ -476,7 +476,7 @@ def variant_switches(spec: str) -> dict[str, bool]:
 def gpu_work(vocab, chunk: int, docs: list[bytes], switches: dict[str, bool]) -> dict[str, int]:
     """The PROFILE build's counters (encoder_bpe.walk_work) with ``switches`` set; the ids are
     checked against reference.bpe_encode_batch."""
-    import torch_gpubpe.encoder_bpe as EB
+    import torch_gpubpe.encoding.merge_walk as EB
     from torch_gpubpe import Tokenizer
 
     saved = {k: getattr(EB, k) for k in switches}
@@ -510,12 +510,12 @@ def main() -> None:
     ap.add_argument("--gpu", action="store_true", help="also the real kernel's work counters")
     ap.add_argument("--gpu-variants", nargs="+",
                     help="with --gpu: builds whose load counters are compared ('default', "
-                         "'all-new', 'all-off', or switches of torch_gpubpe.encoder_bpe flipped "
+                         "'all-new', 'all-off', or switches of torch_gpubpe.encoding.merge_walk flipped "
                          "from their defaults, 'A+B'); default: default, each speed-up flipped, "
                          "all-off (or all-new)")
     args = ap.parse_args()
     if args.gpu_variants is None:
-        import torch_gpubpe.encoder_bpe as EB
+        import torch_gpubpe.encoding.merge_walk as EB
 
         args.gpu_variants = ["default", *EB.SPEEDUPS,
                              "all-off" if all(EB.DEFAULTS[k] for k in EB.SPEEDUPS) else "all-new"]

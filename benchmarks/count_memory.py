@@ -172,7 +172,7 @@ def child(args) -> None:
                                    max_memory=budget, stats=st)
         out["merges"] = len(vocab.merges)
         if args.child == "unique-prune":
-            from torch_gpubpe.trainer import train_from_word_counts
+            from torch_gpubpe.training.trainer import train_from_word_counts
 
             want = train_from_word_counts(common_counts(args), args.vocab_size, min_frequency=2)
             out["merges_equal_common_words_training"] = list(vocab.merges) == list(want.merges)

@@ -41,8 +41,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from torch_gpubpe import reference  # noqa: E402
-from torch_gpubpe.data import TokenizedDataset, make_dataloader, packed_collate  # noqa: E402
-from torch_gpubpe.vocab import SPLIT_PATTERN_PY, Vocab  # noqa: E402
+from torch_gpubpe.integrations.torch_data import TokenizedDataset, make_dataloader, packed_collate  # noqa: E402
+from torch_gpubpe.core.vocab import SPLIT_PATTERN_PY, Vocab  # noqa: E402
 
 CORPORA = Path(os.environ.get("TORCH_GPUBPE_CORPORA") or REPO.parent / "shared" / "corpora")
 DEFAULT_CORPORA = ["en_novels", "code_cpython_stdlib", "web_html"]
@@ -79,7 +79,7 @@ def get_vocab(args, docs: list[str]) -> Vocab:
             break
     t0 = time.perf_counter()
     try:  # the GPU trainer, when this checkout has it (then workers start by 'spawn')
-        from torch_gpubpe.trainer import train
+        from torch_gpubpe.training.trainer import train
 
         vocab = train(sample, args.vocab_size, min_frequency=2, special_tokens=[EOT])
         how = "GPU trainer"
@@ -213,7 +213,7 @@ def main() -> None:
                                     batch_size=args.batch_size), step)
 
     # -- table ------------------------------------------------------------------------------------
-    from torch_gpubpe.gpu import get_gpu
+    from torch_gpubpe.gpu.device import get_gpu
 
     try:
         adapter = get_gpu().adapter_name

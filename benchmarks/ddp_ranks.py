@@ -1,4 +1,4 @@
-"""Check: a DDP job with one GPU per local rank (torch_gpubpe.devices) — each rank's tokens on
+"""Check: a DDP job with one GPU per local rank (torch_gpubpe.gpu.adapters) — each rank's tokens on
 its own GPU, no document twice or missing across ranks, tokens equal to one process.
 
     torchrun --nproc_per_node=2 benchmarks/ddp_ranks.py                 # 2 GPUs (or lavapipe)
@@ -54,11 +54,11 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
 
-    from torch_gpubpe import devices
-    from torch_gpubpe.data import TokenizedDataset
-    from torch_gpubpe.encoder import Tokenizer
-    from torch_gpubpe.gpu import get_gpu
-    from torch_gpubpe.trainer import train
+    from torch_gpubpe.gpu import adapters as devices
+    from torch_gpubpe.integrations.torch_data import TokenizedDataset
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
+    from torch_gpubpe.gpu.device import get_gpu
+    from torch_gpubpe.training.trainer import train
 
     g = get_gpu()
     choice = devices.last_choice

@@ -1,4 +1,4 @@
-"""Benchmark: GPU greedy encoder (torch_gpubpe.encoder) vs tiktoken, same vocab and split pattern.
+"""Benchmark: GPU greedy encoder (torch_gpubpe.encoding.tokenizer) vs tiktoken, same vocab and split pattern.
 
     python3 benchmarks/encode.py --help
     python3 benchmarks/encode.py                                   # 5 corpora, 102 MB, vocab 32,768
@@ -58,8 +58,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from torch_gpubpe import reference  # noqa: E402
-from torch_gpubpe.encoder import Tokenizer, _pack, join_parts  # noqa: E402
-from torch_gpubpe.vocab import SPLIT_PATTERN_PY, Vocab  # noqa: E402
+from torch_gpubpe.encoding.tokenizer import Tokenizer, _pack, join_parts  # noqa: E402
+from torch_gpubpe.core.vocab import SPLIT_PATTERN_PY, Vocab  # noqa: E402
 
 CORPORA = Path(os.environ.get("TORCH_GPUBPE_CORPORA") or REPO.parent / "shared" / "corpora")
 DEFAULT_CORPORA = [
@@ -321,7 +321,7 @@ def pipelined_breakdown(tok: Tokenizer, bs: list[list[str]]) -> tuple[float, dic
     the ids' copy to land, continuation submits) and ``other``
     (the loop, offsets). Wraps the encoder's private steps, so it is a separate run from the
     timed one."""
-    import torch_gpubpe.encoder as E
+    import torch_gpubpe.encoding.tokenizer as E
 
     acc = {k: 0.0 for k in ("pack", "upload copy", "submit, rest", "wait for the GPU",
                             "ids copy", "readback, rest", "other")}
@@ -365,7 +365,7 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
     sys.path.insert(0, str(REPO / "benchmarks"))
     from _report import GPUMonitor, print_footer, sm_clock_now
 
-    from torch_gpubpe.export import hf_tokenizer_json
+    from torch_gpubpe.core.export import hf_tokenizer_json
 
     vocab = Vocab.load(args.bpe_vocab).with_mode("bpe")
     bs = batches(docs, args.batch_bytes)
@@ -415,10 +415,10 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
         ntok = sum(len(e.ids) for b in bs for e in hf.encode_batch(b, add_special_tokens=False))
         rows.append((f"HF tokenizers encode_batch ({os.cpu_count()} CPUs)",
                      time.perf_counter() - t0, ntok))
-    from torch_gpubpe.encoder import _pack
+    from torch_gpubpe.encoding.tokenizer import _pack
 
     packed = [_pack(b) for b in bs]
-    import torch_gpubpe.encoder_bpe as EB
+    import torch_gpubpe.encoding.merge_walk as EB
 
     ktok = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True)  # mode="bpe"
     greedy = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True, mode="greedy")
@@ -495,7 +495,7 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
     print(METHOD.format(warm=args.warm_s, reps=args.repeat_passes, rounds=args.pass_rounds,
                         nb=len(packed)) + "; each row's ratios are to the greedy mode timed "
           "in the same column (same vocab and input, min over min) unless it says otherwise")
-    print("walk build switches of the bpe mode column (torch_gpubpe.encoder_bpe): "
+    print("walk build switches of the bpe mode column (torch_gpubpe.encoding.merge_walk): "
           + ", ".join(f"{f}={'on' if getattr(EB, f) else 'off'}" for f in EB.WALK_SWITCHES)
           + "; each later row flips the switches it names")
     nan = float("nan")

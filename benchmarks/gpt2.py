@@ -11,12 +11,12 @@ on the same documents; every id is checked against tiktoken's.
 Rows, MB/s of UTF-8 input (``list[str]`` in → ids out):
 
 * torch_gpubpe: ``Tokenizer.from_tiktoken(path)`` (pattern from the sidecar, or
-  ``--pattern``: a family name of torch_gpubpe.patterns, e.g. ``o200k``, whose ranks are not
+  ``--pattern``: a family name of torch_gpubpe.core.patterns, e.g. ``o200k``, whose ranks are not
   offline — its split with the ``--vocab`` ranks, the same for every encoder), two batches in
   flight (``submit``/``result``), batches of ``--batch-bytes``; best of ``--repeat``.
 * tiktoken ``Encoding(pat_str=sidecar pattern, mergeable_ranks=file)``
   ``.encode_ordinary_batch(num_threads=N)``.
-* tokenizers: the same vocab as a ``tokenizer.json`` (torch_gpubpe.export) whose pre-tokenizer
+* tokenizers: the same vocab as a ``tokenizer.json`` (torch_gpubpe.core.export) whose pre-tokenizer
   is ``ByteLevel(use_regex=True)`` (GPT-2's; with ``--vocab`` of another family, its
   ``Split(Regex)``), ``encode_batch`` (Rust threads, ``RAYON_NUM_THREADS``).
 
@@ -58,8 +58,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from _report import GPUMonitor, print_footer, sm_clock_now  # noqa: E402
 from encode import CORPORA, DEFAULT_CORPORA, batches, read_docs  # noqa: E402
 
-from torch_gpubpe.encoder import Tokenizer  # noqa: E402
-from torch_gpubpe.patterns import PATTERN_OF, resolve  # noqa: E402
+from torch_gpubpe.encoding.tokenizer import Tokenizer  # noqa: E402
+from torch_gpubpe.core.patterns import PATTERN_OF, resolve  # noqa: E402
 
 
 def gpu_pipelined(tok: Tokenizer, bs: list[list[str]]) -> tuple[float, list]:
@@ -125,7 +125,7 @@ def files_rows(args, pat_str: str) -> None:
     """``--data-files``: the CLI's encode loop on packed batches held in memory (module docs)."""
     import glob
 
-    from torch_gpubpe.readers import FileReader, documents
+    from torch_gpubpe.io.readers import FileReader, documents
 
     paths = sorted(p for g in args.data_files for p in glob.glob(g)) or args.data_files
     for bb in args.files_batch_bytes:
@@ -169,7 +169,7 @@ def files_rows(args, pat_str: str) -> None:
 def hf_tokenizer(vocab, family: str):
     from tokenizers import Tokenizer as HFTokenizer
 
-    from torch_gpubpe.export import hf_tokenizer_dict
+    from torch_gpubpe.core.export import hf_tokenizer_dict
 
     d = hf_tokenizer_dict(vocab)
     if family == "gpt2":

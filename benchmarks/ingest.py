@@ -70,7 +70,7 @@ def make_data(args) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from torch_gpubpe.readers import FileReader, arrow_to_packed
+    from torch_gpubpe.io.readers import FileReader, arrow_to_packed
 
     paths: list[str] = []
     for c in args.corpora:
@@ -194,7 +194,7 @@ def row(name: str, seconds: float, nbytes: int, mon: GPUMonitor | None, extra: s
 
 
 def load_docs(paths: list[str]) -> list[str]:
-    from torch_gpubpe.readers import FileReader
+    from torch_gpubpe.io.readers import FileReader
 
     out: list[str] = []
     for b in FileReader(paths).batches():
@@ -214,7 +214,7 @@ def _init_tiktoken(vocab_path: str) -> None:
     import tiktoken
 
     from torch_gpubpe import Vocab
-    from torch_gpubpe.vocab import SPLIT_PATTERN_PY
+    from torch_gpubpe.core.vocab import SPLIT_PATTERN_PY
 
     if vocab_path.endswith(".tiktoken"):  # e.g. GPT-2 as llm.c uses it: its file and sidecar
         import base64
@@ -254,7 +254,7 @@ def peer_llmc(args) -> None:
     """llm.c's fineweb.py loop: documents read in the main process, tokenized in a Pool."""
     import multiprocessing as mp
 
-    from torch_gpubpe.readers import FileReader
+    from torch_gpubpe.io.readers import FileReader
 
     def docs():
         for b in FileReader(args.peer_files).batches():
@@ -337,7 +337,7 @@ def job_train(args, data: Path, nbytes: int, work: Path) -> Path:
         try:
             import rustbpe
 
-            from torch_gpubpe.vocab import SPLIT_PATTERN
+            from torch_gpubpe.core.vocab import SPLIT_PATTERN
 
             t0 = time.perf_counter()
             rt = rustbpe.Tokenizer()
@@ -357,7 +357,7 @@ def count_stage(pq_files: list[str], nbytes: int) -> None:
     the time went (stats["count_pipeline"]: waiting for filled stages = host-bound, in the GPU
     steps = GPU-bound)."""
     from torch_gpubpe import train
-    from torch_gpubpe.readers import FileReader
+    from torch_gpubpe.io.readers import FileReader
 
     import warnings
 
@@ -486,7 +486,7 @@ def _pipelined(tok, batches) -> tuple[float, int]:
 
 def job_memory(args, data: Path, nbytes: int, vocab_dir: Path) -> None:
     from torch_gpubpe import Tokenizer, Vocab
-    from torch_gpubpe.readers import FileReader, documents, prefetch
+    from torch_gpubpe.io.readers import FileReader, documents, prefetch
 
     print("\nreading from files vs the in-memory path, same bytes (Tokenizer, batches of "
           f"{args.batch_bytes / 1e6:.0f} MB, 2 in flight)", flush=True)

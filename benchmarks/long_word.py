@@ -47,7 +47,7 @@ default vocab GPT-2's ``tests/data/vocabs/gpt2.tiktoken``). A merge-order word i
 GPU thread, continued across dispatches (there is no parallel path in that mode: see
 docs/PERFORMANCE.md), so the table shows that serial cost: time, MB/s, the walk dispatches it
 took. The first 64 KB of each long word are checked against the Python backtracking encoder
-(``torch_gpubpe.bpe.backtrack_encode``, itself tested against tiktoken), leaving out the last 64
+(``torch_gpubpe.core.bpe_tables.backtrack_encode``, itself tested against tiktoken), leaving out the last 64
 tokens (a prefix of a word ends inside it). Example::
 
     python3 benchmarks/long_word.py --mode bpe --mb 1 --repeat 1
@@ -319,7 +319,7 @@ def main() -> None:
 
 def bpe_main(args, nbytes: int) -> None:
     """--mode bpe: the serial merge-order walk of one long word vs the same bytes split."""
-    from torch_gpubpe.bpe import backtrack_encode, bpe_tables
+    from torch_gpubpe.core.bpe_tables import backtrack_encode, bpe_tables
 
     path = args.vocab or str(REPO / "tests" / "data" / "vocabs" / "gpt2.tiktoken")
     vocab = Vocab.load(path).with_mode("bpe")

@@ -42,9 +42,9 @@ def main() -> None:
 
     import numpy as np
 
-    import torch_gpubpe.train_wordlist as tw
-    from torch_gpubpe.trainer import get_trainer
-    from torch_gpubpe.wordcount import count_words_gpu
+    import torch_gpubpe.training.wordlist_loop as tw
+    from torch_gpubpe.training.trainer import get_trainer
+    from torch_gpubpe.training.wordcount import count_words_gpu
 
     docs = load_docs(args.corpus or ["en_novels"], args.max_bytes, args.jsonl)
     t = time.perf_counter()

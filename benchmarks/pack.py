@@ -3,8 +3,8 @@ two shapes the library sees — the encoder's (encode.py's 5 corpora, 102 MB, a 
 documents of ~30 KB) and the trainer's (documents of ~11 KB cut from every corpus, as in the
 868 MB training run) — by every packer: ``to_bytes`` per document + join (the old loop, still
 what ``train(list)`` does without the compiled packer), the iconv packer of
-:mod:`torch_gpubpe._cpython_str` (``utf8_parts`` + ``join_parts``), and the compiled one of
-:mod:`torch_gpubpe.str_pack` with each ``--threads`` count: one array (``pack``), the
+:mod:`torch_gpubpe.core.cpython_str` (``utf8_parts`` + ``join_parts``), and the compiled one of
+:mod:`torch_gpubpe.core.str_pack` with each ``--threads`` count: one array (``pack``), the
 encoder's upload path (``Packed`` measured, then ``copy_parts`` into one reused buffer, as
 into the mapped upload buffer) and the trainer's batches (``pack_batches`` / the old loop,
 8 MiB, each batch copied into one reused stage buffer and dropped, as count_pipeline does).
@@ -38,9 +38,10 @@ from encode import CORPORA, DEFAULT_CORPORA, read_docs  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from torch_gpubpe import _cpython_str, str_pack  # noqa: E402
-from torch_gpubpe.reference import to_bytes  # noqa: E402
-from torch_gpubpe.wordcount import _batches  # noqa: E402
+from torch_gpubpe import str_pack  # noqa: E402
+from torch_gpubpe.core import cpython_str as _cpython_str
+from torch_gpubpe.core.reference import to_bytes  # noqa: E402
+from torch_gpubpe.training.wordcount import _batches  # noqa: E402
 
 
 def cpu_s() -> float:

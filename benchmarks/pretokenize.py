@@ -1,4 +1,4 @@
-"""Benchmark: the GPU regex pre-tokenizers (torch_gpubpe.unicode_pretok) vs regex.finditer and
+"""Benchmark: the GPU regex pre-tokenizers (torch_gpubpe.encoding.regex_pretok) vs regex.finditer and
 tiktoken, on the same documents.
 
     python3 benchmarks/pretokenize.py --help
@@ -37,9 +37,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from _report import GPUMonitor, print_footer, sm_clock_now  # noqa: E402
 from encode import CORPORA, DEFAULT_CORPORA, batches, read_docs  # noqa: E402
 
-from torch_gpubpe.encoder import _pack  # noqa: E402
-from torch_gpubpe.patterns import FAMILIES, PATTERN_OF, reference_word_starts  # noqa: E402
-from torch_gpubpe.unicode_pretok import UnicodePreTokenizer  # noqa: E402
+from torch_gpubpe.encoding.tokenizer import _pack  # noqa: E402
+from torch_gpubpe.core.patterns import FAMILIES, PATTERN_OF, reference_word_starts  # noqa: E402
+from torch_gpubpe.encoding.regex_pretok import UnicodePreTokenizer  # noqa: E402
 
 
 def gpu_run(family: str, packed: list[tuple[np.ndarray, np.ndarray]]) -> tuple[float, list]:

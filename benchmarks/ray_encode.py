@@ -1,4 +1,4 @@
-"""Benchmark: the Ray Data recipes (torch_gpubpe.ray, one GPU actor) against the single-process
+"""Benchmark: the Ray Data recipes (torch_gpubpe.integrations.ray, one GPU actor) against the single-process
 ``encode`` CLI on the same parquet files, in one run, with a timeline of where Ray's time goes.
 
     python3 benchmarks/ray_encode.py --help
@@ -19,7 +19,7 @@ Every path reads the same files (``--repeat`` lists them K times) and gives the 
 * in-process loop: FileReader → ``Tokenizer.submit_arrow``, two batches in flight, session
   already open (the encoder's ceiling on these files: no process start, nothing written);
 * Ray ``files``: ``tokenize_files`` (a dataset of the paths; each call runs the CLI's pipeline,
-  ``torch_gpubpe.pipeline``, over its files: one FileReader, read-ahead, pack thread, two GPU
+  ``torch_gpubpe.encoding.stream``, over its files: one FileReader, read-ahead, pack thread, two GPU
   batches in flight; token tables to the driver);
 * Ray ``shards``: ``tokenize_files(out_dir=...)``: the actor writes a Megatron part per file
   (ShardWriter, as the CLI), then ``merge_shard_lists`` (renames) makes one list;
@@ -65,17 +65,17 @@ import pyarrow.compute as pc  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from _report import GPUMonitor, gpu_sample, print_footer, sm_clock_now  # noqa: E402
 
-from torch_gpubpe.encoder import Tokenizer  # noqa: E402
-from torch_gpubpe.ray import (DEFAULT_BATCH_ROWS, TokenizeBatches, TokenizeFiles,  # noqa: E402
+from torch_gpubpe.encoding.tokenizer import Tokenizer  # noqa: E402
+from torch_gpubpe.integrations.ray import (DEFAULT_BATCH_ROWS, TokenizeBatches, TokenizeFiles,  # noqa: E402
                               merge_shard_lists, tokenize_dataset, tokenize_files)
-from torch_gpubpe.vocab import Vocab  # noqa: E402
+from torch_gpubpe.core.vocab import Vocab  # noqa: E402
 
 
 # What the preloaded cluster's workers import at start (--preload-runs): Ray Data (the actor
 # pool's worker class), the recipe, the encoder and the reader; the actor's own start then
 # skips them.
 KINDS = ("files", "shards", "parquet", "readtasks")
-PRELOAD = "ray.data,torch_gpubpe.ray,torch_gpubpe.encoder,torch_gpubpe.readers,pyarrow.parquet"
+PRELOAD = "ray.data,torch_gpubpe.integrations.ray,torch_gpubpe.encoding.tokenizer,torch_gpubpe.io.readers,pyarrow.parquet"
 
 
 def parquet_files(paths: list[str]) -> list[str]:
@@ -100,7 +100,7 @@ def text_bytes(files: list[str], column: str) -> int:
 def get_vocab(a, files: list[str]) -> Vocab:
     if a.vocab:
         return Vocab.load(a.vocab)
-    from torch_gpubpe.trainer import train
+    from torch_gpubpe.training.trainer import train
 
     docs, size = [], 0
     for f in files:
@@ -142,10 +142,10 @@ class StampedMonitor(GPUMonitor):
 
 def single_process(vocab: Vocab, files: list[str], a) -> tuple[int, float]:
     """Tokens and seconds of the in-process loop: the ``encode`` CLI's reader
-    (:class:`torch_gpubpe.readers.FileReader`: row groups read ahead on threads) into
+    (:class:`torch_gpubpe.io.readers.FileReader`: row groups read ahead on threads) into
     ``Tokenizer.submit_arrow``, two batches in flight, the session opened before the clock
     starts and nothing written (the encoder's ceiling on these files)."""
-    from torch_gpubpe.readers import FileReader
+    from torch_gpubpe.io.readers import FileReader
 
     tok = Tokenizer(vocab)
     tok.encode_batch(["warm up the session"])
@@ -279,8 +279,8 @@ def _worker_env() -> dict:
 
 
 def _adapter_name() -> str:
-    from torch_gpubpe import devices
-    from torch_gpubpe.gpu import get_gpu
+    from torch_gpubpe.gpu import adapters as devices
+    from torch_gpubpe.gpu.device import get_gpu
 
     c = devices.last_choice
     return (f"{get_gpu().adapter_name}; CUDA_VISIBLE_DEVICES="
@@ -290,7 +290,7 @@ def _adapter_name() -> str:
 def read_file_tables(batch, text_column: str):
     """A Ray read task of the ``readtasks`` runs: the batch's files read with FileReader (2
     threads: 16 such tasks run at once on 16 CPUs), one text table per row group."""
-    from torch_gpubpe.readers import FileReader
+    from torch_gpubpe.io.readers import FileReader
 
     for path in batch.column("path").to_pylist():
         for b in FileReader([path], text_column=text_column, threads=2).batches():

@@ -178,7 +178,7 @@ def parse_stage(paths: list[str], args, threads: int) -> None:
     import pyarrow as pa
     import pyarrow.json as pj
 
-    from torch_gpubpe.readers import _open_raw  # the reader's own decompressor choice
+    from torch_gpubpe.io.readers import _open_raw  # the reader's own decompressor choice
 
     limit = int(args.parse_mb * 1e6)
     chunks: list[bytes] = []
@@ -218,7 +218,7 @@ def parse_stage(paths: list[str], args, threads: int) -> None:
 
 
 def reader_stage(paths: list[str], args, threads: int, name: str) -> dict:
-    from torch_gpubpe.readers import FileReader
+    from torch_gpubpe.io.readers import FileReader
 
     out = {}
     for run in range(args.runs):
@@ -243,7 +243,7 @@ def reader_stage(paths: list[str], args, threads: int, name: str) -> dict:
 
 
 def documents_stage(paths: list[str], args, threads: int) -> None:
-    from torch_gpubpe.readers import FileReader, documents
+    from torch_gpubpe.io.readers import FileReader, documents
 
     r = FileReader(paths, text_column=args.text_column, threads=threads,
                    chunk_bytes=args.chunk_bytes)
@@ -273,7 +273,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.no_isal_run:
         sys.modules["isal"] = None  # import isal fails: as on a machine without python-isal
-    from torch_gpubpe import readers
+    from torch_gpubpe.io import readers
 
     if args.chunk_bytes is None:
         args.chunk_bytes = readers.DEFAULT_CHUNK_BYTES

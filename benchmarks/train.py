@@ -1,4 +1,4 @@
-"""Benchmark: GPU BPE training (torch_gpubpe.trainer) vs rustbpe vs Hugging Face tokenizers.
+"""Benchmark: GPU BPE training (torch_gpubpe.training.trainer) vs rustbpe vs Hugging Face tokenizers.
 
 Same documents, same pre-tokenizer (DESIGN.md §2 regex, vocab.SPLIT_PATTERN), same vocab size.
 Each method runs in its own child process (fresh interpreter) so that its peak host memory
@@ -81,7 +81,7 @@ def peak_rss_mb() -> float:
 def run_gpubpe(docs, vocab_size, min_frequency, profile, algorithm="wordlist", count_on="gpu"):
     """A first training in a fresh process (includes opening the device and compiling the
     pipelines), then a second one in the same process ("warm": the device is open)."""
-    from torch_gpubpe.trainer import train
+    from torch_gpubpe.training.trainer import train
 
     out = {}
     for run in ("cold", "warm"):
@@ -108,7 +108,7 @@ def run_gpubpe(docs, vocab_size, min_frequency, profile, algorithm="wordlist", c
 def run_rustbpe(docs, vocab_size, min_frequency, profile):
     import rustbpe
 
-    from torch_gpubpe.vocab import SPLIT_PATTERN
+    from torch_gpubpe.core.vocab import SPLIT_PATTERN
 
     t = time.perf_counter()
     tok = rustbpe.Tokenizer()
@@ -122,7 +122,7 @@ def run_rustbpe_count(docs, vocab_size, min_frequency, profile):
     """rustbpe's own counting (pre-tokenize + count), measured as a training to 257 tokens."""
     import rustbpe
 
-    from torch_gpubpe.vocab import SPLIT_PATTERN
+    from torch_gpubpe.core.vocab import SPLIT_PATTERN
 
     t = time.perf_counter()
     tok = rustbpe.Tokenizer()
@@ -132,8 +132,8 @@ def run_rustbpe_count(docs, vocab_size, min_frequency, profile):
 
 def run_gpubpe_count(docs, vocab_size, min_frequency, profile):
     """GPU word counting, the device opened first (not timed)."""
-    from torch_gpubpe.gpu import get_gpu
-    from torch_gpubpe.wordcount import count_words_gpu
+    from torch_gpubpe.gpu.device import get_gpu
+    from torch_gpubpe.training.wordcount import count_words_gpu
 
     get_gpu()
     count_words_gpu(docs[:10])          # compile the pipelines
@@ -144,7 +144,7 @@ def run_gpubpe_count(docs, vocab_size, min_frequency, profile):
 
 def run_cpu_count(docs, vocab_size, min_frequency, profile):
     """The CPU word counter (vectorised numpy, all cores)."""
-    from torch_gpubpe.wordcount import count_words
+    from torch_gpubpe.training.wordcount import count_words
 
     t = time.perf_counter()
     counts = count_words(docs)
@@ -154,7 +154,7 @@ def run_cpu_count(docs, vocab_size, min_frequency, profile):
 def run_hf(docs, vocab_size, min_frequency, profile):
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
-    from torch_gpubpe.vocab import SPLIT_PATTERN
+    from torch_gpubpe.core.vocab import SPLIT_PATTERN
 
     t = time.perf_counter()
     tok = Tokenizer(models.BPE())
@@ -181,7 +181,7 @@ def run_warmup(docs, vocab_size, min_frequency, profile):
     the H200, 0.25 s in the next process). Both algorithms train on the first ~4 MB once, so
     that every timed row is a fresh process with the driver's cache warm, as a user's second
     run is."""
-    from torch_gpubpe.trainer import train
+    from torch_gpubpe.training.trainer import train
 
     head, size = [], 0
     for d in docs:

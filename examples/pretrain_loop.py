@@ -23,9 +23,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from torch_gpubpe import reference
-from torch_gpubpe.data import TokenizedDataset, make_dataloader
-from torch_gpubpe.vocab import Vocab
+from torch_gpubpe.core import reference
+from torch_gpubpe.integrations.torch_data import TokenizedDataset, make_dataloader
+from torch_gpubpe.core.vocab import Vocab
 
 REPO = Path(__file__).resolve().parents[1]
 EOT = "<|endoftext|>"

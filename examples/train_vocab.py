@@ -17,11 +17,11 @@ import time
 
 import tokenizers
 
-from torch_gpubpe import reference
-from torch_gpubpe.encoder import Tokenizer
-from torch_gpubpe.export import export_all
-from torch_gpubpe.sources import TextSource, iter_texts, shipped_corpus
-from torch_gpubpe.trainer import train
+from torch_gpubpe.core import reference
+from torch_gpubpe.encoding.tokenizer import Tokenizer
+from torch_gpubpe.core.export import export_all
+from torch_gpubpe.io.sources import TextSource, iter_texts, shipped_corpus
+from torch_gpubpe.training.trainer import train
 
 p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 p.add_argument("--dataset", help="Hugging Face dataset name (needs network) or local folder")

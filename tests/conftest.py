@@ -91,11 +91,12 @@ def assert_same_fields(a, b, *, same_types: bool = False) -> None:
 
 def fresh_disk_cache(monkeypatch, tmp_path: Path, module, min_tokens_attr: str,
                      stats: dict) -> None:
-    """Give one test an empty disk cache (torch_gpubpe._disk_cache, XDG_CACHE_HOME under
+    """Give one test an empty disk cache (torch_gpubpe.core.disk_cache, XDG_CACHE_HOME under
     ``tmp_path``), turned on (TORCH_GPUBPE_NO_TABLE_CACHE unset) for vocabs of every size
     (``module.<min_tokens_attr>`` = 0), with the counters of ``stats`` (the module's cache stats
     dict: loaded, built, saved = 0, errors = []) and gpu's warn-once set reset; all undone after."""
-    from torch_gpubpe import _disk_cache, gpu
+    from torch_gpubpe.core import disk_cache as _disk_cache
+    from torch_gpubpe.gpu import device as gpu
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv(_disk_cache.ENV_OFF, raising=False)
@@ -112,10 +113,10 @@ def pytest_terminal_summary(terminalreporter):
     the split oracle therefore keeps on the table's classes (patterns.oracle_substitutes)."""
     import sys
 
-    if "torch_gpubpe.patterns" not in sys.modules:  # no split test ran: nothing to say
+    if "torch_gpubpe.core.patterns" not in sys.modules:  # no split test ran: nothing to say
         return
-    from torch_gpubpe._unicode_gen import regex_unicode_version, regex_version
-    from torch_gpubpe.patterns import oracle_substitutes, table
+    from torch_gpubpe.core.unicode_gen import regex_unicode_version, regex_version
+    from torch_gpubpe.core.patterns import oracle_substitutes, table
 
     subs = oracle_substitutes()
     if subs:
@@ -124,5 +125,5 @@ def pytest_terminal_summary(terminalreporter):
             f"unicode: regex {regex_version()} knows Unicode {regex_unicode_version()}; the "
             f"pre-tokenizer table follows Unicode {table()[2]['unicode_version']} (tiktoken's and "
             f"tokenizers' engines): {len(subs)} code points change class ({shown} ...); the split "
-            "oracle keeps the table's classes for them (python -m torch_gpubpe._unicode_gen "
+            "oracle keeps the table's classes for them (python -m torch_gpubpe.core.unicode_gen "
             "--report lists them by class)")

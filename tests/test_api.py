@@ -21,11 +21,11 @@ import tiktoken
 import torch
 
 from conftest import CORPUS_NAMES, corpus_docs, subprocess_env
-from torch_gpubpe import reference
-from torch_gpubpe.encoder import BatchEncoding, Tokenizer
+from torch_gpubpe.core import reference
+from torch_gpubpe.encoding.tokenizer import BatchEncoding, Tokenizer
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.export import export_all, tiktoken_encoding
-from torch_gpubpe.vocab import Vocab
+from torch_gpubpe.core.export import export_all, tiktoken_encoding
+from torch_gpubpe.core.vocab import Vocab
 
 EOT, PAD = "<|endoftext|>", "<|pad|>"
 SPECIAL_TEXTS = [
@@ -162,7 +162,7 @@ def test_decode_accepts_lists_arrays_and_tensors(tok, vocab):
 
 
 def test_encoder_module_does_not_import_torch():
-    code = ("import sys; from torch_gpubpe import Vocab; from torch_gpubpe.encoder import "
+    code = ("import sys; from torch_gpubpe import Vocab; from torch_gpubpe.encoding.tokenizer import "
             "Tokenizer; t = Tokenizer(Vocab(((97, 98),))); assert t.decode([256, 99]) == 'abc'; "
             "import numpy as np; assert t.decode(np.array([256])) == 'ab'; "
             "assert 'torch' not in sys.modules, 'torch imported'; print('ok')")
@@ -248,7 +248,7 @@ def test_size_names(vocab, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("count_on", ["gpu", "cpu"])
 def test_train_refuses_an_empty_corpus(count_on):
-    from torch_gpubpe.trainer import train
+    from torch_gpubpe.training.trainer import train
 
     for docs in ([], [""], ["", b"", ""], (d for d in ["", ""])):
         with pytest.raises(InputError, match="empty corpus"):
@@ -257,8 +257,8 @@ def test_train_refuses_an_empty_corpus(count_on):
 
 @pytest.mark.gpu
 def test_train_progress_true_shows_tqdm_bars(capsys, tmp_path):
-    from torch_gpubpe.readers import open_source
-    from torch_gpubpe.trainer import train
+    from torch_gpubpe.io.readers import open_source
+    from torch_gpubpe.training.trainer import train
 
     docs = corpus_docs("tr_ud_boun", 30_000)
     want = reference.train(docs, 400)
@@ -283,7 +283,7 @@ def test_train_progress_true_shows_tqdm_bars(capsys, tmp_path):
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_dataset_takes_a_vocab_path(tmp_path, vocab):
-    from torch_gpubpe.data import TokenizedDataset
+    from torch_gpubpe.integrations.torch_data import TokenizedDataset
 
     export_all(vocab, tmp_path / "out")  # what `train --out` writes
     docs = ["yakınlık ve", "2026 yılı", ""]
@@ -339,7 +339,7 @@ def _closed_port_url() -> str:
 
 
 def test_check_reachable_is_bounded():
-    from torch_gpubpe.hub import check_reachable
+    from torch_gpubpe.io.hub import check_reachable
 
     class NotFound(http.server.BaseHTTPRequestHandler):
         def do_HEAD(self):  # noqa: N802 - http.server's name

@@ -1,5 +1,5 @@
-"""The data path's background reader thread (torch_gpubpe.data._Background) and the readers'
-prefetch pump (torch_gpubpe.readers.prefetch): closing the iterator stops and joins the thread;
+"""The data path's background reader thread (torch_gpubpe.integrations.torch_data._Background) and the readers'
+prefetch pump (torch_gpubpe.io.readers.prefetch): closing the iterator stops and joins the thread;
 a garbage-collected one never stalls the thread that collects it.
 
 The second case is the H200 failure of test_data.py::test_background_thread_runs_ahead_and_
@@ -18,9 +18,9 @@ import time
 import pytest
 
 from conftest import corpus_docs
-from torch_gpubpe import reference
-from torch_gpubpe.data import TokenizedDataset
-from torch_gpubpe.vocab import Vocab
+from torch_gpubpe.core import reference
+from torch_gpubpe.integrations.torch_data import TokenizedDataset
+from torch_gpubpe.core.vocab import Vocab
 
 pytestmark = pytest.mark.gpu
 
@@ -32,7 +32,7 @@ def docs():
 
 @pytest.fixture(scope="module")
 def tok(docs):
-    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     merges = reference.train(docs, vocab_size=400, min_frequency=1, num_special_tokens=1)
     return Tokenizer(Vocab.from_merges(merges, ["<|endoftext|>"]))
@@ -96,7 +96,7 @@ def test_collected_reader_does_not_stall_the_collecting_thread(docs, tok):
 def test_collected_prefetch_does_not_stall_the_collecting_thread():
     """The same for readers.prefetch: a source whose cleanup waits for the collecting thread
     (before: the finalizer joined the pump for 30 s)."""
-    from torch_gpubpe.readers import prefetch
+    from torch_gpubpe.io.readers import prefetch
 
     release = threading.Event()
 

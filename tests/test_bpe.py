@@ -18,11 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS_NAMES, TEST_VOCABS, corpus_docs, shared_vocab, subprocess_env
-from torch_gpubpe import Vocab, reference
-from torch_gpubpe.bpe import backtrack_encode, bpe_tables, valid_pair
+from torch_gpubpe import Vocab
+from torch_gpubpe.core import reference
+from torch_gpubpe.core.bpe_tables import backtrack_encode, bpe_tables, valid_pair
 from torch_gpubpe.errors import VocabFormatError
-from torch_gpubpe.vocab import SPLIT_PATTERN_PY
-from torch_gpubpe.vocab_io import load_hf_tokenizer, load_tiktoken, vocab_from_hf_dict
+from torch_gpubpe.core.vocab import SPLIT_PATTERN_PY
+from torch_gpubpe.core.vocab_files import load_hf_tokenizer, load_tiktoken, vocab_from_hf_dict
 
 GPT2 = TEST_VOCABS / "gpt2.tiktoken"
 HSET = settings(max_examples=30, deadline=None,
@@ -165,7 +166,7 @@ def test_tiktoken_loader_errors(tmp_path):
 
 
 def test_hf_json_round_trip_and_rejects(gpt2, trained):
-    from torch_gpubpe.export import hf_tokenizer_dict
+    from torch_gpubpe.core.export import hf_tokenizer_dict
 
     for v in (gpt2, trained):
         obj = hf_tokenizer_dict(v)
@@ -202,7 +203,7 @@ gpu = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def gpt2_tok(gpt2):
-    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     return Tokenizer(gpt2)
 
@@ -219,7 +220,7 @@ def test_gpu_gpt2_equals_tiktoken(gpt2_tok, gpt2_tt, name):
 
 @gpu
 def test_gpu_qwen2_equals_tiktoken():
-    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     v = load_tiktoken(shared_vocab("qwen2.tiktoken"))
     assert len(v) == 151643 + 293 and v.mode == "bpe"
@@ -233,8 +234,8 @@ def test_gpu_qwen2_equals_tiktoken():
 
 @gpu
 def test_gpu_trained_vocab_equals_tiktoken_and_reference(trained):
-    from torch_gpubpe.encoder import Tokenizer
-    from torch_gpubpe.export import tiktoken_encoding
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
+    from torch_gpubpe.core.export import tiktoken_encoding
 
     tok = Tokenizer(trained)
     assert tok.mode == "bpe" and Tokenizer(trained, mode="greedy").mode == "greedy"
@@ -271,7 +272,7 @@ PIECES = st.sampled_from(["a", "e", " ", "  ", "\n", "1", "=", "ı", "th", "\t",
 @pytest.fixture(scope="module")
 def tiny(gpt2):
     """Slices of ~300 bytes, the smallest walk budget, 4-byte chunks: every continuation."""
-    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     return Tokenizer(gpt2, max_slice_bytes=300, thread_budget=1, chunk_bytes=4)
 
@@ -305,7 +306,7 @@ def test_gpu_profile_repeat_same_ids(gpt2, gpt2_tt):
     """The benchmarks' repeated passes (session.profile_repeat: each slice's passes run 3 times
     in its submit, each timed) give the same ids, pops and continuations included, and a time
     per pass for every repetition (session.rep_pass_us, the last one == last_pass_us)."""
-    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     tok = Tokenizer(gpt2, profile=True, thread_budget=8_000)
     tok._session().profile_repeat = 3
@@ -338,8 +339,8 @@ def test_gpu_walk_build_flags_flipped(gpt2, gpt2_tt, monkeypatch, flag):
     load-cutting ones together, the occupancy ones together and with other switches, as
     benchmarks/encode.py compares, is exact too, on text that backtracks (pops: LEAN_STATE's
     scan back) and on pathological words, continued across dispatches."""
-    import torch_gpubpe.encoder_bpe as EB
-    from torch_gpubpe.encoder import Tokenizer
+    import torch_gpubpe.encoding.merge_walk as EB
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     assert set(EB.WALK_SWITCHES) == {"PREFETCH_ROWS", "OVERLAP_TRY", *NEW_SWITCHES,
                                      *OCCUPANCY_SWITCHES}
@@ -356,7 +357,7 @@ def test_gpu_walk_build_flags_flipped(gpt2, gpt2_tt, monkeypatch, flag):
 def test_gpu_large_slice_continuation(gpt2, gpt2_tt):
     """Single-character words of 50-100 KB on a budget that needs many continuation
     dispatches (tiktoken is quadratic on one long piece: larger sizes are in the heavy test)."""
-    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     tok = Tokenizer(gpt2, thread_budget=8_000)
     docs = ["a" * 100_000, "x" + "7" * 50_000, "🙂" * 15_000]
@@ -369,8 +370,8 @@ def test_gpu_exported_hf_and_tiktoken_equal(tmp_path, trained, gpt2, gpt2_tok):
     import tiktoken.load
     import tokenizers
 
-    from torch_gpubpe.encoder import Tokenizer
-    from torch_gpubpe.export import export_all
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
+    from torch_gpubpe.core.export import export_all
 
     docs = [d for n in CORPUS_NAMES for d in corpus_docs(n, 6_000, max_doc_bytes=2_000)]
     docs += PATHOLOGICAL[:4]
@@ -391,8 +392,8 @@ def test_gpu_exported_hf_and_tiktoken_equal(tmp_path, trained, gpt2, gpt2_tok):
 def test_gpu_transformers_loads_export(tmp_path, trained):
     import transformers
 
-    from torch_gpubpe.encoder import Tokenizer
-    from torch_gpubpe.export import export_all
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
+    from torch_gpubpe.core.export import export_all
 
     export_all(trained, tmp_path)
     hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))
@@ -403,10 +404,11 @@ def test_gpu_transformers_loads_export(tmp_path, trained):
 
 NO_SUBGROUP_SCRIPT = r"""
 import sys, tiktoken
-from torch_gpubpe import gpu, reference
-from torch_gpubpe.encoder import Tokenizer
-from torch_gpubpe.vocab import SPLIT_PATTERN_PY
-from torch_gpubpe.vocab_io import load_tiktoken
+from torch_gpubpe.gpu import device as gpu
+from torch_gpubpe.core import reference
+from torch_gpubpe.encoding.tokenizer import Tokenizer
+from torch_gpubpe.core.vocab import SPLIT_PATTERN_PY
+from torch_gpubpe.core.vocab_files import load_tiktoken
 v = load_tiktoken(sys.argv[1])
 tok = Tokenizer(v, max_slice_bytes=2048, thread_budget=1, chunk_bytes=8)
 assert not tok._session().gpu.has_subgroups
@@ -438,7 +440,7 @@ def test_heavy_megabyte_words_and_corpora(gpt2, gpt2_tt):
     GPT-2 and Qwen2. tiktoken is quadratic on one long piece, so MB words are checked against
     the Python walk (bpe.backtrack_encode, itself checked against tiktoken above) and across
     slicings."""
-    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     big = ["a" * (1 << 21), " " * (1 << 20) + "x", "9" * (1 << 20), "🙂" * (1 << 18),
            base64.b64encode(np.random.default_rng(0).bytes(3 << 19)).decode()]
@@ -461,8 +463,8 @@ def test_heavy_megabyte_words_and_corpora(gpt2, gpt2_tt):
 def test_gpu_own_split_patterns_equal_tiktoken():
     """With the file's own split pattern (GPU regex pre-tokenizer), GPT-2 and Qwen2 ids equal
     tiktoken with that pattern: the vocabularies as their models use them."""
-    from torch_gpubpe.encoder import Tokenizer
-    from torch_gpubpe.vocab_io import tiktoken_metadata
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
+    from torch_gpubpe.core.vocab_files import tiktoken_metadata
 
     docs = [d for n in CORPUS_NAMES for d in corpus_docs(n, 5_000, max_doc_bytes=2_500)]
     docs += ["1234567890" * 40, "🙂🙂 🙂" * 100, "  \n\n\t  x it's " * 20]
@@ -480,7 +482,7 @@ def test_gpu_own_split_patterns_equal_tiktoken():
 def test_cli_encode_tiktoken_vocab(tmp_path, capsys, gpt2_tt):
     import gzip
 
-    from torch_gpubpe import cli
+    from torch_gpubpe.cli import main as cli
 
     docs = corpus_docs("en_fortunes", 15_000) + [""] + corpus_docs("multi_udhr", 6_000)
     data = tmp_path / "d.jsonl.gz"
@@ -541,8 +543,8 @@ def _greedy(vocab: Vocab, text: str) -> list[int]:
 def test_cli_train_bpe_mode_exports(tmp_path, capsys):
     import tokenizers
 
-    from torch_gpubpe import cli
-    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.cli import main as cli
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     out = tmp_path / "v"
     assert cli.main(["train", "--vocab-size", "600", "--max-bytes", "300K", "--mode", "bpe",
@@ -558,7 +560,7 @@ def test_cli_train_bpe_mode_exports(tmp_path, capsys):
 def test_tokenized_dataset_bpe_mode(gpt2, gpt2_tt):
     import torch
 
-    from torch_gpubpe.data import TokenizedDataset
+    from torch_gpubpe.integrations.torch_data import TokenizedDataset
 
     docs = corpus_docs("web_pypi_readmes", 12_000, max_doc_bytes=3_000)
     got = [t.tolist() for t in TokenizedDataset(docs, gpt2, batch_bytes=4_000)]
@@ -595,7 +597,7 @@ def _unreachable_vocab() -> Vocab:
 def test_gpu_unreachable_tokens(docs):
     """A vocab with unreachable tokens (BPE of their own bytes does not end in them): the GPU
     walk leaves them out except for a whole word spelled by one (tiktoken's piece lookup)."""
-    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     v = _unreachable_vocab()
     t = bpe_tables(v)
@@ -661,8 +663,8 @@ def _replay_counts(docs, vocab: Vocab) -> tuple[list[list[int]], dict[str, int]]
 def test_gpu_walk_work_counters(gpt2, gpt2_tok, gpt2_tt):
     """The PROFILE build's counters (benchmarks/bpe_work.py --gpu) count exactly the walk's
     work, and that build's ids are tiktoken's."""
-    import torch_gpubpe.encoder_bpe as EB
-    from torch_gpubpe.encoder_bpe import walk_work
+    import torch_gpubpe.encoding.merge_walk as EB
+    from torch_gpubpe.encoding.merge_walk import walk_work
 
     docs = [d for n in ("en_novels", "code_cpython_stdlib", "web_html")
             for d in corpus_docs(n, 4_000, max_doc_bytes=2_000)]
@@ -693,8 +695,8 @@ def test_gpu_walk_work_counters(gpt2, gpt2_tok, gpt2_tt):
 def test_fused_edges_and_depth2_table(gpt2):
     """fused_edges row e = (byte | nc << 8, fc, token) of edge e's child; depth2_table row
     b0 << 8 | b1 = the node of the two bytes (trie_lookup agrees), NO_TOKEN rows elsewhere."""
-    from torch_gpubpe.encoder_bpe import depth2_table, fused_edges
-    from torch_gpubpe.trie import compile_trie, trie_lookup
+    from torch_gpubpe.encoding.merge_walk import depth2_table, fused_edges
+    from torch_gpubpe.core.trie import compile_trie, trie_lookup
 
     trie = compile_trie(gpt2.token_bytes)
     nodes, edges = trie.nodes.reshape(-1, 3), trie.edges.reshape(-1, 2)
@@ -723,8 +725,8 @@ def _walk_work_of(gpt2, gpt2_tt, monkeypatch, off, extra_docs=()):
     count) of a new GPT-2 Tokenizer under the switches as they are at that call, over ~3 KB each
     of en_novels and multi_udhr (documents cut to 1,500 characters) and ``extra_docs``; it
     asserts first that build's ids are tiktoken's."""
-    import torch_gpubpe.encoder_bpe as EB
-    from torch_gpubpe.encoder import Tokenizer
+    import torch_gpubpe.encoding.merge_walk as EB
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     docs = [d for n in ("en_novels", "multi_udhr")
             for d in corpus_docs(n, 3_000, max_doc_bytes=1_500)] + list(extra_docs)
@@ -746,7 +748,7 @@ def test_gpu_walk_switches_cut_their_loads(gpt2, gpt2_tt, monkeypatch):
     walk (every work counter but the loads equal, ids equal to tiktoken), SHORT_SEARCH,
     FUSED_EDGES and D2_LUT with fewer trie loads, LAZY_ROWS and SPINE_ROWS with fewer row
     loads, TEXT_WINDOW with fewer text loads, the others unchanged."""
-    import torch_gpubpe.encoder_bpe as EB
+    import torch_gpubpe.encoding.merge_walk as EB
 
     work = _walk_work_of(gpt2, gpt2_tt, monkeypatch, NEW_SWITCHES + OCCUPANCY_SWITCHES)
     base = work()
@@ -770,8 +772,8 @@ def test_gpu_large_chunks_exact(gpt2, gpt2_tt, monkeypatch, chunk, switches):
     """Merge-order mode with the larger chunks benchmarks/encode.py times (--bpe-chunks), alone
     and with the occupancy switches: tiktoken's ids, continuations and pathological words
     included."""
-    import torch_gpubpe.encoder_bpe as EB
-    from torch_gpubpe.encoder import Tokenizer
+    import torch_gpubpe.encoding.merge_walk as EB
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     for f in filter(None, switches.split("+")):
         monkeypatch.setattr(EB, f, True)
@@ -789,7 +791,7 @@ def test_gpu_occupancy_switches_same_walk(gpt2, gpt2_tt, monkeypatch):
     popped one, which it does not keep) equals the default build's, subgroup lockstep included
     (the lanes walk the same chunks); WORD_BITS loads less text; the ids equal tiktoken's, on
     documents that pop (LEAN_STATE's pop path runs)."""
-    import torch_gpubpe.encoder_bpe as EB
+    import torch_gpubpe.encoding.merge_walk as EB
 
     work = _walk_work_of(gpt2, gpt2_tt, monkeypatch, OCCUPANCY_SWITCHES, ["ab" * 3_000])
     base = work()
@@ -812,8 +814,8 @@ def test_gpu_word_bits_sliced(gpt2, gpt2_tt, monkeypatch):
     """WORD_BITS with slices of 300 bytes, a budget of one step and chunks of 4 bytes (words
     cut across slices and continued across dispatches: the bits are the slice's, computed once
     per slice) gives tiktoken's ids."""
-    import torch_gpubpe.encoder_bpe as EB
-    from torch_gpubpe.encoder import Tokenizer
+    import torch_gpubpe.encoding.merge_walk as EB
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     monkeypatch.setattr(EB, "WORD_BITS", True)
     tok = Tokenizer(gpt2, max_slice_bytes=300, thread_budget=1, chunk_bytes=4)

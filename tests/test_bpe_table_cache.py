@@ -1,4 +1,4 @@
-"""torch_gpubpe.bpe's disk cache of merge-order tables: tables restored from it equal the built
+"""torch_gpubpe.core.bpe_tables's disk cache of merge-order tables: tables restored from it equal the built
 ones field for field; a different vocab is a different file; a damaged file is rebuilt; an
 unwritable folder or TORCH_GPUBPE_NO_TABLE_CACHE=1 builds every time, and only the former warns."""
 
@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from conftest import assert_same_fields, fresh_disk_cache
-from torch_gpubpe import Vocab, bpe, reference
+from torch_gpubpe import Vocab
+from torch_gpubpe.core import bpe_tables as bpe
+from torch_gpubpe.core import reference
 
 TEXT = ("the quick brown fox jumps over the lazy dog; " * 40 + "Ünïcödé ğüşıöç 日本語 🙂 " * 20
         + "def f(x):\n    return x ** 2\n" * 30)

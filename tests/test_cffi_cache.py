@@ -1,4 +1,4 @@
-"""torch_gpubpe._wgpu_internals.cached_header_parse: cffi's parse of wgpu-py's header restored from the disk cache is
+"""torch_gpubpe.gpu.wgpu_internals.cached_header_parse: cffi's parse of wgpu-py's header restored from the disk cache is
 the parse itself (same declarations, constants, and C types of the same sizes and fields), and
 the GPU opens and encodes with it in a fresh process."""
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import subprocess_env
-from torch_gpubpe import _wgpu_internals
+from torch_gpubpe.gpu import wgpu_internals as _wgpu_internals
 
 
 def _fresh_ffi(header: str):
@@ -74,7 +74,7 @@ def test_cached_parse_equals_the_parse(tmp_path, monkeypatch):
 @pytest.mark.gpu
 def test_fresh_processes_encode_with_the_cache(tmp_path):
     code = ("from torch_gpubpe import Vocab, _wgpu_internals, reference\n"
-            "from torch_gpubpe.encoder import Tokenizer\n"
+            "from torch_gpubpe.encoding.tokenizer import Tokenizer\n"
             "docs = ['hello world', 'a b a b', 'çok güzel 123']\n"
             "v = Vocab.from_merges(reference.train(docs, 270))\n"
             "ids = Tokenizer(v).encode_batch(docs).tolist()\n"

@@ -1,4 +1,4 @@
-"""`python -m torch_gpubpe train|encode`, the document reader (torch_gpubpe.sources) and the
+"""`python -m torch_gpubpe train|encode`, the document reader (torch_gpubpe.io.sources) and the
 example script.
 
 The CLI's vocab must equal the reference trainer's on the same documents (DESIGN.md §3), and
@@ -23,8 +23,10 @@ from conftest import CORPORA, corpus_docs, subprocess_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_gpubpe import InputError, Vocab, cli, reference
-from torch_gpubpe.sources import TextSource, infer_format, iter_texts, shipped_corpus
+from torch_gpubpe import InputError, Vocab
+from torch_gpubpe.cli import main as cli
+from torch_gpubpe.core import reference
+from torch_gpubpe.io.sources import TextSource, infer_format, iter_texts, shipped_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 EOT = "<|endoftext|>"
@@ -276,7 +278,7 @@ def test_error_unknown_dataset_offline(tmp_path):
 
 def test_offline_error_message_names_the_fix():
     src = TextSource(dataset="allenai/c4", config="en")
-    from torch_gpubpe.sources import _explain_load_error
+    from torch_gpubpe.io.sources import _explain_load_error
 
     msg = _explain_load_error(src, ConnectionError("Couldn't reach 'allenai/c4' on the Hub"))
     assert "allenai/c4/en" in msg and "cannot reach the Hugging Face Hub" in msg
@@ -285,7 +287,7 @@ def test_offline_error_message_names_the_fix():
 
 @pytest.mark.gpu
 def test_error_no_adapter(tmp_path, capsys, monkeypatch):
-    from torch_gpubpe import gpu
+    from torch_gpubpe.gpu import device as gpu
 
     data = _write_jsonl_gz(tmp_path / "d.jsonl.gz", ["hello world"] * 3)
     monkeypatch.setenv("TORCH_GPUBPE_ADAPTER", "no-such-adapter-xyz")
@@ -512,15 +514,15 @@ def test_wheel_carries_the_shipped_corpus(tmp_path):
     corpus = Path(shipped_corpus().data_files[0]).parent
     for f in sorted(corpus.iterdir()):
         assert f"torch_gpubpe/corpus/{f.name}" in names
-    assert {"torch_gpubpe/cli.py", "torch_gpubpe/__main__.py", "torch_gpubpe/export.py",
-            "torch_gpubpe/sources.py"} <= names
+    assert {"torch_gpubpe/cli/main.py", "torch_gpubpe/__main__.py", "torch_gpubpe/core/export.py",
+            "torch_gpubpe/io/sources.py"} <= names
     assert wheel.stat().st_size <= 2_000_000
 
 
 def test_sources_docstring_example():
     import doctest
 
-    import torch_gpubpe.sources as sources
+    import torch_gpubpe.io.sources as sources
 
     res = doctest.testmod(sources)
     assert res.attempted >= 2 and res.failed == 0

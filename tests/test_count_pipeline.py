@@ -1,5 +1,5 @@
-"""Word counting through mapped staging (torch_gpubpe.count_pipeline, issue 13 §2) and under a
-memory budget with spilled runs (torch_gpubpe.count_budget, issue 17 §2): the same counts as
+"""Word counting through mapped staging (torch_gpubpe.training.count_stream, issue 13 §2) and under a
+memory budget with spilled runs (torch_gpubpe.training.budget, issue 17 §2): the same counts as
 the reference / as counting without a budget, on real corpora, at the boundaries of a stage
 (pieces that fill one exactly, overflow it by a byte, pieces larger than a stage), with the
 mapped-range fallback, a failing source, and the budget's refusals. Sizes are small (lavapipe).
@@ -13,13 +13,17 @@ import numpy as np
 import pytest
 
 from conftest import corpus_docs
-from torch_gpubpe import count_budget, count_pipeline, reference, trainer, wordcount
-from torch_gpubpe import _wgpu_internals as wi
-from torch_gpubpe.count_pipeline import count_stream
+from torch_gpubpe.training import budget as count_budget
+from torch_gpubpe.training import count_stream as count_pipeline
+from torch_gpubpe.core import reference
+from torch_gpubpe.training import trainer
+from torch_gpubpe.training import wordcount
+from torch_gpubpe.gpu import wgpu_internals as wi
+from torch_gpubpe.training.count_stream import count_stream
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.trainer import train, train_from_word_counts
-from torch_gpubpe.pretokenize import pack_documents
-from torch_gpubpe.wordcount import GPUWordCounter, _batches, _ends_after
+from torch_gpubpe.training.trainer import train, train_from_word_counts
+from torch_gpubpe.encoding.pretokenize import pack_documents
+from torch_gpubpe.training.wordcount import GPUWordCounter, _batches, _ends_after
 
 pytestmark = pytest.mark.gpu
 
@@ -233,7 +237,7 @@ def test_a_small_real_budget_is_kept_and_exact():
     # The budget: this machine's baseline (the peak RSS of a process with the same imports
     # that trained once: the pipelines compiled, the shader cache warm) + 600 MB, too little
     # for the 1 M-word table's readback: it must spill.
-    probe = ("import datasets, resource, warnings, torch_gpubpe.trainer as t; "
+    probe = ("import datasets, resource, warnings, torch_gpubpe.training.trainer as t; "
              "warnings.simplefilter('ignore'); t.train(['ab ab abc abcd'] * 10, 260, "
              "min_frequency=1); print(next(int(l.split()[1]) * 1024 for l in open('/proc/self/status') "
              "if l.startswith('VmHWM:')))")

@@ -1,4 +1,4 @@
-"""Distributed vocabularies (torch_gpubpe.counts, `count` / `merge-counts` / `train --counts`).
+"""Distributed vocabularies (torch_gpubpe.training.counts_file, `count` / `merge-counts` / `train --counts`).
 
 Counting shards into files, merging the files and training from the result must give the word
 counts of reference.count_words on the whole corpus and the merges of train() on the whole
@@ -23,14 +23,15 @@ from conftest import corpus_docs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
-from torch_gpubpe import cli, reference
-from torch_gpubpe.counts import (META_KEY, count_packed, count_to_file, merge_counts,
+from torch_gpubpe.cli import main as cli
+from torch_gpubpe.core import reference
+from torch_gpubpe.training.counts_file import (META_KEY, count_packed, count_to_file, merge_counts,
                                  read_counts, read_metadata, sort_order, train_from_counts_file,
                                  write_counts)
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.trainer import train
-from torch_gpubpe.vocab import Vocab
-from torch_gpubpe.wordcount import WordCounts, _batches
+from torch_gpubpe.training.trainer import train
+from torch_gpubpe.core.vocab import Vocab
+from torch_gpubpe.training.wordcount import WordCounts, _batches
 
 
 @pytest.fixture(scope="module")

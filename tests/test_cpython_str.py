@@ -1,4 +1,4 @@
-"""The threaded str → UTF-8 packer (torch_gpubpe._cpython_str) gives the bytes of
+"""The threaded str → UTF-8 packer (torch_gpubpe.core.cpython_str) gives the bytes of
 reference.to_bytes for every item, in every packer that uses it (encoder._pack, both paths,
 pretokenize.pack_documents, wordcount._batches, readers' Python documents), with one thread or
 many; unavailable, the packers give the same bytes through str.encode, record why and warn
@@ -17,15 +17,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS_NAMES, corpus_docs
-from torch_gpubpe import _cpython_str as cs
-from torch_gpubpe import str_pack
-from torch_gpubpe.encoder import _pack, copy_parts
+from torch_gpubpe.core import cpython_str as cs
+from torch_gpubpe.core import str_pack
+from torch_gpubpe.encoding.tokenizer import _pack, copy_parts
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.notices import GPUBPEWarning
-from torch_gpubpe.pretokenize import pack_documents
-from torch_gpubpe.readers import _to_array
-from torch_gpubpe.reference import to_bytes
-from torch_gpubpe.wordcount import _batches
+from torch_gpubpe.encoding.pretokenize import pack_documents
+from torch_gpubpe.io.readers import _to_array
+from torch_gpubpe.core.reference import to_bytes
+from torch_gpubpe.training.wordcount import _batches
 
 SURROGATES = "\ud800\udbff\udc00\udfff\ud83d\ude00"
 
@@ -298,7 +298,7 @@ def test_unavailable_gives_the_same_bytes_records_and_warns_once(monkeypatch):
 
 @pytest.mark.gpu
 def test_train_records_the_packer_and_its_fallbacks(monkeypatch):
-    """train(list) packs through torch_gpubpe.str_pack (``stats["str_packer"]``); with the str
+    """train(list) packs through torch_gpubpe.core.str_pack (``stats["str_packer"]``); with the str
     layout not usable there, one to_bytes per document: recorded in ``stats["str_fallbacks"]``,
     warned once, the same merges."""
     from torch_gpubpe import train

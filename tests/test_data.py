@@ -1,5 +1,5 @@
-"""PyTorch data path (torch_gpubpe.data, DESIGN.md §6, §8): every tensor is checked against
-torch_gpubpe.reference.encode, on real corpora and random text, at batch and block edges."""
+"""PyTorch data path (torch_gpubpe.integrations.torch_data, DESIGN.md §6, §8): every tensor is checked against
+torch_gpubpe.core.reference.encode, on real corpora and random text, at batch and block edges."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPORA, corpus_docs, subprocess_env
-from torch_gpubpe import data as datamod
-from torch_gpubpe import reference
-from torch_gpubpe.data import (
+from torch_gpubpe.integrations import torch_data as datamod
+from torch_gpubpe.core import reference
+from torch_gpubpe.integrations.torch_data import (
     IGNORE_INDEX,
     PadCollator,
     TextFiles,
@@ -34,8 +34,8 @@ from torch_gpubpe.data import (
     pad_collate,
 )
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.sources import TextSource
-from torch_gpubpe.vocab import Vocab
+from torch_gpubpe.io.sources import TextSource
+from torch_gpubpe.core.vocab import Vocab
 
 REPO = Path(__file__).resolve().parents[1]
 EOT = "<|endoftext|>"
@@ -76,7 +76,7 @@ def ref(vocab):
 
 @pytest.fixture(scope="module")
 def tok(vocab):
-    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     return Tokenizer(vocab)
 
@@ -287,7 +287,7 @@ def test_random_text_packed_and_documents(tok, vocab, texts, seq_len, batch_byte
 def test_empty_and_huge_documents(tok, ref, vocab):
     huge = corpus_docs("en_novels", max_bytes=150_000, max_doc_bytes=150_000)[0]
     docs = ["", huge, "", " " * 70_000 + "a", "", "ş" * 20_000, ""]
-    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     # The second tokenizer slices every batch into 8 KiB passes and lets a GPU thread walk
     # only 500 steps per dispatch: the data path must not care.
@@ -363,7 +363,7 @@ def _hf_sources(docs, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from torch_gpubpe.readers import FileReader
+    from torch_gpubpe.io.readers import FileReader
 
     pq.write_table(pa.table({"body": docs}), tmp_path / "docs.parquet", row_group_size=7)
     return {
@@ -529,9 +529,9 @@ def _script(body: str, timeout: float = 150) -> subprocess.CompletedProcess:
     prelude = textwrap.dedent(f"""
         import sys, torch
         sys.path[:0] = [{str(REPO)!r}]
-        from torch_gpubpe import reference
-        from torch_gpubpe.vocab import Vocab
-        from torch_gpubpe.data import TokenizedDataset, make_dataloader
+        from torch_gpubpe.core import reference
+        from torch_gpubpe.core.vocab import Vocab
+        from torch_gpubpe.integrations.torch_data import TokenizedDataset, make_dataloader
         docs = [f"document {{i}}: {{'şey ' * (i % 7)}}end" for i in range(23)]
         vocab = Vocab.from_merges(reference.train(docs, 300, 1, 1), ["<|endoftext|>"])
     """)
@@ -547,7 +547,7 @@ def test_fork_works_until_gpu_touched_then_clear_error():
     within the timeout: never a hang)."""
     r = _script("""
         from torch.utils.data import DataLoader
-        from torch_gpubpe import gpu
+        from torch_gpubpe.gpu import device as gpu
         from torch_gpubpe.errors import GPUForkError
         if __name__ == "__main__":
             ds = TokenizedDataset(docs, vocab, mode="packed", seq_len=8)
@@ -622,7 +622,7 @@ def test_rows_as_dicts_use_the_text_column(vocab, ref):
 def test_text_files_same_documents_as_the_cli(tmp_path, tok, ref, sample_by):
     """One rule, one name: TokenizedDataset(path, sample_by=...) reads the documents the CLI's
     --sample-by reads (the reader behind `train`/`encode`)."""
-    from torch_gpubpe.sources import TextSource, iter_texts
+    from torch_gpubpe.io.sources import TextSource, iter_texts
 
     p = tmp_path / "a.txt"
     p.write_bytes("bir iki\r\n\nüç\n\n\ndört beş\nson".encode())

@@ -1,4 +1,4 @@
-"""One GPU per local rank (torch_gpubpe.devices): the adapter choice on fake adapter lists, the
+"""One GPU per local rank (torch_gpubpe.gpu.adapters): the adapter choice on fake adapter lists, the
 Vulkan identity probe on lavapipe, and the choice inside a real process."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import subprocess_env
 
-from torch_gpubpe.devices import (AdapterDesc, CudaDevice, choose_adapter, describe_adapters,
+from torch_gpubpe.gpu.adapters import (AdapterDesc, CudaDevice, choose_adapter, describe_adapters,
                                   norm_pci, norm_uuid, vulkan_identities)
 from torch_gpubpe.errors import NoAdapterError
 
@@ -76,7 +76,7 @@ def test_overrides_and_no_local_rank():
     assert choose_adapter(ADAPTERS, {**env, "TORCH_GPUBPE_ADAPTER": f"uuid:{U1}"}, CUDA).index == 0
     assert choose_adapter(ADAPTERS, {"TORCH_GPUBPE_ADAPTER": "pci:9a:00.0"}, None).index == 0
     named = choose_adapter(ADAPTERS, {**env, "TORCH_GPUBPE_ADAPTER": "nvidia"}, CUDA)
-    assert named.index is None            # a name substring: torch_gpubpe.gpu matches it
+    assert named.index is None            # a name substring: torch_gpubpe.gpu.device matches it
     assert choose_adapter(ADAPTERS, {}, CUDA).index is None
     for bad, match in (("#9", "no adapter with index 9"), ("#x", "adapter index"),
                        ("uuid:GPU-" + "ab" * 16, "no adapter with uuid"),
@@ -134,7 +134,7 @@ def _vulkan_gpus() -> int:
 
 
 def _open_in_child(**env: str) -> dict:
-    code = ("import json; from torch_gpubpe import devices; from torch_gpubpe.gpu import get_gpu;"
+    code = ("import json; from torch_gpubpe import devices; from torch_gpubpe.gpu.device import get_gpu;"
             "g = get_gpu(); c = devices.last_choice;"
             "print(json.dumps({'adapter': g.adapter_name, 'reason': c and c.reason}))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
@@ -152,7 +152,7 @@ def test_a_process_with_local_rank_opens_the_chosen_adapter():
         got = _open_in_child(LOCAL_RANK="1", TORCH_GPUBPE_ADAPTER="")
         assert "shares the CPU adapter" in got["reason"]
     elif gpus == 1:   # one GPU (the lent H200): rank 1 has no GPU of its own, a named error
-        r = subprocess.run([sys.executable, "-c", "from torch_gpubpe.gpu import get_gpu; get_gpu()"],
+        r = subprocess.run([sys.executable, "-c", "from torch_gpubpe.gpu.device import get_gpu; get_gpu()"],
                            capture_output=True, text=True, timeout=300,
                            env=subprocess_env(LOCAL_RANK="1", TORCH_GPUBPE_ADAPTER=""))
         assert r.returncode != 0 and "LOCAL_RANK=1 but there are only 1 GPU" in r.stderr

@@ -18,8 +18,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import corpus_docs, subprocess_env
-from torch_gpubpe import Vocab, cli, reference
-from torch_gpubpe import shards as shardmod
+from torch_gpubpe import Vocab
+from torch_gpubpe.cli import main as cli
+from torch_gpubpe.core import reference
+from torch_gpubpe.io import shards as shardmod
 
 EOT = "<|endoftext|>"
 
@@ -90,7 +92,7 @@ def test_python_m_encode_exits_with_the_output_complete(tmp_path, vocab_dir, fil
     # what the disk caches did (this vocab is below the size they keep: built, not saved)
     assert meta["caches"] == {"trie": "built", "bpe_tables": "not used"}
     assert "caches: trie built, bpe_tables not used" in r.stdout
-    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     vocab = Vocab.load(vocab_dir / "vocab.json")
     eot = vocab.token_to_id(EOT)

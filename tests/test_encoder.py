@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS_NAMES, corpus_docs
-from torch_gpubpe import gpu as gpumod
-from torch_gpubpe import reference
-from torch_gpubpe.encoder import BatchEncoding, Tokenizer
+from torch_gpubpe.gpu import device as gpumod
+from torch_gpubpe.core import reference
+from torch_gpubpe.encoding.tokenizer import BatchEncoding, Tokenizer
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.vocab import Vocab
+from torch_gpubpe.core.vocab import Vocab
 
 pytestmark = pytest.mark.gpu
 
@@ -72,9 +72,10 @@ def test_corpus_equals_reference(tok, merges, name):
 
 @pytest.mark.parametrize("defer", ["str_pack", False, True])
 def test_large_documents_upload_unjoined(tok, merges, monkeypatch, defer):
-    from torch_gpubpe import encoder, str_pack
-    from torch_gpubpe._cpython_str import Deferred, Span
-    from torch_gpubpe.encoder import _pack
+    from torch_gpubpe.encoding import tokenizer as encoder
+    from torch_gpubpe.core import str_pack
+    from torch_gpubpe.core.cpython_str import Deferred, Span
+    from torch_gpubpe.encoding.tokenizer import _pack
 
     if defer != "str_pack":   # (the iconv packer's parts: without the compiled packer)
         monkeypatch.setitem(str_pack._state, "lib", None)
@@ -118,7 +119,7 @@ def test_encode_batches_equals_encode_batch(tok, merges):
                                    [5 << 20]])
 def test_copy_parts_equals_a_join(sizes):
     """encoder.copy_parts (ASCII str read in place, bytes, pieces over threads) == b"".join."""
-    from torch_gpubpe.encoder import copy_parts, join_parts
+    from torch_gpubpe.encoding.tokenizer import copy_parts, join_parts
 
     rng = np.random.default_rng(len(sizes))
     parts = []
@@ -261,7 +262,7 @@ def test_readback_queued_before_the_next_batch(tok, merges, monkeypatch):
     """Submitting batch k + 1 first queues batch k's readback (before k + 1's passes: queued
     after them, it would wait for all of them); a readback that fails there is raised by batch
     k's own result(), and the batches after it are unaffected."""
-    from torch_gpubpe.encoder import _Slot
+    from torch_gpubpe.encoding.tokenizer import _Slot
     from torch_gpubpe.errors import GPUOperationError
 
     a, b, c = (corpus_docs(n, 4_000, max_doc_bytes=800)
@@ -414,8 +415,8 @@ def test_heavy_corpora_and_megabyte_words():
 def test_docstring_examples():
     import doctest
 
-    import torch_gpubpe.encoder as encoder_mod
-    import torch_gpubpe.trie as trie_mod
+    import torch_gpubpe.encoding.tokenizer as encoder_mod
+    import torch_gpubpe.core.trie as trie_mod
 
     for mod in (encoder_mod, trie_mod):
         res = doctest.testmod(mod)

@@ -8,9 +8,10 @@ import functools
 import pytest
 
 from conftest import corpus_docs
-from torch_gpubpe import InputError, Vocab, reference
-from torch_gpubpe.encoder import Tokenizer
-from torch_gpubpe.patterns import FAMILIES, split
+from torch_gpubpe import InputError, Vocab
+from torch_gpubpe.core import reference
+from torch_gpubpe.encoding.tokenizer import Tokenizer
+from torch_gpubpe.core.patterns import FAMILIES, split
 
 pytestmark = pytest.mark.gpu
 
@@ -78,7 +79,7 @@ def test_cli_encode_pre_tokenizer(tmp_path, family):
 
     import numpy as np
 
-    from torch_gpubpe import cli
+    from torch_gpubpe.cli import main as cli
 
     docs = DOCS[:4] + corpus_docs("multi_udhr", max_bytes=8_000)
     data = tmp_path / "d.jsonl.gz"
@@ -102,7 +103,7 @@ def test_cli_encode_pre_tokenizer(tmp_path, family):
 def test_dataset_keeps_the_pre_tokenizer_in_workers(family):
     import pickle
 
-    from torch_gpubpe.data import TokenizedDataset
+    from torch_gpubpe.integrations.torch_data import TokenizedDataset
 
     docs = ["I'm  ok 12345\tx", "don't\r\n\r\n  y", "HelloWORLDFoo DON'T ./\n/x"]
     for arg, kw in ((Tokenizer(vocab(), pre_tokenizer=family), {}),

@@ -1,4 +1,4 @@
-"""Hugging Face tokenizer.json and tiktoken export (torch_gpubpe.export).
+"""Hugging Face tokenizer.json and tiktoken export (torch_gpubpe.core.export).
 
 The exported tokenizer.json must encode every text to exactly this project's ids (DESIGN.md §4,
 greedy longest match; reference.encode is the oracle the GPU encoder is tested against), on a
@@ -17,8 +17,9 @@ from conftest import CORPUS_NAMES, corpus_docs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_gpubpe import Vocab, reference
-from torch_gpubpe.export import (
+from torch_gpubpe import Vocab
+from torch_gpubpe.core import reference
+from torch_gpubpe.core.export import (
     MAX_INPUT_CHARS_PER_WORD,
     bytes_to_unicode,
     export_all,
@@ -74,8 +75,8 @@ def _first_diff(a, b) -> int:
 
 @pytest.mark.gpu
 def test_hf_ids_equal_gpu_encoder(mixed):
-    """Against the GPU encoder itself (torch_gpubpe.encoder.Tokenizer)."""
-    from torch_gpubpe.encoder import Tokenizer
+    """Against the GPU encoder itself (torch_gpubpe.encoding.tokenizer.Tokenizer)."""
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     vocab, test_docs = mixed
     docs = [d for docs in test_docs.values() for d in docs[:3]]
@@ -226,7 +227,7 @@ def test_transformers_fast_tokenizer(tmp_path, mixed):
 def test_docstring_example():
     import doctest
 
-    import torch_gpubpe.export as export
+    import torch_gpubpe.core.export as export
 
     res = doctest.testmod(export)
     assert res.attempted >= 3 and res.failed == 0

@@ -29,12 +29,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS_NAMES, corpus_docs, subprocess_env
-from torch_gpubpe import reference
-from torch_gpubpe.data import IGNORE_INDEX, PadCollator, TokenizedDataset, pad_collate
-from torch_gpubpe.encoder import Tokenizer
+from torch_gpubpe.core import reference
+from torch_gpubpe.integrations.torch_data import IGNORE_INDEX, PadCollator, TokenizedDataset, pad_collate
+from torch_gpubpe.encoding.tokenizer import Tokenizer
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.export import bytes_to_unicode, export_all, hf_tokenizer_json, tiktoken_ranks
-from torch_gpubpe.vocab import SPLIT_PATTERN_PY, Vocab
+from torch_gpubpe.core.export import bytes_to_unicode, export_all, hf_tokenizer_json, tiktoken_ranks
+from torch_gpubpe.core.vocab import SPLIT_PATTERN_PY, Vocab
 
 EOT = "<|endoftext|>"
 
@@ -66,9 +66,10 @@ def test_empty_input_never_opens_the_gpu():
     """Before: encode(b"") created the adapter, device and pipelines; a fork-started DataLoader
     worker then refused to run."""
     out = run_py("""
-        from torch_gpubpe import Vocab, gpu
-        from torch_gpubpe.data import gpu_touched
-        from torch_gpubpe.encoder import Tokenizer
+        from torch_gpubpe import Vocab
+        from torch_gpubpe.gpu import device as gpu
+        from torch_gpubpe.integrations.torch_data import gpu_touched
+        from torch_gpubpe.encoding.tokenizer import Tokenizer
         tok = Tokenizer(Vocab(((97, 98),), ("<|endoftext|>",)))
         assert tok.encode(b"") == [] and tok.encode("") == [] and tok.encode_ordinary("") == []
         assert tok.encode("", allowed_special="all") == []
@@ -161,7 +162,7 @@ def test_resume_mid_epoch_then_whole_epochs(tok, mode):
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_empty_tiny_and_whitespace_corpora():
-    from torch_gpubpe.trainer import train
+    from torch_gpubpe.training.trainer import train
 
     for docs in ([], [""], ["", ""], iter([])):  # before: an empty Vocab, no message
         with pytest.raises(InputError, match="empty corpus: .*0 bytes"):
@@ -197,7 +198,7 @@ def test_empty_tiny_and_whitespace_corpora():
 
 @pytest.mark.gpu
 def test_cli_whitespace_and_tiny_corpora(tmp_path, capsys):
-    from torch_gpubpe import cli
+    from torch_gpubpe.cli import main as cli
 
     for name, lines, vs in (("ws", [" " * 30, "\t\n\n", "    "], 300), ("tiny", ["a"], 280),
                             ("empty", [""], 280)):
@@ -299,7 +300,7 @@ def _hf_words(pre, text: str) -> list[bytes]:
 
 
 def _trainer_words(docs) -> Counter:
-    from torch_gpubpe.wordcount import count_words
+    from torch_gpubpe.training.wordcount import count_words
 
     return Counter(count_words(docs))
 
@@ -322,7 +323,7 @@ def test_exported_split_equals_the_trainer_words(pre, name):
 
 @pytest.mark.gpu
 def test_exported_split_equals_the_gpu_word_counts(pre):
-    from torch_gpubpe.wordcount import count_words_gpu
+    from torch_gpubpe.training.wordcount import count_words_gpu
 
     docs = [d for name in CORPUS_NAMES for d in corpus_docs(name, 5_000)] + BEYOND_BMP_AND_MARKS
     hf = Counter(w for d in docs for w in _hf_words(pre, d))
@@ -347,10 +348,12 @@ def test_exported_split_random_text(pre, text):
 def test_many_tokenizers_keep_memory_flat_and_one_device():
     out = run_py("""
         import gc, os
-        from torch_gpubpe import Vocab, gpu, reference
-        from torch_gpubpe.data import TokenizedDataset
-        from torch_gpubpe.encoder import Tokenizer
-        from torch_gpubpe.trainer import train
+        from torch_gpubpe import Vocab
+        from torch_gpubpe.gpu import device as gpu
+        from torch_gpubpe.core import reference
+        from torch_gpubpe.integrations.torch_data import TokenizedDataset
+        from torch_gpubpe.encoding.tokenizer import Tokenizer
+        from torch_gpubpe.training.trainer import train
 
         def rss_mb():
             return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
@@ -396,15 +399,19 @@ def test_many_tokenizers_keep_memory_flat_and_one_device():
 def test_device_lost_leaves_no_partial_output(tmp_path):
     """Before (main at d0f746f): the encode CLI left a partial ids.bin; training raised a raw
     wgpu GPUValidationError instead of GPUOperationError. (The CLI's encode output is now
-    written by torch_gpubpe.shards: temporary names, renamed when complete.)"""
+    written by torch_gpubpe.io.shards: temporary names, renamed when complete.)"""
     docs = [d for name in CORPUS_NAMES[:3] for d in corpus_docs(name, 20_000, 1_000)]
     src = tmp_path / "docs.jsonl"
     src.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs))
     out = run_py(f"""
         import os, sys
         import numpy as np
-        from torch_gpubpe import Vocab, cli, gpu, reference, trainer
-        from torch_gpubpe.encoder import Tokenizer
+        from torch_gpubpe import Vocab
+        from torch_gpubpe.cli import main as cli
+        from torch_gpubpe.gpu import device as gpu
+        from torch_gpubpe.core import reference
+        from torch_gpubpe.training import trainer
+        from torch_gpubpe.encoding.tokenizer import Tokenizer
         from torch_gpubpe.errors import GPUOperationError
         import json
         docs = [json.loads(l)["text"] for l in open({str(src)!r})]

@@ -41,7 +41,7 @@ def test_no_driver_message_names_the_install_command(monkeypatch):
     """Where the loader or the driver files are missing, the message gives the command."""
     import ctypes.util
 
-    from torch_gpubpe import gpu
+    from torch_gpubpe.gpu import device as gpu
 
     monkeypatch.delenv("VK_ICD_FILENAMES", raising=False)
     monkeypatch.delenv("VK_DRIVER_FILES", raising=False)
@@ -104,7 +104,7 @@ def test_doctor_reports_adapter_and_self_test():
     out = r.stdout
     assert "wgpu 0.32" in out and "chosen:" in out
     assert "max-storage-buffer-binding-size" in out
-    assert "self-test (train + encode vs torch_gpubpe.reference): exact" in out
+    assert "self-test (train + encode vs torch_gpubpe.core.reference): exact" in out
     bad = _run(["-m", "torch_gpubpe", "doctor"], **NO_VULKAN, **NO_GL)
     assert bad.returncode == 2 and "NOT USABLE" in bad.stdout and "unset it" in bad.stdout
 
@@ -125,7 +125,7 @@ def test_runtime_dir_default_silences_mesa(tmp_path):
 
 
 def test_adapter_rank_prefers_real_gpus_and_keeps_opengl_last():
-    from torch_gpubpe.gpu import adapter_rank
+    from torch_gpubpe.gpu.device import adapter_rank
 
     def info(backend, kind):
         return {"backend_type": backend, "adapter_type": kind}
@@ -141,7 +141,8 @@ def test_adapter_rank_prefers_real_gpus_and_keeps_opengl_last():
 def test_doctor_install_runs_the_package_manager_only_when_needed(monkeypatch):
     import io
 
-    from torch_gpubpe import doctor, gpu
+    from torch_gpubpe.cli import doctor
+    from torch_gpubpe.gpu import device as gpu
 
     calls = []
     present = iter([False, True])  # no adapter before the install, one after
@@ -173,7 +174,9 @@ def test_doctor_install_adds_a_c_compiler_only_when_none_is_found(monkeypatch):
     compiler when cc/gcc/clang are all missing, and runs nothing when one is there."""
     import io
 
-    from torch_gpubpe import _utf8_native, doctor, gpu
+    from torch_gpubpe.core import utf8_native as _utf8_native
+    from torch_gpubpe.cli import doctor
+    from torch_gpubpe.gpu import device as gpu
 
     monkeypatch.setattr(doctor, "_has_native_adapter", lambda: True)
     found = iter([None, "gcc"])  # none before the install, gcc after

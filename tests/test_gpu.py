@@ -12,15 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS_NAMES, corpus_docs
-from torch_gpubpe import gpu as gpumod
-from torch_gpubpe import reference
-from torch_gpubpe.pretokenize import (
+from torch_gpubpe.gpu import device as gpumod
+from torch_gpubpe.core import reference
+from torch_gpubpe.encoding.pretokenize import (
     GPUPreTokenizer,
     pack_documents,
     word_start_mask,
     word_starts_gpu,
 )
-from torch_gpubpe.shaders import preprocess
+from torch_gpubpe.gpu.shaders import preprocess
 
 pytestmark = pytest.mark.gpu
 
@@ -108,7 +108,7 @@ def test_numpy_rule_equals_reference():
 
 def test_no_subgroup_path_and_forced_adapter():
     code = (
-        "from torch_gpubpe import gpu; g = gpu.get_gpu(); "
+        "from torch_gpubpe.gpu import device as gpu; g = gpu.get_gpu(); "
         "print(g.has_subgroups, g.subgroup_size, g.adapter_name)"
     )
     env = dict(os.environ, TORCH_GPUBPE_NO_SUBGROUPS="1", TORCH_GPUBPE_ADAPTER="vulkan")
@@ -124,7 +124,7 @@ def test_no_subgroup_path_and_forced_adapter():
 def test_fork_after_gpu_raises_clear_error():
     code = r"""
 import os, sys
-from torch_gpubpe import gpu
+from torch_gpubpe.gpu import device as gpu
 from torch_gpubpe.errors import GPUForkError
 gpu.get_gpu()
 pid = os.fork()
@@ -143,7 +143,7 @@ print(os.waitstatus_to_exitcode(status))
 
 
 def test_import_touches_no_gpu():
-    code = "import torch_gpubpe, sys; from torch_gpubpe import gpu; print(gpu._gpu is None, gpu._touched_pid)"
+    code = "import torch_gpubpe, sys; from torch_gpubpe.gpu import device as gpu; print(gpu._gpu is None, gpu._touched_pid)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True).stdout
     assert out.split() == ["True", "None"]
@@ -151,8 +151,8 @@ def test_import_touches_no_gpu():
 
 def test_lost_device_is_replaced_on_next_call():
     code = r"""
-from torch_gpubpe import gpu
-from torch_gpubpe.pretokenize import word_starts_gpu
+from torch_gpubpe.gpu import device as gpu
+from torch_gpubpe.encoding.pretokenize import word_starts_gpu
 g = gpu.get_gpu()
 g.device.destroy()
 from torch_gpubpe.errors import GPUOperationError

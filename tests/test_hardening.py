@@ -1,7 +1,7 @@
 """Hardening (issue 7): hostile input, limits and failures, each checked against the reference.
 
 Every GPU result here is compared token for token (merge for merge) with
-:mod:`torch_gpubpe.reference`, or with an oracle that is itself checked against it in the same
+:mod:`torch_gpubpe.core.reference`, or with an oracle that is itself checked against it in the same
 test. ``heavy`` tests are run by hand on the lent H200 (``pytest -m heavy tests/test_hardening.py``;
 each is written to finish in under 2 minutes there).
 
@@ -65,11 +65,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS_NAMES, corpus_docs, subprocess_env
-from torch_gpubpe import gpu as gpumod
-from torch_gpubpe import reference
-from torch_gpubpe.encoder import Tokenizer
+from torch_gpubpe.gpu import device as gpumod
+from torch_gpubpe.core import reference
+from torch_gpubpe.encoding.tokenizer import Tokenizer
 from torch_gpubpe.errors import GPUOperationError, InputError
-from torch_gpubpe.vocab import Vocab
+from torch_gpubpe.core.vocab import Vocab
 
 EOT = "<|endoftext|>"
 REPO = Path(__file__).resolve().parents[1]
@@ -291,7 +291,7 @@ def test_encoder_more_documents_than_a_slice_indexes(vocab, ref, monkeypatch):
 
 @pytest.mark.gpu
 def test_argument_errors_are_named(tok, vocab):
-    from torch_gpubpe.trainer import train, train_from_word_counts
+    from torch_gpubpe.training.trainer import train, train_from_word_counts
 
     with pytest.raises(InputError, match=r"document 2"):
         tok.encode_batch(["a", b"b", 3])
@@ -363,7 +363,7 @@ def test_encoder_vocab_size_boundaries(num_ids):
 # Trainer
 # ------------------------------------------------------------------------------------------------
 def gpu_train(docs, vocab_size, min_frequency=1):
-    from torch_gpubpe.trainer import train
+    from torch_gpubpe.training.trainer import train
 
     return list(train(docs, vocab_size, min_frequency=min_frequency).merges)
 
@@ -388,7 +388,7 @@ def test_trainer_hostile_documents():
 
 @pytest.mark.gpu
 def test_trainer_counts_above_2_32():
-    from torch_gpubpe.trainer import train_from_word_counts
+    from torch_gpubpe.training.trainer import train_from_word_counts
 
     wc = {b"ab": 2**33 + 5, b"bc": 2**33 + 4, b"abc": 3, "cd": 2**40, b"q": 2**50,
           b"xyxyxy": 2**32 - 1, b"xy": 2**32 + 1, "ş": 2**34}
@@ -420,7 +420,8 @@ def test_trainer_random_documents(docs, vocab_size, min_frequency):
 @pytest.mark.gpu
 @pytest.mark.parametrize("special", [["x", "x"], [""], [None]])
 def test_trainer_bad_special_tokens_fail_before_training(monkeypatch, special):
-    from torch_gpubpe import trainer, wordcount
+    from torch_gpubpe.training import trainer
+    from torch_gpubpe.training import wordcount
 
     def no_counting(*args, **kwargs):
         raise AssertionError("words were counted before the arguments were checked")
@@ -432,7 +433,7 @@ def test_trainer_bad_special_tokens_fail_before_training(monkeypatch, special):
 
 @pytest.mark.gpu
 def test_trainer_memory_bound_is_a_clear_error(monkeypatch):
-    from torch_gpubpe.trainer import train
+    from torch_gpubpe.training.trainer import train
 
     g = gpumod.get_gpu()
     monkeypatch.setattr(g, "max_storage_binding", 4096)
@@ -455,12 +456,13 @@ def run_py(code: str, timeout: float = 150) -> str:
 @pytest.mark.gpu
 def test_device_loss_surfaces_then_recovers():
     out = run_py("""
-        from torch_gpubpe import gpu, reference
-        from torch_gpubpe.encoder import Tokenizer
-        from torch_gpubpe.data import TokenizedDataset
+        from torch_gpubpe.gpu import device as gpu
+        from torch_gpubpe.core import reference
+        from torch_gpubpe.encoding.tokenizer import Tokenizer
+        from torch_gpubpe.integrations.torch_data import TokenizedDataset
         from torch_gpubpe.errors import GPUOperationError
-        from torch_gpubpe.trainer import train
-        from torch_gpubpe.vocab import Vocab
+        from torch_gpubpe.training.trainer import train
+        from torch_gpubpe.core.vocab import Vocab
         docs = ["ab ab abc abcd yakınlık ve"] * 3
         merges = reference.train(docs, vocab_size=270, min_frequency=1)
         tok = Tokenizer(Vocab.from_merges(merges, special_tokens=["<|endoftext|>"]))
@@ -509,9 +511,10 @@ def test_interrupted_readback_does_not_abort_the_next_encode():
     # Ctrl-C (or any exception) while waiting for a readback used to leave a staging buffer
     # mapped; the next submit copied into it and wgpu-native aborted the process (SIGABRT).
     out = run_py("""
-        from torch_gpubpe import gpu, reference
-        from torch_gpubpe.encoder import Tokenizer
-        from torch_gpubpe.vocab import Vocab
+        from torch_gpubpe.gpu import device as gpu
+        from torch_gpubpe.core import reference
+        from torch_gpubpe.encoding.tokenizer import Tokenizer
+        from torch_gpubpe.core.vocab import Vocab
         merges = reference.train(["ab ab abc abcd"] * 3, vocab_size=262, min_frequency=1)
         tok = Tokenizer(Vocab.from_merges(merges), thread_budget=20)
         G = type(gpu.get_gpu())
@@ -543,10 +546,12 @@ def test_interrupted_result_resumes():
     # TypeError, or, once the slot had been reused, returned another batch's ids.
     out = run_py("""
         import numpy as np
-        from torch_gpubpe import encoder, gpu, reference
-        from torch_gpubpe.encoder import Tokenizer
+        from torch_gpubpe.encoding import tokenizer as encoder
+        from torch_gpubpe.gpu import device as gpu
+        from torch_gpubpe.core import reference
+        from torch_gpubpe.encoding.tokenizer import Tokenizer
         from torch_gpubpe.errors import GPUOperationError
-        from torch_gpubpe.vocab import Vocab
+        from torch_gpubpe.core.vocab import Vocab
         merges = reference.train(["ab ab abc abcd"] * 3, vocab_size=262, min_frequency=1)
         tok = Tokenizer(Vocab.from_merges(merges), thread_budget=20)
         G = type(gpu.get_gpu())
@@ -632,7 +637,7 @@ def test_interrupted_result_resumes():
 def test_stuck_readback_times_out_then_recovers(monkeypatch, vocab, ref):
     from wgpu.backends.wgpu_native import GPUBuffer
 
-    from torch_gpubpe.data import TokenizedDataset
+    from torch_gpubpe.integrations.torch_data import TokenizedDataset
 
     tk = Tokenizer(vocab)
     doc = "yakınlık ve 2026 yılı"
@@ -666,7 +671,7 @@ def test_stuck_readback_times_out_then_recovers(monkeypatch, vocab, ref):
         list(TokenizedDataset(["a", doc], Tokenizer(vocab)))
     assert any("documents 0..1" in n for n in ei.value.__notes__)
     assert time.perf_counter() - t0 < 20
-    from torch_gpubpe.trainer import get_trainer, train
+    from torch_gpubpe.training.trainer import get_trainer, train
 
     monkeypatch.setattr(GPUBuffer, "map_async", orig)
     get_trainer()  # a fresh device (its subgroup probe reads back too) and the pipelines
@@ -711,7 +716,7 @@ def test_validation_errors_are_named():
 # Data path
 # ------------------------------------------------------------------------------------------------
 def fake_worker(monkeypatch, wid: int, num_workers: int) -> None:
-    from torch_gpubpe import data as datamod
+    from torch_gpubpe.integrations import torch_data as datamod
 
     info = SimpleNamespace(id=wid, num_workers=num_workers)
     monkeypatch.setattr(datamod, "get_worker_info", lambda: info if num_workers > 1 else None)
@@ -719,7 +724,7 @@ def fake_worker(monkeypatch, wid: int, num_workers: int) -> None:
 
 @pytest.mark.gpu
 def test_dataset_hostile_documents(tok, vocab, ref):
-    from torch_gpubpe.data import TokenizedDataset
+    from torch_gpubpe.integrations.torch_data import TokenizedDataset
 
     got = [t.tolist() for t in TokenizedDataset(HOSTILE, tok, batch_bytes=30)]
     assert got == [ref(d) for d in HOSTILE]
@@ -732,7 +737,7 @@ def test_dataset_hostile_documents(tok, vocab, ref):
 
 @pytest.mark.gpu
 def test_dataset_many_tiny_documents(tok, ref):
-    from torch_gpubpe.data import TokenizedDataset
+    from torch_gpubpe.integrations.torch_data import TokenizedDataset
 
     rng = np.random.default_rng(3)
     alphabet = ["", "a", " b", "\n", "1.", "ş", "\x00"]
@@ -748,7 +753,7 @@ def test_dataset_many_tiny_documents(tok, ref):
 def test_dataset_bad_values_name_row_or_skip(tok, ref):
     import datasets
 
-    from torch_gpubpe.data import TokenizedDataset
+    from torch_gpubpe.integrations.torch_data import TokenizedDataset
 
     docs = ["ok", b"\xffbytes", None, 3.5, {"text": "x"}, "fine"]
     with pytest.raises(InputError, match=r"document 2 \(item 2; shard 0 of 1.*None"):
@@ -765,7 +770,7 @@ def test_dataset_bad_values_name_row_or_skip(tok, ref):
 
 @pytest.mark.gpu
 def test_dataset_source_errors_name_document(tok):
-    from torch_gpubpe.data import TokenizedDataset
+    from torch_gpubpe.integrations.torch_data import TokenizedDataset
 
     class Flaky(list):
         def __getitem__(self, k):
@@ -789,7 +794,7 @@ def test_dataset_source_errors_name_document(tok):
 
 @pytest.mark.gpu
 def test_dataset_encoder_errors_name_documents(tok, monkeypatch):
-    from torch_gpubpe.data import TokenizedDataset
+    from torch_gpubpe.integrations.torch_data import TokenizedDataset
 
     class Failing:
         vocab = tok.vocab
@@ -811,7 +816,7 @@ def test_dataset_encoder_errors_name_documents(tok, monkeypatch):
 def test_dataset_more_workers_than_shards(tok, ref, monkeypatch):
     import datasets
 
-    from torch_gpubpe.data import TokenizedDataset
+    from torch_gpubpe.integrations.torch_data import TokenizedDataset
 
     docs = [f"doc {i} yakınlık" for i in range(11)]
     sources = {
@@ -835,7 +840,7 @@ def test_dataset_more_workers_than_shards(tok, ref, monkeypatch):
 
 @pytest.mark.gpu
 def test_dataset_text_files_hostile_bytes(tmp_path, tok, ref):
-    from torch_gpubpe.data import TextFiles, TokenizedDataset
+    from torch_gpubpe.integrations.torch_data import TextFiles, TokenizedDataset
 
     raw = b"abc\xff\xfe def\r\n\x00\x01\n\xef\xbb\xbfBOM\r\n\n" + EOT.encode() + b"\n\xc3"
     plain = tmp_path / "raw.txt"
@@ -870,7 +875,7 @@ class _FlakySource(list):
 
 @pytest.mark.gpu
 def test_dataset_errors_in_real_workers_name_document_and_shard(vocab):
-    from torch_gpubpe.data import TokenizedDataset, make_dataloader
+    from torch_gpubpe.integrations.torch_data import TokenizedDataset, make_dataloader
 
     docs = ["zero", "one", "two", None, "four", "five", "six"]
     dl = make_dataloader(TokenizedDataset(docs, vocab), num_workers=2, timeout=300)
@@ -887,7 +892,7 @@ def test_dataset_errors_in_real_workers_name_document_and_shard(vocab):
 
 @pytest.mark.gpu
 def test_dataset_generator_cannot_be_split_across_workers(vocab):
-    from torch_gpubpe.data import TokenizedDataset, make_dataloader
+    from torch_gpubpe.integrations.torch_data import TokenizedDataset, make_dataloader
 
     ds = TokenizedDataset((d for d in ["a", "b"]), vocab)
     with pytest.raises(InputError, match=r"one-shot iterator .*cannot be sent to DataLoader "
@@ -899,7 +904,7 @@ def test_dataset_generator_cannot_be_split_across_workers(vocab):
 def test_cli_encode_counts_skipped_none_rows(tmp_path, vocab, ref, capsys):
     import json
 
-    from torch_gpubpe import cli
+    from torch_gpubpe.cli import main as cli
 
     rows = ["hello world", None, "ab\ufeff\u0000 x", None, "", "yakınlık"]
     data = tmp_path / "d.jsonl"
@@ -958,7 +963,7 @@ def test_heavy_long_runs_linear_and_exact(tok, merges):
 
 def _rustbpe_token_bytes(docs, vocab_size):
     rustbpe = pytest.importorskip("rustbpe")
-    from torch_gpubpe.vocab import SPLIT_PATTERN
+    from torch_gpubpe.core.vocab import SPLIT_PATTERN
 
     tk = rustbpe.Tokenizer()
     tk.train_from_iterator(iter(docs), vocab_size, pattern=SPLIT_PATTERN)
@@ -968,7 +973,7 @@ def _rustbpe_token_bytes(docs, vocab_size):
 @pytest.mark.gpu
 @pytest.mark.heavy
 def test_heavy_trainer_ten_million_distinct_words():
-    from torch_gpubpe.trainer import train
+    from torch_gpubpe.training.trainer import train
 
     # 10^7 distinct words: " w" + 7 base-26 letters of i (and a digit tail on every 3rd).
     n = 10_000_000
@@ -987,7 +992,7 @@ def test_heavy_trainer_ten_million_distinct_words():
 @pytest.mark.heavy
 @pytest.mark.parametrize("vocab_size", [1 << 16, (1 << 16) + 1, 1 << 18])
 def test_heavy_trainer_large_vocab_sizes(vocab_size):
-    from torch_gpubpe.trainer import train
+    from torch_gpubpe.training.trainer import train
 
     docs = []
     per_corpus = 2_500_000 if vocab_size == 1 << 18 else 600_000  # 7.8 MB runs out at ~194k

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from conftest import corpus_docs
-from torch_gpubpe import gpu as gpumod
-from torch_gpubpe import reference, unicode_pretok
+from torch_gpubpe.gpu import device as gpumod
+from torch_gpubpe.core import reference
+from torch_gpubpe.encoding import regex_pretok as unicode_pretok
 
 pytestmark = pytest.mark.gpu
 
@@ -27,10 +28,10 @@ def big_limits(request, monkeypatch):
 
 
 def test_derived_sizes_keep_indices_below_2_31(big_limits):
-    from torch_gpubpe.encoder import Tokenizer
-    from torch_gpubpe.pretokenize import GPUPreTokenizer
-    from torch_gpubpe.vocab import Vocab
-    from torch_gpubpe.wordcount import GPUWordCounter
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
+    from torch_gpubpe.encoding.pretokenize import GPUPreTokenizer
+    from torch_gpubpe.core.vocab import Vocab
+    from torch_gpubpe.training.wordcount import GPUWordCounter
 
     g = big_limits
     for e in (1, 4, 8):
@@ -44,10 +45,10 @@ def test_derived_sizes_keep_indices_below_2_31(big_limits):
 
 
 def test_pipelines_exact_under_large_limits(big_limits):
-    from torch_gpubpe.patterns import reference_word_starts
-    from torch_gpubpe.trainer import train
-    from torch_gpubpe.unicode_pretok import word_starts
-    from torch_gpubpe.wordcount import count_words_gpu
+    from torch_gpubpe.core.patterns import reference_word_starts
+    from torch_gpubpe.training.trainer import train
+    from torch_gpubpe.encoding.regex_pretok import word_starts
+    from torch_gpubpe.training.wordcount import count_words_gpu
 
     docs = corpus_docs("multi_udhr", 20_000, max_doc_bytes=2_000) + ["a" * 3000, ""]
     assert count_words_gpu(docs).to_dict() == dict(reference.count_words(docs))
@@ -60,7 +61,7 @@ def test_trainer_stream_limit_boundary(monkeypatch):
     """The stream of unique-word symbols must fit one binding (4 B each): at the boundary it
     trains, one element below it is a named error before any GPU work."""
     from torch_gpubpe.errors import InputError
-    from torch_gpubpe.trainer import train
+    from torch_gpubpe.training.trainer import train
 
     docs = [f"abcdefgh{i} " * 3 for i in range(300)]
     st: dict = {}

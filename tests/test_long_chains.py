@@ -3,7 +3,7 @@
 A run of one byte (``b"a" * 5_000_000``) or of two alternating symbols is ONE chain of the
 word-list walk; past ``train_wordlist.LONG_MIN_CHAIN`` occurrences its thread hands the rest to
 the long-chain kernels, which merge it in rounds of ``LONG_WINDOW`` stream positions. Every test
-compares the merges with ``torch_gpubpe.reference.train`` (nothing hard-coded) and checks from
+compares the merges with ``torch_gpubpe.core.reference.train`` (nothing hard-coded) and checks from
 ``stats`` that the long path ran. The threshold and window are forced small here (monkeypatched
 module constants, read at each run), so that chains cross them in every way: chains just under,
 at and over the threshold, odd and even runs, windows that cut a pair (its right half past the
@@ -27,9 +27,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
-from torch_gpubpe import reference, trainer, train_wordlist
+from torch_gpubpe.core import reference
+from torch_gpubpe.training import trainer
+from torch_gpubpe.training import wordlist_loop as train_wordlist
 from torch_gpubpe import GPUBPEWarning
-from torch_gpubpe.trainer import GPUTrainer, train
+from torch_gpubpe.training.trainer import GPUTrainer, train
 
 pytestmark = pytest.mark.gpu
 
@@ -150,8 +152,8 @@ def test_heavy_megabyte_runs(docs):
 def test_poisoned_workgroup_memory(monkeypatch):
     """The long-chain kernels initialise the workgroup memory they read: with every variable
     filled with 0xDEADBEEF first (tests/test_poison_workgroup.py's build), still exact."""
-    from torch_gpubpe import gpu as gpumod
-    from torch_gpubpe.shaders import POISON_FLAG
+    from torch_gpubpe.gpu import device as gpumod
+    from torch_gpubpe.gpu.shaders import POISON_FLAG
 
     g = gpumod.get_gpu()
     base = g.flags

@@ -15,9 +15,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from torch_gpubpe import counts as cmod
+from torch_gpubpe.training import counts_file as cmod
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.wordcount import LONG_GROUP_BYTES, WordCounts, group_words
+from torch_gpubpe.training.wordcount import LONG_GROUP_BYTES, WordCounts, group_words
 
 
 def _words(seed: int, n: int, size: int) -> list[bytes]:

@@ -31,12 +31,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS_NAMES, corpus_docs
-from torch_gpubpe import encoder as encmod
-from torch_gpubpe import gpu as gpumod
-from torch_gpubpe import reference
-from torch_gpubpe.encoder import DEFAULT_CHUNK, DEFAULT_LONG_WORD, Tokenizer
-from torch_gpubpe.shaders import read_wgsl, shader_source
-from torch_gpubpe.vocab import Vocab
+from torch_gpubpe.encoding import tokenizer as encmod
+from torch_gpubpe.gpu import device as gpumod
+from torch_gpubpe.core import reference
+from torch_gpubpe.encoding.tokenizer import DEFAULT_CHUNK, DEFAULT_LONG_WORD, Tokenizer
+from torch_gpubpe.gpu.shaders import read_wgsl, shader_source
+from torch_gpubpe.core.vocab import Vocab
 
 pytestmark = pytest.mark.gpu
 

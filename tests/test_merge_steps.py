@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from conftest import corpus_docs
-from torch_gpubpe import reference
-from torch_gpubpe import train_wordlist as tw
-from torch_gpubpe.trainer import GPUTrainer, train
+from torch_gpubpe.core import reference
+from torch_gpubpe.training import wordlist_loop as tw
+from torch_gpubpe.training.trainer import GPUTrainer, train
 
 pytestmark = pytest.mark.gpu
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from conftest import CORPORA, CORPUS_NAMES
 from torch_gpubpe.errors import InputError, NotTextError
-from torch_gpubpe.readers import (FORMATS, MAX_CONTROL_SHARE, MAX_NUL_SHARE, MIN_SUSPECT_BYTES,
+from torch_gpubpe.io.readers import (FORMATS, MAX_CONTROL_SHARE, MAX_NUL_SHARE, MIN_SUSPECT_BYTES,
                                   TEXT_CHECK_BYTES, FileReader, TextSource, looks_binary)
 
 
@@ -151,7 +151,7 @@ def test_binary_format_reads_the_bytes(tmp_path):
 def test_docstring_examples():
     import doctest
 
-    from torch_gpubpe import readers
+    from torch_gpubpe.io import readers
 
     res = doctest.testmod(readers)
     assert res.attempted >= 3 and res.failed == 0

@@ -23,7 +23,7 @@ CHILD = r'''
 import sys, warnings
 import numpy, pyarrow, pyarrow.json  # their own filters (numpy adds some) come first
 before = list(warnings.filters)
-from torch_gpubpe.readers import FileReader
+from torch_gpubpe.io.readers import FileReader
 import torch_gpubpe.notices
 assert warnings.filters == before, "filters changed"
 p = sys.argv[1]

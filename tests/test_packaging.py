@@ -30,8 +30,8 @@ def test_wheel_contains_shaders_and_runs_outside_checkout(tmp_path):
         check=True, timeout=600,
     )
     code = (
-        "import torch_gpubpe, torch_gpubpe.shaders as s; "
-        "from torch_gpubpe.pretokenize import word_starts_gpu; "
+        "import torch_gpubpe, torch_gpubpe.gpu.shaders as s; "
+        "from torch_gpubpe.encoding.pretokenize import word_starts_gpu; "
         "assert str(s.wgsl_dir()).startswith(%r), s.wgsl_dir(); "
         "print(word_starts_gpu([b'a  b'])[0])" % str(site)
     )

@@ -6,8 +6,8 @@ import pytest
 import rustbpe  # a test extra: pip install '.[test]'
 
 from conftest import corpus_docs
-from torch_gpubpe import reference
-from torch_gpubpe.vocab import SPLIT_PATTERN
+from torch_gpubpe.core import reference
+from torch_gpubpe.core.vocab import SPLIT_PATTERN
 
 
 def rustbpe_token_bytes(docs, vocab_size):

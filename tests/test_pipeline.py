@@ -1,5 +1,5 @@
-"""The ``encode`` CLI's reading + encoding pipeline (torch_gpubpe.pipeline), which
-torch_gpubpe.ray.TokenizeFiles runs too: FileReader's file_starts name the file of every
+"""The ``encode`` CLI's reading + encoding pipeline (torch_gpubpe.encoding.stream), which
+torch_gpubpe.integrations.ray.TokenizeFiles runs too: FileReader's file_starts name the file of every
 document over files of every format (empty files, a file listed twice, None rows), parquet is
 decoded on the reader's threads (not Arrow's CPU pool, one thread in a Ray worker), and the
 loop gives the encoder's tokens in order with the CLI's stage names."""
@@ -17,11 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import corpus_docs
-from torch_gpubpe import reference
-from torch_gpubpe.encoder import Tokenizer
-from torch_gpubpe.pipeline import encode_in_flight, read_ahead
-from torch_gpubpe.readers import FileReader, documents
-from torch_gpubpe.vocab import Vocab
+from torch_gpubpe.core import reference
+from torch_gpubpe.encoding.tokenizer import Tokenizer
+from torch_gpubpe.encoding.stream import encode_in_flight, read_ahead
+from torch_gpubpe.io.readers import FileReader, documents
+from torch_gpubpe.core.vocab import Vocab
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ Workgroup memory is not zeroed (WGPU_NOTES.md §0.3); a kernel that reads it bef
 gets what an earlier workgroup left, which on lavapipe is mostly zeros, so such a bug can pass
 every other test. Here the GPU's shader flags gain ``POISON_WORKGROUP``: every entry point then
 first fills each workgroup variable it reaches with 0xDEADBEEF
-(:func:`torch_gpubpe.shaders.poison_workgroup`), and each pipeline's results must still equal
+(:func:`torch_gpubpe.gpu.shaders.poison_workgroup`), and each pipeline's results must still equal
 its oracle exactly:
 
 | shader | oracle | test |
@@ -29,9 +29,10 @@ import pytest
 import tiktoken
 
 from conftest import CORPUS_NAMES, TEST_VOCABS, corpus_docs
-from torch_gpubpe import gpu as gpumod
-from torch_gpubpe import reference, unicode_pretok
-from torch_gpubpe.shaders import (POISON_FLAG, POISON_VALUE, parse_wgsl, poison_workgroup,
+from torch_gpubpe.gpu import device as gpumod
+from torch_gpubpe.core import reference
+from torch_gpubpe.encoding import regex_pretok as unicode_pretok
+from torch_gpubpe.gpu.shaders import (POISON_FLAG, POISON_VALUE, parse_wgsl, poison_workgroup,
                                   shader_source, wgsl_dir)
 
 pytestmark = pytest.mark.gpu
@@ -135,10 +136,10 @@ def _docs(per_corpus: int) -> list[str]:
 
 
 def check_encode_bpe(docs, small=True):
-    from torch_gpubpe.encoder import Tokenizer
-    from torch_gpubpe.patterns import PATTERN_OF
-    from torch_gpubpe.vocab import SPLIT_PATTERN_PY
-    from torch_gpubpe.vocab_io import load_tiktoken
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
+    from torch_gpubpe.core.patterns import PATTERN_OF
+    from torch_gpubpe.core.vocab import SPLIT_PATTERN_PY
+    from torch_gpubpe.core.vocab_files import load_tiktoken
 
     gpt2 = load_tiktoken(TEST_VOCABS / "gpt2.tiktoken")
     tt = tiktoken.Encoding("t", pat_str=SPLIT_PATTERN_PY, mergeable_ranks=gpt2.bpe_ranks,
@@ -157,8 +158,8 @@ def check_encode_bpe(docs, small=True):
 def check_pretokenize_unicode(docs, families=None, joined=False):
     """``joined``: the documents as one of several workgroup blocks (8 KiB each: pt_local's
     halo in workgroup memory is read only across a block edge)."""
-    from torch_gpubpe.patterns import FAMILIES, reference_word_starts
-    from torch_gpubpe.unicode_pretok import word_starts
+    from torch_gpubpe.core.patterns import FAMILIES, reference_word_starts
+    from torch_gpubpe.encoding.regex_pretok import word_starts
 
     if joined:
         text = "".join(docs)
@@ -172,7 +173,7 @@ def check_pretokenize_unicode(docs, families=None, joined=False):
 
 
 def check_wordcount(docs):
-    from torch_gpubpe.wordcount import GPUWordCounter, _batches
+    from torch_gpubpe.training.wordcount import GPUWordCounter, _batches
 
     counter = GPUWordCounter(batch_bytes=9_000, min_slots=64, min_store=64)
     for data, offsets in _batches(docs, counter.batch_bytes, {}):
@@ -182,7 +183,7 @@ def check_wordcount(docs):
 
 
 def check_trainer(docs, algorithms=None):
-    from torch_gpubpe.trainer import ALGORITHMS, GPUTrainer
+    from torch_gpubpe.training.trainer import ALGORITHMS, GPUTrainer
 
     docs = docs + ["abababab", "ba" * 301, "x" + "ab" * 77 + "a", "a" * 3001]
     counts = reference.count_words(docs)
@@ -233,7 +234,7 @@ MUTATIONS = [
                          ids=[f"{m[0]}-{m[3].get('algorithms', m[3].get('families', ['']))[0]}"
                               for m in MUTATIONS])
 def test_a_removed_initialisation_is_caught(shader, old, check, kw, monkeypatch):
-    from torch_gpubpe import shaders
+    from torch_gpubpe.gpu import shaders
     from torch_gpubpe.errors import GPUBPEError
 
     text = shaders.read_wgsl(shader)

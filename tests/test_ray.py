@@ -1,4 +1,4 @@
-"""Ray Data recipes (torch_gpubpe.ray): token columns equal to the single-process encoder, and
+"""Ray Data recipes (torch_gpubpe.integrations.ray): token columns equal to the single-process encoder, and
 word counts per block merged into the counts of the whole corpus.
 
 The actor classes are tested directly on Arrow tables (fast), then once each on a local Ray
@@ -16,15 +16,15 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import corpus_docs
 
-from torch_gpubpe import reference
-from torch_gpubpe.counts import read_counts, read_metadata
-from torch_gpubpe.encoder import Tokenizer
+from torch_gpubpe.core import reference
+from torch_gpubpe.training.counts_file import read_counts, read_metadata
+from torch_gpubpe.encoding.tokenizer import Tokenizer
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.ray import (CountBatches, TokenizeBatches, TokenizeFiles, WriteShards,
+from torch_gpubpe.integrations.ray import (CountBatches, TokenizeBatches, TokenizeFiles, WriteShards,
                               count_dataset, merge_shard_lists, tokenize_dataset, tokenize_files,
                               write_shards_from_files)
-from torch_gpubpe.shards import read_llmc_shard, read_megatron
-from torch_gpubpe.vocab import Vocab
+from torch_gpubpe.io.shards import read_llmc_shard, read_megatron
+from torch_gpubpe.core.vocab import Vocab
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
@@ -253,7 +253,7 @@ def test_tokenize_files_cuts_a_gpu_batch_at_its_files_ends(tmp_path, vocab, docs
 def test_tokenize_files_shards_hold_the_encode_clis_tokens(tmp_path, vocab, text_files):
     """The same files through the ``encode`` command and through TokenizeFiles' parts merged:
     the same documents' tokens (llm.c: the same token stream; Megatron: the same sequences)."""
-    from torch_gpubpe import cli
+    from torch_gpubpe.cli import main as cli
 
     vocab.save(tmp_path / "vocab.json")
     for fmt, eot in (("llmc", EOT), ("megatron", None)):
@@ -277,7 +277,7 @@ def test_tokenize_files_says_when_arrows_pool_decodes_csv_on_fewer_threads(tmp_p
     """Ray's OMP_NUM_THREADS=1 sizes Arrow's CPU pool, which parses CSV: recorded, warned."""
     import pyarrow.csv as pcsv
 
-    from torch_gpubpe import ray as tray
+    from torch_gpubpe.integrations import ray as tray
     from torch_gpubpe.notices import GPUBPEWarning
 
     pcsv.write_csv(pa.table({"text": docs[:30]}), tmp_path / "a.csv")
@@ -338,7 +338,7 @@ def test_count_batches_writes_one_counts_file(tmp_path, docs):
 def ray_local():
     ray = pytest.importorskip("ray")   # the test extra installs ray; CI fails on any skip
     # Ray 2.60's read_parquet starts 32 footer-reading actors (processes) per read: 2 are
-    # plenty for a few local files on 2 cores (torch_gpubpe.ray's docstring)
+    # plenty for a few local files on 2 cores (torch_gpubpe.integrations.ray's docstring)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": str(ROOT),
                                        "RAY_DATA_PARQUET_FOOTER_NUM_ACTORS": "2"}})
@@ -412,9 +412,9 @@ def test_ray_count_dataset_equals_whole_corpus_counts(ray_local, tmp_path, docs,
 
 def test_actor_with_a_ray_gpu_pins_its_adapter_by_uuid(monkeypatch):
     ray = pytest.importorskip("ray")
-    from torch_gpubpe import devices
-    from torch_gpubpe import ray as tray
-    from torch_gpubpe.ray import _pin_assigned_gpu
+    from torch_gpubpe.gpu import adapters as devices
+    from torch_gpubpe.integrations import ray as tray
+    from torch_gpubpe.integrations.ray import _pin_assigned_gpu
 
     # setenv first, so that monkeypatch restores the variable's absence after _pin_assigned_gpu
     # sets it (delenv of an absent variable records nothing, and the value would leak into

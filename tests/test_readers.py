@@ -1,4 +1,4 @@
-"""The Arrow reader layer (torch_gpubpe.readers): every reader gives, byte for byte, the documents
+"""The Arrow reader layer (torch_gpubpe.io.readers): every reader gives, byte for byte, the documents
 that pyarrow / datasets give for the same file — on files made from the real corpora and on
 hypothesis-made ones (nulls, empty rows, invalid UTF-8 in binary columns, CRLF, large rows) —
 and shards, resumes and refuses bad input as documented. No GPU."""
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from conftest import corpus_docs
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.readers import (
+from torch_gpubpe.io.readers import (
     FileReader,
     HFReader,
     PyReader,
@@ -193,7 +193,7 @@ def test_jsonl_equals_pyarrow_json(tmp_path_factory, docs, eol, blank, chunk):
     got = [v for _, v in read_all(FileReader(d / "a.jsonl.gz", chunk_bytes=chunk))]
     if any(isinstance(x, str) and any(0xD800 <= ord(c) < 0xE000 for c in x) for x in docs):
         # lone surrogates: pyarrow refuses them; read line by line, U+FFFD as reference.to_bytes
-        from torch_gpubpe.reference import to_bytes
+        from torch_gpubpe.core.reference import to_bytes
 
         assert got == [None if x is None else to_bytes(x) for x in docs]
         return
@@ -331,7 +331,7 @@ def test_sharded_reading_in_a_fresh_process_does_not_import_pandas(tmp_path):
     pq.write_table(pa.table({"text": pa.array(docs, pa.large_string())}), path)
     code = (
         "import json, sys\n"
-        "from torch_gpubpe.readers import documents, open_source\n"
+        "from torch_gpubpe.io.readers import documents, open_source\n"
         f"r = open_source({str(path)!r})\n"
         "got = [b.values.to_pylist() for b in r.batches(shard=1, num_shards=3)]\n"
         "packed = b''.join(p.data.tobytes() for p in documents(r))\n"

@@ -1,4 +1,4 @@
-"""Compressed JSON Lines and text files (torch_gpubpe.readers): gzip inflated by ISA-L (python-isal)
+"""Compressed JSON Lines and text files (torch_gpubpe.io.readers): gzip inflated by ISA-L (python-isal)
 or, without it, by zlib (said in stats and warned once) gives the same documents as Python's gzip
 module; line numbers count across chunks; corrupt or truncated files raise InputError naming the
 file. No GPU."""
@@ -16,10 +16,10 @@ import pyarrow.json as pj
 import pytest
 
 from conftest import corpus_docs
-from torch_gpubpe import readers
+from torch_gpubpe.io import readers
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.notices import GPUBPEWarning
-from torch_gpubpe.readers import FileReader, documents
+from torch_gpubpe.io.readers import FileReader, documents
 
 pytest.importorskip("isal")  # a dependency (pyproject.toml); CI fails on any skip
 

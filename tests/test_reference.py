@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import corpus_docs
-from torch_gpubpe import reference
+from torch_gpubpe.core import reference
 
 
 @pytest.mark.parametrize(

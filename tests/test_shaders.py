@@ -1,4 +1,4 @@
-"""torch_gpubpe.shaders.parse_wgsl: Python reads bindings, constants and workgroup-memory sizes
+"""torch_gpubpe.gpu.shaders.parse_wgsl: Python reads bindings, constants and workgroup-memory sizes
 from the WGSL (no hand copies). Sizes are checked against the WGSL memory-layout rules on a
 synthetic shader, and against the real shaders' declarations and their compiled pipelines."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from torch_gpubpe.shaders import parse_wgsl, shader_info
+from torch_gpubpe.gpu.shaders import parse_wgsl, shader_info
 
 SRC = """
 const WG: u32 = 64u;
@@ -82,7 +82,7 @@ def test_real_shader_sizes_follow_their_declarations(name):
 def test_parsed_bindings_make_valid_bind_groups(name):
     """The bindings parse_wgsl says an entry point uses are exactly those of its
     layout="auto" bind group: creating the bind group with them (no more, no less) succeeds."""
-    from torch_gpubpe.gpu import get_gpu
+    from torch_gpubpe.gpu.device import get_gpu
 
     g = get_gpu()
     info = shader_info(name, g.flags)
@@ -99,7 +99,7 @@ def test_parsed_bindings_make_valid_bind_groups(name):
 
 @pytest.mark.gpu
 def test_workgroup_limit_checked_from_the_parse():
-    from torch_gpubpe.gpu import get_gpu
+    from torch_gpubpe.gpu.device import get_gpu
 
     g = get_gpu()
     src = f"var<workgroup> big: array<u32, {g.max_workgroup_storage // 4 + 1}>;\n" \

@@ -1,4 +1,4 @@
-"""`encode --output-format llmc|megatron|bin` (torch_gpubpe.shards): each format read back the way
+"""`encode --output-format llmc|megatron|bin` (torch_gpubpe.io.shards): each format read back the way
 its users read it (llm.c's `_load_data_shard` header rules, Megatron's `_IndexReader` layout),
 token for token equal to Tokenizer.encode; byte-identical whatever the batch size, thread count
 and chunking; never overwritten unless asked; a killed run continues after its last complete
@@ -17,8 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import corpus_docs
-from torch_gpubpe import Vocab, cli, reference
-from torch_gpubpe import shards as shardmod
+from torch_gpubpe import Vocab
+from torch_gpubpe.cli import main as cli
+from torch_gpubpe.core import reference
+from torch_gpubpe.io import shards as shardmod
 
 EOT = "<|endoftext|>"
 
@@ -76,7 +78,7 @@ def vocab_dir(tmp_path_factory, docs) -> Path:
 
 @pytest.fixture(scope="module")
 def want(vocab_dir, docs) -> list[list[int]]:
-    from torch_gpubpe.encoder import Tokenizer
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
 
     tok = Tokenizer(Vocab.load(vocab_dir / "vocab.json"))
     return [tok.encode(d) for d in docs]

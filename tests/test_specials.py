@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS_NAMES, corpus_docs, shared_vocab
-from torch_gpubpe import reference
-from torch_gpubpe.encoder import Tokenizer
+from torch_gpubpe.core import reference
+from torch_gpubpe.encoding.tokenizer import Tokenizer
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.pretokenize import pack_documents
-from torch_gpubpe.vocab import Vocab
+from torch_gpubpe.encoding.pretokenize import pack_documents
+from torch_gpubpe.core.vocab import Vocab
 
 pytestmark = pytest.mark.gpu
 
@@ -106,7 +106,7 @@ def test_specials_random(vocab, docs_b, specials):
 def test_parallel_copy_equals_a_plain_copy(n):
     """encoder.parallel_copy (uploads into, and ids out of, mapped GPU memory) at sizes below,
     at and above its part size, odd lengths included."""
-    from torch_gpubpe.encoder import PARALLEL_COPY_MIN, parallel_copy
+    from torch_gpubpe.encoding.tokenizer import PARALLEL_COPY_MIN, parallel_copy
 
     src = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8)
     dst = np.zeros(n, np.uint8)

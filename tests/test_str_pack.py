@@ -1,4 +1,4 @@
-"""The compiled str → UTF-8 packer (torch_gpubpe.str_pack, _utf8pack.c) gives the bytes of
+"""The compiled str → UTF-8 packer (torch_gpubpe.core.str_pack, _utf8pack.c) gives the bytes of
 reference.to_bytes for every item — every PEP 393 kind, ASCII, bytes, cached UTF-8, lone and
 paired surrogates, str subclasses — at lengths around its 16-character blocks and its bounce
 buffer's pieces, through each path (one array, Packed + copy_parts, the trainer's batches), on
@@ -16,14 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS_NAMES, corpus_docs
-from torch_gpubpe import _cpython_str as cs
-from torch_gpubpe import _utf8_native, str_pack
-from torch_gpubpe.encoder import _pack, copy_parts
+from torch_gpubpe.core import cpython_str as cs
+from torch_gpubpe.core import utf8_native as _utf8_native
+from torch_gpubpe.core import str_pack
+from torch_gpubpe.encoding.tokenizer import _pack, copy_parts
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.notices import GPUBPEWarning
-from torch_gpubpe.pretokenize import pack_documents
-from torch_gpubpe.reference import to_bytes
-from torch_gpubpe.wordcount import _batches, str_packer
+from torch_gpubpe.encoding.pretokenize import pack_documents
+from torch_gpubpe.core.reference import to_bytes
+from torch_gpubpe.training.wordcount import _batches, str_packer
 
 SURROGATES = "\ud800\udbff\udc00\udfff\ud83d\ude00"
 # lengths around the 16-character blocks and a 64 KiB bounce buffer's pieces (≈ 21,800

@@ -1,4 +1,4 @@
-"""Hostile input for the compiled str → UTF-8 packer (torch_gpubpe.str_pack, _utf8pack.c): every
+"""Hostile input for the compiled str → UTF-8 packer (torch_gpubpe.core.str_pack, _utf8pack.c): every
 path (pack, Packed, pack_batches, and the public API on top) gives the bytes of
 reference.to_bytes — lone surrogates → U+FFFD, a pair → its character — for surrogates at the
 16-character blocks and the bounce buffer's pieces, kinds 1/2/4 with bytes-likes and numpy
@@ -22,10 +22,10 @@ from array import array
 import numpy as np
 import pytest
 
-from torch_gpubpe import _cpython_str as cs
-from torch_gpubpe import str_pack
+from torch_gpubpe.core import cpython_str as cs
+from torch_gpubpe.core import str_pack
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.reference import to_bytes
+from torch_gpubpe.core.reference import to_bytes
 
 UNITS = ["a", " ", "\xe9", "\u07ff", "\u0800", "\u4e2d", "\U0001f600", "\U0010ffff",
          "\ud800", "\udbff", "\udc00", "\udfff"]

@@ -12,8 +12,8 @@ import sys
 import pytest
 from conftest import corpus_docs, subprocess_env
 
-from torch_gpubpe import reference
-from torch_gpubpe.trainer import train
+from torch_gpubpe.core import reference
+from torch_gpubpe.training.trainer import train
 
 pytestmark = pytest.mark.gpu
 
@@ -39,8 +39,8 @@ def test_gpu_time_caps_merges_and_continuations_per_submit(monkeypatch):
     # budget forced (its 32,768 needed one continue per pause on the H200: nothing to double);
     # the merges stay exact. (The long-chain hand-over off: it merges the run in one round per
     # pause, no doubling.)
-    import torch_gpubpe.train_wordlist as tw
-    import torch_gpubpe.trainer as tr
+    import torch_gpubpe.training.wordlist_loop as tw
+    import torch_gpubpe.training.trainer as tr
 
     monkeypatch.setattr(tw, "LONG_MIN_CHAIN", tw.NEVER)
     monkeypatch.setattr(tw, "DEFAULT_BUDGET", 3_750)
@@ -67,7 +67,7 @@ def test_cpu_buffer_init_and_count_pieces(monkeypatch):
     # into CPU_STREAM_SYMBOLS positions, pair_count's into CPU_COUNT_SYMBOLS): forced small
     # here (a buffer in many pieces, the last one partial; pieces of the two sizes); on a GPU
     # there are none. Same merges either way.
-    import torch_gpubpe.train_wordlist as tw
+    import torch_gpubpe.training.wordlist_loop as tw
 
     docs = corpus_docs("en_fortunes", 6_000) + ["a" * 3_000, "ab" * 500]
     want = reference.train(docs, 256 + 80, 2)
@@ -88,7 +88,7 @@ def test_cpu_buffer_init_and_count_pieces(monkeypatch):
 
 _FIRST_TRAINING = """
 import json, sys, warnings
-from torch_gpubpe.trainer import train
+from torch_gpubpe.training.trainer import train
 doc = open(sys.argv[1], "rb").read()
 st = {}
 with warnings.catch_warnings(record=True) as w:
@@ -102,7 +102,7 @@ print(json.dumps({"merges": list(merges), "warnings": [str(x.message) for x in w
 
 @functools.lru_cache(maxsize=None)
 def _cpu_adapter() -> bool:
-    from torch_gpubpe.trainer import GPUTrainer
+    from torch_gpubpe.training.trainer import GPUTrainer
 
     return GPUTrainer().is_cpu
 

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import CORPUS_NAMES, corpus_docs, shared_vocab
 from torch_gpubpe import InputError
-from torch_gpubpe.encoder import Tokenizer
+from torch_gpubpe.encoding.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.gpu
 
@@ -104,7 +104,7 @@ def test_hugging_face_tokenizer_json(tmp_path):
     """GPT-2 as a tokenizer.json (ByteLevel with its regex): the GPU ids equal HF tokenizers'."""
     from tokenizers import Tokenizer as HFTokenizer
 
-    from torch_gpubpe.export import hf_tokenizer_dict
+    from torch_gpubpe.core.export import hf_tokenizer_dict
 
     d = hf_tokenizer_dict(gpu_tokenizer("gpt2").vocab)
     d["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
@@ -150,9 +150,10 @@ def o200k_vocab_file(tmp: str) -> str:
     from collections import Counter
     from pathlib import Path
 
-    from torch_gpubpe import Vocab, reference
-    from torch_gpubpe.export import save_tiktoken
-    from torch_gpubpe.patterns import O200K_PATTERN, split
+    from torch_gpubpe import Vocab
+    from torch_gpubpe.core import reference
+    from torch_gpubpe.core.export import save_tiktoken
+    from torch_gpubpe.core.patterns import O200K_PATTERN, split
 
     counts = Counter(w for name in CORPUS_NAMES for d in corpus_docs(name, max_bytes=6_000)
                      for w in split(d, "o200k"))
@@ -168,7 +169,7 @@ def o200k(tmp_path_factory):
     """(GPU tokenizer from the file, the tiktoken oracle over the same ranks and pat_str)."""
     import tiktoken
 
-    from torch_gpubpe.patterns import O200K_PATTERN
+    from torch_gpubpe.core.patterns import O200K_PATTERN
 
     path = o200k_vocab_file(str(tmp_path_factory.mktemp("o200k")))
     ranks = {base64.b64decode(t): int(r) for t, r in (ln.split() for ln in open(path))}

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from tests.conftest import corpus_docs
-from torch_gpubpe import reference
-from torch_gpubpe.trainer import _MergeLoop, get_trainer, train
+from torch_gpubpe.core import reference
+from torch_gpubpe.training.trainer import _MergeLoop, get_trainer, train
 
 
 def _stream(words: list[bytes], tws: int):
@@ -91,7 +91,7 @@ def test_fresh_train_of_strings_imports_neither_pandas_nor_acero():
     import subprocess
     import sys
 
-    from torch_gpubpe.wordcount import MAXW
+    from torch_gpubpe.training.wordcount import MAXW
 
     make_docs = (f"long_word = 'x' * {3 * MAXW} + 'y' * 7\n"
                  "docs = [f'alpha beta {long_word} gamma {i % 7} ' * 3 for i in range(200)]\n")
@@ -100,7 +100,7 @@ def test_fresh_train_of_strings_imports_neither_pandas_nor_acero():
     docs = namespace["docs"]
     code = (
         "import json, sys\n"
-        "from torch_gpubpe.trainer import train\n"
+        "from torch_gpubpe.training.trainer import train\n"
         + make_docs +
         "st = {}\n"
         "v = train(docs, 300, min_frequency=1, stats=st)\n"

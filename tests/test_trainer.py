@@ -1,7 +1,7 @@
-"""GPU BPE training (torch_gpubpe.trainer; both algorithms: train_wordlist, the default, and
+"""GPU BPE training (torch_gpubpe.training.trainer; both algorithms: train_wordlist, the default, and
 train_seed) against the oracles.
 
-Every test compares merges with ``torch_gpubpe.reference`` (DESIGN.md §3) or with rustbpe;
+Every test compares merges with ``torch_gpubpe.core.reference`` (DESIGN.md §3) or with rustbpe;
 nothing is hard-coded. Inputs are small: lavapipe runs the kernels on 2 shared CPU cores.
 """
 
@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from conftest import CORPUS_NAMES, corpus_docs
-from torch_gpubpe import reference
+from torch_gpubpe.core import reference
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.trainer import ALGORITHMS, GPUTrainer, TrainProgress, train, train_from_word_counts
-from torch_gpubpe.vocab import SPLIT_PATTERN, Vocab
-from torch_gpubpe.wordcount import count_words
+from torch_gpubpe.training.trainer import ALGORITHMS, GPUTrainer, TrainProgress, train, train_from_word_counts
+from torch_gpubpe.core.vocab import SPLIT_PATTERN, Vocab
+from torch_gpubpe.training.wordcount import count_words
 
 pytestmark = pytest.mark.gpu
 
@@ -137,7 +137,7 @@ def test_walks_longer_than_the_budget_are_continued(budget, monkeypatch):
     reference, with runs of A == B, adjacent occurrences and words crossing the budget many
     times (every resume point: mid-word, between words, after an occurrence). The long-chain
     hand-over is off here (it takes a resumed chain at once: tests/test_long_chains.py)."""
-    from torch_gpubpe import train_wordlist
+    from torch_gpubpe.training import wordlist_loop as train_wordlist
 
     monkeypatch.setattr(train_wordlist, "LONG_MIN_CHAIN", train_wordlist.NEVER)
     docs = ["a" * 3001, " " + "a" * 2047, "b" * 777 + "a" * 513, "ab" * 900, "x" + "a" * 4095,
@@ -181,7 +181,7 @@ def test_stale_left_links_are_hopped(monkeypatch, budget):
     """With find_max4's repair of the left links switched off (FIXUP=0), every walk finds its
     live left neighbour by hopping over symbols merged away earlier (saving the hops, pausing
     when out of budget): the same merges as the reference, and more steps than with it."""
-    from torch_gpubpe import train_table
+    from torch_gpubpe.training import pair_table as train_table
 
     docs = ["a" * 3001, "b" * 777 + "a" * 513, "ab" * 900, "x" + "a" * 4095, "abcabc " * 50,
             "ba" * 40 + "a"] + corpus_docs("en_fortunes", 10_000)
@@ -300,7 +300,7 @@ def test_find_max_grid_does_not_change_the_merges(monkeypatch, workgroups):
     workgroups; each group of 256 blocks finished by whichever workgroup counts it down last):
     a grid far smaller than the 2,048 blocks (8 groups), every workgroup looping, the table
     rebuilt and grown, gives the reference's merges."""
-    import torch_gpubpe.train_wordlist as tw
+    import torch_gpubpe.training.wordlist_loop as tw
 
     monkeypatch.setattr(tw, "FIND_WORKGROUPS", workgroups)
     docs = corpus_docs("multi_udhr", 40_000)
@@ -329,7 +329,7 @@ def test_pair_table_rebuild_keeps_merges_exact():
 
 
 def test_no_subgroup_path(monkeypatch):
-    from torch_gpubpe import gpu as gpu_mod
+    from torch_gpubpe.gpu import device as gpu_mod
 
     monkeypatch.setenv("TORCH_GPUBPE_NO_SUBGROUPS", "1")
     gpu_mod.reset_gpu()
@@ -350,8 +350,8 @@ def test_no_subgroup_path(monkeypatch):
 
 def test_pair_key_packing_roundtrip_above_16_bits():
     """The table keys (a, b) for ids up to 2^18 - 1 survive the Feistel packing exactly."""
-    from torch_gpubpe.gpu import get_gpu
-    from torch_gpubpe.shaders import shader_source
+    from torch_gpubpe.gpu.device import get_gpu
+    from torch_gpubpe.gpu.shaders import shader_source
 
     g = get_gpu()
     src = shader_source("train_wordlist", g.flags) + """
@@ -505,7 +505,7 @@ def test_profile_reports_each_kernel_and_the_walks(algorithm):
     """profile=True: GPU µs per merge of each of the algorithm's kernels (timestamp queries),
     and for the word list the mean list entries, steps, probes and dependent-load depth per
     merge; same merges."""
-    from torch_gpubpe.gpu import get_gpu
+    from torch_gpubpe.gpu.device import get_gpu
 
     docs = corpus_docs("en_fortunes", 15_000) + ["ab" * 3000]
     st: dict = {}
@@ -530,7 +530,7 @@ def test_profile_reports_each_kernel_and_the_walks(algorithm):
 def test_walk_grid_does_not_change_the_merges(monkeypatch, workgroups):
     """wl_merge walks the lists grid-stride: any grid (the H200 widens it for large corpora)
     gives the reference's merges, with walks carried past a small budget too."""
-    import torch_gpubpe.train_wordlist as tw
+    import torch_gpubpe.training.wordlist_loop as tw
 
     monkeypatch.setattr(tw, "grid_workgroups", lambda nwords, is_cpu: workgroups)
     docs = corpus_docs("multi_xquad", 30_000) + ["ab" * 700 + "a" * 301]
@@ -545,7 +545,7 @@ def test_walk_grid_does_not_change_the_merges(monkeypatch, workgroups):
 # -- a memory budget (issue 17 §2) ----------------------------------------------------------------
 def test_max_memory_refuses_before_the_merges(monkeypatch):
     """The merge phase's estimate above the budget (CPU counting: the check after counting)."""
-    from torch_gpubpe import trainer as tmod
+    from torch_gpubpe.training import trainer as tmod
 
     docs = corpus_docs("tr_ud_boun", 20_000)
     ran = []
@@ -585,9 +585,9 @@ def test_an_adapter_with_too_few_storage_buffers_takes_the_seed_algorithm(monkey
     run takes algorithm="seed" (counted from the WGSL), says so once and records why."""
     import warnings
 
-    from torch_gpubpe import reference
-    from torch_gpubpe.gpu import get_gpu
-    from torch_gpubpe.trainer import GPUTrainer
+    from torch_gpubpe.core import reference
+    from torch_gpubpe.gpu.device import get_gpu
+    from torch_gpubpe.training.trainer import GPUTrainer
 
     g = get_gpu()
     need = GPUTrainer(g).storage_buffers("wordlist")

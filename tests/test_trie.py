@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import corpus_docs
-from torch_gpubpe import reference
-from torch_gpubpe.trie import NO_TOKEN, compile_trie, trie_lookup
+from torch_gpubpe.core import reference
+from torch_gpubpe.core.trie import NO_TOKEN, compile_trie, trie_lookup
 
 BYTES = [bytes([b]) for b in range(256)]
 

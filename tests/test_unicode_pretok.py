@@ -1,4 +1,4 @@
-"""GPU regex pre-tokenizers (torch_gpubpe.unicode_pretok) == regex.finditer, per byte."""
+"""GPU regex pre-tokenizers (torch_gpubpe.encoding.regex_pretok) == regex.finditer, per byte."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from conftest import CORPORA, CORPUS_NAMES, corpus_docs
 from torch_gpubpe import InputError
-from torch_gpubpe.patterns import (FAMILIES, O200K_PATTERN, reference_word_starts, resolve,
+from torch_gpubpe.core.patterns import (FAMILIES, O200K_PATTERN, reference_word_starts, resolve,
                                    split, table)
-from torch_gpubpe.unicode_pretok import BLOCK, CHUNK, HALO, word_starts
+from torch_gpubpe.encoding.regex_pretok import BLOCK, CHUNK, HALO, word_starts
 
 pytestmark = pytest.mark.gpu
 
@@ -45,7 +45,7 @@ def test_table_is_what_regex_says(tmp_path_factory):
     import subprocess
     import sys
 
-    from torch_gpubpe._unicode_gen import (REGEX_VERSION, UNICODE_VERSION, class_bytes,
+    from torch_gpubpe.core.unicode_gen import (REGEX_VERSION, UNICODE_VERSION, class_bytes,
                                            regex_unicode_version, two_level)
 
     stage1, stage2, meta = table()
@@ -62,7 +62,7 @@ def test_table_is_what_regex_says(tmp_path_factory):
                           f"regex=={REGEX_VERSION}"], capture_output=True, text=True)
     assert pip.returncode == 0, f"installing regex=={REGEX_VERSION} apart: {pip.stderr}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(where), *sys.path])}
-    check = subprocess.run([sys.executable, "-m", "torch_gpubpe._unicode_gen", "--check"],
+    check = subprocess.run([sys.executable, "-m", "torch_gpubpe.core.unicode_gen", "--check"],
                            capture_output=True, text=True, env=env)
     assert check.returncode == 0, check.stdout + check.stderr
 
@@ -73,7 +73,7 @@ def test_table_is_what_tiktoken_and_hf_tokenizers_say():
     takes them)."""
     from tokenizers import Regex, pre_tokenizers
 
-    from torch_gpubpe._unicode_gen import (CLASS_PATTERNS, NUM_CP, changed_classes, class_bytes,
+    from torch_gpubpe.core.unicode_gen import (CLASS_PATTERNS, NUM_CP, changed_classes, class_bytes,
                                            tiktoken_members)
 
     cps = np.r_[0:0xD800, 0xE000:NUM_CP]
@@ -99,7 +99,7 @@ def test_table_is_what_tiktoken_and_hf_tokenizers_say():
 def test_report_names_the_code_points_a_newer_unicode_moves():
     """``_unicode_gen --report``'s comparison: a table where Unicode 17's U+088F (an Arabic
     letter) and U+11DE0 (a digit) were still unassigned is reported class by class."""
-    from torch_gpubpe._unicode_gen import changed_classes
+    from torch_gpubpe.core.unicode_gen import changed_classes
 
     ours = _table_bytes()
     newer = ours.copy()
@@ -131,8 +131,8 @@ def test_ids_on_new_unicode_code_points_equal_tiktoken(family):
     import tiktoken
 
     from conftest import shared_vocab
-    from torch_gpubpe.encoder import Tokenizer
-    from torch_gpubpe.patterns import PATTERN_OF
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
+    from torch_gpubpe.core.patterns import PATTERN_OF
 
     path = shared_vocab("gpt2.tiktoken")
     ranks = {base64.b64decode(t): int(r) for t, r in (ln.split() for ln in open(path))}
@@ -261,8 +261,8 @@ def test_hypothesis(docs):
 def test_docstring_examples():
     import doctest
 
-    import torch_gpubpe.patterns as patterns_mod
-    import torch_gpubpe.unicode_pretok as pretok_mod
+    import torch_gpubpe.core.patterns as patterns_mod
+    import torch_gpubpe.encoding.regex_pretok as pretok_mod
 
     for mod in (patterns_mod, pretok_mod):
         res = doctest.testmod(mod)
@@ -282,7 +282,7 @@ def test_hugging_face_pre_tokenizers():
 
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
-    from torch_gpubpe.patterns import QWEN2_PATTERN, from_hf_pre_tokenizer
+    from torch_gpubpe.core.patterns import QWEN2_PATTERN, from_hf_pre_tokenizer
 
     def entry(pt):
         t = Tokenizer(models.BPE())

@@ -9,7 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from torch_gpubpe import Vocab, VocabFormatError, reference
+from torch_gpubpe import Vocab, VocabFormatError
+from torch_gpubpe.core import reference
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def test_roundtrip(tmp_path, vocab):
     assert back == vocab and len(back) == 256 + len(vocab.merges) + 2
     assert back.special_token_ids == {"<|endoftext|>": back.num_tokens, "<|pad|>": back.num_tokens + 1}
     obj = json.loads(p.read_text())
-    assert obj["format"] == "torch_gpubpe.vocab" and obj["version"] == 1
+    assert obj["format"] == "torch_gpubpe.core.vocab" and obj["version"] == 1
     assert obj["pre_tokenizer"] == "gpubpe-bytes-v1"
 
 
@@ -35,15 +36,15 @@ def test_roundtrip(tmp_path, vocab):
         (b"\x00\xff garbage", "not JSON"),
         (b"[1, 2]", "not a torch_gpubpe vocab"),
         (b'{"format": "other"}', "not a torch_gpubpe vocab"),
-        (b'{"format": "torch_gpubpe.vocab", "version": 99}', "version 99"),
-        (b'{"format": "torch_gpubpe.vocab", "version": 1, "pre_tokenizer": "gpt2"}', "pre-tokenizer"),
-        (b'{"format": "torch_gpubpe.vocab", "version": 1, "pre_tokenizer": "gpubpe-bytes-v1",'
+        (b'{"format": "torch_gpubpe.core.vocab", "version": 99}', "version 99"),
+        (b'{"format": "torch_gpubpe.core.vocab", "version": 1, "pre_tokenizer": "gpt2"}', "pre-tokenizer"),
+        (b'{"format": "torch_gpubpe.core.vocab", "version": 1, "pre_tokenizer": "gpubpe-bytes-v1",'
          b' "merges": [[1, 2, 3]]}', "merges"),
-        (b'{"format": "torch_gpubpe.vocab", "version": 1, "pre_tokenizer": "gpubpe-bytes-v1",'
+        (b'{"format": "torch_gpubpe.core.vocab", "version": 1, "pre_tokenizer": "gpubpe-bytes-v1",'
          b' "merges": [[1, 300]]}', "not yet defined"),
-        (b'{"format": "torch_gpubpe.vocab", "version": 1, "pre_tokenizer": "gpubpe-bytes-v1",'
+        (b'{"format": "torch_gpubpe.core.vocab", "version": 1, "pre_tokenizer": "gpubpe-bytes-v1",'
          b' "merges": [[1, 2]], "vocab_size": 999}', "damaged"),
-        (b'{"format": "torch_gpubpe.vocab", "version": 1, "pre_tokenizer": "gpubpe-bytes-v1",'
+        (b'{"format": "torch_gpubpe.core.vocab", "version": 1, "pre_tokenizer": "gpubpe-bytes-v1",'
          b' "merges": [], "special_tokens": ["a", "a"]}', "duplicate"),
     ],
 )

@@ -1,4 +1,4 @@
-"""torch_gpubpe._wgpu_internals: the one module that uses wgpu-py/cffi internals.
+"""torch_gpubpe.gpu.wgpu_internals: the one module that uses wgpu-py/cffi internals.
 
 A wgpu-py other than 0.32.x (simulated by changing ``wgpu.__version__``) must give a clear
 WgpuVersionError on the required path (timed GPU waits) and, on the speed-only paths, the public
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_gpubpe import _wgpu_internals as wi
+from torch_gpubpe.gpu import wgpu_internals as wi
 
 PKG = Path(__file__).resolve().parents[1] / "torch_gpubpe"
 
@@ -81,9 +81,9 @@ def test_foreign_version_training_raises_the_clear_error():
     code = r"""
 import warnings, wgpu
 wgpu.__version__ = "0.99.1"
-from torch_gpubpe import reference
-from torch_gpubpe._wgpu_internals import WgpuVersionError
-from torch_gpubpe.trainer import train
+from torch_gpubpe.core import reference
+from torch_gpubpe.gpu.wgpu_internals import WgpuVersionError
+from torch_gpubpe.training.trainer import train
 docs = ["ab ab abc abcd", "ba"] * 3
 try:
     train(docs, 262, min_frequency=1)

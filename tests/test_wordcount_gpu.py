@@ -1,4 +1,4 @@
-"""GPU word counting (wgsl/wordcount.wgsl, torch_gpubpe.wordcount.count_words_gpu) against
+"""GPU word counting (wgsl/wordcount.wgsl, torch_gpubpe.training.wordcount.count_words_gpu) against
 ``reference.count_words`` (DESIGN.md §2 words): the same words with the same counts, on every
 corpus and on inputs that exercise each path — batches, table growth (rehash), the word store
 growing, words at and past the GPU's length limit, documents larger than a batch, and the CPU
@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from conftest import CORPUS_NAMES, corpus_docs
-from torch_gpubpe import reference, wordcount
+from torch_gpubpe.core import reference
+from torch_gpubpe.training import wordcount
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.wordcount import MAXW, GPUWordCounter, WordCounts, _batches, count_words_gpu
+from torch_gpubpe.training.wordcount import MAXW, GPUWordCounter, WordCounts, _batches, count_words_gpu
 
 pytestmark = pytest.mark.gpu
 
@@ -220,7 +221,7 @@ def test_bad_input_is_named():
 def test_heavy_counts_equal_the_cpu_counter_at_corpus_scale():
     """Every corpus whole (≈116 MB: batches of 64 MiB, long words, big tables) on the real GPU
     against the vectorised CPU counter (itself checked against the reference elsewhere)."""
-    from torch_gpubpe.wordcount import count_words
+    from torch_gpubpe.training.wordcount import count_words
 
     docs: list[str] = []
     for name in CORPUS_NAMES:

@@ -2,13 +2,13 @@
 
 Public API (imported lazily, so ``import torch_gpubpe`` touches neither the GPU nor torch):
 
-* :class:`Vocab` — merges + special tokens, save/load (``torch_gpubpe.vocab``)
-* :class:`Tokenizer` — GPU greedy longest-match encoder/decoder (``torch_gpubpe.encoder``)
-* :func:`train`, :func:`train_from_word_counts` — GPU BPE training (``torch_gpubpe.trainer``)
+* :class:`Vocab` — merges + special tokens, save/load (``torch_gpubpe.core.vocab``)
+* :class:`Tokenizer` — GPU greedy longest-match encoder/decoder (``torch_gpubpe.encoding.tokenizer``)
+* :func:`train`, :func:`train_from_word_counts` — GPU BPE training (``torch_gpubpe.training.trainer``)
 * :func:`train_from_counts_file` — training from merged per-shard word counts
-  (``torch_gpubpe.counts``)
-* :class:`TokenizedDataset`, :func:`make_dataloader` — PyTorch data path (``torch_gpubpe.data``)
-* ``torch_gpubpe.reference`` — the pure-Python oracle of DESIGN.md
+  (``torch_gpubpe.training.counts_file``)
+* :class:`TokenizedDataset`, :func:`make_dataloader` — PyTorch data path (``torch_gpubpe.integrations.torch_data``)
+* ``torch_gpubpe.core.reference`` — the pure-Python oracle of DESIGN.md
 * :class:`GPUBPEWarning` — the category of the package's notices, printed as one line
   (``torch_gpubpe.notices``)
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 
-from .errors import (
+from torch_gpubpe.errors import (
     GPUBPEError,
     GPUForkError,
     GPUOperationError,
@@ -25,20 +25,21 @@ from .errors import (
     NoAdapterError,
     VocabFormatError,
 )
-from .vocab import Vocab
+from torch_gpubpe import _moved
+from torch_gpubpe.core.vocab import Vocab
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Tokenizer": "encoder",
-    "BatchEncoding": "encoder",
-    "train": "trainer",
-    "train_from_word_counts": "trainer",
-    "train_from_counts_file": "counts",
-    "TokenizedDataset": "data",
-    "make_dataloader": "data",
-    "pad_collate": "data",
-    "get_gpu": "gpu",
+    "Tokenizer": "encoding.tokenizer",
+    "BatchEncoding": "encoding.tokenizer",
+    "train": "training.trainer",
+    "train_from_word_counts": "training.trainer",
+    "train_from_counts_file": "training.counts_file",
+    "TokenizedDataset": "integrations.torch_data",
+    "make_dataloader": "integrations.torch_data",
+    "pad_collate": "integrations.torch_data",
+    "get_gpu": "gpu.device",
     "GPUBPEWarning": "notices",
 }
 
@@ -52,6 +53,13 @@ __all__ = [
     "VocabFormatError",
     *_LAZY,
 ]
+
+
+_moved.install()
+
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, "__version__"})
 
 
 def __getattr__(name: str):

@@ -1,5 +1,5 @@
-"""``python -m torch_gpubpe train|encode`` — see :mod:`torch_gpubpe.cli`."""
+"""``python -m torch_gpubpe train|encode`` — see :mod:`torch_gpubpe.cli.main`."""
 
-from .cli import run
+from torch_gpubpe.cli.main import run
 
 run()

@@ -37,5 +37,5 @@ class InputError(GPUBPEError, ValueError):
 
 
 class NotTextError(InputError):
-    """A file read as text looks like binary data (:func:`torch_gpubpe.readers.looks_binary`);
+    """A file read as text looks like binary data (:func:`torch_gpubpe.io.readers.looks_binary`);
     the message names the file, what was found, and the opt-out (``format="binary"``)."""

@@ -2,7 +2,7 @@
 // encoder of github/rust-gems crates/bpe (MIT; own code), one thread per word as in
 // encode.wgsl's trie_tokenizer_chunked, whose output format it shares (a token id at each token's
 // first byte in `scratch`), so encode.wgsl's trie_prefix_sum and trie_tokenizer_compact finish
-// the slice unchanged. Tables: torch_gpubpe/bpe.py (module docstring explains the walk).
+// the slice unchanged. Tables: torch_gpubpe/core/bpe_tables.py (module docstring explains the walk).
 //
 // Per word: at position pos, walk the trie for the longest REACHABLE token (cand); accept it if
 // the position after it is not dead and (prev, cand) is a valid pair (valid_pair); else
@@ -12,7 +12,7 @@
 //
 // Loads (issue 15: global-memory load instructions dominate; the overrides SHORT_SEARCH,
 // FUSED_EDGES, D2_LUT, LAZY_ROWS, TEXT_WINDOW, each exact, cut them; the host turns them on,
-// torch_gpubpe/encoder_bpe.py, and the benchmarks time each one off): a trie step is one fedges
+// torch_gpubpe/encoding/merge_walk.py, and the benchmarks time each one off): a trie step is one fedges
 // row after a search of ceil(log2 nc) steps (the walk's first step: one d2 row); text bytes and
 // word-start bits come from a two-word window per thread; a candidate's tokinfo/bounds rows are
 // loaded only where a pair check can need them.
@@ -135,7 +135,7 @@ const NO_TOKEN: u32 = 0xFFFFFFFFu;
 const BAD_TOKEN: u32 = 0xFFFFFFFEu;  // no valid encoding found (vocab outside the supported set)
 const RANK_BITS: u32 = 18u;
 const RANK_MASK: u32 = 0x3FFFFu;
-// Work counters of PROFILE builds (binding 18; torch_gpubpe.encoder_bpe.walk_work): totals over
+// Work counters of PROFILE builds (binding 18; torch_gpubpe.encoding.merge_walk.walk_work): totals over
 // the threads of a run, and W_LOCKSTEP: the sum over subgroups of the most walk-loop iterations
 // any lane of the subgroup ran (what the subgroup runs in lockstep; subgroup builds only).
 const W_ITERS: u32 = 0u;       // iterations of the walk loop (= W_STEPS + W_TRIES)
@@ -881,7 +881,7 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
 
 //#if WORD_MASK
 //#else
-// WORD_BITS (torch_gpubpe/encoder_bpe.py): this project's word starts (DESIGN.md §2) of the
+// WORD_BITS (torch_gpubpe/encoding/merge_walk.py): this project's word starts (DESIGN.md §2) of the
 // slice as bits, for the walk's WORD_MASK build, which then reads one bit per word-start test
 // (a trie step tests the byte after its match) instead of doc_bits bits and three text bytes.
 // One thread per 32 bytes: word w of starts_out holds bits 32w .. 32w + 31 (word_start_at of

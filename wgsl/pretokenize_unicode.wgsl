@@ -4,10 +4,10 @@
 // UTF-8 is decoded here: a byte starts a code point unless a valid sequence starting at one of
 // the 3 bytes before it covers it; a byte of no valid sequence is a code point of its own of
 // class "other" (as `bytes.decode("utf-8", "surrogateescape")` makes it U+DC80..U+DCFF, which
-// regex classes as other). Classes come from the table of torch_gpubpe/_unicode_gen.py.
+// regex classes as other). Classes come from the table of torch_gpubpe/core/unicode_gen.py.
 //
 // Every rule of the patterns reads a few code points around a position, except three that
-// read a whole run (derivation: torch_gpubpe/unicode_pretok.py): cl100k's digit groups of 1-3
+// read a whole run (derivation: torch_gpubpe/encoding/regex_pretok.py): cl100k's digit groups of 1-3
 // counted from the left of a digit run, whether the CR/LF run before a whitespace is absorbed
 // by a punctuation match (` ?[^\s\p{L}\p{N}]+[\r\n]*`), and what ends a whitespace run (a
 // non-space, CR/LF, or the end of the document). Those are two small automata, one read left
@@ -27,7 +27,7 @@
 // a block and of TILE_HALO bytes on each side into workgroup memory, then pt_mark's rules.
 //
 // o200k_base has automata of its own (section "o200k" below; derivation in
-// torch_gpubpe/unicode_pretok.py): F is the finditer process itself (7 states: which match the
+// torch_gpubpe/encoding/regex_pretok.py): F is the finditer process itself (7 states: which match the
 // previous code point is in) × digits mod 3; B is the space-run state above × "the run of
 // [\p{Lu}\p{Lt}] from here ends in a non-letter" (the backtracking of [U]*[L]+).
 //
@@ -90,7 +90,7 @@ const K_M: u32 = 6u;    // o200k only: \p{M} (other for the other families)
 const K_NONE: u32 = 7u; // no code point (before a document start, past its end)
 const FOLD_APOS: u32 = 9u;
 // o200k only: fold 10 is U+002F, fold 11 a letter of both case classes (\p{Lm}, \p{Lo}: none
-// folds to a contraction letter, torch_gpubpe/_unicode_gen.py checks), bit 7 a letter of the
+// folds to a contraction letter, torch_gpubpe/core/unicode_gen.py checks), bit 7 a letter of the
 // upper class only (\p{Lu}, \p{Lt}); a letter of neither has bit 7 clear (\p{Ll}).
 const FOLD_SLASH: u32 = 10u;
 const FOLD_BOTH: u32 = 11u;
@@ -191,7 +191,7 @@ fn decode4(q: u32, len: u32) -> u32 {
 
 fn decode(j: u32, len: u32) -> u32 { return decode4(text4(j), len); }
 
-// Table class byte of code point cp (torch_gpubpe/_unicode_gen.py).
+// Table class byte of code point cp (torch_gpubpe/core/unicode_gen.py).
 // pt_classify: the class bytes of U+0000..U+007F (4 per u32), read once per workgroup.
 var<workgroup> ascii_cls: array<u32, 32>;
 fn cp_class(cp: u32) -> u32 {

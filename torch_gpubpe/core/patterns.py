@@ -1,0 +1,245 @@
+"""The regex pre-tokenizers of real vocabularies (tiktoken's ``pat_str``), by name, and their
+CPU oracle (no wgpu, no torch).
+
+A vocabulary made by GPT-2, cl100k_base, Qwen2 or o200k_base gives its model's ids only under that model's
+split. The GPU computes those splits exactly (:mod:`torch_gpubpe.encoding.regex_pretok`); this module
+names the patterns it can do, refuses the others by name, and holds the reference: ``regex``
+itself, the engine the patterns are written for.
+
+Families (:data:`FAMILIES`):
+
+* ``"gpt2"`` — GPT-2, r50k_base, p50k_base, p50k_edit (both the original and tiktoken's
+  possessive spelling of the pattern, which split alike).
+* ``"cl100k"`` — cl100k_base (also Llama 3).
+* ``"qwen2"`` — Qwen2 (cl100k-like, one digit per ``\\p{N}``, no ``\\s++$``).
+* ``"o200k"`` — o200k_base and o200k_harmony (GPT-4o, gpt-oss): letter-case classes
+  (``[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+`` and the other
+  way round, with backtracking between the two classes), case-insensitive contractions attached
+  to the word, ``[\\r\\n/]*`` after punctuation.
+* ``"bytes-classes"`` — this project's own byte-class rule (DESIGN.md §2), the default of its
+  vocabularies; not a regex of this module (see :mod:`torch_gpubpe.encoding.pretokenize`).
+
+Bytes that are not valid UTF-8 (DESIGN.md §1 lets ``bytes`` documents hold any bytes): each
+byte of an invalid sequence is one code point of class "other", exactly as
+``bytes.decode("utf-8", "surrogateescape")`` turns it into U+DC80..U+DCFF, which ``regex`` sees
+as neither letter, digit nor space. (tiktoken has no exact rule for such bytes: its private
+``_encode_bytes`` splits the valid prefix and re-encodes the rest heuristically.)
+
+Example::
+
+    >>> from torch_gpubpe.core.patterns import reference_word_starts, split
+    >>> split("I'm  ok 12345", "cl100k")
+    [b'I', b"'m", b' ', b' ok', b' ', b'123', b'45']
+    >>> split("I'm  ok 12345", "gpt2")
+    [b'I', b"'m", b' ', b' ok', b' 12345']
+    >>> split("HelloWORLDFoo DON'T it's", "o200k")
+    [b'Hello', b'WORLDFoo', b" DON'T", b" it's"]
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+
+from torch_gpubpe.errors import InputError
+from torch_gpubpe.core.reference import to_bytes
+
+GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+R50K_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+|"""
+                  r""" ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
+QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
+                 r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+O200K_PATTERN = "|".join([
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+    r"""\p{N}{1,3}""",
+    r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+    r"""\s*[\r\n]+""",
+    r"""\s+(?!\S)""",
+    r"""\s+""",
+])
+
+FAMILIES = ("gpt2", "cl100k", "qwen2", "o200k")
+"""Regex families the GPU pre-tokenizer does exactly."""
+DEFAULT = "bytes-classes"
+"""DESIGN.md §2's byte-class rule (this project's vocabularies)."""
+
+# Family id on the GPU (wgsl/pretokenize_unicode.wgsl PAT_*): the order of FAMILIES.
+_NAMES = {
+    "gpt2": "gpt2", "r50k_base": "gpt2", "p50k_base": "gpt2", "p50k_edit": "gpt2",
+    "cl100k": "cl100k", "cl100k_base": "cl100k",
+    "qwen2": "qwen2",
+    "o200k": "o200k", "o200k_base": "o200k", "o200k_harmony": "o200k",
+}
+_BY_PATTERN = {GPT2_PATTERN: "gpt2", R50K_PATTERN: "gpt2", CL100K_PATTERN: "cl100k",
+               QWEN2_PATTERN: "qwen2", O200K_PATTERN: "o200k"}
+PATTERN_OF = {"gpt2": R50K_PATTERN, "cl100k": CL100K_PATTERN, "qwen2": QWEN2_PATTERN,
+              "o200k": O200K_PATTERN}
+"""The ``pat_str`` of each family (the reference splits with it)."""
+
+
+def resolve(pattern: str) -> str:
+    """The family of ``pattern``: a name (``"gpt2"``, ``"r50k_base"``, ``"cl100k_base"``,
+    ``"qwen2"``, ``"o200k_base"``, ``"bytes-classes"``…) or a tiktoken ``pat_str`` spelled exactly as one of them.
+
+    Returns:
+        one of :data:`FAMILIES`, or :data:`DEFAULT`.
+    Raises:
+        InputError: a pattern the GPU cannot split exactly (any other regex), naming it and
+            the ones it can.
+    """
+    if not isinstance(pattern, str):
+        raise InputError(f"pattern must be a str (a name or a pat_str), got {type(pattern).__name__}")
+    from torch_gpubpe.core.vocab import SPLIT_PATTERN, SPLIT_PATTERN_PY
+
+    if pattern in (DEFAULT, "bytes", SPLIT_PATTERN, SPLIT_PATTERN_PY):  # DESIGN.md §2's split
+        return DEFAULT
+    fam = _NAMES.get(pattern.lower()) or _BY_PATTERN.get(pattern)
+    if fam:
+        return fam
+    raise InputError(
+        f"pre-tokenizer pattern {repr(pattern)[:200]} cannot be split exactly on the GPU; supported: "
+        f"{', '.join(sorted(_NAMES))}, {DEFAULT!r}, or one of their pat_str spellings "
+        "(torch_gpubpe.core.patterns.PATTERN_OF)")
+
+
+def from_hf_pre_tokenizer(pre_tokenizer: object) -> str:
+    """The family of a Hugging Face ``tokenizer.json`` ``"pre_tokenizer"`` entry.
+
+    Accepted: ``ByteLevel`` with ``use_regex`` (GPT-2's split) and no ``add_prefix_space``;
+    ``Sequence[Split(Regex(pat), "Isolated"), ByteLevel(use_regex=False)]`` with ``pat`` one of
+    :func:`resolve`'s ``pat_str`` (Llama 3, Qwen2).
+
+    Raises:
+        InputError: any other pre-tokenizer (named), or a pattern the GPU cannot split exactly.
+    """
+    def byte_level(d: dict, regex_split: bool) -> bool:
+        return (d.get("type") == "ByteLevel" and not d.get("add_prefix_space", False)
+                and bool(d.get("use_regex", True)) == regex_split)
+
+    d = pre_tokenizer if isinstance(pre_tokenizer, dict) else {}
+    if byte_level(d, True):
+        return "gpt2"
+    steps = d.get("pretokenizers") if d.get("type") == "Sequence" else None
+    if (isinstance(steps, list) and len(steps) == 2 and isinstance(steps[0], dict)
+            and steps[0].get("type") == "Split" and steps[0].get("behavior") == "Isolated"
+            and not steps[0].get("invert", False) and isinstance(steps[1], dict)
+            and byte_level(steps[1], False)):
+        pat = (steps[0].get("pattern") or {}).get("Regex")
+        if isinstance(pat, str):
+            return resolve(pat)
+    raise InputError(f"Hugging Face pre-tokenizer {json.dumps(pre_tokenizer)[:300]} is not one "
+                     "the GPU splits exactly (ByteLevel with its regex, or Split(Regex) of a "
+                     "supported pattern + ByteLevel without it)")
+
+
+@functools.cache
+def _compiled(family: str):
+    import regex
+
+    return regex.compile(PATTERN_OF[family])
+
+
+@functools.cache
+def oracle_substitutes() -> dict[int, int]:
+    """``str.translate`` table that keeps the oracle on the table's Unicode version.
+
+    A ``regex`` built for a newer Unicode than the table's (``table()[2]["unicode_version"]``,
+    the version of tiktoken's and HF tokenizers' engines) classes newly assigned code points
+    as letters, digits or marks where the reference tokenizers see unassigned ones. Each such
+    code point maps to a stand-in of the same UTF-8 length whose class the table and this
+    ``regex`` agree on, so ``regex.finditer`` splits as the table's version would; the patterns
+    read nothing of a non-ASCII code point but its class. Empty when the versions match (the
+    table itself is checked against tiktoken and tokenizers on every code point by the tests).
+    """
+    from torch_gpubpe.core.unicode_gen import NUM_CP, class_bytes, regex_unicode_version
+
+    stage1, stage2, meta = table()
+    if regex_unicode_version() == meta["unicode_version"]:
+        return {}
+    cps = np.arange(NUM_CP)
+    ours = stage2[stage1[cps >> 8], cps & 0xFF]
+    theirs = class_bytes()
+    agree = (ours == theirs) & (cps >= 0x80) & ((cps < 0xD800) | (cps >= 0xE000))
+    length = 1 + (cps >= 0x80) + (cps >= 0x800) + (cps >= 0x10000)
+    moved = np.flatnonzero((ours != theirs) & ((cps < 0xD800) | (cps >= 0xE000)))
+    stand_in: dict[tuple[int, int], int] = {}
+    for cp in moved.tolist():
+        key = (int(ours[cp]), int(length[cp]))
+        if key not in stand_in:
+            same = np.flatnonzero(agree & (ours == key[0]) & (length == key[1]))
+            if not len(same):
+                raise RuntimeError(f"no code point of class {key[0]} and UTF-8 length {key[1]} "
+                                   "is classed alike by the table and this regex")
+            stand_in[key] = int(same[0])
+    return {cp: stand_in[(int(ours[cp]), int(length[cp]))] for cp in moved.tolist()}
+
+
+def _char_byte_lengths(text: str) -> np.ndarray:
+    """UTF-8 length of each char of a surrogateescape-decoded string (escapes are 1 byte)."""
+    cps = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), np.uint32)
+    lens = 1 + (cps >= 0x80) + (cps >= 0x800) + (cps >= 0x10000)
+    lens[(cps >= 0xDC80) & (cps <= 0xDCFF)] = 1
+    return lens.astype(np.int64)
+
+
+def reference_word_starts(document: str | bytes, pattern: str) -> np.ndarray:
+    """Where ``regex.finditer(pat_str)`` starts its matches, per byte (the oracle), under the
+    table's Unicode version (:func:`oracle_substitutes`).
+
+    Args:
+        document: ``str`` (UTF-8 encoded first, lone surrogates → U+FFFD) or bytes (invalid
+            UTF-8: one "other" code point per byte, module docs).
+        pattern: a family name or ``pat_str`` (:func:`resolve`), not ``"bytes-classes"``.
+    Returns:
+        bool array of shape ``(len(utf8_bytes),)``: True where a match begins.
+    """
+    fam = resolve(pattern)
+    if fam == DEFAULT:
+        raise InputError("reference_word_starts is for regex patterns; the byte-class rule's "
+                         "reference is torch_gpubpe.core.reference.word_starts")
+    data = to_bytes(document)
+    text = data.decode("utf-8", "surrogateescape")
+    lens = _char_byte_lengths(text)
+    if subs := oracle_substitutes():
+        text = text.translate(subs)  # same lengths: the offsets below still hold
+    char_off = np.zeros(len(text) + 1, np.int64)
+    np.cumsum(lens, out=char_off[1:])
+    starts = np.fromiter((m.start() for m in _compiled(fam).finditer(text)), np.int64)
+    out = np.zeros(len(data), bool)
+    out[char_off[starts]] = True
+    return out
+
+
+def split(document: str | bytes, pattern: str) -> list[bytes]:
+    """``document``'s UTF-8 bytes cut at :func:`reference_word_starts`."""
+    data = to_bytes(document)
+    cuts = np.flatnonzero(reference_word_starts(data, pattern)).tolist() + [len(data)]
+    return [data[a:b] for a, b in zip(cuts, cuts[1:])]
+
+
+# -- the code-point class table (torch_gpubpe/core/unicode_gen.py) ------------------------------
+@functools.cache
+def table() -> tuple[np.ndarray, np.ndarray, dict]:
+    """``(stage1 uint16 (4352,), stage2 uint8 (blocks, 256), meta)`` of the checked-in table;
+    ``meta`` records the ``regex`` and Unicode versions it was built from."""
+    from torch_gpubpe.core.unicode_gen import DATA_FILE
+
+    with np.load(DATA_FILE, allow_pickle=False) as z:
+        return z["stage1"], z["stage2"], json.loads(str(z["meta"]))
+
+
+def table_words() -> np.ndarray:
+    """The table as the GPU reads it: stage1 as u32, then stage2's bytes packed 4 per u32."""
+    stage1, stage2, _ = table()
+    return np.concatenate([stage1.astype(np.uint32), stage2.reshape(-1).view(np.uint32)])
+
+
+def classes_of(cps: np.ndarray) -> np.ndarray:
+    """Table class bytes (uint8) of code points ``cps`` (any int array)."""
+    stage1, stage2, _ = table()
+    cps = np.asarray(cps, np.int64)
+    return stage2[stage1[cps >> 8], cps & 0xFF]

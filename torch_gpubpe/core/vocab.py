@@ -1,0 +1,459 @@
+"""Vocab: merges + special tokens, and its one-file format (no wgpu, no torch).
+
+Ids (DESIGN.md §1): 0..255 are the byte values, merge k creates id ``256 + k``, special tokens
+take the ids after the last merge, in the order given.
+
+A vocabulary from outside (tiktoken file, Hugging Face ``tokenizer.json``; see
+:mod:`torch_gpubpe.core.vocab_files`) is instead an explicit id → bytes table (``tokens``) with a merge
+rank per id (``ranks``, default: the id), since e.g. GPT-2's byte tokens are not ids 0..255.
+``mode`` says how text is encoded: ``"greedy"`` longest match (DESIGN.md §4, this project's
+default) or ``"bpe"`` merge order (lowest rank first, as tiktoken; issue 15).
+
+File format (JSON, UTF-8), self-describing; version 1 (greedy mode, merges only)::
+
+    {"format": "torch_gpubpe.core.vocab", "version": 1, "pre_tokenizer": "gpubpe-bytes-v1",
+     "merges": [[left_id, right_id], ...], "special_tokens": ["<|endoftext|>", ...]}
+
+version 2 adds ``"mode"`` and, for explicit tables, ``"tokens"`` (base64 of each token's bytes,
+by id) and ``"ranks"``; a vocab that version 1 can hold is still written as version 1.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gc
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+
+import numpy as np
+
+from torch_gpubpe.errors import VocabFormatError
+from torch_gpubpe.core.reference import token_bytes
+
+FORMAT_NAME = "torch_gpubpe.core.vocab"
+FORMAT_VERSION = 1
+FORMAT_VERSIONS = (1, 2)
+MODES = ("greedy", "bpe")
+PRE_TOKENIZER = "gpubpe-bytes-v1"
+"""Name of the DESIGN.md §2 word rule; stored in every vocab file."""
+
+SPLIT_PATTERN = (
+    r" ?[A-Za-z\x{80}-\x{10FFFF}]+| ?[0-9]+| ?[\x00-\x08\x0E-\x1F!-/:-@\[-`{-\x7F]+|[\r\n]+"
+    r"|[ \t\x0B\x0C]+?(?= (?:[A-Za-z\x{80}-\x{10FFFF}]|[0-9]|[\x00-\x08\x0E-\x1F!-/:-@\[-`{-\x7F]))"
+    r"|[ \t\x0B\x0C]+"
+)
+"""The DESIGN.md §2 rule as a Rust-regex (rustbpe, Hugging Face ``tokenizers``)."""
+
+SPLIT_PATTERN_PY = SPLIT_PATTERN.replace(r"\x{80}", r"\u0080").replace(r"\x{10FFFF}", r"\U0010FFFF")
+"""The same pattern for Python's ``regex`` module and tiktoken's ``pat_str``."""
+
+MAX_VOCAB_SIZE = 1 << 18
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside (restored after, also on error). A vocab file
+    becomes ~200k containers that all stay alive: the collector's passes over them (and over
+    everything else the process holds) were a third of ``Vocab.load`` of 65k merges (0.03 of
+    0.09 s), and pausing it does not move that work to later collections (measured)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _int_pairs(items: Sequence, kind: type) -> bool:
+    """Whether every item is a ``kind`` (list, tuple) of exactly two exact ``int`` s (no
+    ``bool``, no numpy ints). One flat test per item: 65k merges in ~5 ms."""
+    return all(type(m) is kind and len(m) == 2 and type(m[0]) is int and type(m[1]) is int
+               for m in items)
+
+
+def _checked_merges(merges: Iterable) -> tuple[tuple[int, int], ...]:
+    """``merges`` as a tuple of ``(left_id, right_id)`` tuples of ints (``int()`` of each id
+    that is not an exact ``int``), every id defined before its merge.
+
+    Exact ints in tuples (what :meth:`Vocab.from_dict` passes) are kept as they are and the
+    ids checked by numpy: ``Vocab.load`` of a 65k-merge file runs no Python loop here.
+
+    Raises:
+        ValueError: merge ``k`` refers to an id that is negative or not below ``256 + k``.
+    """
+    merges = tuple(merges)
+    if not _int_pairs(merges, tuple):
+        merges = tuple((int(a), int(b)) for a, b in merges)  # lists, numpy ints, bools, ...
+    try:
+        ids = np.fromiter(chain.from_iterable(merges), np.int64, 2 * len(merges))
+        ok = bool(((ids >= 0) & (ids < 256 + np.arange(len(ids)) // 2)).all())
+    except OverflowError:  # an id beyond int64: out of range
+        ok = False
+    if not ok:
+        for k, (a, b) in enumerate(merges):
+            if not (0 <= a < 256 + k and 0 <= b < 256 + k):
+                raise ValueError(f"merge {k} = ({a}, {b}) refers to an id not yet defined")
+    return merges
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """A byte-level BPE vocab (DESIGN.md §1).
+
+    Attributes:
+        merges: ``(left_id, right_id)`` pairs; merge k creates id ``256 + k``.
+        special_tokens: spellings of the special tokens, ids ``num_tokens + i``.
+        mode: ``"greedy"`` (longest match, DESIGN.md §4) or ``"bpe"`` (merge order).
+        tokens: ``None`` (ids from ``merges``) or the explicit bytes of every ordinary id
+            (vocabularies from outside; then ``merges`` is empty). Spellings must be distinct
+            and include all 256 single bytes.
+        ranks: ``None`` (rank = id) or the merge rank of every id of ``tokens`` (distinct ints;
+            lower merges first).
+    Raises:
+        ValueError: inconsistent merges, tokens, ranks, mode or special tokens.
+    """
+
+    merges: tuple[tuple[int, int], ...] = ()
+    special_tokens: tuple[str, ...] = ()
+    mode: str = "greedy"
+    tokens: tuple[bytes, ...] | None = field(default=None, repr=False)
+    ranks: tuple[int, ...] | None = field(default=None, repr=False)
+    _bytes: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.tokens is not None:
+            self._init_table()
+            return
+        if self.ranks is not None:
+            raise ValueError("ranks need an explicit tokens table")
+        merges = _checked_merges(self.merges)
+        specials = tuple(self.special_tokens)
+        if len(set(specials)) != len(specials):
+            raise ValueError(f"duplicate special tokens in {specials!r}")
+        for s in specials:
+            if not isinstance(s, str) or not s:
+                raise ValueError(f"special tokens must be non-empty str, got {s!r}")
+        object.__setattr__(self, "merges", merges)
+        object.__setattr__(self, "special_tokens", specials)
+        object.__setattr__(self, "_bytes", tuple(token_bytes(merges)))
+        if len(self) > MAX_VOCAB_SIZE:
+            raise ValueError(f"vocab size {len(self)} is above the maximum {MAX_VOCAB_SIZE}")
+
+    def _init_table(self) -> None:
+        """Validate an explicit id → bytes table (vocabularies from outside)."""
+        if self.merges:
+            raise ValueError("give either merges or an explicit tokens table, not both")
+        toks = tuple(bytes(t) for t in self.tokens)
+        if any(not t for t in toks):
+            raise ValueError(f"token id {next(i for i, t in enumerate(toks) if not t)} is empty")
+        if len(set(toks)) != len(toks):
+            seen: dict[bytes, int] = {}
+            for i, t in enumerate(toks):
+                if t in seen:
+                    raise ValueError(f"token ids {seen[t]} and {i} both spell {t!r}")
+                seen[t] = i
+        missing = set(range(256)) - {t[0] for t in toks if len(t) == 1}
+        if missing:
+            raise ValueError(f"the single bytes {sorted(missing)[:8]}... are not tokens "
+                             f"({len(missing)} missing): not a byte-level vocab")
+        if self.ranks is not None:
+            ranks = tuple(int(r) for r in self.ranks)
+            if len(ranks) != len(toks) or len(set(ranks)) != len(ranks):
+                raise ValueError("ranks must hold one distinct rank per token")
+            object.__setattr__(self, "ranks", ranks)
+        specials = tuple(self.special_tokens)
+        if len(set(specials)) != len(specials) or not all(isinstance(s, str) and s
+                                                          for s in specials):
+            raise ValueError(f"special tokens must be distinct non-empty str: {specials!r}")
+        object.__setattr__(self, "tokens", toks)
+        object.__setattr__(self, "merges", ())
+        object.__setattr__(self, "special_tokens", specials)
+        object.__setattr__(self, "_bytes", toks)
+        if len(self) > MAX_VOCAB_SIZE:
+            raise ValueError(f"vocab size {len(self)} is above the maximum {MAX_VOCAB_SIZE}")
+
+    def with_mode(self, mode: str) -> Vocab:
+        """The same vocab with another encoding ``mode`` (``"greedy"`` or ``"bpe"``)."""
+        import dataclasses
+
+        return dataclasses.replace(self, mode=mode)
+
+    @property
+    def bpe_ranks(self) -> dict[bytes, int]:
+        """Token bytes → merge rank of the ordinary tokens (tiktoken's "mergeable ranks"); for a
+        spelling shared by several ids (odd merge lists) the smallest id's."""
+        if self.tokens is not None and self.ranks is not None:
+            return dict(zip(self._bytes, self.ranks))
+        out: dict[bytes, int] = {}
+        for i, tb in enumerate(self._bytes):
+            out.setdefault(tb, i)
+        return out
+
+    @property
+    def bytes_to_id(self) -> dict[bytes, int]:
+        """Token bytes → id of the ordinary tokens (the smallest id of a shared spelling)."""
+        out: dict[bytes, int] = {}
+        for i, tb in enumerate(self._bytes):
+            out.setdefault(tb, i)
+        return out
+
+    def __repr__(self) -> str:
+        table = "" if self.tokens is None else ", table=True"
+        mode = "" if self.mode == "greedy" else f", mode={self.mode!r}"
+        return (f"Vocab(size={len(self)}, merges={len(self.merges)}, "
+                f"special_tokens={list(self.special_tokens)}{mode}{table})")
+
+    # -- sizes and lookups -------------------------------------------------------------------
+    # Sizes: ``len(vocab)`` == ``vocab.n_vocab`` == ``vocab.vocab_size`` is the number of ids,
+    # special tokens included (tiktoken's ``n_vocab``; ``train(vocab_size=...)`` and the file's
+    # ``"vocab_size"``). ``vocab.num_ordinary_tokens`` (alias ``num_tokens``) is 256 + merges
+    # (or the size of an outside vocab's table):
+    # the ids :meth:`Tokenizer.encode` can emit from text, which is what Hugging Face's
+    # ``PreTrainedTokenizer.vocab_size`` counts (it leaves out added tokens; its ``len(tok)``
+    # is our ``n_vocab``).
+    def __len__(self) -> int:
+        """Number of ids: ordinary tokens (256 + merges, or the table) + special tokens
+        (= :attr:`n_vocab`)."""
+        return self.num_tokens + len(self.special_tokens)
+
+    @property
+    def n_vocab(self) -> int:
+        """Number of ids, special tokens included (tiktoken's name; ``len(vocab)``)."""
+        return len(self)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids, special tokens included (``len(vocab)``; as ``train(vocab_size=)``).
+        Not Hugging Face's ``vocab_size``, which leaves out added tokens: that is
+        :attr:`num_ordinary_tokens`."""
+        return len(self)
+
+    @property
+    def num_ordinary_tokens(self) -> int:
+        """Number of ordinary (non-special) ids: 256 + len(merges), or len(tokens) for a vocab
+        from outside; special ids start here."""
+        return self.num_tokens
+
+    @property
+    def num_tokens(self) -> int:
+        """Same as :attr:`num_ordinary_tokens` (256 + len(merges), or len(tokens); special tokens
+        NOT counted); kept for existing callers: prefer the explicit name."""
+        return 256 + len(self.merges) if self.tokens is None else len(self.tokens)
+
+    @property
+    def special_token_ids(self) -> dict[str, int]:
+        """Special token spelling → id."""
+        return {s: self.num_tokens + i for i, s in enumerate(self.special_tokens)}
+
+    def token_to_id(self, token: str | bytes) -> int:
+        """Id of any token: a special token's spelling, or an ordinary token's bytes (``bytes``)
+        or text (``str``, looked up as its UTF-8 bytes).
+
+        A ``str`` that spells a special token gives the special id; ``bytes`` give the ordinary
+        id when there is one (as tiktoken's ``encode_single_token``). When several ids spell the
+        same bytes, the smallest (the one :meth:`Tokenizer.encode` emits) is returned.
+
+        Raises:
+            KeyError: no token is spelled so (names it and the special tokens).
+            TypeError: ``token`` is neither ``str`` nor bytes-like.
+        """
+        if isinstance(token, str):
+            sid = self.special_token_ids.get(token)
+            if sid is not None:
+                return sid
+            key = token.encode("utf-8", "surrogatepass")
+        elif isinstance(token, (bytes, bytearray, memoryview)):
+            key = bytes(token)
+        else:
+            raise TypeError(f"a token is str or bytes, got {type(token).__name__}")
+        tid = self._lookup().get(key)
+        if tid is None and isinstance(token, (bytes, bytearray, memoryview)):
+            try:
+                tid = self.special_token_ids.get(key.decode("utf-8"))
+            except UnicodeDecodeError:
+                pass
+        if tid is None:
+            raise KeyError(f"{token!r} is no token of this vocab: not the bytes of an ordinary "
+                           f"token, and not a special token (its special tokens: "
+                           f"{list(self.special_tokens)})")
+        return tid
+
+    def get_vocab(self) -> dict[bytes | str, int]:
+        """Every token → id: ordinary tokens as ``bytes`` (smallest id for shared spellings),
+        special tokens as ``str``."""
+        out: dict[bytes | str, int] = dict(self._lookup())
+        out.update(self.special_token_ids)
+        return out
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_ids_by_bytes", None)  # a cache: rebuilt on first lookup, not pickled
+        return state
+
+    def _lookup(self) -> dict[bytes, int]:
+        table = self.__dict__.get("_ids_by_bytes")
+        if table is None:
+            table = {}
+            for i, tb in enumerate(self._bytes):
+                table.setdefault(tb, i)
+            object.__setattr__(self, "_ids_by_bytes", table)
+        return table
+
+    @property
+    def token_bytes(self) -> tuple[bytes, ...]:
+        """Bytes of every ordinary token, indexed by id (length ``num_tokens``)."""
+        return self._bytes
+
+    def id_to_bytes(self, token_id: int) -> bytes:
+        """Bytes of one id (a special token's UTF-8 spelling for special ids)."""
+        if 0 <= token_id < self.num_tokens:
+            return self._bytes[token_id]
+        if self.num_tokens <= token_id < len(self):
+            return self.special_tokens[token_id - self.num_tokens].encode()
+        raise ValueError(f"token id {token_id} is outside the vocab (size {len(self)})")
+
+    # -- decode ------------------------------------------------------------------------------
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        """Concatenated bytes of ``ids`` (ints or a 1-D integer array; special ids give their
+        spelling).
+
+        Raises:
+            ValueError: an id outside ``[0, len(vocab))``, naming the id and its position.
+            TypeError: an id that is not an integer (float, bool, str), naming its position.
+        """
+        table, n, specials = self._bytes, self.num_tokens, self.special_tokens
+        out = []
+        for pos, i in enumerate(ids):
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+                raise TypeError(
+                    f"token ids must be integers; got {type(i).__name__} {i!r} at position {pos}"
+                )
+            i = int(i)
+            if 0 <= i < n:
+                out.append(table[i])
+            elif n <= i < len(self):
+                out.append(specials[i - n].encode())
+            else:
+                raise ValueError(
+                    f"token id {i} at position {pos} is outside the vocab (size {len(self)})"
+                )
+        return b"".join(out)
+
+    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
+        """``decode_bytes(ids)`` as text (invalid UTF-8 → U+FFFD unless ``errors`` says else)."""
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    # -- file format -------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        out = {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "pre_tokenizer": PRE_TOKENIZER,
+            "vocab_size": len(self),
+            "merges": [list(m) for m in self.merges],
+            "special_tokens": list(self.special_tokens),
+        }
+        if self.mode != "greedy" or self.tokens is not None:
+            out["version"] = 2
+            out["mode"] = self.mode
+        if self.tokens is not None:
+            out["tokens"] = [base64.b64encode(t).decode("ascii") for t in self.tokens]
+            if self.ranks is not None:
+                out["ranks"] = list(self.ranks)
+        return out
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the vocab file (JSON; see the module docstring)."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, ensure_ascii=False)
+            f.write("\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Vocab:
+        """Read a vocab file written by :meth:`save` (or ``path/vocab.json`` when ``path`` is a
+        folder, as written by ``python -m torch_gpubpe train --out``). A tiktoken file
+        (``*.tiktoken``) or a Hugging Face ``tokenizer.json`` is read by
+        :func:`torch_gpubpe.core.vocab_files.load_vocab` (mode ``"bpe"``).
+
+        Raises:
+            VocabFormatError: the file is not valid JSON, not a torch_gpubpe vocab, of another
+                version or pre-tokenizer, or its merges are inconsistent; the message names the
+                file and what is wrong.
+            OSError: the file cannot be read.
+        """
+        if os.path.isdir(path):
+            path = os.path.join(path, "vocab.json")
+        if str(path).endswith(".tiktoken"):
+            from torch_gpubpe.core.vocab_files import load_tiktoken
+
+            return load_tiktoken(path)
+        with _gc_paused():
+            try:
+                with open(path, encoding="utf-8") as f:
+                    obj = json.load(f)
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise VocabFormatError(
+                    f"{path}: not a torch_gpubpe vocab file (not JSON: {e})") from e
+            hf = isinstance(obj, dict) and "model" in obj and "format" not in obj
+            if not hf:
+                return cls.from_dict(obj, source=str(path))
+        from torch_gpubpe.core.vocab_files import vocab_from_hf_dict
+
+        return vocab_from_hf_dict(obj, source=str(path))
+
+    @classmethod
+    def from_dict(cls, obj: object, source: str = "<dict>") -> Vocab:
+        """Build a vocab from :meth:`to_dict` output; ``VocabFormatError`` if malformed."""
+        if not isinstance(obj, dict) or obj.get("format") != FORMAT_NAME:
+            raise VocabFormatError(
+                f"{source}: not a torch_gpubpe vocab file (missing \"format\": \"{FORMAT_NAME}\")"
+            )
+        if obj.get("version") not in FORMAT_VERSIONS:
+            raise VocabFormatError(
+                f"{source}: unsupported vocab format version {obj.get('version')!r} "
+                f"(this torch_gpubpe reads versions {FORMAT_VERSIONS})"
+            )
+        if obj.get("pre_tokenizer") != PRE_TOKENIZER:
+            raise VocabFormatError(
+                f"{source}: pre-tokenizer {obj.get('pre_tokenizer')!r} is not supported "
+                f"(expected {PRE_TOKENIZER!r})"
+            )
+        merges, specials = obj.get("merges"), obj.get("special_tokens", [])
+        if not isinstance(merges, list) or not _int_pairs(merges, list):
+            raise VocabFormatError(f"{source}: \"merges\" must be a list of [left_id, right_id]")
+        if not isinstance(specials, list):
+            raise VocabFormatError(f"{source}: \"special_tokens\" must be a list of strings")
+        mode = obj.get("mode", "greedy") if obj["version"] >= 2 else "greedy"
+        tokens, ranks = obj.get("tokens"), obj.get("ranks")
+        try:
+            if tokens is not None:
+                if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+                    raise ValueError("\"tokens\" must be a list of base64 strings")
+                tokens = tuple(base64.b64decode(t, validate=True) for t in tokens)
+                if ranks is not None and not (isinstance(ranks, list)
+                                              and all(type(r) is int for r in ranks)):
+                    raise ValueError("\"ranks\" must be a list of ints")
+            vocab = cls(tuple(map(tuple, merges)), tuple(specials), mode=mode,
+                        tokens=tokens, ranks=None if ranks is None else tuple(ranks))
+        except (ValueError, TypeError) as e:
+            raise VocabFormatError(f"{source}: {e}") from e
+        if "vocab_size" in obj and obj["vocab_size"] != len(vocab):
+            raise VocabFormatError(
+                f"{source}: vocab_size {obj['vocab_size']} does not match its merges and special "
+                f"tokens ({len(vocab)}); the file is damaged"
+            )
+        return vocab
+
+    @classmethod
+    def from_merges(
+        cls, merges: Sequence[tuple[int, int]], special_tokens: Sequence[str] = (),
+        mode: str = "greedy",
+    ) -> Vocab:
+        return cls(tuple(tuple(m) for m in merges), tuple(special_tokens), mode=mode)

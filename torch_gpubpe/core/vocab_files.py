@@ -1,0 +1,262 @@
+"""Vocabularies from outside: tiktoken files and Hugging Face ``tokenizer.json`` (issue 15).
+
+Both load as a :class:`~torch_gpubpe.core.vocab.Vocab` with an explicit id → bytes table, merge ranks
+and ``mode="bpe"`` (merge-order BPE, ids identical to tiktoken / Hugging Face). A ``Vocab``
+holds no split: ``Tokenizer(vocab)`` splits by this project's DESIGN.md §2 rule;
+``Tokenizer.from_tiktoken(path)`` / ``Tokenizer.from_hf(path)`` apply the file's own pattern
+(:func:`tiktoken_metadata`, the ``tokenizer.json`` pre-tokenizer) on the GPU
+(:mod:`torch_gpubpe.encoding.regex_pretok`).
+
+tiktoken (``name.tiktoken``)
+    One line per token: ``base64(token bytes) rank``; rank = token id. Ids must be dense
+    (0..N-1). An optional JSON sidecar ``name.tiktoken.json`` (as in ``../shared/vocabs``)
+    gives ``"special_tokens": {spelling: id}``; their ids must follow the ordinary tokens
+    contiguously.
+
+Hugging Face ``tokenizer.json``
+    Accepted: ``model.type == "BPE"`` over the byte-level alphabet (GPT-2's ``bytes_to_unicode``;
+    the pre-tokenizer has a ``ByteLevel`` step), no normalizer, no dropout, no
+    ``continuing_subword_prefix`` / ``end_of_word_suffix``, no ``byte_fallback``. The rank of a
+    token is the index of the merge that creates it (bytes first); special (``added_tokens``)
+    ids must follow the ordinary ones contiguously. Rejected with
+    :class:`~torch_gpubpe.errors.VocabFormatError`: WordPiece, Unigram, WordLevel, normalizers,
+    non-byte-level alphabets, and merge lists that merge-order by rank would not reproduce (a
+    merge whose pair is not what BPE of the merged token's bytes gives last).
+
+Example::
+
+    >>> from torch_gpubpe.core.vocab_files import load_tiktoken
+    >>> v = load_tiktoken("../shared/vocabs/gpt2.tiktoken")  # doctest: +SKIP
+    >>> len(v), v.mode                                        # doctest: +SKIP
+    (50257, 'bpe')
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from pathlib import Path
+
+from torch_gpubpe.errors import VocabFormatError
+from torch_gpubpe.core.vocab import Vocab
+
+
+def _specials_in_order(specials: dict, num_tokens: int, source: str) -> tuple[str, ...]:
+    items = sorted(((int(i), s) for s, i in specials.items()), key=lambda x: x[0])
+    want = list(range(num_tokens, num_tokens + len(items)))
+    if [i for i, _ in items] != want:
+        raise VocabFormatError(
+            f"{source}: special token ids {[i for i, _ in items][:5]}... must follow the "
+            f"{num_tokens} ordinary tokens contiguously ({num_tokens}..)")
+    return tuple(s for _, s in items)
+
+
+def tiktoken_metadata(path: str | os.PathLike) -> dict:
+    """The JSON sidecar ``path + ".json"`` (``pattern``, ``special_tokens``), or ``{}``."""
+    side = Path(str(path) + ".json")
+    if not side.is_file():
+        return {}
+    try:
+        obj = json.loads(side.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise VocabFormatError(f"{side}: not JSON ({e})") from e
+    if not isinstance(obj, dict):
+        raise VocabFormatError(f"{side}: expected a JSON object")
+    return obj
+
+
+def load_tiktoken(path: str | os.PathLike, special_tokens: dict[str, int] | None = None,
+                  mode: str = "bpe") -> Vocab:
+    """Read a tiktoken BPE file (``base64 rank`` lines) as a merge-order :class:`Vocab`.
+
+    Args:
+        path: the ``.tiktoken`` file.
+        special_tokens: spelling → id; default: the sidecar's ``special_tokens``, else none.
+        mode: the vocab's encoding mode (``"bpe"``; ``"greedy"`` for longest match).
+    Raises:
+        VocabFormatError: a malformed line (names the line), ranks that are not 0..N-1, a
+            missing single byte, duplicate tokens, or special ids that do not follow the tokens.
+        OSError: the file cannot be read.
+    """
+    source = str(path)
+    raw = Path(path).read_bytes()
+    toks: dict[int, bytes] = {}
+    for lineno, line in enumerate(raw.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        try:
+            if len(parts) != 2:
+                raise ValueError("expected 'base64 rank'")
+            tb, r = base64.b64decode(parts[0], validate=True), int(parts[1])
+        except (ValueError, binascii.Error) as e:
+            raise VocabFormatError(f"{source}:{lineno}: not a tiktoken line ({e})") from e
+        if r in toks:
+            raise VocabFormatError(f"{source}:{lineno}: rank {r} appears twice")
+        toks[r] = tb
+    n = len(toks)
+    if n == 0 or min(toks) != 0 or max(toks) != n - 1:
+        raise VocabFormatError(f"{source}: ranks must be 0..{n - 1} without gaps "
+                               f"(found {min(toks, default=None)}..{max(toks, default=None)})")
+    if special_tokens is None:
+        special_tokens = tiktoken_metadata(path).get("special_tokens", {})
+    specials = _specials_in_order(dict(special_tokens), n, source)
+    try:
+        return Vocab(tokens=tuple(toks[i] for i in range(n)), special_tokens=specials, mode=mode)
+    except ValueError as e:
+        raise VocabFormatError(f"{source}: {e}") from e
+
+
+def _unicode_to_bytes() -> dict[str, int]:
+    from torch_gpubpe.core.export import bytes_to_unicode
+
+    return {c: b for b, c in bytes_to_unicode().items()}
+
+
+def _has_byte_level(pre: object) -> bool:
+    if not isinstance(pre, dict):
+        return False
+    if pre.get("type") == "ByteLevel":
+        return True
+    if pre.get("type") == "Sequence":
+        return any(_has_byte_level(p) for p in pre.get("pretokenizers", []))
+    return False
+
+
+def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = "bpe") -> Vocab:
+    """A merge-order :class:`Vocab` from a parsed Hugging Face ``tokenizer.json`` (see the
+    module docstring for what is accepted).
+
+    Raises:
+        VocabFormatError: not a byte-level BPE tokenizer, or one this project cannot reproduce;
+            the message names the field.
+    """
+    model = obj.get("model")
+    if not isinstance(model, dict):
+        raise VocabFormatError(f"{source}: no \"model\" object: not a Hugging Face tokenizer.json")
+    kind = model.get("type", "BPE" if "merges" in model else None)
+    if kind != "BPE":
+        hint = ""
+        if kind == "WordPiece" and model.get("continuing_subword_prefix") == "":
+            # (export.py's form of a greedy-mode vocab: longest match, no "##" prefix)
+            hint = ("; it looks like torch_gpubpe's export of a greedy-mode vocab: load the "
+                    "vocab.json saved beside it, e.g. Tokenizer('<its folder>')")
+        raise VocabFormatError(f"{source}: model type {kind!r} is not supported; only byte-level "
+                               f"BPE (WordPiece, Unigram and WordLevel are not BPE merges){hint}")
+    if obj.get("normalizer") not in (None, {}):
+        raise VocabFormatError(f"{source}: a normalizer ({obj['normalizer'].get('type')!r}) is "
+                               "not supported: the GPU encodes the raw UTF-8 bytes")
+    for key in ("dropout",):
+        if model.get(key) not in (None, 0, 0.0):
+            raise VocabFormatError(f"{source}: model.{key} = {model[key]!r} is not supported")
+    for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key) not in (None, ""):
+            raise VocabFormatError(f"{source}: model.{key} = {model[key]!r} is not byte-level BPE")
+    if model.get("byte_fallback"):
+        raise VocabFormatError(f"{source}: model.byte_fallback is not byte-level BPE")
+    if not _has_byte_level(obj.get("pre_tokenizer")):
+        raise VocabFormatError(f"{source}: the pre-tokenizer has no ByteLevel step: tokens are "
+                               "not over the byte-level alphabet")
+    u2b = _unicode_to_bytes()
+    hv = model.get("vocab")
+    if not isinstance(hv, dict):
+        raise VocabFormatError(f"{source}: model.vocab must be an object")
+    n = len(hv)
+    toks: list[bytes | None] = [None] * n
+    for s, i in hv.items():
+        if not isinstance(i, int) or not 0 <= i < n or toks[i] is not None:
+            raise VocabFormatError(f"{source}: model.vocab ids must be 0..{n - 1}, each once "
+                                   f"(token {s!r} has {i!r})")
+        try:
+            toks[i] = bytes(u2b[c] for c in s)
+        except KeyError as e:
+            raise VocabFormatError(f"{source}: token {s!r} has a character outside the "
+                                   "byte-level alphabet") from e
+    merges = model.get("merges", [])
+    rank = {}
+    for b in range(256):
+        rank[bytes([b])] = b
+    for k, m in enumerate(merges):
+        pair = m.split(" ") if isinstance(m, str) else m
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise VocabFormatError(f"{source}: merge {k} {m!r} is not a pair")
+        try:
+            merged = bytes(u2b[c] for c in pair[0] + pair[1])
+        except KeyError as e:
+            raise VocabFormatError(f"{source}: merge {k} {m!r} is outside the alphabet") from e
+        if merged not in rank:
+            rank[merged] = 256 + k
+    tb_set = set(toks)
+    missing = [t for t in rank if t not in tb_set]
+    if missing:
+        raise VocabFormatError(f"{source}: merge result {missing[0]!r} is not in the vocab")
+    extra = 256 + len(merges)
+    ranks = []
+    for t in toks:
+        if t not in rank:  # a token no merge creates: after every merge (unreachable)
+            rank[t] = extra
+            extra += 1
+        ranks.append(rank[t])
+    # Ranks in id order (bytes first, in any order: single bytes are never merged into): keep
+    # rank = id, so that the vocab exports to tiktoken (rank = id) unchanged.
+    order = sorted(range(n), key=lambda i: (len(toks[i]) > 1, ranks[i] if len(toks[i]) > 1
+                                            else 0, i))
+    if order == list(range(n)):
+        ranks = None
+    added = obj.get("added_tokens") or []
+    specials = {a["content"]: a["id"] for a in added if isinstance(a, dict)}
+    specials = {s: i for s, i in specials.items() if i >= n}  # added tokens inside vocab stay
+    try:
+        vocab = Vocab(tokens=tuple(toks), ranks=None if ranks is None else tuple(ranks),
+                      special_tokens=_specials_in_order(specials, n, source), mode=mode)
+    except ValueError as e:
+        raise VocabFormatError(f"{source}: {e}") from e
+    # Merge-order by rank (tiktoken) must give back each merge of the file.
+    from torch_gpubpe.core.bpe_tables import bpe_tables
+
+    try:
+        t = bpe_tables(vocab)
+    except ValueError as e:
+        raise VocabFormatError(f"{source}: {e}") from e
+    ids = vocab.bytes_to_id
+    for k, m in enumerate(merges):
+        pair = m.split(" ") if isinstance(m, str) else m
+        a = ids[bytes(u2b[c] for c in pair[0])]
+        b = ids[bytes(u2b[c] for c in pair[1])]
+        c = ids[vocab.token_bytes[a] + vocab.token_bytes[b]]
+        if rank[vocab.token_bytes[c]] != 256 + k:
+            continue  # a later merge spelling an earlier token: Hugging Face never applies it
+        if tuple(int(x) for x in t.split[c]) != (a, b):
+            raise VocabFormatError(
+                f"{source}: merge {k} {m!r} is not what merge-order BPE of its bytes merges last "
+                f"({[vocab.token_bytes[int(x)] for x in t.split[c]]}): this merge list cannot be "
+                "reproduced by rank-order BPE")
+    return vocab
+
+
+def load_hf_tokenizer(path: str | os.PathLike, mode: str = "bpe") -> Vocab:
+    """Read a Hugging Face ``tokenizer.json`` (or a folder holding one) as a merge-order
+    :class:`Vocab`; see :func:`vocab_from_hf_dict`.
+
+    Raises:
+        VocabFormatError: not JSON, or not a tokenizer this project can reproduce.
+        OSError: the file cannot be read.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / "tokenizer.json"
+    try:
+        obj = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise VocabFormatError(f"{p}: not JSON ({e})") from e
+    if not isinstance(obj, dict):
+        raise VocabFormatError(f"{p}: not a Hugging Face tokenizer.json")
+    return vocab_from_hf_dict(obj, source=str(p), mode=mode)
+
+
+def load_vocab(path: str | os.PathLike) -> Vocab:
+    """Any vocab file: this project's ``vocab.json`` (or a folder with it), ``*.tiktoken``, or a
+    Hugging Face ``tokenizer.json`` (by content). Raises ``VocabFormatError`` / ``OSError``."""
+    return Vocab.load(path)

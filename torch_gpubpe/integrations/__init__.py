@@ -1,0 +1,1 @@
+"""Where the package meets frameworks: the torch dataset and collators, Ray."""

@@ -1,0 +1,1 @@
+"""Documents in and tokens out: readers, sources, shard writers, Hub access."""
