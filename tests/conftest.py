@@ -94,7 +94,8 @@ def fresh_disk_cache(monkeypatch, tmp_path: Path, module, min_tokens_attr: str,
     """Give one test an empty disk cache (torch_gpubpe.core.disk_cache, XDG_CACHE_HOME under
     ``tmp_path``), turned on (TORCH_GPUBPE_NO_TABLE_CACHE unset) for vocabs of every size
     (``module.<min_tokens_attr>`` = 0), with the counters of ``stats`` (the module's cache stats
-    dict: loaded, built, saved = 0, errors = []) and gpu's warn-once set reset; all undone after."""
+    dict: loaded, built, saved = 0, errors = []) and the warn-once sets reset; all undone after."""
+    from torch_gpubpe import notices
     from torch_gpubpe.core import disk_cache as _disk_cache
     from torch_gpubpe.gpu import device as gpu
 
@@ -105,6 +106,7 @@ def fresh_disk_cache(monkeypatch, tmp_path: Path, module, min_tokens_attr: str,
         monkeypatch.setitem(stats, k, 0)
     monkeypatch.setitem(stats, "errors", [])
     monkeypatch.setattr(gpu, "_warned", set())
+    monkeypatch.setattr(notices, "said", set())
 
 
 def pytest_terminal_summary(terminalreporter):

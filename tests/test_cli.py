@@ -513,7 +513,7 @@ def test_wheel_carries_the_shipped_corpus(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     corpus = Path(shipped_corpus().data_files[0]).parent
     for f in sorted(corpus.iterdir()):
-        assert f"torch_gpubpe/corpus/{f.name}" in names
+        assert f"torch_gpubpe/io/corpus/{f.name}" in names
     assert {"torch_gpubpe/cli/main.py", "torch_gpubpe/__main__.py", "torch_gpubpe/core/export.py",
             "torch_gpubpe/io/sources.py"} <= names
     assert wheel.stat().st_size <= 2_000_000

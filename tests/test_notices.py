@@ -40,7 +40,7 @@ def test_a_notice_prints_one_line_and_others_keep_their_format(tmp_path):
                          capture_output=True, text=True, env=subprocess_env(), timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stderr.splitlines()
-    assert re.fullmatch(r"GPUBPEWarning: torch_gpubpe\.readers: a JSON Lines chunk .*", lines[0])
+    assert re.fullmatch(r"GPUBPEWarning: torch_gpubpe\.io\.readers: a JSON Lines chunk .*", lines[0])
     # then the other warning, in Python's format: location, then its source line
     assert lines[1:] == [f"{script}:11: UserWarning: someone else's warning",
                          """  warnings.warn("someone else's warning", UserWarning)"""], lines

@@ -21,7 +21,7 @@ def test_wheel_contains_shaders_and_runs_outside_checkout(tmp_path):
     )
     (wheel,) = (tmp_path / "w").glob("torch_gpubpe-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "torch_gpubpe/tables/unicode_classes.npz" in names  # the regex pre-tokenizers' table
+    assert "torch_gpubpe/core/tables/unicode_classes.npz" in names  # the regex pre-tokenizers' table
     for shader in sorted(p.name for p in (ROOT / "wgsl").glob("*.wgsl")):
         assert f"torch_gpubpe/wgsl/{shader}" in names
     site = tmp_path / "site"

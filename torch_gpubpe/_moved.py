@@ -9,7 +9,8 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
-import warnings
+
+from torch_gpubpe import notices
 
 MOVED = {
     "reference": "core.reference",
@@ -64,8 +65,8 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         new = "torch_gpubpe." + MOVED[spec.name.rpartition(".")[2]]
-        warnings.warn(f"{spec.name} is now {new}; the old name goes in the next release",
-                      DeprecationWarning, stacklevel=3)
+        notices.deprecated(f"{spec.name} is now {new}; the old name goes in the next release",
+                           stacklevel=3)
         return importlib.import_module(new)
 
     def exec_module(self, module):

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import warnings
 
-__all__ = ["GPUBPEWarning", "warn"]
+__all__ = ["GPUBPEWarning", "deprecated", "said", "warn", "warn_once"]
 
 
 class GPUBPEWarning(RuntimeWarning):
@@ -40,6 +40,24 @@ def warn(message: str, *, stacklevel: int = 1) -> None:
     """``warnings.warn(message, GPUBPEWarning)``; ``stacklevel`` counts from the caller of
     this function, as ``warnings.warn`` counts from its own caller."""
     warnings.warn(message, GPUBPEWarning, stacklevel=stacklevel + 1)
+
+
+def deprecated(message: str, *, stacklevel: int = 1) -> None:
+    """A :class:`DeprecationWarning` (an old name that still works for one release)."""
+    warnings.warn(message, DeprecationWarning, stacklevel=stacklevel + 1)
+
+
+said: set[str] = set()  # keys of the notices given once in this process (tests may clear it)
+
+
+def warn_once(key: str, message: str | None = None, *, stacklevel: int = 1) -> bool:
+    """:func:`warn` ``message`` (default: ``key``) the first time ``key`` is seen in this
+    process; the package's one warn-once. Returns whether it warned now."""
+    if key in said:
+        return False
+    said.add(key)
+    warn(key if message is None else message, stacklevel=stacklevel + 1)
+    return True
 
 
 def _format(message, category, filename, lineno, line=None, _python=warnings.formatwarning):

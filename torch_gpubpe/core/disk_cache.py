@@ -1,4 +1,4 @@
-"""Disk cache of numpy arrays built from a vocab: merge-order tables, the trie (issue 13).
+"""Disk cache of numpy arrays built from a vocab: merge-order tables, the trie.
 
 :func:`torch_gpubpe.core.bpe_tables.bpe_tables` (1–3 s for GPT-2 / Qwen2) and
 :func:`torch_gpubpe.core.trie.cached_trie` (~0.2 s for 65k tokens on the H200's host) build arrays
@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
+
+from torch_gpubpe import notices
 
 T = TypeVar("T")
 
@@ -156,9 +158,7 @@ class ArrayCache:
             tmp.unlink(missing_ok=True)
 
     def _error(self, e: Exception, then: str) -> None:
-        from torch_gpubpe.gpu.device import _warn_once
-
         why = f"{type(e).__name__}: {e}"
         self.stats["errors"].append(why)
-        _warn_once(f"disk cache {self.folder}",
-                   f"torch_gpubpe: {self.what} not cached ({why}): {then}")
+        notices.warn_once(f"disk cache {self.folder}",
+                          f"torch_gpubpe: {self.what} not cached ({why}): {then}", stacklevel=2)
