@@ -26,6 +26,7 @@ from torch_gpubpe.errors import (
     VocabFormatError,
 )
 from torch_gpubpe import _moved
+from torch_gpubpe.core import vocab_files  # noqa: F401  (registers the formats Vocab.load reads)
 from torch_gpubpe.core.vocab import Vocab
 
 __version__ = "0.1.0"

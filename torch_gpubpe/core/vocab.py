@@ -25,7 +25,7 @@ import contextlib
 import gc
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -99,6 +99,13 @@ def _checked_merges(merges: Iterable) -> tuple[tuple[int, int], ...]:
             if not (0 <= a < 256 + k and 0 <= b < 256 + k):
                 raise ValueError(f"merge {k} = ({a}, {b}) refers to an id not yet defined")
     return merges
+
+
+# Readers of the other vocabulary files :meth:`Vocab.load` takes, registered by the module that
+# reads them (:mod:`torch_gpubpe.core.vocab_files`, imported with the package), so this module
+# needs none of their parsing: "tiktoken" ``(path) -> Vocab``, "tokenizer.json"
+# ``(parsed_json, source=...) -> Vocab``.
+FOREIGN_FORMATS: dict[str, Callable[..., Vocab]] = {}
 
 
 @dataclass(frozen=True)
@@ -391,9 +398,7 @@ class Vocab:
         if os.path.isdir(path):
             path = os.path.join(path, "vocab.json")
         if str(path).endswith(".tiktoken"):
-            from torch_gpubpe.core.vocab_files import load_tiktoken
-
-            return load_tiktoken(path)
+            return FOREIGN_FORMATS["tiktoken"](path)
         with _gc_paused():
             try:
                 with open(path, encoding="utf-8") as f:
@@ -404,9 +409,7 @@ class Vocab:
             hf = isinstance(obj, dict) and "model" in obj and "format" not in obj
             if not hf:
                 return cls.from_dict(obj, source=str(path))
-        from torch_gpubpe.core.vocab_files import vocab_from_hf_dict
-
-        return vocab_from_hf_dict(obj, source=str(path))
+        return FOREIGN_FORMATS["tokenizer.json"](obj, source=str(path))
 
     @classmethod
     def from_dict(cls, obj: object, source: str = "<dict>") -> Vocab:

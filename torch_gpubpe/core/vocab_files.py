@@ -40,7 +40,7 @@ import os
 from pathlib import Path
 
 from torch_gpubpe.errors import VocabFormatError
-from torch_gpubpe.core.vocab import Vocab
+from torch_gpubpe.core.vocab import FOREIGN_FORMATS, Vocab
 
 
 def _specials_in_order(specials: dict, num_tokens: int, source: str) -> tuple[str, ...]:
@@ -260,3 +260,6 @@ def load_vocab(path: str | os.PathLike) -> Vocab:
     """Any vocab file: this project's ``vocab.json`` (or a folder with it), ``*.tiktoken``, or a
     Hugging Face ``tokenizer.json`` (by content). Raises ``VocabFormatError`` / ``OSError``."""
     return Vocab.load(path)
+
+
+FOREIGN_FORMATS.update({"tiktoken": load_tiktoken, "tokenizer.json": vocab_from_hf_dict})
