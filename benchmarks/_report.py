@@ -100,7 +100,7 @@ def peak_rss_bytes() -> int:
     parent's RSS. Falls back to ``ru_maxrss`` where /proc is absent."""
     try:
         with open("/proc/self/status") as f:
-            return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM:"))
+            return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmHWM:"))
     except (OSError, StopIteration):
         import resource
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -13,11 +13,9 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-import tiktoken
 import torch
 
 from conftest import CORPUS_NAMES, corpus_docs, subprocess_env
@@ -29,7 +27,7 @@ from torch_gpubpe.core.vocab import Vocab
 
 EOT, PAD = "<|endoftext|>", "<|pad|>"
 SPECIAL_TEXTS = [
-    f"a{EOT}b", f"{EOT}", f"{EOT}{EOT}", f" x {PAD}{EOT} y", f"no special", "",
+    f"a{EOT}b", f"{EOT}", f"{EOT}{EOT}", f" x {PAD}{EOT} y", "no special", "",
     f"<|endoftext|><|pad|>tail {EOT}\n", f"<|endoftext <|pad| {EOT[:-1]}", f"yakınlık{EOT}ve",
 ]
 

@@ -5,7 +5,6 @@ unwritable folder or TORCH_GPUBPE_NO_TABLE_CACHE=1 builds every time, and only t
 from __future__ import annotations
 
 
-import numpy as np
 import pytest
 
 from conftest import assert_same_fields, fresh_disk_cache

@@ -145,7 +145,6 @@ def _open_in_child(**env: str) -> dict:
 
 @pytest.mark.gpu
 def test_a_process_with_local_rank_opens_the_chosen_adapter():
-    import wgpu
 
     gpus = _vulkan_gpus()
     if not gpus:      # CI: lavapipe only, so both ranks share it

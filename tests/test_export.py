@@ -8,7 +8,6 @@ sample of every real corpus and on random text.
 from __future__ import annotations
 
 import base64
-import importlib.util
 import json
 
 import pytest

@@ -142,7 +142,6 @@ def changed_classes(table: np.ndarray, other: np.ndarray) -> dict[str, list[int]
 
 def report(table: np.ndarray) -> str:
     """What the installed ``regex`` (and tiktoken, where installed) would change in ``table``."""
-    import regex
 
     lines = [f"table: Unicode {UNICODE_VERSION}; installed regex {regex_version()} "
              f"(Unicode {regex_unicode_version()})"]
@@ -167,7 +166,6 @@ def report(table: np.ndarray) -> str:
 def main(argv: list[str] | None = None) -> None:
     import sys
 
-    import regex
 
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--report"]:

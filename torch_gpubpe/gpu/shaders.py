@@ -12,7 +12,10 @@ code that must not even be compiled on adapters without a feature (subgroup buil
 
 from __future__ import annotations
 
+import ast as _ast
 import functools
+import re as _re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parents[1]   # the torch_gpubpe package
@@ -90,13 +93,9 @@ def shader_source(name: str, flags: frozenset[str] = frozenset()) -> str:
 # -- reading the facts Python needs from the WGSL itself (no hand copies) ------------------------
 # Binding numbers, `const` values (state-word indices, sizes), `override` defaults, which globals
 # each entry point reaches (its bind-group layout under layout="auto") and the bytes of
-# `var<workgroup>` it declares (checked before pipeline creation: wgpu does not check it and the
-# H200 hangs past the limit, DESIGN.md §8). A deliberately small parser for this project's WGSL:
+# `var<workgroup>` it declares (checked before pipeline creation: wgpu does not check it and a
+# device can hang past the limit, DESIGN.md §8). A deliberately small parser for this project's WGSL:
 # `//` comments, top-level `const`/`override`/`var`/`fn`/`struct` declarations.
-import ast as _ast
-import re as _re
-from dataclasses import dataclass, field
-
 _COMMENT = _re.compile(r"//[^\n]*")
 _NUM_SUFFIX = _re.compile(r"\b(0[xX][0-9a-fA-F]+|\d+)[uif]\b")
 _IDENT = _re.compile(r"\b[A-Za-z_]\w*\b")
