@@ -38,7 +38,7 @@ from _report import print_footer  # noqa: E402
 
 def shipped_docs(n: int, repeat: int) -> list[str]:
     docs = []
-    for p in sorted((REPO / "torch_gpubpe" / "corpus").glob("*.jsonl.gz")):
+    for p in sorted((REPO / "torch_gpubpe" / "io" / "corpus").glob("*.jsonl.gz")):
         with gzip.open(p, "rt", encoding="utf-8") as f:
             docs += [json.loads(line)["text"] for line in f]
     docs = (docs * repeat)[:n] if n else docs * repeat

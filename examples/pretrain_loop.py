@@ -36,7 +36,7 @@ def default_corpus() -> Path:
     shipped in the package."""
     shared = Path(os.environ.get("TORCH_GPUBPE_CORPORA") or REPO.parent / "shared" / "corpora")
     for cand in (shared / "tr_ud_boun.jsonl.gz",
-                 REPO / "torch_gpubpe" / "corpus" / "tr_ud_boun.jsonl.gz"):
+                 REPO / "torch_gpubpe" / "io" / "corpus" / "tr_ud_boun.jsonl.gz"):
         if cand.is_file():
             return cand
     raise SystemExit("no corpus found: pass --corpus PATH.jsonl.gz")

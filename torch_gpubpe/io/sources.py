@@ -40,7 +40,7 @@ SHIPPED_CORPUS_FILES = ("en_eltec_novels.jsonl.gz", "tr_ud_boun.jsonl.gz")
 
 def shipped_corpus() -> TextSource:
     """The English + Turkish corpus shipped inside the package (about 1.4 MB of text, 2,033
-    documents; ``torch_gpubpe/corpus/README.md`` gives sources and licences)."""
+    documents; ``torch_gpubpe/io/corpus/README.md`` gives sources and licences)."""
     files = tuple(str(CORPUS_DIR / f) for f in SHIPPED_CORPUS_FILES)
     missing = [f for f in files if not os.path.exists(f)]
     if missing:
