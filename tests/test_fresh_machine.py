@@ -180,7 +180,7 @@ def test_doctor_install_adds_a_c_compiler_only_when_none_is_found(monkeypatch):
 
     monkeypatch.setattr(doctor, "_has_native_adapter", lambda: True)
     found = iter([None, "gcc"])  # none before the install, gcc after
-    monkeypatch.setattr(_utf8_native, "_compiler", lambda: next(found))
+    monkeypatch.setattr(_utf8_native, "c_compiler", lambda: next(found))
     monkeypatch.setattr(gpu, "compiler_install_commands",
                         lambda: [["true", "apt-get", "install", "gcc"]])
     calls = []
@@ -193,10 +193,10 @@ def test_doctor_install_adds_a_c_compiler_only_when_none_is_found(monkeypatch):
     monkeypatch.setattr(doctor.subprocess, "run", fake_run)
     assert doctor.install(io.StringIO()) == 0 and calls == [["true", "apt-get", "install", "gcc"]]
     # installed but still none on PATH: said, status 2
-    monkeypatch.setattr(_utf8_native, "_compiler", lambda: None)
+    monkeypatch.setattr(_utf8_native, "c_compiler", lambda: None)
     out = io.StringIO()
     assert doctor.install(out) == 2 and "no C compiler" in out.getvalue()
     # one present: nothing runs
-    monkeypatch.setattr(_utf8_native, "_compiler", lambda: "cc")
+    monkeypatch.setattr(_utf8_native, "c_compiler", lambda: "cc")
     monkeypatch.setattr(doctor.subprocess, "run", lambda *a, **k: pytest.fail("ran a command"))
     assert doctor.install(io.StringIO()) == 0

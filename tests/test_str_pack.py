@@ -258,7 +258,7 @@ def test_unavailable_gives_the_same_bytes_records_and_warns_once(monkeypatch):
 
 
 def test_no_compiler_is_recorded(monkeypatch):
-    monkeypatch.setattr(_utf8_native, "_compiler", lambda: None)
+    monkeypatch.setattr(_utf8_native, "c_compiler", lambda: None)
     _utf8_native.reset()
     try:
         with pytest.warns(GPUBPEWarning, match="no C compiler"):

@@ -62,10 +62,10 @@ def install_compiler(out: TextIO = sys.stdout) -> int:
     """Install a C compiler when none is found (the str → UTF-8 packer is built with it on
     first use; without one, str documents are packed by a slower path, said once); 0 when one
     is found afterwards."""
-    from ._utf8_native import _compiler
+    from torch_gpubpe.core.utf8_native import c_compiler
     from torch_gpubpe.gpu.device import compiler_install_commands
 
-    if _compiler() is not None:
+    if c_compiler() is not None:
         return 0
     cmds = compiler_install_commands()
     hint = " && ".join(" ".join(c) for c in cmds) or "install gcc or clang"
@@ -74,7 +74,7 @@ def install_compiler(out: TextIO = sys.stdout) -> int:
         return 2
     if _run_install(cmds, out, hint) != 0:
         return 2
-    if _compiler() is None:
+    if c_compiler() is None:
         print("install: done, but no C compiler (cc, gcc, clang) is on PATH", file=out)
         return 2
     return 0
@@ -130,9 +130,9 @@ def run(out: TextIO = sys.stdout, *, install_missing: bool = False) -> int:
     say(f"Vulkan loader: {loader or 'not found'}; driver files: "
         + (", ".join(os.path.basename(p) for p in icds) or "none"))
     from torch_gpubpe.core import str_pack
-    from ._utf8_native import _compiler, why_not
+    from torch_gpubpe.core.utf8_native import c_compiler, why_not
 
-    cc = _compiler()
+    cc = c_compiler()
     if str_pack.available():
         say(f"str → UTF-8 packer: compiled ({cc}), GIL-free threads")
     else:

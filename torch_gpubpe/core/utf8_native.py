@@ -27,7 +27,7 @@ _lock = threading.Lock()
 _state: dict = {}
 
 
-def _compiler() -> str | None:
+def c_compiler() -> str | None:
     for c in (os.environ.get("CC"), "cc", "gcc", "clang"):
         if c and shutil.which(c.split()[0]):
             return c
@@ -87,7 +87,7 @@ def library() -> ctypes.CDLL | None:
             lib, why = None, None
             if os.environ.get("TORCH_GPUBPE_NATIVE_PACK", "1") == "0":
                 why = "TORCH_GPUBPE_NATIVE_PACK=0"
-            elif (cc := _compiler()) is None:
+            elif (cc := c_compiler()) is None:
                 why = "no C compiler (set CC, or install cc/gcc/clang)"
             elif not SOURCE.is_file():
                 why = f"{SOURCE} is missing (an incomplete install)"
@@ -101,7 +101,7 @@ def library() -> ctypes.CDLL | None:
 def build(extra_flags: list[str]) -> ctypes.CDLL:
     """Another build of the library with ``extra_flags`` (e.g. ``-DGPUBPE_NO_SIMD``: the tests
     compare the portable path with the SIMD one). Raises OSError where it cannot be built."""
-    cc = _compiler()
+    cc = c_compiler()
     if cc is None:
         raise OSError("no C compiler")
     lib, why = _build(cc, [*FLAGS, *extra_flags])
