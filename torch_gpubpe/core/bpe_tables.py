@@ -1,4 +1,4 @@
-"""Tables of exact merge-order BPE for the GPU's backtracking encoder (issue 15).
+"""Tables of exact merge-order BPE for the GPU's backtracking encoder .
 
 Merge-order BPE (tiktoken's ``byte_pair_encode``; :func:`torch_gpubpe.core.reference.bpe_encode`)
 merges, inside each word, the adjacent pair of parts whose concatenated bytes have the lowest
@@ -183,8 +183,8 @@ def _tables_to_arrays(t: BpeTables) -> dict[str, np.ndarray]:
 def bpe_tables(vocab: Vocab) -> BpeTables:
     """Compute (once per vocab object, then cached on it) the :class:`BpeTables` of ``vocab``.
 
-    Cost: one BPE of every token's bytes in Python (~1 s for GPT-2's 50k tokens on the H200's
-    host, ~3 s for Qwen2's 152k). Vocabs of :data:`TABLE_CACHE_MIN_TOKENS` tokens or more keep
+    Cost: one BPE of every token's bytes in Python (seconds for a
+    vocab of 50k-150k tokens). Vocabs of :data:`TABLE_CACHE_MIN_TOKENS` tokens or more keep
     the result on disk (:func:`table_cache_dir`, ``bpe-<key>.npz``, key
     :func:`table_cache_key`), so that later processes load it in milliseconds. A damaged file
     is rebuilt; an unwritable folder is warned once (``table_cache_stats``);

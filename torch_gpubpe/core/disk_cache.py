@@ -1,7 +1,7 @@
 """Disk cache of numpy arrays built from a vocab: merge-order tables, the trie.
 
-:func:`torch_gpubpe.core.bpe_tables.bpe_tables` (1–3 s for GPT-2 / Qwen2) and
-:func:`torch_gpubpe.core.trie.cached_trie` (~0.2 s for 65k tokens on the H200's host) build arrays
+:func:`torch_gpubpe.core.bpe_tables.bpe_tables` (seconds for GPT-2 / Qwen2) and
+:func:`torch_gpubpe.core.trie.cached_trie` (a fraction of a second for 65k tokens) build arrays
 in Python that depend only on the vocab; the first process keeps them on disk, later ones load
 them in milliseconds. One :class:`ArrayCache` per kind of result:
 

@@ -32,7 +32,7 @@ Hugging Face (``tokenizers`` / ``transformers``) — exact
     project encodes them as U+FFFD (DESIGN.md §1); ``reference.to_bytes(text).decode()`` gives
     ``tokenizers`` the same text.
 
-    Merge-order vocabs (``vocab.mode == "bpe"``, issue 15) get a real ``BPE`` model instead:
+    Merge-order vocabs (``vocab.mode == "bpe"``) get a real ``BPE`` model instead:
     ``vocab`` (byte-level string → id) and ``merges`` — for every token that BPE can produce,
     in rank order, the pair that merge-order BPE of its bytes merges last
     (:func:`torch_gpubpe.core.bpe_tables.bpe_tables`' ``split``); ``ignore_merges=True`` (a whole word that

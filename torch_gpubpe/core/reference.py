@@ -294,7 +294,7 @@ def decode_bytes(ids: Iterable[int], merges: Sequence[tuple[int, int]]) -> bytes
     return b"".join(out)
 
 
-# -- merge-order BPE (issue 15) ---------------------------------------------------------------
+# -- merge-order BPE ------------------------------------------------------------------------
 
 def bpe_encode(word: bytes, ranks: Mapping[bytes, int]) -> list[int]:
     """Merge-order BPE of one word, as tiktoken's ``byte_pair_encode`` does it (the oracle of

@@ -6,8 +6,8 @@ the destination.
 
 Why: ``str.encode`` holds the GIL, and the previous threaded packer (iconv through ctypes,
 :func:`torch_gpubpe.core.cpython_str.utf8_parts`) did Python work per document in its threads:
-on many ~11 KB documents they queued on the GIL (115–210 MB/s on the H200 host's 16 cores,
-below one thread's ``to_bytes`` loop). Here the Python work per document is one ``id()``;
+on many ~11 KB documents they queued on the GIL (below one thread's ``to_bytes`` loop on 16
+cores). Here the Python work per document is one ``id()``;
 per call: the documents' objects are read by ``gpubpe_scan`` (kind, length, where the
 characters are; ASCII ``str``, ``bytes`` and cached UTF-8 are plain copies), sized by
 ``gpubpe_measure`` where the destination must be exact, and transcoded by ``gpubpe_encode``

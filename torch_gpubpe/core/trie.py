@@ -222,8 +222,8 @@ def _trie_to_arrays(t: Trie) -> dict[str, np.ndarray]:
 
 def cached_trie(token_bytes: Sequence[bytes]) -> Trie:
     """:func:`compile_trie` of ``token_bytes``, kept on disk for vocabs of
-    :data:`TRIE_CACHE_MIN_TOKENS` tokens or more (~0.2 s to compile 65k tokens on the H200's
-    host; loaded in a few ms).
+    :data:`TRIE_CACHE_MIN_TOKENS` tokens or more (a fraction of a second to compile 65k tokens;
+    loaded in a few ms).
 
     The file: ``$XDG_CACHE_HOME/torch_gpubpe/trie/trie-<key>.npz`` (default ``~/.cache``), key
     :func:`trie_cache_key`. A damaged file is compiled again and rewritten; an unwritable

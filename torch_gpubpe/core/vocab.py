@@ -7,7 +7,7 @@ A vocabulary from outside (tiktoken file, Hugging Face ``tokenizer.json``; see
 :mod:`torch_gpubpe.core.vocab_files`) is instead an explicit id → bytes table (``tokens``) with a merge
 rank per id (``ranks``, default: the id), since e.g. GPT-2's byte tokens are not ids 0..255.
 ``mode`` says how text is encoded: ``"greedy"`` longest match (DESIGN.md §4, this project's
-default) or ``"bpe"`` merge order (lowest rank first, as tiktoken; issue 15).
+default) or ``"bpe"`` merge order (lowest rank first, as tiktoken).
 
 File format (JSON, UTF-8), self-describing; version 1 (greedy mode, merges only)::
 

@@ -1,4 +1,4 @@
-"""Vocabularies from outside: tiktoken files and Hugging Face ``tokenizer.json`` (issue 15).
+"""Vocabularies from outside: tiktoken files and Hugging Face ``tokenizer.json``.
 
 Both load as a :class:`~torch_gpubpe.core.vocab.Vocab` with an explicit id → bytes table, merge ranks
 and ``mode="bpe"`` (merge-order BPE, ids identical to tiktoken / Hugging Face). A ``Vocab``

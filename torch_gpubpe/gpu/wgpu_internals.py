@@ -393,8 +393,7 @@ def preparse_cffi_types() -> None:
     wgpu-py builds its structs with ``ffi.new("WGPU... *")`` in cffi's ABI mode, and cffi
     parses each new type string with pycparser, re-reading a typedef for every name of the
     ~440 of the webgpu header each time: ≈40–85 ms per type, under the GIL, ≈2–3 s for the
-    first device open and training (measured: cProfile of ``get_gpu()`` on lavapipe, GIL gaps
-    on the H200). Parsing them all in one run fills the same cache (``ffi._parsed_types``, the
+    first device open and training (cProfile of ``get_gpu()``; docs/PERFORMANCE.md). Parsing them all in one run fills the same cache (``ffi._parsed_types``, the
     values ``ffi.typeof`` would store). On another wgpu-py version, or if cffi's internals
     differ, nothing is cached (recorded, warned once) and cffi parses lazily.
     """
