@@ -535,6 +535,24 @@ fn chunk_codes(lo: u32, hi: u32, tiled: bool) -> vec2<u32> {
     return vec2<u32>(fa, ba);
 }
 
+// Workgroup scans over (wf, wb): wf[i] = the inclusive prefix composition of F, wb[i] the
+// inclusive suffix composition of B, from each thread's (fa, ba). Called in uniform control flow.
+fn scan_workgroup(lid: u32, fa: u32, ba: u32) {
+    wf[lid] = fa;
+    wb[lid] = ba;
+    workgroupBarrier();
+    for (var off = 1u; off < WG; off <<= 1u) {
+        var xf = wf[lid];
+        var xb = wb[lid];
+        if (lid >= off) { xf = fx_compose(wf[lid - off], xf); }
+        if (lid + off < WG) { xb = bx_compose(xb, wb[lid + off]); }
+        workgroupBarrier();
+        wf[lid] = xf;
+        wb[lid] = xb;
+        workgroupBarrier();
+    }
+}
+
 // ---- pass 1 ------------------------------------------------------------------------------
 @compute @workgroup_size(WG)
 fn pt_classify(@builtin(workgroup_id) wid: vec3<u32>,
@@ -555,19 +573,7 @@ fn pt_classify(@builtin(workgroup_id) wid: vec3<u32>,
         ba = fb.y;
     }
     // workgroup scans: inclusive prefix of F, inclusive suffix of B
-    wf[lid] = fa;
-    wb[lid] = ba;
-    workgroupBarrier();
-    for (var off = 1u; off < WG; off <<= 1u) {
-        var xf = wf[lid];
-        var xb = wb[lid];
-        if (lid >= off) { xf = fx_compose(wf[lid - off], xf); }
-        if (lid + off < WG) { xb = bx_compose(xb, wb[lid + off]); }
-        workgroupBarrier();
-        wf[lid] = xf;
-        wb[lid] = xb;
-        workgroupBarrier();
-    }
+    scan_workgroup(lid, fa, ba);
     var pf = fx_id();
     if (lid > 0u) { pf = wf[lid - 1u]; }
     var sb = bx_id();
@@ -593,19 +599,7 @@ fn pt_scan_blocks(@builtin(local_invocation_index) lid: u32) {
         fa = fx_compose(fa, blk[4u * w]);
         ba = bx_compose(ba, blk[4u * w + 1u]);
     }
-    wf[lid] = fa;
-    wb[lid] = ba;
-    workgroupBarrier();
-    for (var off = 1u; off < WG; off <<= 1u) {
-        var xf = wf[lid];
-        var xb = wb[lid];
-        if (lid >= off) { xf = fx_compose(wf[lid - off], xf); }
-        if (lid + off < WG) { xb = bx_compose(xb, wb[lid + off]); }
-        workgroupBarrier();
-        wf[lid] = xf;
-        wb[lid] = xb;
-        workgroupBarrier();
-    }
+    scan_workgroup(lid, fa, ba);
     var fs = params.f_in;
     if (lid > 0u) { fs = fx_get(wf[lid - 1u], fs); }
     for (var w = lo; w < hi; w++) {
