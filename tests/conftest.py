@@ -92,7 +92,7 @@ def assert_same_fields(a, b, *, same_types: bool = False) -> None:
 def fresh_disk_cache(monkeypatch, tmp_path: Path, module, min_tokens_attr: str,
                      stats: dict) -> None:
     """Give one test an empty disk cache (torch_gpubpe.core.disk_cache, XDG_CACHE_HOME under
-    ``tmp_path``), turned on (TORCH_GPUBPE_NO_TABLE_CACHE unset) for vocabs of every size
+    ``tmp_path``), turned on (TORCH_GPUBPE_NO_CACHE and its old names unset) for vocabs of every size
     (``module.<min_tokens_attr>`` = 0), with the counters of ``stats`` (the module's cache stats
     dict: loaded, built, saved = 0, errors = []) and the warn-once sets reset; all undone after."""
     from torch_gpubpe import notices
@@ -100,7 +100,8 @@ def fresh_disk_cache(monkeypatch, tmp_path: Path, module, min_tokens_attr: str,
     from torch_gpubpe.gpu import device as gpu
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv(_disk_cache.ENV_OFF, raising=False)
+    for v in (_disk_cache.ENV_OFF, *_disk_cache.ENV_OFF_OLD):
+        monkeypatch.delenv(v, raising=False)
     monkeypatch.setattr(module, min_tokens_attr, 0)
     for k in ("loaded", "built", "saved"):
         monkeypatch.setitem(stats, k, 0)

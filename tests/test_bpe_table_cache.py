@@ -1,6 +1,6 @@
 """torch_gpubpe.core.bpe_tables's disk cache of merge-order tables: tables restored from it equal the built
 ones field for field; a different vocab is a different file; a damaged file is rebuilt; an
-unwritable folder or TORCH_GPUBPE_NO_TABLE_CACHE=1 builds every time, and only the former warns."""
+unwritable folder or TORCH_GPUBPE_NO_CACHE=1 builds every time, and only the former warns."""
 
 from __future__ import annotations
 
@@ -79,8 +79,11 @@ def test_unwritable_folder_warns_once_and_builds(cache, tmp_path, monkeypatch):
     assert bpe.table_cache_stats["built"] == 2 and bpe.table_cache_stats["saved"] == 0
 
 
-def test_env_turns_the_cache_off(cache, monkeypatch):
-    monkeypatch.setenv(bpe.ENV_NO_TABLE_CACHE, "1")
+@pytest.mark.parametrize("name", ["TORCH_GPUBPE_NO_CACHE", "TORCH_GPUBPE_NO_TABLE_CACHE"])
+def test_env_turns_the_cache_off(cache, monkeypatch, name):
+    """The one cache switch, and the name it replaces (kept for one release)."""
+    assert bpe.ENV_NO_TABLE_CACHE == "TORCH_GPUBPE_NO_CACHE"
+    monkeypatch.setenv(name, "1")
     bpe.bpe_tables(_vocab())
     bpe.bpe_tables(_vocab())
     assert bpe.table_cache_stats["built"] == 2 and not cache.exists()

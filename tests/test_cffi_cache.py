@@ -44,7 +44,8 @@ def test_cached_parse_equals_the_parse(tmp_path, monkeypatch):
     from wgpu.backends.wgpu_native._ffi import get_wgpu_header
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.delenv("TORCH_GPUBPE_NO_CFFI_CACHE", raising=False)
+    for v in ("TORCH_GPUBPE_NO_CACHE", "TORCH_GPUBPE_NO_CFFI_CACHE", "TORCH_GPUBPE_NO_TABLE_CACHE"):
+        monkeypatch.delenv(v, raising=False)
     header = get_wgpu_header()
     want = _described(_fresh_ffi(header))
     before = dict(_wgpu_internals.cffi_cache_stats, errors=list(_wgpu_internals.cffi_cache_stats["errors"]))
@@ -82,7 +83,8 @@ def test_fresh_processes_encode_with_the_cache(tmp_path):
             "s = _wgpu_internals.cffi_cache_stats\n"
             "print(s['loaded'], s['parsed'], s['saved'], s['errors'])\n")
     env = subprocess_env(XDG_CACHE_HOME=str(tmp_path))
-    env.pop("TORCH_GPUBPE_NO_CFFI_CACHE", None)
+    for v in ("TORCH_GPUBPE_NO_CACHE", "TORCH_GPUBPE_NO_CFFI_CACHE", "TORCH_GPUBPE_NO_TABLE_CACHE"):
+        env.pop(v, None)
     out = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=300) for _ in range(2)]
     assert all(r.returncode == 0 for r in out), [r.stderr for r in out]

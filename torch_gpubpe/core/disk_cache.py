@@ -15,7 +15,9 @@ them in milliseconds. One :class:`ArrayCache` per kind of result:
 * a damaged file (truncated, a missing array, wrong dtype or shape: ``from_arrays`` raises) is
   built again and rewritten; an error reading or writing the folder is warned once per cache
   (``GPUBPEWarning``) and kept in ``stats["errors"]``, and the result is built (exact, slower);
-* ``TORCH_GPUBPE_NO_TABLE_CACHE=1`` (:data:`ENV_OFF`) turns every such cache off.
+* ``TORCH_GPUBPE_NO_CACHE=1`` (:data:`ENV_OFF`) turns every disk cache of the package off (these
+  and wgpu-py's parsed header, :mod:`torch_gpubpe.gpu.wgpu_internals`); the names it replaces,
+  ``TORCH_GPUBPE_NO_TABLE_CACHE`` and ``TORCH_GPUBPE_NO_CFFI_CACHE``, still work for one release.
 
 Example::
 
@@ -43,7 +45,13 @@ from torch_gpubpe import notices
 
 T = TypeVar("T")
 
-ENV_OFF = "TORCH_GPUBPE_NO_TABLE_CACHE"
+ENV_OFF = "TORCH_GPUBPE_NO_CACHE"
+ENV_OFF_OLD = ("TORCH_GPUBPE_NO_TABLE_CACHE", "TORCH_GPUBPE_NO_CFFI_CACHE")
+
+
+def caches_off() -> bool:
+    """Whether the user turned the package's disk caches off (:data:`ENV_OFF`, or an old name)."""
+    return any(os.environ.get(v) for v in (ENV_OFF, *ENV_OFF_OLD))
 """Set (non-empty) to turn off every vocab array cache: results are built in every process."""
 MIN_TOKENS = 8192
 """Vocabs below this many tokens build in well under 0.1 s: their callers do not cache them."""
@@ -124,7 +132,7 @@ class ArrayCache:
             ``build()``'s result, or one equal to it (every array) from the file.
         """
         path = None
-        if key is not None and not os.environ.get(ENV_OFF):
+        if key is not None and not caches_off():
             try:
                 path = self.directory() / f"{self.prefix}-{key()}.npz"
                 with np.load(path, allow_pickle=False) as z:

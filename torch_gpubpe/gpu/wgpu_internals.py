@@ -45,6 +45,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from torch_gpubpe import notices
+from torch_gpubpe.core import disk_cache
 from torch_gpubpe.errors import GPUBPEError
 
 WRITTEN_FOR = (0, 32)   # wgpu-py major.minor these internals were written for (0.32.x)
@@ -173,9 +174,9 @@ def cached_header_parse() -> Iterator[None]:
     ``cffi_cache_dir()/cffi-<key>.pickle``, the key a hash of the header and of cffi's,
     pycparser's and Python's versions; later processes restore the parser from it (≈10 ms).
     A damaged or unwritable file: parsed as before (same result, the old speed), recorded as a
-    fallback (:func:`fallbacks`, warned once). ``TORCH_GPUBPE_NO_CFFI_CACHE=1``: off.
+    fallback (:func:`fallbacks`, warned once). ``TORCH_GPUBPE_NO_CACHE=1``: off (every disk cache).
     """
-    if os.environ.get("TORCH_GPUBPE_NO_CFFI_CACHE"):
+    if disk_cache.caches_off():
         yield
         return
     import cffi.cparser as cp
