@@ -17,6 +17,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
+ENCODE_READ_NICE = 10
+"""The ``encode`` pipeline's default reader niceness (the CLI's ``--read-nice``, the Ray
+actor's ``read_nice``): its reader decompresses and parses ahead on up to 16 + 16 threads
+(files x parse pool; GBs of read-ahead) that release the GIL (inflate, JSON parse, UTF-8
+check). At niceness 0 they compete for the cores with the threads that feed the GPU, which
+then upload and submit more slowly and open the GPU session later. Niced, they use what those
+leave; the reader stays ahead (it waits on a full queue, not for a core)."""
+
 
 def _at_reader_priority(reader, stream):
     """``stream`` on a thread with the reader threads' niceness (``nice=``): joining a batch's

@@ -51,7 +51,14 @@ def _mark_touched() -> None:
         _touched_pid = os.getpid()
 
 
-def _check_fork() -> None:
+def touched_pid() -> int | None:
+    """The pid of the process that first opened a wgpu adapter in this interpreter (a forked
+    child inherits its parent's), or None when none has: then ``fork`` is safe."""
+    return _touched_pid
+
+
+def check_fork() -> None:
+    """Raise :class:`GPUForkError` when this process is a fork of one that had opened the GPU."""
     if _touched_pid is not None and _touched_pid != os.getpid():
         raise GPUForkError(
             f"this process (pid {os.getpid()}) was forked from pid {_touched_pid} after that "
@@ -59,6 +66,9 @@ def _check_fork() -> None:
             "Use the 'spawn' or 'forkserver' start method (torch_gpubpe.integrations.torch_data.make_dataloader does), "
             "or run the GPU work in the main process (DataLoader num_workers=0)."
         )
+
+
+_check_fork = check_fork  # the name this module's callers (and tests) use
 
 
 def timeout_s() -> float:
@@ -81,9 +91,13 @@ def timeout_s() -> float:
     return value
 
 
-def _describe(adapter) -> str:
+def describe_adapter(adapter) -> str:
+    """``"<device> (<adapter type>, <backend>)"`` of a wgpu adapter (``doctor``'s list)."""
     i = adapter.info
     return f"{i.get('device', '?')} ({i.get('adapter_type', '?')}, {i.get('backend_type', '?')})"
+
+
+_describe = describe_adapter  # the name this module's callers use
 
 
 def ensure_runtime_dir() -> str:
