@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPORA, corpus_docs, subprocess_env
+from torch_gpubpe.integrations import collate as collatemod
 from torch_gpubpe.integrations import torch_data as datamod
 from torch_gpubpe.core import reference
 from torch_gpubpe.integrations.torch_data import (
@@ -213,8 +214,8 @@ def test_dataloader_pads_documents_against_reference(docs, ref, tok, side):
 
 
 def test_pin_memory_without_accelerator_warns(vocab, monkeypatch):
-    datamod._warned.clear()
-    monkeypatch.setattr(datamod, "_accelerator_available", lambda: False)
+    collatemod._warned.clear()
+    monkeypatch.setattr(collatemod, "accelerator_available", lambda: False)
     with pytest.warns(RuntimeWarning, match="pin_memory"):
         out = PadCollator(pin_memory=True)([torch.tensor([1, 2])])
     assert not out["input_ids"].is_pinned()

@@ -34,11 +34,9 @@ keeps one state per worker and restores each in its worker.
 from __future__ import annotations
 
 import os
-import queue
-import threading
 import types
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,90 +46,19 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 import pyarrow as pa
 
-from torch_gpubpe import notices
-from torch_gpubpe._util import put_unless_stopped
 from torch_gpubpe.errors import GPUForkError, InputError
-from torch_gpubpe.io.readers import (DocBatch, PyReader, Reader, TextFiles, TextSource, arrow_to_packed,
-                      open_source, _valid_mask)
+from torch_gpubpe.gpu.device import check_fork, touched_pid
+from torch_gpubpe.integrations.background import BackgroundIterator, closing
+from torch_gpubpe.integrations.collate import (IGNORE_INDEX, PadCollator, accelerator_available,
+                                               packed_collate, pad_collate, warn_once)
+from torch_gpubpe.integrations.dataset_source import (ShardInfo, distributed_rank, load_vocab_path,
+                                                      normalize_source)
+from torch_gpubpe.integrations.workers import choose_context, gpu_touched
+from torch_gpubpe.io.readers import DocBatch, PyReader, TextFiles, arrow_to_packed, _valid_mask
 from torch_gpubpe.core.vocab import Vocab
 
 STATE_FORMAT = "torch_gpubpe.integrations.torch_data.TokenizedDataset/1"
 DEFAULT_BATCH_BYTES = 4 << 20
-IGNORE_INDEX = -100
-"""Label value of padded positions (PyTorch's ``cross_entropy`` default ``ignore_index``)."""
-
-
-# ================================================================================================
-# Sources: which documents this shard reads
-# ================================================================================================
-def _load_vocab_path(path: str | os.PathLike) -> Vocab:
-    """A vocab.json file, or the folder holding one (the CLI's ``--vocab``)."""
-    p = os.fspath(path)
-    f = os.path.join(p, "vocab.json") if os.path.isdir(p) else p
-    if not os.path.isfile(f):
-        raise InputError(f"vocab path {p!r}: no such vocab file (expected a vocab.json or the "
-                         "folder holding one, as written by `python -m torch_gpubpe train --out`)")
-    return Vocab.load(f)
-
-
-def _normalize_source(source: object, text_column: str, sample_by: str = "line") -> object:
-    """The :class:`~torch_gpubpe.io.readers.Reader` of ``source`` (clear errors for the usual
-    mistakes)."""
-    if isinstance(source, (Reader, TextSource)):
-        return open_source(source)
-    if isinstance(source, (str, os.PathLike)):
-        if isinstance(source, str) and not os.path.isfile(source):
-            raise InputError(
-                f"source is a str that names no file ({source[:60]!r}); pass a list of documents "
-                "(e.g. [text]), a path, or TextFiles(...)"
-            )
-        return TextFiles(source, text_column=text_column, sample_by=sample_by)
-    if isinstance(source, Sequence) and source and all(isinstance(p, os.PathLike) for p in source):
-        return TextFiles(source, text_column=text_column, sample_by=sample_by)
-    if (isinstance(source, Sequence) and 0 < len(source) <= 10_000
-            and all(isinstance(p, str) and len(p) < 4096 and "\n" not in p
-                    and os.path.isfile(p) for p in source)):
-        # A list of str is a list of documents; one made only of existing file names is almost
-        # certainly meant as files: say so instead of tokenizing the names.
-        raise InputError(
-            f"source is a list of {len(source)} str that all name existing files "
-            f"({source[0]!r}, ...): a list of str is read as the documents themselves. Pass "
-            "[pathlib.Path(p) for p in paths] or TextFiles(paths) to read the files"
-        )
-    return open_source(source, text_column=text_column)
-
-
-# ================================================================================================
-# Sharding
-# ================================================================================================
-@dataclass(frozen=True)
-class ShardInfo:
-    """Which part of the source one iterator reads: shard ``rank * num_workers + worker``."""
-
-    rank: int
-    world_size: int
-    worker: int
-    num_workers: int
-
-    @property
-    def shard(self) -> int:
-        return self.rank * self.num_workers + self.worker
-
-    @property
-    def num_shards(self) -> int:
-        return self.world_size * self.num_workers
-
-    def describe(self) -> str:
-        return (
-            f"shard {self.shard} of {self.num_shards}: rank {self.rank}/{self.world_size}, "
-            f"worker {self.worker}/{self.num_workers}"
-        )
-
-
-def _distributed_rank() -> tuple[int, int] | None:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return None
 
 
 # ================================================================================================
@@ -153,12 +80,6 @@ def add_special_tokens(
     return insert_special_tokens(np.asarray(ids), offsets, bos_id, eos_id, np.int64)
 
 
-def _accelerator_available() -> bool:
-    acc = getattr(torch, "accelerator", None)
-    if acc is not None and hasattr(acc, "is_available"):
-        return bool(acc.is_available())
-    return torch.cuda.is_available()
-
 
 # ================================================================================================
 # The dataset
@@ -173,8 +94,6 @@ class _Batch:
     skipped: list[int]  # shard positions of documents skipped (on_bad_document="skip")
     encoding: Any  # BatchEncoding or None when the batch had no document
 
-
-_END = object()
 
 
 class TokenizedDataset(IterableDataset):
@@ -302,9 +221,9 @@ class TokenizedDataset(IterableDataset):
             raise ValueError("give both rank= and world_size=, or neither")
         if world_size is not None and not (0 <= rank < world_size):
             raise ValueError(f"rank={rank} is not in [0, world_size={world_size})")
-        self.source = _normalize_source(source, text_column, sample_by)
+        self.source = normalize_source(source, text_column, sample_by)
         if isinstance(tokenizer_or_vocab, (str, os.PathLike)):  # as the CLI's --vocab
-            tokenizer_or_vocab = _load_vocab_path(tokenizer_or_vocab)
+            tokenizer_or_vocab = load_vocab_path(tokenizer_or_vocab)
         self._tokenizer_arg = tokenizer_or_vocab
         if pre_tokenizer is not None:
             from torch_gpubpe.core.patterns import resolve
@@ -338,7 +257,7 @@ class TokenizedDataset(IterableDataset):
         self.batch_bytes = int(batch_bytes)
         self.max_batch_documents = int(max_batch_documents)
         self._given_rank = (rank, world_size) if rank is not None else None
-        self._dist_rank = _distributed_rank()
+        self._dist_rank = distributed_rank()
         self.dtype = dtype
         self.pin_memory = bool(pin_memory)
         self.on_bad_document = on_bad_document
@@ -388,7 +307,7 @@ class TokenizedDataset(IterableDataset):
     def resolve_distributed(self) -> None:
         """Re-read rank/world size from ``torch.distributed`` (when initialised and not given).
         Called by :func:`make_dataloader` in the main process, before workers start."""
-        self._dist_rank = _distributed_rank() or self._dist_rank
+        self._dist_rank = distributed_rank() or self._dist_rank
 
     def shard_info(self) -> ShardInfo:
         """The shard this process reads: worker info from ``torch.utils.data``, rank as given,
@@ -396,7 +315,7 @@ class TokenizedDataset(IterableDataset):
         if self._given_rank is not None:
             rank, world = self._given_rank
         else:
-            rank, world = _distributed_rank() or self._dist_rank or (0, 1)
+            rank, world = distributed_rank() or self._dist_rank or (0, 1)
         w = get_worker_info()
         return ShardInfo(rank, world, w.id if w else 0, w.num_workers if w else 1)
 
@@ -442,10 +361,9 @@ class TokenizedDataset(IterableDataset):
 
     # -- iteration ---------------------------------------------------------------------------------
     def __iter__(self) -> Iterator:
-        from torch_gpubpe.gpu import device as gpu
-
-        if gpu._touched_pid is not None and gpu._touched_pid != os.getpid():
-            gpu._check_fork()  # raises GPUForkError with the fix, before anything hangs
+        pid = touched_pid()
+        if pid is not None and pid != os.getpid():
+            check_fork()  # raises GPUForkError with the fix, before anything hangs
         info = self.shard_info()
         start = self._resume if self._resume is not None else self._fresh_state(info)
         self._resume = None
@@ -459,12 +377,12 @@ class TokenizedDataset(IterableDataset):
         batches = self._encoded_batches(info, start["position"])
         bg = None
         if self.background:
-            batches = bg = _Background(batches, f"torch_gpubpe reader ({info.describe()})")
+            batches = bg = BackgroundIterator(batches, f"torch_gpubpe reader ({info.describe()})")
         if self.mode == "documents":
             out = self._documents(batches)
         else:
             out = self._blocks(batches, start)
-        return out if bg is None else _closing(out, bg)
+        return out if bg is None else closing(out, bg)
 
     def _bad_document(self, b: DocBatch, j: int, info: ShardInfo) -> InputError:
         kind, detail = b.problem(j)
@@ -587,10 +505,10 @@ class TokenizedDataset(IterableDataset):
         np_dtype = np.int64 if self.dtype == torch.long else np.int32
         t = torch.from_numpy(np.ascontiguousarray(a, np_dtype))
         if self.pin_memory and get_worker_info() is None:
-            if _accelerator_available():
+            if accelerator_available():
                 t = t.pin_memory()
             else:
-                _warn_once("pin_memory=True ignored: no accelerator is available")
+                warn_once("pin_memory=True ignored: no accelerator is available")
         return t
 
     def _documents(self, batches: Iterator[_Batch]) -> Iterator:
@@ -671,245 +589,10 @@ def _add_note(e: BaseException, note: str) -> None:
         e.add_note(note)
 
 
-_warned: set[str] = set()
-
-
-def _warn_once(msg: str) -> None:
-    if msg not in _warned:
-        _warned.add(msg)
-        notices.warn(msg, stacklevel=3)
-
-
-class _Background:
-    """``items`` run on a daemon thread, ``depth`` results ahead; exceptions are re-raised in
-    the consumer. :meth:`close` stops the thread and, called from the consuming thread, joins
-    it (so a closed iterator leaves no thread behind).
-
-    Garbage collection of an unclosed one (a reference cycle) only tells the thread to stop:
-    a finalizer runs in whatever thread triggered the collection, e.g. another dataset's
-    reader while it holds the tokenizer's lock, which this thread needs to finish its
-    in-flight batches; joining there stalled that reader for the whole join timeout and left
-    it alive after its own ``close`` (issue 17: the H200 failure of
-    test_background_thread_runs_ahead_and_stops_on_close).
-    """
-
-    def __init__(self, items: Iterator, name: str, depth: int = 2) -> None:
-        self._q: queue.Queue = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._items, self._name = items, name
-        self._t: threading.Thread | None = None
-        self._consumer: int | None = None
-        self._done = False
-
-    @staticmethod
-    def _run(items: Iterator, q: queue.Queue, stop: threading.Event) -> None:
-        # No reference to self here: the thread must not keep its iterator alive.
-        def put(x) -> bool:
-            return put_unless_stopped(q, x, stop)
-
-        try:
-            for x in items:
-                if not put((x, None)):
-                    break
-            put((_END, None))
-        except BaseException as e:  # noqa: BLE001 - handed to the consumer
-            put((_END, e))
-        finally:
-            items.close()
-
-    def __iter__(self) -> _Background:
-        return self
-
-    def __next__(self):
-        if self._done:
-            raise StopIteration
-        self._consumer = threading.get_ident()
-        if self._t is None:
-            self._t = threading.Thread(target=self._run, name=self._name, daemon=True,
-                                       args=(self._items, self._q, self._stop))
-            self._items = None
-            self._t.start()
-        while True:
-            try:
-                x, err = self._q.get(timeout=1.0)
-            except queue.Empty:
-                if not self._t.is_alive() and self._q.empty():
-                    self.close()
-                    raise RuntimeError(f"{self._name} stopped without a result") from None
-                continue
-            if x is _END:
-                self.close()
-                if err is not None:
-                    raise err
-                raise StopIteration
-            return x
-
-    def close(self, _get_ident=threading.get_ident) -> None:
-        """Stop the thread; join it when called from the thread that consumed the items.
-        (``_get_ident`` bound at definition: at interpreter exit a generator left unfinished is
-        closed after the module's globals, ``threading`` among them, are gone.)"""
-        self._done = True
-        self._stop.set()
-        if self._t is not None and _get_ident() == self._consumer:
-            self._t.join(timeout=60)
-
-    def __del__(self) -> None:
-        self._stop.set()  # never join in a finalizer (see the class docstring)
-
-
-def _closing(gen: Iterator, inner: _Background) -> Iterator:
-    """``gen``, then ``inner.close()`` however ``gen`` ends (exhausted, closed, raised)."""
-    try:
-        yield from gen
-    finally:
-        inner.close()
-
-
-# ================================================================================================
-# Collate
-# ================================================================================================
-@dataclass
-class PadCollator:
-    """Pads per-document token tensors to a batch (picklable, so it works in spawned workers).
-
-    Args:
-        pad_id: id written at padded positions of ``input_ids``.
-        padding_side: ``"right"`` (tokens first) or ``"left"`` (padding first; for generation).
-        max_length: if set, documents longer than this keep their first ``max_length`` tokens.
-        dtype: of ``input_ids`` (default: the input tensors' dtype); ``attention_mask`` is
-            ``torch.long``.
-        pin_memory: pin the outputs (needs an accelerator; else ignored with a warning).
-        labels: also return ``labels`` (``torch.long``, ``(B, T)``): ``input_ids`` on tokens,
-            ``-100`` (:data:`IGNORE_INDEX`) on padding — the causal-LM labels of Hugging Face's
-            ``DataCollatorForLanguageModeling(mlm=False)``, which the model shifts itself.
-
-    Call with a list of 1-D integer tensors (or of dicts with ``"input_ids"``, whose other keys,
-    e.g. ``doc_index``, are collected into a tensor). Returns ``{"input_ids": (B, T),
-    "attention_mask": (B, T)}`` with ``T`` = the longest (truncated) length in the batch;
-    ``attention_mask`` is 1 on tokens and 0 on padding. Mask and labels come from each
-    document's length (positions), never from comparing ids with ``pad_id``: with ``pad_id``
-    equal to the EOS id (GPT-2 style), real EOS tokens keep mask 1 and their label.
-
-    Raises:
-        ValueError: an empty batch, a tensor that is not 1-D, or a bad option.
-    """
-
-    pad_id: int = 0
-    padding_side: str = "right"
-    max_length: int | None = None
-    dtype: torch.dtype | None = None
-    pin_memory: bool = False
-    labels: bool = False
-
-    def __post_init__(self) -> None:
-        if self.padding_side not in ("right", "left"):
-            raise ValueError(f"padding_side must be 'right' or 'left', got {self.padding_side!r}")
-        if self.max_length is not None and self.max_length < 1:
-            raise ValueError(f"max_length must be positive, got {self.max_length}")
-
-    def __call__(self, batch: Sequence[torch.Tensor | Mapping]) -> dict[str, torch.Tensor]:
-        if not len(batch):
-            raise ValueError("PadCollator: empty batch")
-        extra: dict[str, list] = {}
-        seqs = []
-        for j, item in enumerate(batch):
-            if isinstance(item, Mapping):
-                for key, v in item.items():
-                    if key != "input_ids":
-                        extra.setdefault(key, []).append(v)
-                item = item["input_ids"]
-            item = torch.as_tensor(item)
-            if item.dim() != 1:
-                raise ValueError(f"PadCollator: item {j} has shape {tuple(item.shape)}, not 1-D")
-            seqs.append(item[: self.max_length] if self.max_length is not None else item)
-        dtype = self.dtype or seqs[0].dtype
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), self.pad_id, dtype=dtype)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for j, s in enumerate(seqs):
-            n = len(s)
-            if n == 0:
-                continue
-            cols = slice(0, n) if self.padding_side == "right" else slice(width - n, width)
-            ids[j, cols] = s
-            mask[j, cols] = 1
-        out = {"input_ids": ids, "attention_mask": mask}
-        if self.labels:
-            out["labels"] = ids.long().masked_fill(mask == 0, IGNORE_INDEX)
-        for key, vals in extra.items():
-            out[key] = torch.as_tensor(vals)
-        if self.pin_memory:
-            if _accelerator_available():
-                out = {k: v.pin_memory() for k, v in out.items()}
-            else:
-                _warn_once("pin_memory=True ignored: no accelerator is available")
-        return out
-
-
-def pad_collate(
-    batch: Sequence[torch.Tensor | Mapping],
-    pad_id: int = 0,
-    padding_side: str = "right",
-    max_length: int | None = None,
-    dtype: torch.dtype | None = None,
-    labels: bool = False,
-) -> dict[str, torch.Tensor]:
-    """Function form of :class:`PadCollator` (use ``functools.partial`` or PadCollator to set
-    options for a DataLoader)."""
-    return PadCollator(pad_id, padding_side, max_length, dtype, labels=labels)(batch)
-
-
-def packed_collate(batch: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Stacks packed blocks: ``{"input_ids": (B, seq_len), "labels": (B, seq_len)}``."""
-    return {k: torch.stack([b[k] for b in batch]) for k in batch[0]}
-
 
 # ================================================================================================
 # DataLoader
 # ================================================================================================
-def gpu_touched() -> bool:
-    """Whether this process has opened a wgpu adapter or device (then ``fork`` is unsafe)."""
-    from torch_gpubpe.gpu import device as gpu
-
-    return gpu._touched_pid is not None
-
-
-def choose_context(num_workers: int, multiprocessing_context: Any = None) -> Any:
-    """The multiprocessing start method for DataLoader workers (DESIGN.md §8).
-
-    ``None`` for ``num_workers=0``; a given context is kept, except ``"fork"`` after this
-    process opened the GPU, which raises :class:`GPUForkError` here rather than hang in a worker;
-    otherwise ``"spawn"`` when this process touched the GPU, else ``"forkserver"`` (a fresh
-    server process, safe whatever the parent does later) where available, else ``"spawn"``.
-    """
-    import multiprocessing as mp
-
-    if num_workers == 0:
-        return None
-    if multiprocessing_context is not None:
-        method = (multiprocessing_context if isinstance(multiprocessing_context, str)
-                  else multiprocessing_context.get_start_method())
-        if method == "fork" and gpu_touched():
-            from torch_gpubpe.gpu import device as gpu
-
-            raise GPUForkError(
-                f"multiprocessing_context='fork' but this process (pid {os.getpid()}) has opened "
-                "the GPU; forked workers cannot use it (DESIGN.md §8). Use 'spawn' or "
-                "'forkserver' (make_dataloader's default), or num_workers=0"
-                + (f" [GPU opened by pid {gpu._touched_pid}]" if gpu._touched_pid else "")
-            )
-        return multiprocessing_context
-    if gpu_touched():
-        return "spawn"
-    if "forkserver" not in mp.get_all_start_methods():
-        return "spawn"
-    ctx = mp.get_context("forkserver")
-    # Workers fork from a fresh server process; preloading torch there saves each worker the
-    # torch import (seconds on a small machine). No effect once the server is running.
-    ctx.set_forkserver_preload(["torch", "torch_gpubpe.integrations.torch_data"])
-    return ctx
-
-
 def make_dataloader(
     dataset: TokenizedDataset,
     batch_size: int | None = None,
@@ -944,7 +627,7 @@ def make_dataloader(
                 else packed_collate
         if pin_memory is None:
             pin_memory = dataset.pin_memory
-    pin_memory = bool(pin_memory) and _accelerator_available()
+    pin_memory = bool(pin_memory) and accelerator_available()
     ctx = choose_context(num_workers, multiprocessing_context)
     cls = DataLoader
     if stateful:
