@@ -413,8 +413,8 @@ def test_ray_count_dataset_equals_whole_corpus_counts(ray_local, tmp_path, docs,
 def test_actor_with_a_ray_gpu_pins_its_adapter_by_uuid(monkeypatch):
     ray = pytest.importorskip("ray")
     from torch_gpubpe.gpu import adapters as devices
-    from torch_gpubpe.integrations import ray as tray
-    from torch_gpubpe.integrations.ray import _pin_assigned_gpu
+    from torch_gpubpe.integrations import ray_gpu as tray
+    from torch_gpubpe.integrations.ray_gpu import pin_assigned_gpu as _pin_assigned_gpu
 
     # setenv first, so that monkeypatch restores the variable's absence after _pin_assigned_gpu
     # sets it (delenv of an absent variable records nothing, and the value would leak into
@@ -426,23 +426,23 @@ def test_actor_with_a_ray_gpu_pins_its_adapter_by_uuid(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     u, nv = "ab" * 16, "cd" * 16
     monkeypatch.setattr(devices, "cuda_devices", lambda: [devices.CudaDevice(0, "H200", u)])
-    monkeypatch.setattr(tray, "_nvml_uuids", lambda: None)                  # no NVML: torch
+    monkeypatch.setattr(tray, "nvml_uuids", lambda: None)                  # no NVML: torch
     _pin_assigned_gpu()
     assert devices.os.environ["TORCH_GPUBPE_ADAPTER"] == f"uuid:{u}"
     monkeypatch.delenv("TORCH_GPUBPE_ADAPTER")
-    monkeypatch.setattr(tray, "_nvml_uuids", lambda: [nv, "ef" * 16])       # 2 GPUs: torch
+    monkeypatch.setattr(tray, "nvml_uuids", lambda: [nv, "ef" * 16])       # 2 GPUs: torch
     _pin_assigned_gpu()
     assert devices.os.environ["TORCH_GPUBPE_ADAPTER"] == f"uuid:{u}"
     monkeypatch.delenv("TORCH_GPUBPE_ADAPTER")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    monkeypatch.setattr(tray, "_nvml_uuids", lambda: [nv])        # the only GPU: NVML's UUID
+    monkeypatch.setattr(tray, "nvml_uuids", lambda: [nv])        # the only GPU: NVML's UUID
     _pin_assigned_gpu()
     assert devices.os.environ["TORCH_GPUBPE_ADAPTER"] == f"uuid:{nv}"
     monkeypatch.delenv("TORCH_GPUBPE_ADAPTER")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-12345678-9abc-def0-1234-56789abcdef0,1")
     _pin_assigned_gpu()                                          # named by UUID: taken as is
     assert devices.os.environ["TORCH_GPUBPE_ADAPTER"] == "uuid:123456789abcdef0123456789abcdef0"
-    monkeypatch.setattr(tray, "_nvml_uuids", lambda: None)
+    monkeypatch.setattr(tray, "nvml_uuids", lambda: None)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     monkeypatch.setenv("TORCH_GPUBPE_ADAPTER", "#1")          # the user's choice stands
     _pin_assigned_gpu()
