@@ -322,6 +322,7 @@ def pipelined_breakdown(tok: Tokenizer, bs: list[list[str]]) -> tuple[float, dic
     (the loop, offsets). Wraps the encoder's private steps, so it is a separate run from the
     timed one."""
     import torch_gpubpe.encoding.tokenizer as E
+    import torch_gpubpe.encoding.slot as S   # (the slot copies and reads back)
 
     acc = {k: 0.0 for k in ("pack", "upload copy", "submit, rest", "wait for the GPU",
                             "ids copy", "readback, rest", "other")}
@@ -344,10 +345,11 @@ def pipelined_breakdown(tok: Tokenizer, bs: list[list[str]]) -> tuple[float, dic
                     stack[-1][1] += dt
         return w
 
-    hooks = [(E, "_pack", "pack"), (E, "copy_parts", "upload copy"), (E, "parallel_copy", None),
-             (E._Slot, "start", "submit, rest"), (E._Slot, "_read_meta", "wait for the GPU"),
-             (E._Slot, "submit_readback", "readback, rest"),
-             (E._Slot, "read_ids", "readback, rest")]
+    hooks = [(E, "pack_batch", "pack"), (S, "copy_parts", "upload copy"),
+             (S, "parallel_copy", None),
+             (S.Slot, "start", "submit, rest"), (S.Slot, "read_meta", "wait for the GPU"),
+             (S.Slot, "submit_readback", "readback, rest"),
+             (S.Slot, "read_ids", "readback, rest")]
     saved = [(obj, name, getattr(obj, name)) for obj, name, _ in hooks]
     for obj, name, key in hooks:
         setattr(obj, name, timed(getattr(obj, name), key))

@@ -72,14 +72,14 @@ def test_corpus_equals_reference(tok, merges, name):
 
 @pytest.mark.parametrize("defer", ["str_pack", False, True])
 def test_large_documents_upload_unjoined(tok, merges, monkeypatch, defer):
-    from torch_gpubpe.encoding import tokenizer as encoder
+    from torch_gpubpe.encoding import batch_pack
     from torch_gpubpe.core import str_pack
     from torch_gpubpe.core.cpython_str import Deferred, Span
     from torch_gpubpe.encoding.tokenizer import _pack
 
     if defer != "str_pack":   # (the iconv packer's parts: without the compiled packer)
         monkeypatch.setitem(str_pack._state, "lib", None)
-        monkeypatch.setattr(encoder, "DEFER_STR", defer)   # (its default is off)
+        monkeypatch.setattr(batch_pack, "DEFER_STR", defer)   # (its default is off)
 
     docs = corpus_docs("tr_libreoffice_help", 60_000, max_doc_bytes=20_000)
     docs = ["".join(docs[i : i + 4]) for i in range(0, len(docs), 4)]  # >= 4 KiB on average

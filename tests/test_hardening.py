@@ -546,7 +546,7 @@ def test_interrupted_result_resumes():
     # TypeError, or, once the slot had been reused, returned another batch's ids.
     out = run_py("""
         import numpy as np
-        from torch_gpubpe.encoding import tokenizer as encoder
+        from torch_gpubpe.encoding import slot as encoder   # (the slot copies the ids out)
         from torch_gpubpe.gpu import device as gpu
         from torch_gpubpe.core import reference
         from torch_gpubpe.encoding.tokenizer import Tokenizer

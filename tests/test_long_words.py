@@ -31,6 +31,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS_NAMES, corpus_docs
+from torch_gpubpe import notices
+from torch_gpubpe.encoding import layout
+from torch_gpubpe.encoding import session as sessmod
 from torch_gpubpe.encoding import tokenizer as encmod
 from torch_gpubpe.gpu import device as gpumod
 from torch_gpubpe.core import reference
@@ -159,7 +162,7 @@ def test_many_regions_and_groups(vocab, ref, monkeypatch):
     docs = [(b"ab" * 60 + b" ") * 300, [b"x" * 100, b"7" * 90] * 40]
     docs = [docs[0], b" ".join(docs[1])]
     check(tk, docs, ref)
-    assert tk._sess.long_regions > encmod._REG_INLINE and tk._sess.slices == 1
+    assert tk._sess.long_regions > layout.REG_INLINE and tk._sess.slices == 1
     # Regions whose tiles exceed one group's buffers: several long-word submits per slice.
     tk = Tokenizer(vocab, chunk_bytes=4, long_word_bytes=16, max_slice_bytes=3000)
     sess = tk._session()
@@ -240,7 +243,7 @@ def test_long_tokens_wide_tiles(monkeypatch):
     assert tk.encode_batch(docs).tolist() == reference.encode_batch(docs, merges)
     assert sess.long_regions >= 4
     huge = [(61, 61)] + [(256 + k, 256 + k) for k in range(14)]  # "=" * 2^15
-    monkeypatch.setattr(gpumod, "_warned", set())
+    monkeypatch.setattr(notices, "said", set())
     tk = Tokenizer(Vocab.from_merges(huge))
     with pytest.warns(RuntimeWarning, match="longest token"):
         sess = tk._session()
@@ -299,7 +302,7 @@ def _poisoned_tokenizer(vocab, monkeypatch, mutate=None, **kw):
         src = shader_source("encode", flags | {"POISON_WORKGROUP"})
         return mutate(src) if mutate else src
 
-    monkeypatch.setattr(encmod, "_shader_override", source)
+    monkeypatch.setattr(sessmod, "shader_override", source)
     tk = Tokenizer(vocab, **kw)
     sess = tk._session()
     g = sess.gpu

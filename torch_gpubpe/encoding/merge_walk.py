@@ -318,17 +318,11 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False
                       **{k.lower(): bool(globals()[k]) for k in WALK_SWITCHES}}
 
 
-def junction_ok(tok, pieces: list[np.ndarray], ids: np.ndarray) -> bool:
+def junction_ok(t: BpeTables, pieces: list[np.ndarray], ids: np.ndarray) -> bool:
     """Whether the last token kept so far and the first token of a slice that starts inside the
     same word form a valid pair (then the join is the merge-order result)."""
     last = next((int(p[-1]) for p in reversed(pieces) if len(p)), None)
-    if last is None:
-        return True
-    tok._bpe_junction_checks = getattr(tok, "_bpe_junction_checks", 0) + 1
-    ok = valid_pair(tok._bpe, last, int(ids[0]))
-    if not ok:
-        tok._bpe_junction_retries = getattr(tok, "_bpe_junction_retries", 0) + 1
-    return ok
+    return last is None or valid_pair(t, last, int(ids[0]))
 
 
 def walk_work(tokenizer, documents, ids_out: list | None = None) -> dict[str, int]:

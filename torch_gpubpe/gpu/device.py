@@ -615,6 +615,11 @@ def get_gpu() -> GPU:
         return _gpu
 
 
+def current_gpu() -> GPU | None:
+    """The process's GPU if one is open (lost or not), else None; opens nothing."""
+    return _gpu
+
+
 def reset_gpu() -> None:
     """Forget the process's GPU (the next :func:`get_gpu` opens a new device)."""
     global _gpu

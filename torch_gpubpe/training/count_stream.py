@@ -1,6 +1,7 @@
-"""Word counting fed through persistent mapped staging buffers (issue 13 §2: the GPU stays busy).
+"""Word counting fed through persistent mapped staging buffers: the GPU stays busy while the
+host reads and packs the next batch.
 
-:func:`count_stream` drives a :class:`~torch_gpubpe.training.wordcount.GPUWordCounter` from a stream of
+:func:`count_stream` drives a :class:`~torch_gpubpe.training.gpu_counter.GPUWordCounter` from a stream of
 packed pieces (``(uint8 data, int64 offsets)``, e.g. a :class:`~torch_gpubpe.io.readers.Reader`'s
 ``packed_batches``: parquet row groups read and decoded on its thread pool). Three threads
 take part:
@@ -14,11 +15,11 @@ take part:
   CPU paths and the long words;
 * the calling thread (the only one making wgpu calls) unmaps a filled stage, records the two
   copies into the counter's text and bitmap buffers in the same submit as the first pass
-  (:meth:`~torch_gpubpe.training.wordcount.GPUWordCounter.add_staged`), and maps the stage again for
+  (:meth:`~torch_gpubpe.training.gpu_counter.GPUWordCounter.add_staged`), and maps the stage again for
   writing; while the GPU counts one batch, the packer fills the next.
 
 A piece larger than a stage (one huge document) is counted through
-:meth:`~torch_gpubpe.training.wordcount.GPUWordCounter.add_batch` (split or CPU paths there).
+:meth:`~torch_gpubpe.training.gpu_counter.GPUWordCounter.add_batch` (split or CPU paths there).
 
 Timings go to ``stats``: ``seconds_wait_input`` (the GPU thread waiting for a filled stage:
 the host is the bottleneck), ``seconds_gpu`` (in the counter's GPU steps, which wait for the
@@ -32,11 +33,12 @@ thread: the source's start), ``steady_bytes`` (text bytes of every later batch) 
 Example::
 
     >>> from torch_gpubpe.training.count_stream import count_stream
-    >>> from torch_gpubpe.training.wordcount import GPUWordCounter, _batches
+    >>> from torch_gpubpe.training.batches import document_batches
+    >>> from torch_gpubpe.training.gpu_counter import GPUWordCounter
     >>> c = GPUWordCounter()
-    >>> count_stream(c, _batches(["a b a"], 1 << 20, {}))
+    >>> count_stream(c, document_batches(["a b a"], 1 << 20, {}))
     >>> sorted(c.result().to_dict().items())
-    [(b' a', 1), (b' b', 1), (b'a', 2)]
+    [(b' a', 1), (b' b', 1), (b'a', 1)]
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ import numpy as np
 
 from torch_gpubpe.gpu import wgpu_internals as _wi
 from torch_gpubpe._util import put_unless_stopped
-from torch_gpubpe.training.wordcount import HostBatch
+from torch_gpubpe.training.batches import HostBatch
 
 STAGES = 3                 # mapped staging buffers (one GPU batch each) in rotation
 PIECE_BYTES = 8 << 20      # what count_stream's callers ask the source for per piece
@@ -147,7 +149,7 @@ class _Packer(threading.Thread):
         self._put((_END, err))
 
     def _run(self) -> None:
-        from torch_gpubpe.encoding.tokenizer import parallel_copy   # (imported here, on this thread: off the start-up path)
+        from torch_gpubpe.core.copy_pool import parallel_copy   # (imported here, on this thread: off the start-up path)
 
         st = self.st
         stage, pos, pieces, starts = None, 0, [], []
@@ -196,7 +198,7 @@ class _Packer(threading.Thread):
 def count_stream(counter, pieces: Iterable[tuple[np.ndarray, np.ndarray]], *,
                  stages: int = STAGES, stats: dict | None = None) -> None:
     """Count every piece of ``pieces`` into ``counter`` (a
-    :class:`~torch_gpubpe.training.wordcount.GPUWordCounter`) through mapped staging buffers (module
+    :class:`~torch_gpubpe.training.gpu_counter.GPUWordCounter`) through mapped staging buffers (module
     docstring); the counts equal ``counter.add_batch`` of each piece.
 
     Args:

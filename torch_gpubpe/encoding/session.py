@@ -1,0 +1,164 @@
+"""The encoder's persistent GPU session (DESIGN.md §6): one per :class:`Tokenizer` and process,
+opened on the first non-empty encode. It holds the trie buffers, the pipelines of
+``wgsl/encode.wgsl`` (or of merge-order mode's walk, :mod:`torch_gpubpe.encoding.merge_walk`, and
+a regex pre-tokenizer's, :mod:`torch_gpubpe.encoding.regex_pretok`), the per-dispatch and
+per-slice bounds, statistics, and two batch slots (:mod:`torch_gpubpe.encoding.slot`: two
+batches in flight).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from torch_gpubpe.core.trie import Trie
+from torch_gpubpe.encoding.layout import (DEFAULT_LONG_WORD, HOST_STEPS, MAX_LONG_TILE,
+                                          MAX_SLICE_POSITIONS, WG)
+from torch_gpubpe.encoding.merge_walk import bpe_session_setup
+from torch_gpubpe.encoding.regex_pretok import UnicodePreTokenizer
+from torch_gpubpe.encoding.slot import Slot
+from torch_gpubpe.gpu import wgpu_internals as _wi
+from torch_gpubpe.gpu.device import get_gpu
+from torch_gpubpe.gpu.shaders import shader_source
+from torch_gpubpe.notices import warn_once
+
+shader_override = None  # test hook: flags -> encode.wgsl source (e.g. POISON_WORKGROUP builds)
+
+
+class Session:
+    """Device-side state of one :class:`Tokenizer`: trie buffers, pipelines, two slots."""
+
+    def __init__(self, trie: Trie, id_size: int, chunk: int, max_slice_bytes: int | None,
+                 budget: int, profile: bool, pre_tokenizer: str = "bytes-classes",
+                 long_word_bytes: int | None = DEFAULT_LONG_WORD, bpe=None,
+                 num_tokens: int = 0, bpe_work: bool = False) -> None:
+        t_open = time.perf_counter()
+        self.gpu = g = get_gpu()
+        # Seconds of this session's opening (Tokenizer.open_seconds; the CLI's --debug line)
+        self.open_seconds = {"gpu": time.perf_counter() - t_open}
+        t_open = time.perf_counter()
+        U = g.wgpu.BufferUsage
+        self.trie = trie
+        self.id_size = id_size
+        self.id_dtype = np.uint16 if id_size == 2 else np.uint32
+        self.chunk = chunk
+        self.block = WG * chunk
+        # A walk needs max_depth extension steps + 1 emit to make progress in one dispatch.
+        self.budget = max(budget, trie.max_depth + 2)
+        self.bpe, self.num_tokens = bpe, num_tokens
+        self.progress_factor = 1
+        self.chunked_bindings = (0, 1, 2, 3, 4, 5, 6, 7, 8)
+        if self.budget > 65535 - chunk - 64:
+            raise ValueError(
+                f"the vocab's longest token ({trie.max_depth} bytes) needs more walk steps per "
+                "thread than lavapipe's 65,535-iteration loop cap allows")
+        self.profile = bool(profile) and g.has_timestamps
+        self.profile_repeat = 1  # benchmarks: times each slice's passes are run (see Slot.start)
+        self.last_pass_us: dict[str, float] = {}
+        self.rep_pass_us: list[dict[str, float]] = []  # every repetition's last_pass_us
+        # Host seconds per step of a batch (Tokenizer.host_seconds; the CLI's --debug line)
+        self.host_seconds = dict.fromkeys(HOST_STEPS, 0.0)
+        self.continuation_dispatches = 0  # statistics (tests, benchmarks)
+        self.continuation_workgroups = 0
+        self.slices = 0
+        self.staged_ahead = 0  # batches staged before the oldest in flight was read back
+        self.long_regions = 0  # long-word regions encoded in parallel
+        self.long_submits = 0
+        self.long_dispatches = 0
+        self.junction_checks = 0  # merge-order slicing: joins checked, and redone
+        self.junction_retries = 0
+        self.poison = None  # test hook: (pipeline, bind group, grid) dispatched before each pass
+        # Long words: tiles of lc >= max_depth bytes (a power of two, ~4 tokens of the longest
+        # kind), windows of ldw = max_depth nodes per tile.
+        md = trie.max_depth
+        self.ldw = md
+        self.lc = min(max(64, 1 << (8 * md - 1).bit_length()), max(MAX_LONG_TILE, md))
+        self.long_from = 0 if long_word_bytes is None else max(int(long_word_bytes), chunk)
+        if self.long_from and md > MAX_LONG_TILE:
+            warn_once("long_words", f"torch_gpubpe: the vocab's longest token ({md} bytes) is "
+                       f"above {MAX_LONG_TILE} bytes: long words are walked by one GPU thread "
+                       "each (slow for MB-long words)")
+            self.long_from = 0
+        self.ns_per_tick = 1.0
+        if self.profile:
+            self.ns_per_tick = _wi.timestamp_period_ns(g.device.queue)
+        # Scratch and out are 4 B per input byte: they bound the slice (DESIGN.md §6), with room
+        # for one long-word tile more (llen, lexit: 4 B per byte of the regions, padded to whole
+        # tiles). Byte positions stay below 2^31, so no u32 position or size in WGSL overflows;
+        # larger inputs are sliced.
+        binding = min(g.max_storage_binding, g.max_buffer_size)
+        limit = min((binding - 1024 - 4 * self.lc) // 4, MAX_SLICE_POSITIONS)
+        if max_slice_bytes is not None:
+            limit = min(limit, int(max_slice_bytes))
+        limit = max(limit, 2 * trie.max_depth + 8, 64)
+        self.limit = limit // 4 * 4
+        self.long_cap = self.limit + self.lc  # long indices per group of regions (one submit)
+        # doc_starts / doc_tok hold 4 B per document of a slice: bound the documents too (a
+        # batch of millions of empty documents has few bytes but would exceed the binding).
+        self.max_docs = (g.binding_bytes(4) - 1024) // 4
+        self.nodes = g.buffer(trie.nodes.nbytes, U.STORAGE | U.COPY_DST, "encode.trie_nodes")
+        self.edges = g.buffer(trie.edges.nbytes, U.STORAGE | U.COPY_DST, "encode.trie_edges")
+        with g.operation("uploading the trie"):
+            g.device.queue.write_buffer(self.nodes, 0, trie.nodes)
+            g.device.queue.write_buffer(self.edges, 0, trie.edges)
+        self.open_seconds["trie_upload"] = time.perf_counter() - t_open
+        t_open = time.perf_counter()
+        consts = {"WG": WG, "CHUNK": chunk, "OUT16": int(id_size == 2), "LC": self.lc,
+                  "LDW": self.ldw}
+        def source(flags):  # None: the default build (cached under the shader's name)
+            if shader_override is not None:
+                return shader_override(flags)
+            return None if flags == g.flags else shader_source("encode", flags)
+
+        self.pretok = None
+        self.walk_sub = 1  # walk workgroups per block (merge-order mode: encoder_bpe.WALK_WG64)
+        self.bpe_bind: dict = {}
+        self.bpe_bits_pipeline = None  # merge-order mode's WORD_BITS pass (encoder_bpe)
+        walk_flags = g.flags
+        if pre_tokenizer != "bytes-classes":  # a regex split (torch_gpubpe.encoding.regex_pretok)
+            self.pretok = UnicodePreTokenizer(pre_tokenizer, gpu=g)
+            walk_flags = g.flags | {"WORD_MASK"}
+        self.open_seconds["pre_tokenizer"] = time.perf_counter() - t_open
+        t_open = time.perf_counter()
+        if bpe is not None:  # merge-order mode: its own walk (torch_gpubpe.encoding.merge_walk)
+            self.long_from = 0  # the parallel long-word path is greedy longest match
+            bpe_session_setup(self, g, trie, chunk, budget, work=bpe_work)
+        self.open_seconds["bpe_tables"] = time.perf_counter() - t_open
+        t_open = time.perf_counter()
+        kw = {"constants": consts, "source": source(g.flags)}
+        self.pipes = {
+            "chunked": (g.pipeline("encode", "trie_tokenizer_chunked", constants=consts,
+                                   source=source(walk_flags)) if bpe is None
+                        else self.bpe_pipeline),
+            "prefix": g.pipeline("encode", "trie_prefix_sum", **kw),
+            "compact": g.pipeline("encode", "trie_tokenizer_compact", **kw),
+        }
+        if self.bpe_bits_pipeline is not None:
+            self.pipes["wbits"] = self.bpe_bits_pipeline
+        if self.long_from:
+            for name, entry in (("ends", "long_word_ends"), ("lperiods", "long_periods"),
+                                ("lmatch", "long_match"),
+                                ("lexits", "long_exits"), ("ljump", "long_jump"),
+                                ("lemit", "long_emit")):
+                self.pipes[name] = g.pipeline("encode", entry, **kw)
+        self.open_seconds["pipelines"] = time.perf_counter() - t_open
+        t_open = time.perf_counter()
+        self.slots = [Slot(self, 0), Slot(self, 1)]
+        self.open_seconds["slots"] = time.perf_counter() - t_open
+
+    def specials_pipeline(self):
+        """wgsl/specials.wgsl's pipeline (compiled on first use, cached by the GPU object)."""
+        return self.gpu.pipeline("specials", "insert_specials",
+                                 constants={"WG": WG, "OUT16": int(self.id_size == 2)})
+
+    def dispatch(self, cp, name: str, bind_group, grid: tuple[int, int]) -> None:
+        """Record one dispatch of pipeline ``name`` (after the test hook ``poison``'s, if set)."""
+        if self.poison is not None:
+            pipe, pbg, pgrid = self.poison
+            cp.set_pipeline(pipe)
+            cp.set_bind_group(0, pbg)
+            cp.dispatch_workgroups(*pgrid)
+        cp.set_pipeline(self.pipes[name])
+        cp.set_bind_group(0, bind_group)
+        cp.dispatch_workgroups(*grid)
