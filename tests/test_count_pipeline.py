@@ -16,14 +16,14 @@ from conftest import corpus_docs
 from torch_gpubpe.training import budget as count_budget
 from torch_gpubpe.training import count_stream as count_pipeline
 from torch_gpubpe.core import reference
-from torch_gpubpe.training import trainer
-from torch_gpubpe.training import wordcount
+from torch_gpubpe.training import api, gpu_counter, memory, word_counts
 from torch_gpubpe.gpu import wgpu_internals as wi
 from torch_gpubpe.training.count_stream import count_stream
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.training.trainer import train, train_from_word_counts
 from torch_gpubpe.encoding.pretokenize import pack_documents
-from torch_gpubpe.training.wordcount import GPUWordCounter, _batches, _ends_after
+from torch_gpubpe.training.gpu_counter import GPUWordCounter
+from torch_gpubpe.training.long_words import ends_after
 
 pytestmark = pytest.mark.gpu
 
@@ -53,7 +53,7 @@ def _staged_counts(pieces, batch_bytes, **kw):
 def test_staged_counts_equal_the_reference(sizes):
     docs = (corpus_docs("multi_xquad", 60_000, max_doc_bytes=3_000)
             + corpus_docs("code_cpython_headers", 40_000, max_doc_bytes=9_000)
-            + ["", "x" * (wordcount.MAXW + 1), " " * 600, "y" * 5_000])
+            + ["", "x" * (gpu_counter.MAXW + 1), " " * 600, "y" * 5_000])
     pieces = _pieces(docs, sizes)
     c, got, st = _staged_counts(pieces, batch_bytes=8_000)
     assert got == dict(reference.count_words(docs))
@@ -110,12 +110,12 @@ def test_long_word_ends_from_the_bitmap():
     pos = starts[:-1]
     want = [int(starts[np.searchsorted(starts, p, side="right")]) if p < starts[-1] else n
             for p in pos.tolist()]
-    assert _ends_after(bits, pos).tolist() == want
+    assert ends_after(bits, pos).tolist() == want
 
 
 # -- the budget ------------------------------------------------------------------------------------
 def _small_batches(monkeypatch):
-    monkeypatch.setattr(wordcount, "DEFAULT_GPU_BATCH_BYTES", 16 << 10)  # many GPU batches
+    monkeypatch.setattr(gpu_counter, "DEFAULT_GPU_BATCH_BYTES", 16 << 10)  # many GPU batches
     monkeypatch.setattr(count_pipeline, "PIECE_BYTES", 4 << 10)
 
 
@@ -143,7 +143,7 @@ def test_spilled_counting_is_exact(monkeypatch, count_on):
     _small_batches(monkeypatch)
     _force_spills(monkeypatch)
     if count_on == "cpu":
-        monkeypatch.setattr(wordcount, "DEFAULT_BATCH_BYTES", 32 << 10)
+        monkeypatch.setattr(word_counts, "DEFAULT_BATCH_BYTES", 32 << 10)
         monkeypatch.setattr(count_budget, "CPU_BYTES_PER_ROW", 1 << 40)
     docs = corpus_docs("tr_ud_boun", 60_000) + corpus_docs("multi_udhr", 60_000)
     st: dict = {}
@@ -176,9 +176,9 @@ def test_exact_training_that_cannot_fit_stops_counting_early(monkeypatch):
     """Without prune_below, the distinct words already in the table prove the merge phase
     cannot fit: refused during counting, the rest of the corpus unread."""
     _small_batches(monkeypatch)
-    monkeypatch.setattr(trainer, "MEMORY_PER_WORD", 1 << 28)   # 256 MiB per word
+    monkeypatch.setattr(memory, "MEMORY_PER_WORD", 1 << 28)   # 256 MiB per word
     ran = []
-    monkeypatch.setattr(trainer, "_train_counts", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(api, "train_counts", lambda *a, **k: ran.append(1))
     docs = corpus_docs("multi_udhr", 300_000) * 30          # ~9 MB, many GPU batches
     seen = []
 
@@ -199,10 +199,10 @@ def test_pruning_that_is_not_enough_names_a_threshold_that_fits(monkeypatch):
     docs = corpus_docs("tr_ud_boun", 60_000)
     counts = reference.count_words(docs)
     per = 1 << 24                                   # 16 MiB per word in the merge phase
-    monkeypatch.setattr(trainer, "MEMORY_PER_WORD", per)
+    monkeypatch.setattr(memory, "MEMORY_PER_WORD", per)
     at = {t: sum(1 for c in counts.values() if c >= t) for t in range(2, 20)}
     t_fit = next(t for t in range(3, 20) if at[t] * per < 0.5 * at[2] * per and at[t] > 60)
-    limit = trainer._rss_bytes() + (at[t_fit] + at[t_fit - 1]) // 2 * per + (1 << 30)
+    limit = memory.rss_bytes() + (at[t_fit] + at[t_fit - 1]) // 2 * per + (1 << 30)
     # the threshold named is the smallest that fits (within the RSS noise of 1 GiB)
     with pytest.raises(InputError, match=r"prune_below=2 need more than max_memory.*"
                                          r"prune_below=\d+ \(--prune-below \d+\) would keep"):
@@ -213,7 +213,7 @@ def test_many_one_word_documents_over_maxw_in_one_batch():
     """1,500 one-word documents of 300–700 bytes (> MAXW) in one staged batch, some repeated:
     the long words are gathered with a mask (over 1,024 per batch) and grouped exactly."""
     rng = np.random.default_rng(3)
-    words = [bytes(rng.integers(97, 123, int(rng.integers(wordcount.MAXW + 1, 700))).astype(
+    words = [bytes(rng.integers(97, 123, int(rng.integers(gpu_counter.MAXW + 1, 700))).astype(
         np.uint8)) for _ in range(1_000)]
     docs = words + words[:500] + [b"tail " * 10]
     _, got, st = _staged_counts(_pieces(docs, (2_000_000,)), batch_bytes=2_000_000)

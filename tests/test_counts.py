@@ -31,7 +31,8 @@ from torch_gpubpe.training.counts_file import (META_KEY, count_packed, count_to_
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.training.trainer import train
 from torch_gpubpe.core.vocab import Vocab
-from torch_gpubpe.training.wordcount import WordCounts, _batches
+from torch_gpubpe.training.batches import document_batches
+from torch_gpubpe.training.word_counts import WordCounts
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +150,7 @@ def test_sort_order_is_arrows_binary_order(words, prefixes):
 
 
 def test_count_packed_gpu_equals_cpu_equals_reference(docs):
-    batches = list(_batches(docs, 20_000, {}))
+    batches = list(document_batches(docs, 20_000, {}))
     want = dict(reference.count_words(docs))
     assert count_packed(batches, count_on="cpu").to_dict() == want
     assert count_packed(iter(batches), count_on="gpu").to_dict() == want

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from torch_gpubpe.core import reference
-from torch_gpubpe.training import trainer
+from torch_gpubpe.training import merge_loop
 from torch_gpubpe.training import wordlist_loop as train_wordlist
 from torch_gpubpe import GPUBPEWarning
 from torch_gpubpe.training.trainer import GPUTrainer, train
@@ -86,7 +86,7 @@ def test_full_table_walks_the_rest(monkeypatch):
     """LONG_CAP = 1: of a merge's several long chains one is handed over, the others are walked
     by their own thread (recorded, warned once); same merges."""
     _set(monkeypatch, min_chain=2, window=16, cap=1)
-    monkeypatch.setattr(trainer, "_noticed", set())
+    monkeypatch.setattr(merge_loop, "_noticed", set())
     docs = ["a" * 40, "b" * 41 + "a" * 30, "ab" * 30, "c" * 50 + "d" * 51, "a" * 61]
     with pytest.warns(GPUBPEWarning, match="long_chains_serial"):
         st = _check(docs, 30)

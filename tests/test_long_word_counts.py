@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from torch_gpubpe.training import counts_file as cmod
+from torch_gpubpe.training import counts_merge
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.training.wordcount import LONG_GROUP_BYTES, WordCounts, group_words
 
@@ -111,7 +112,7 @@ def test_merged_long_word_runs_equal_the_summed_counts(tmp_path):
                                                                             replace=False)}
         total.update(pick)
         runs.append(cmod.write_long_counts(_wc(pick), tmp_path / f"run{r}.parquet"))
-    assert cmod._rows_within(runs[0], 1 << 16) <= 3  # about BATCH_BYTES (1 MB) per batch
+    assert counts_merge._rows_within(runs[0], 1 << 16) <= 3  # about BATCH_BYTES (1 MB) per batch
     got = []
     for w, c in cmod.iter_merged(runs, 1 << 16):
         got += list(zip(w.to_pylist(), c.tolist()))

@@ -40,7 +40,7 @@ def test_gpu_time_caps_merges_and_continuations_per_submit(monkeypatch):
     # the merges stay exact. (The long-chain hand-over off: it merges the run in one round per
     # pause, no doubling.)
     import torch_gpubpe.training.wordlist_loop as tw
-    import torch_gpubpe.training.trainer as tr
+    import torch_gpubpe.training.merge_loop as tr
 
     monkeypatch.setattr(tw, "LONG_MIN_CHAIN", tw.NEVER)
     monkeypatch.setattr(tw, "DEFAULT_BUDGET", 3_750)

@@ -16,7 +16,8 @@ import pytest
 
 from tests.conftest import corpus_docs
 from torch_gpubpe.core import reference
-from torch_gpubpe.training.trainer import _MergeLoop, get_trainer, train
+from torch_gpubpe.training.merge_loop import MergeLoop
+from torch_gpubpe.training.trainer import get_trainer, train
 
 
 def _stream(words: list[bytes], tws: int):
@@ -39,7 +40,7 @@ def test_gpu_built_links_and_byte_lists_equal_the_host_construction(corpus, limi
     data, sym, wid, starts, lens = _stream(words, c["TWS"])
     n = len(sym)
     wts = np.array([counts[w] for w in words], np.uint64).view(np.uint32)
-    loop = _MergeLoop(tr, "wordlist", False, sym, wid, starts, lens, wts, 10, 1, 512, 64, {},
+    loop = MergeLoop(tr, "wordlist", False, sym, wid, starts, lens, wts, 10, 1, 512, 64, {},
                       False, None)
     loop._count(0, n, setup=True)
     g, own = tr.gpu, loop.k.own

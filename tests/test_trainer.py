@@ -545,12 +545,13 @@ def test_walk_grid_does_not_change_the_merges(monkeypatch, workgroups):
 # -- a memory budget (issue 17 §2) ----------------------------------------------------------------
 def test_max_memory_refuses_before_the_merges(monkeypatch):
     """The merge phase's estimate above the budget (CPU counting: the check after counting)."""
+    from torch_gpubpe.training import api, memory
     from torch_gpubpe.training import trainer as tmod
 
     docs = corpus_docs("tr_ud_boun", 20_000)
     ran = []
-    monkeypatch.setattr(tmod, "_train_counts", lambda *a, **k: ran.append(1))
-    monkeypatch.setattr(tmod, "MEMORY_PER_WORD", 1 << 30)   # 1 GiB per unique word
+    monkeypatch.setattr(api, "train_counts", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(memory, "MEMORY_PER_WORD", 1 << 30)   # 1 GiB per unique word
     st: dict = {}
     with pytest.raises(InputError, match=r"unique words .* needs about .* GB of host memory.*"
                                          r"max_memory.*prune_below=2"):
@@ -558,7 +559,7 @@ def test_max_memory_refuses_before_the_merges(monkeypatch):
     assert not ran  # refused before the merge stream was built
     assert st["estimated_merge_memory_bytes"] > st["max_memory_bytes"] == tmod.default_max_memory()
     monkeypatch.undo()
-    monkeypatch.setattr(tmod, "_train_counts", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(api, "train_counts", lambda *a, **k: ran.append(1))
     tmod.train(docs, 400, stats=st)  # the default (80% of RAM) fits this corpus
     assert ran and st["max_memory_bytes"] == tmod.default_max_memory()
     with pytest.raises(ValueError, match="max_memory"):

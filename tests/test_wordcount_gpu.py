@@ -1,4 +1,4 @@
-"""GPU word counting (wgsl/wordcount.wgsl, torch_gpubpe.training.wordcount.count_words_gpu) against
+"""GPU word counting (wgsl/wordcount.wgsl, torch_gpubpe.training.gpu_counter.count_words_gpu) against
 ``reference.count_words`` (DESIGN.md §2 words): the same words with the same counts, on every
 corpus and on inputs that exercise each path — batches, table growth (rehash), the word store
 growing, words at and past the GPU's length limit, documents larger than a batch, and the CPU
@@ -16,9 +16,11 @@ from hypothesis import strategies as hst
 
 from conftest import CORPUS_NAMES, corpus_docs
 from torch_gpubpe.core import reference
-from torch_gpubpe.training import wordcount
+from torch_gpubpe.training import gpu_counter
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.training.wordcount import MAXW, GPUWordCounter, WordCounts, _batches, count_words_gpu
+from torch_gpubpe.training.batches import document_batches
+from torch_gpubpe.training.gpu_counter import MAXW, GPUWordCounter, count_words_gpu
+from torch_gpubpe.training.word_counts import WordCounts
 
 pytestmark = pytest.mark.gpu
 
@@ -52,7 +54,7 @@ def test_many_batches_table_growth_and_store_growth():
     docs = (corpus_docs("multi_xquad", 120_000, max_doc_bytes=2_000)
             + corpus_docs("code_cpython_headers", 60_000, max_doc_bytes=2_000))
     counter = GPUWordCounter(batch_bytes=9_000, min_slots=64, min_store=64)
-    for data, offsets in _batches(docs, counter.batch_bytes, {}):
+    for data, offsets in document_batches(docs, counter.batch_bytes, {}):
         counter.add_batch(data, offsets)
     got = counter.result().to_dict()
     assert counter.slots >= 4096 and counter.store_cap > 1_000   # both grew (from 64)
@@ -63,7 +65,7 @@ def test_many_batches_table_growth_and_store_growth():
 def _add_all(counter, docs) -> list[int]:
     """Count ``docs`` batch by batch; each batch's word starts (reference words counted)."""
     starts = []
-    for data, offsets in _batches(docs, counter.batch_bytes, {}):
+    for data, offsets in document_batches(docs, counter.batch_bytes, {}):
         batch = [data[offsets[k]:offsets[k + 1]].tobytes() for k in range(len(offsets) - 1)]
         starts.append(sum(reference.count_words(batch).values()))
         counter.add_batch(data, offsets)
@@ -83,14 +85,14 @@ def test_table_sized_by_the_share_of_new_words_is_smaller_and_exact():
     assert counter.estimate_retries == 0
     bound = 1 << (2 * (len(got) + max(starts)) - 1).bit_length()   # every start new
     assert 2 * counter.slots <= bound, (counter.slots, bound)
-    assert 0 < counter.new_words_rate < wordcount.FIRST_NEW_WORDS
+    assert 0 < counter.new_words_rate < gpu_counter.FIRST_NEW_WORDS
 
 
 def test_more_new_words_than_guessed_are_counted_again_exactly(monkeypatch):
     """Every word distinct (the guess of FIRST_NEW_WORDS is far too low): the batch overfills
     the table, is undone and counted again into a table sized for every word start; the
     counts are exact, the retries counted."""
-    monkeypatch.setattr(wordcount, "MIN_NEW_WORDS", 16)
+    monkeypatch.setattr(gpu_counter, "MIN_NEW_WORDS", 16)
     def word(i: int, k: int) -> str:      # letters only: one word start per word
         return "".join(chr(97 + i // 26 ** j % 26) for j in range(4)) + chr(97 + k)
 
@@ -106,7 +108,7 @@ def test_retries_double_the_guess_even_when_batches_end_on_the_cpu(monkeypatch):
     """Probe sequences of 2 (colliding hashes run out): batches overflow whatever the guess and
     end on the CPU, which teaches no share of new words; each retry still doubles the next
     guess, so a few batches are counted again, not every one. Counts exact."""
-    monkeypatch.setattr(wordcount, "MIN_NEW_WORDS", 16)
+    monkeypatch.setattr(gpu_counter, "MIN_NEW_WORDS", 16)
     rnd = random.Random(7)
 
     def word() -> str:
@@ -135,7 +137,7 @@ def test_document_larger_than_a_batch_and_empty_documents():
     docs = ["", big, "", "tail words", big[:500], "", big[:3_000], big[3_000:9_000]]
     counter = GPUWordCounter(max_batch_bytes=8_000)
     assert counter.batch_bytes == 4_000
-    for data, offsets in _batches(docs, 20_000, {}):     # batches over the limit: split
+    for data, offsets in document_batches(docs, 20_000, {}):     # batches over the limit: split
         counter.add_batch(data, offsets)
     assert counter.cpu_has_short_words                            # big went to the CPU
     assert counter.result().to_dict() == ref_counts(docs)
@@ -148,7 +150,7 @@ def test_batch_with_too_many_words_for_the_table_is_split():
     table is full of distinct words the rest is counted on the CPU: nothing is lost."""
     docs = ["the cat sat " * 100] * 20 + ["on the mat " * 2000] + ["a b c"] * 3
     counter = GPUWordCounter(min_slots=64, max_slots=8192)
-    for data, offsets in _batches(docs, 1 << 20, {}):      # all in one batch: 9,000 words
+    for data, offsets in document_batches(docs, 1 << 20, {}):      # all in one batch: 9,000 words
         counter.add_batch(data, offsets)
     assert counter.cpu_has_short_words          # the 6,000-word document went to the CPU
     assert counter.result().to_dict() == ref_counts(docs)
@@ -157,7 +159,7 @@ def test_batch_with_too_many_words_for_the_table_is_split():
 
     distinct = [" ".join(letters(50 * i + j) for j in range(50)) for i in range(60)]
     counter = GPUWordCounter(batch_bytes=2_000, min_slots=64, max_slots=4096)
-    for data, offsets in _batches(distinct, counter.batch_bytes, {}):
+    for data, offsets in document_batches(distinct, counter.batch_bytes, {}):
         counter.add_batch(data, offsets)
     assert counter.table_full
     assert counter.result().to_dict() == ref_counts(distinct)
@@ -169,7 +171,7 @@ def test_probe_overflow_falls_back_to_the_cpu_exactly():
     docs = corpus_docs("tr_ud_boun", 40_000, max_doc_bytes=1_500)
     counter = GPUWordCounter(batch_bytes=5_000, min_slots=64, max_probe=1)
     fell_back = []
-    for data, offsets in _batches(docs, counter.batch_bytes, {}):
+    for data, offsets in document_batches(docs, counter.batch_bytes, {}):
         before = len(counter.extra)
         counter.add_batch(data, offsets)
         fell_back.append(len(counter.extra) > before)
@@ -184,7 +186,7 @@ def test_rehash_overflow_moves_the_words_to_the_cpu_exactly():
     hostile-input review: it used to raise)."""
     docs = ["w637", "w261", "w759", "w367", "w814", "w707", "w965", "w861"] * 3
     counter = GPUWordCounter(batch_bytes=1, min_slots=4, max_probe=1)
-    for data, offsets in _batches(docs, counter.batch_bytes, {}):
+    for data, offsets in document_batches(docs, counter.batch_bytes, {}):
         counter.add_batch(data, offsets)
     assert counter.table_full
     assert counter.result().to_dict() == ref_counts(docs)
@@ -234,7 +236,7 @@ def test_counts_carry_past_two_to_the_32():
     the same words carries into the high word exactly."""
     docs = ["aa bb aa cc aa", "bb dd"] * 3
     counter = GPUWordCounter()
-    for data, offsets in _batches(docs, 1 << 20, {}):
+    for data, offsets in document_batches(docs, 1 << 20, {}):
         counter.add_batch(data, offsets)
     first = ref_counts(docs)
     base = (1 << 32) - 2
@@ -245,7 +247,7 @@ def test_counts_carry_past_two_to_the_32():
     counts = np.zeros((counter.slots, 2), np.uint32)
     counts[:, 0] = lo
     counter.g.device.queue.write_buffer(counter.counts, 0, counts)
-    for data, offsets in _batches(docs, 1 << 20, {}):
+    for data, offsets in document_batches(docs, 1 << 20, {}):
         counter.add_batch(data, offsets)
     got = counter.result().to_dict()
     assert got == {w: base + c for w, c in first.items()}

@@ -1,4 +1,5 @@
-// train_long.wgsl — long chains of the word-list walk, merged in parallel (issue 17 §1).
+// train_long.wgsl — long chains of the word-list walk, merged in parallel (one long chain
+// would otherwise be millions of serial steps of one thread).
 // Included by train_wordlist.wgsl (it uses that file's bindings, Merge, pair_deltas4, and
 // train_table.wgsl's table); its entry points run only in the host's continue submits.
 //

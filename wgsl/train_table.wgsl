@@ -99,7 +99,7 @@ const S_ALL: u32 = 20u;     // 1: clear_table ran (every block dirty): the word 
                             // scans all blocks, not its list of the last merge's dirty ones
 const S_WG0: u32 = 22u;     // first workgroup of a pass over the stream that the host split
                             // into several submits (pair_count, the word list's set-up: a CPU
-                            // adapter, issue 17 §1); 0 otherwise
+                            // adapter, to bound each submit's work); 0 otherwise
 
 // pair_count's workgroup hash table (seed: 1024 slots). 12 B per slot (key + 64-bit count);
 // the host picks the largest power of two ≤ 2048 that fits the adapter's workgroup-storage
@@ -511,8 +511,8 @@ fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
 
 // Block j's best (count lo, hi, a, b). `best` is atomic: the word list's find_max4 reads other
 // workgroups' block bests in the same dispatch (the group's last block, block_scanned), and a
-// plain load there can be served stale from a non-coherent cache (seen on the H200: wrong merges
-// with plain loads after a device-scope storageBarrier; right with atomics, which are coherent).
+// plain load there can be served stale from a non-coherent cache (a device-scope storageBarrier
+// does not order it on every GPU: wrong merges; atomics are coherent).
 fn load_best(j: u32) -> vec4<u32> {
     return vec4<u32>(atomicLoad(&best[4u * j]), atomicLoad(&best[4u * j + 1u]),
                      atomicLoad(&best[4u * j + 2u]), atomicLoad(&best[4u * j + 3u]));

@@ -54,7 +54,7 @@
 //   p leads unless L died in this step or L holds some member's B and L's live left holds
 //   that member's A or C (lead_of); "merge k" above reads "this step" throughout.
 // Long chains: a thread's work is bounded by P.budget steps + hops + table probes per dispatch
-// (lavapipe stops loops after 65,535 iterations of a SIMD vector of lanes, silently — the host
+// (a CPU adapter may stop loops after 65,535 iterations of a SIMD vector of lanes, silently — the host
 // divides its budget by the lanes there; a real GPU may reset a dispatch that runs for seconds). A thread out of budget saves where it is (list entry, symbol, left
 // neighbour) in its `carry` slot and counts itself in S_PAUSE; from then on every
 // step does nothing (find_max4 latches S_HOLD, wl_merge returns) until the host has run

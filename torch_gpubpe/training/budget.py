@@ -1,6 +1,6 @@
-"""A host-memory budget for word counting (issue 17 §2): bounded while counting, exact.
+"""A host-memory budget for word counting: bounded while counting, exact.
 
-:func:`torch_gpubpe.training.trainer.train` gives its ``max_memory`` to a :class:`CountBudget`, which
+:func:`torch_gpubpe.training.api.train` gives its ``max_memory`` to a :class:`CountBudget`, which
 
 1. **refuses at once** (:class:`~torch_gpubpe.errors.InputError`, before any document is read)
    a budget below what counting needs before its first word: this process's memory now plus
@@ -9,9 +9,9 @@
 2. **bounds the word table's host share**: a GPU word table (or a CPU partial count) holding
    more words than the budget allows for reading it back (``SPILL_BYTES_PER_WORD``), or more
    than the adapter's limits let it grow to, is written as a sorted run to a temporary
-   directory (:func:`torch_gpubpe.training.counts_file.write_counts`) and emptied; counting goes on. At the
+   directory (:func:`torch_gpubpe.training.counts_format.write_counts`) and emptied; counting goes on. At the
    end the runs are merged by the exact streaming k-way merge of
-   :func:`torch_gpubpe.training.counts_file.iter_merged` with ``prune_below`` applied as they stream, so only
+   :func:`torch_gpubpe.training.counts_merge.iter_merged` with ``prune_below`` applied as they stream, so only
    the words kept are ever held (:meth:`CountBudget.finish`). Words too long for the GPU table
    (or the CPU counter's keys), held as bytes, have their own share (``long_cap``, a sixteenth
    of what the buffers leave): past it they are grouped, checked (3. below) and, still large,
@@ -20,7 +20,7 @@
    ``stats`` (``spilled_runs``, ``spill_bytes``, ``seconds_spill``, ``seconds_merge_runs``,
    ``spilled_long_words``, ``long_word_groupings``) and warned once;
 3. **refuses early** what cannot fit: without ``prune_below``, as soon as the words counted so
-   far prove that the merge phase (:func:`~torch_gpubpe.training.trainer.estimate_merge_memory`) would
+   far prove that the merge phase (:func:`~torch_gpubpe.training.memory.estimate_merge_memory`) would
    exceed the budget — the table's words are distinct, so they are a lower bound of the
    corpus's; so are the long words once grouped, which is done as soon as their raw bytes
    alone could prove it — the rest of the corpus is not read; with ``prune_below``, when the
@@ -45,18 +45,28 @@ import os
 import shutil
 import tempfile
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from torch_gpubpe import notices
 from torch_gpubpe.errors import InputError
+from torch_gpubpe.training import word_counts
+from torch_gpubpe.training.batches import document_batches
+from torch_gpubpe.training.counts_format import (DEFAULT_FAN_IN, iter_count_batches, packed,
+                                                 write_counts, write_long_counts)
+from torch_gpubpe.training.counts_merge import iter_merged, merge_counts
+from torch_gpubpe.training.long_words import FEW_LONG_WORDS, LONG_GROUP_BYTES
+from torch_gpubpe.training.memory import estimate_merge_memory, rss_bytes
+from torch_gpubpe.training.word_counts import PartialCounts, WordCounts, count_batch, empty_counts
 
 # Host bytes per word of a word table while it is read back and written as a sorted run (the
 # compacted table 12, store order 8 + 8, lengths and counts 16, WordCounts 16, Arrow's sort
 # indices and take 24, ...), plus per byte of the words (the store, its mask, the words, the
-# sorted copy, the Parquet writer's buffers). Measured: 186 B per 9-byte word (1.5 M words,
-# lavapipe), against 214 here.
+# sorted copy, the Parquet writer's buffers). On the high side of what was measured for short
+# words (a little below the 214 B these give a 9-byte word).
 SPILL_BYTES_PER_WORD = 160
 SPILL_BYTES_PER_BYTE = 6
 # Host bytes per key row of the CPU counter's partial counts (keys, counts, grouping copies).
@@ -88,11 +98,9 @@ class CountBudget:
     def __init__(self, max_memory: int, prune_below: int = 0, *, batch_bytes: int,
                  stages: int = 3, prefetch_bytes: int = 0, spill_dir: str | None = None,
                  stats: dict | None = None) -> None:
-        from torch_gpubpe.training.trainer import _rss_bytes
-
         self.limit = int(max_memory)
         self.prune_below = int(prune_below)
-        self.rss0 = _rss_bytes()
+        self.rss0 = rss_bytes()
         # staging (text + bitmap) + pieces held by the packer and queued + read-ahead
         self.fixed = int(stages * batch_bytes * 1.13 + 2 * batch_bytes + prefetch_bytes)
         self.free = self.limit - self.rss0 - self.fixed
@@ -132,15 +140,11 @@ class CountBudget:
 
     # -- 3. early refusal --------------------------------------------------------------------------
     def _over(self, words: int, nbytes: int) -> bool:
-        from torch_gpubpe.training.trainer import estimate_merge_memory
-
         return self.rss0 + estimate_merge_memory(words, nbytes) > self.limit
 
     def check_distinct(self, words: int, nbytes: int, done_bytes: int | None = None) -> None:
         """``words`` distinct words of ``nbytes`` bytes in all are known to be in the corpus:
         without pruning, refuse now if the merge phase cannot take them."""
-        from torch_gpubpe.training.trainer import estimate_merge_memory
-
         if self.prune_below > 1:
             return
         need = self.rss0 + estimate_merge_memory(words, nbytes)
@@ -158,12 +162,10 @@ class CountBudget:
         """After each GPU batch: the early refusal, from the table's words; and a spill now
         when this process's measured memory plus the table's readback would pass the limit
         (what the estimates miss: on a CPU adapter the GPU's buffers are host memory too)."""
-        from torch_gpubpe.training.trainer import _rss_bytes
-
         nbytes = max(counter.occupied,
                      4 * (counter.store_words - counter.occupied) - 3 * counter.occupied)
         lb = counter.long_bytes
-        if lb and (lb > self.long_cap or _rss_bytes() + 3 * lb > self.limit
+        if lb and (lb > self.long_cap or rss_bytes() + 3 * lb > self.limit
                    or (self.prune_below <= 1 and lb >= 2 * self.long_seen
                        and self._over(counter.occupied, nbytes + lb))):
             # (the last: were the long words distinct, the merge phase could not fit; grouped
@@ -175,8 +177,8 @@ class CountBudget:
             words = max(counter.occupied, max(self.run_words, default=0))
             self.check_distinct(words, max(nbytes, words), done_bytes)
         readback = SPILL_BYTES_PER_WORD * counter.occupied + SPILL_BYTES_PER_BYTE * nbytes
-        if counter.spill is not None and _rss_bytes() + readback > self.limit:
-            counter._spill_table()
+        if counter.spill is not None and rss_bytes() + readback > self.limit:
+            counter.spill_table()
 
     def on_long_words(self, counter, table_bytes: int = 0, done_bytes: int | None = None) -> None:
         """The GPU counter's long words (over ``MAXW`` bytes, held on the host) passed their
@@ -197,11 +199,8 @@ class CountBudget:
 
     # -- 2. spilling -------------------------------------------------------------------------------
     def spill(self, wc) -> None:
-        """Write ``wc`` (:class:`~torch_gpubpe.training.wordcount.WordCounts`, distinct words) as a
+        """Write ``wc`` (:class:`~torch_gpubpe.training.word_counts.WordCounts`, distinct words) as a
         sorted run."""
-        from torch_gpubpe.training.counts_file import write_counts, write_long_counts
-        from torch_gpubpe.training.wordcount import FEW_LONG_WORDS, LONG_GROUP_BYTES
-
         if not len(wc):
             return
         self.check_distinct(len(wc), int(wc.lengths.sum()))
@@ -233,10 +232,6 @@ class CountBudget:
         as they stream (``stats['pruned_words']``, warned once)."""
         if not self.runs:
             return wc
-        from torch_gpubpe.training.counts_file import DEFAULT_FAN_IN, iter_count_batches, iter_merged, merge_counts
-        from torch_gpubpe.training.trainer import _rss_bytes, estimate_merge_memory
-        from torch_gpubpe.training.wordcount import WordCounts
-
         self.spill(wc)
         del wc
         t0 = time.perf_counter()
@@ -256,7 +251,7 @@ class CountBudget:
         hist_w = np.zeros(65, np.int64)
         hist_b = np.zeros(65, np.float64)
         over = False
-        base = _rss_bytes()
+        base = rss_bytes()
         bar = None
         if progress:
             from tqdm.auto import tqdm
@@ -264,9 +259,7 @@ class CountBudget:
             bar = tqdm(total=None, desc="merge spilled counts", unit="word", unit_scale=True,
                        dynamic_ncols=True)
         for words, c in stream:
-            from torch_gpubpe.training.counts_file import _packed
-
-            d, o = _packed(words)
+            d, o = packed(words)
             ln = np.diff(o)
             total += len(c)
             b = np.minimum(c, 64).astype(np.int64)
@@ -305,14 +298,11 @@ class CountBudget:
                              f"{pruned:,} of {total:,} unique words before merging; the merges "
                              "can differ from training on every word", stacklevel=3)
         if not datas:
-            return WordCounts(np.zeros(0, np.uint8), np.zeros(0, np.int64),
-                              np.zeros(0, np.uint64))
+            return empty_counts()
         return WordCounts(np.concatenate(datas), np.concatenate(lens).astype(np.int64),
                           np.concatenate(counts).astype(np.uint64))
 
     def _refuse(self, hist_w: np.ndarray, hist_b: np.ndarray, base: int) -> None:
-        from torch_gpubpe.training.trainer import estimate_merge_memory
-
         total = int(hist_w.sum())
         fit = None
         for t in range(max(self.prune_below, 1) + 1, 65):
@@ -342,16 +332,12 @@ class CountBudget:
 
 
 def count_cpu(documents, budget: CountBudget, info: dict):
-    """The CPU counter (:func:`torch_gpubpe.training.wordcount.count_words`'s batches and thread pool)
+    """The CPU counter (:func:`torch_gpubpe.training.word_counts.count_words_cpu`'s batches and thread
+    pool)
     under ``budget``: partial counts over ``budget.max_cpu_rows`` key rows are grouped and
-    spilled. Returns :class:`~torch_gpubpe.training.wordcount.WordCounts` of what was not spilled."""
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
-
-    from torch_gpubpe.training.wordcount import DEFAULT_BATCH_BYTES, _batches, _count_batch, _Partial
-
+    spilled. Returns :class:`~torch_gpubpe.training.word_counts.WordCounts` of what was not spilled."""
     workers = max(1, min(os.cpu_count() or 1, 32))
-    total = _Partial()
+    total = PartialCounts()
     limit = budget.max_cpu_rows
 
     long_bytes = 0      # bytes the words of 16+ bytes hold (at most: repeats across batches)
@@ -364,52 +350,23 @@ def count_cpu(documents, budget: CountBudget, info: dict):
         long_bytes += sum(map(len, part.long)) + LONG_ENTRY_BYTES * len(part.long)
         if total.entries() > limit or long_bytes > budget.long_cap:
             wc = total.to_word_counts()
-            total = _Partial()
+            total = PartialCounts()
             long_ = wc.lengths >= 16
             long_bytes = int(wc.lengths[long_].sum()) + LONG_ENTRY_BYTES * int(long_.sum())
             if len(wc) * 2 > limit or long_bytes > budget.long_cap // 2:   # to disk
                 budget.spill(wc)
                 long_bytes = 0
             else:                           # grouping was enough: keep it as one partial
-                total = _from_word_counts(wc)
+                total = PartialCounts.from_word_counts(wc)
 
     with ThreadPoolExecutor(workers, thread_name_prefix="gpubpe-wordcount") as pool:
         pending: deque = deque()
-        for data, offsets in _batches(documents, DEFAULT_BATCH_BYTES, info):
-            pending.append(pool.submit(_count_batch, data, offsets))
+        # (word_counts.DEFAULT_BATCH_BYTES read at call time: tests make it small)
+        for data, offsets in document_batches(documents, word_counts.DEFAULT_BATCH_BYTES, info):
+            pending.append(pool.submit(count_batch, data, offsets))
             while len(pending) > workers:
                 take(pending.popleft().result())
         while pending:
             take(pending.popleft().result())
     return total.to_word_counts()
 
-
-def _from_word_counts(wc):
-    """A :class:`~torch_gpubpe.training.wordcount._Partial` holding grouped counts ``wc`` (so they can
-    be added to again)."""
-    from torch_gpubpe.training.wordcount import _LEN_MASK, _Partial, _u64_at
-
-    p = _Partial()
-    # The batch counter's own key layout (bytes + length in u64 keys), each word once, weighted.
-    off = wc.offsets()
-    data = wc.data
-    sel_short = wc.lengths <= 7
-    sel_mid = (wc.lengths >= 8) & (wc.lengths <= 15)
-    padded = np.zeros(len(data) + 32, np.uint8)
-    padded[: len(data)] = data
-    top = np.uint64(56)
-    starts = off[:-1]
-    if sel_short.any():
-        s, ln = starts[sel_short], wc.lengths[sel_short]
-        key = _u64_at(padded, s) & _LEN_MASK[ln]
-        key |= ln.astype(np.uint64) << top
-        p.short.append((key, wc.counts[sel_short].astype(np.int64)))
-    if sel_mid.any():
-        s, ln = starts[sel_mid], wc.lengths[sel_mid]
-        k1 = _u64_at(padded, s)
-        k2 = _u64_at(padded, s + 8) & _LEN_MASK[ln - 8]
-        k2 |= ln.astype(np.uint64) << top
-        p.mid.append((k1, k2, wc.counts[sel_mid].astype(np.int64)))
-    for k in np.flatnonzero(wc.lengths >= 16).tolist():
-        p.long[data[off[k]:off[k + 1]].tobytes()] += int(wc.counts[k])
-    return p

@@ -1,5 +1,9 @@
 """Word counts as files: count per shard, merge many, train from the merged counts.
 
+The format and its reading and writing are in :mod:`~torch_gpubpe.training.counts_format`, the
+merge in :mod:`~torch_gpubpe.training.counts_merge` (their names are re-exported here); this
+module counts into a file and trains from one.
+
 A vocabulary of a corpus too large for one machine: word counting (DESIGN.md §2) is the part
 that grows with the data, and counts add up. So each machine counts its shards into a counts
 file (:func:`count_to_file`, GPU or CPU counter), the files are merged by a streaming k-way
@@ -38,392 +42,32 @@ Example::
 
 from __future__ import annotations
 
-import json
-import os
-import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from torch_gpubpe.errors import InputError
 from torch_gpubpe.core.vocab import PRE_TOKENIZER
+from torch_gpubpe.errors import InputError
+from torch_gpubpe.training.count_stream import count_stream
+from torch_gpubpe.training.counting import count_words
+from torch_gpubpe.training.counts_format import (DEFAULT_BATCH_ROWS, DEFAULT_FAN_IN, FORMAT_NAME,
+                                                 FORMAT_VERSION, META_KEY, ROW_GROUP_ROWS,
+                                                 PathLike, iter_count_batches, read_counts,
+                                                 read_metadata, sort_order, to_table,
+                                                 write_counts, write_long_counts)
+from torch_gpubpe.training.counts_merge import BATCH_BYTES, iter_merged, merge_counts
+from torch_gpubpe.training.from_counts import check_sizes, train_counts
+from torch_gpubpe.training.gpu_counter import GPUWordCounter
+from torch_gpubpe.training.word_counts import PartialCounts, WordCounts, count_batch
 
-FORMAT_NAME = "torch_gpubpe.word_counts"
-FORMAT_VERSION = 1
-META_KEY = FORMAT_NAME
-DEFAULT_BATCH_ROWS = 1 << 16     # rows read from each input per step of the merge
-DEFAULT_FAN_IN = 64              # inputs merged at once; more go through intermediate files
-ROW_GROUP_ROWS = 1 << 20         # rows per Parquet row group of the files written
-_U64_LIMIT = 1 << 64
-
-PathLike = str | os.PathLike
-
-
-def _pa():
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    return pa, pc, pq
-
-
-def _schema(pre_tokenizer: str):
-    pa, _, _ = _pa()
-    head = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "pre_tokenizer": pre_tokenizer}
-    return pa.schema([("word", pa.large_binary()), ("count", pa.uint64())],
-                     metadata={META_KEY: json.dumps(head)})
-
-
-# -- WordCounts <-> Arrow -----------------------------------------------------------------------
-def _words_array(data: np.ndarray, offsets: np.ndarray):
-    """``large_binary`` array over ``data`` (uint8) and ``offsets`` (int64), no copy."""
-    pa, _, _ = _pa()
-    data = np.ascontiguousarray(data, np.uint8)
-    offsets = np.ascontiguousarray(offsets, np.int64)
-    return pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1,
-                                 [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-def _packed(words) -> tuple[np.ndarray, np.ndarray]:
-    """(data uint8, offsets int64 from 0) of a binary/string Arrow array without nulls."""
-    pa, pc, _ = _pa()
-    if isinstance(words, pa.ChunkedArray):
-        words = words.combine_chunks() if words.num_chunks != 1 else words.chunk(0)
-    if not pa.types.is_large_binary(words.type):
-        words = pc.cast(words, pa.large_binary())
-    n = len(words)
-    bufs = words.buffers()
-    offs = np.frombuffer(bufs[1], np.int64, n + 1, words.offset * 8) if n else np.zeros(1, np.int64)
-    base, end = int(offs[0]), int(offs[-1])
-    data = (np.frombuffer(bufs[2], np.uint8, end - base, base) if end > base
-            else np.zeros(0, np.uint8))
-    return data, offs - base
-
-
-def sort_order(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """Indices (int64, shape ``(num_words,)``) that sort the words ``data[offsets[k]:
-    offsets[k + 1]]`` in the counts file's order (unsigned bytes, ``memcmp``; shorter first on
-    a common prefix: Arrow's binary order), equal words in input order.
-
-    Faster than Arrow's ``sort_indices`` on binary (≈3 µs per word, one thread): a stable
-    numpy sort of each word's first 8 bytes as a big-endian ``uint64`` (zero-padded), then the
-    words that tie there by (bytes 8–15, length up to 17), then the few that still tie (the
-    same first 16 bytes, both longer) by Arrow's binary sort.
-    """
-    from torch_gpubpe.training.wordcount import _LEN_MASK, _u64_at
-
-    pa, pc, _ = _pa()
-    offsets = np.asarray(offsets, np.int64)
-    n = len(offsets) - 1
-    if n <= 1:
-        return np.arange(max(n, 0), dtype=np.int64)
-    lens = np.diff(offsets)
-    padded = np.zeros(len(data) + 24, np.uint8)
-    padded[: len(data)] = data
-    starts = offsets[:-1]
-    k0 = (_u64_at(padded, starts) & _LEN_MASK[np.minimum(lens, 8)]).byteswap()
-    order = np.argsort(k0, kind="stable")
-    s0 = k0[order]
-    eq = s0[1:] == s0[:-1]
-    if not eq.any():
-        return order
-    tie = np.zeros(n, bool)
-    tie[1:] |= eq
-    tie[:-1] |= eq
-    pos = np.flatnonzero(tie)
-    sub = order[pos]
-    k1 = (_u64_at(padded, starts[sub] + 8)
-          & _LEN_MASK[np.clip(lens[sub] - 8, 0, 8)]).byteswap()
-    ln = np.minimum(lens[sub], 17)
-    o2 = np.lexsort((ln, k1, k0[sub]))          # (stable: ties keep the input order)
-    sub, k1, ln = sub[o2], k1[o2], ln[o2]
-    same = (k0[sub][1:] == k0[sub][:-1]) & (k1[1:] == k1[:-1]) & (ln[1:] == 17) & (ln[:-1] == 17)
-    if same.any():
-        # same first 16 bytes, both longer: Arrow's binary sort of these words (the prefix
-        # order above groups them, so their positions take them sorted)
-        t2 = np.zeros(len(sub), bool)
-        t2[1:] |= same
-        t2[:-1] |= same
-        p2 = np.flatnonzero(t2)
-        items = sub[p2]
-        arr = _words_array(data, offsets).take(pa.array(items))
-        sub[p2] = items[pc.sort_indices(arr).to_numpy()]
-    order[pos] = sub
-    return order
-
-
-def to_table(wc, pre_tokenizer: str = PRE_TOKENIZER):
-    """:class:`~torch_gpubpe.training.wordcount.WordCounts` → an Arrow table of the counts-file schema,
-    rows sorted by word bytes.
-
-    Raises:
-        InputError: a word occurs twice, or a count is 0.
-    """
-    pa, pc, _ = _pa()
-    words = _words_array(wc.data, wc.offsets())
-    counts = pa.array(np.ascontiguousarray(wc.counts, np.uint64))
-    order = pa.array(sort_order(wc.data, wc.offsets()))
-    words, counts = words.take(order), counts.take(order)
-    if len(words) > 1 and pc.any(pc.equal(words[1:], words[:-1])).as_py():
-        raise InputError("the word counts hold a word twice")
-    if len(counts) and pc.min(counts).as_py() < 1:
-        raise InputError("the word counts hold a count of 0")
-    return pa.Table.from_arrays([words, counts], schema=_schema(pre_tokenizer))
-
-
-def _exact_sum(counts: np.ndarray) -> int:
-    """Exact sum of uint64 ``counts`` (numpy would wrap at 2^64)."""
-    c = np.asarray(counts, np.uint64)
-    lo = int(np.sum(c & np.uint64(0xFFFFFFFF), dtype=np.uint64))   # < 2^32 × 2^32 rows: no wrap
-    hi = int(np.sum(c >> np.uint64(32), dtype=np.uint64))
-    return lo + (hi << 32)
-
-
-def write_counts(wc, path: PathLike, *, num_documents: int = 0, corpus_bytes: int = 0,
-                 pre_tokenizer: str = PRE_TOKENIZER, compression: str = "zstd") -> Path:
-    """Write word counts to a counts file (format: module docstring).
-
-    Args:
-        wc: :class:`~torch_gpubpe.training.wordcount.WordCounts` (any order; each word once, counts ≥ 1).
-        path: the ``.parquet`` file to write (replaced if it exists; written to a temporary
-            name beside it first, so a killed run leaves no half file under ``path``).
-        num_documents, corpus_bytes: what was counted (stored in the metadata).
-        compression: the Parquet codec (count_budget's temporary runs: ``"lz4"``, faster).
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
-    Raises:
-        InputError: a word occurs twice or a count is 0.
-    """
-    table = to_table(wc, pre_tokenizer)
-    meta = {"num_words": table.num_rows, "total_count": _exact_sum(wc.counts),
-            "num_documents": int(num_documents), "corpus_bytes": int(corpus_bytes),
-            "num_shards": 1}
-    return _write_table_atomic(table, Path(path), meta, compression)
-
-
-def write_long_counts(wc, path: PathLike, *, compression: str = "lz4",
-                      row_group_bytes: int = 1 << 20) -> Path:
-    """:func:`write_counts` for few, long words (count_budget's spilled one-word documents of
-    MBs): the same file, written in row groups of at most ``row_group_bytes`` of words (one
-    word may be larger), without Parquet dictionaries or statistics, sorted by comparing the
-    words in place — so that writing adds about a row group's bytes, not ~9x the words' (issue
-    17 §2: 32 MB of 1 MB words spilled at +290 MB through :func:`write_counts`).
-
-    Raises:
-        InputError: a word occurs twice or a count is 0.
-    """
-    import functools
-
-    pa, _, pq = _pa()
-    data = np.ascontiguousarray(wc.data, np.uint8)
-    off = wc.offsets()
-    n = len(wc.lengths)
-
-    def cmp(i: int, j: int) -> int:
-        a, b = data[off[i]:off[i + 1]], data[off[j]:off[j + 1]]
-        m = min(len(a), len(b))
-        for s in range(0, m, 1 << 16):       # memcmp order, 64 KB at a time
-            e = min(m, s + (1 << 16))
-            d = np.flatnonzero(a[s:e] != b[s:e])
-            if len(d):
-                return -1 if a[s + d[0]] < b[s + d[0]] else 1
-        return (len(a) > len(b)) - (len(a) < len(b))
-
-    order = sorted(range(n), key=functools.cmp_to_key(cmp))
-    for x, y in zip(order, order[1:]):
-        if cmp(x, y) == 0:
-            raise InputError("the word counts hold a word twice")
-    if n and int(np.min(wc.counts)) < 1:
-        raise InputError("the word counts hold a count of 0")
-    schema = _schema(PRE_TOKENIZER)
-    path = Path(path)
-    with _AtomicWriter(path, schema, compression, use_dictionary=False,
-                       write_statistics=False) as w:
-        k = 0
-        while k < n:
-            j, size = k, 0
-            while j < n and (j == k or size + int(wc.lengths[order[j]]) <= row_group_bytes):
-                size += int(wc.lengths[order[j]])
-                j += 1
-            sel = order[k:j]
-            parts = [data[off[i]:off[i + 1]] for i in sel]
-            o = np.zeros(len(sel) + 1, np.int64)
-            np.cumsum([len(x) for x in parts], out=o[1:])
-            words = _words_array(np.concatenate(parts), o)
-            counts = pa.array(np.ascontiguousarray(wc.counts[sel], np.uint64))
-            w.writer.write_table(pa.Table.from_arrays([words, counts], schema=schema),
-                                 row_group_size=len(sel))
-            del parts, words, counts
-            k = j
-        w.totals = {"num_words": n, "total_count": _exact_sum(wc.counts),
-                    "num_documents": 0, "corpus_bytes": 0, "num_shards": 1}
-    return path
-
-
-def _write_table_atomic(table, path: Path, totals: dict, compression: str = "zstd") -> Path:
-    with _AtomicWriter(path, table.schema, compression) as w:
-        w.write(table)
-        w.totals = totals
-    return path
-
-
-class _AtomicWriter:
-    """Parquet writer to ``path.tmp-*``, renamed to ``path`` on a clean exit; output rows are
-    gathered into row groups of ``ROW_GROUP_ROWS``; ``totals`` go to the footer metadata."""
-
-    def __init__(self, path: Path, schema, compression: str = "zstd", **writer_kw) -> None:
-        self.compression = compression
-        self.writer_kw = writer_kw
-        self.path, self.schema = Path(path), schema
-        self.pending: list = []
-        self.rows = 0
-        self.totals: dict = {}
-
-    def __enter__(self) -> _AtomicWriter:
-        _, _, pq = _pa()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self.tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.tmp-")
-        os.close(fd)
-        self.writer = pq.ParquetWriter(self.tmp, self.schema, compression=self.compression,
-                                       **self.writer_kw)
-        return self
-
-    def write(self, table) -> None:
-        if table.num_rows:
-            self.pending.append(table)
-            self.rows += table.num_rows
-        if self.rows >= ROW_GROUP_ROWS:
-            self._flush()
-
-    def _flush(self) -> None:
-        pa, _, _ = _pa()
-        if self.pending:
-            t = pa.concat_tables(self.pending)
-            self.writer.write_table(t, row_group_size=ROW_GROUP_ROWS)
-        self.pending, self.rows = [], 0
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            if exc_type is None:
-                self._flush()
-                head = json.loads(self.schema.metadata[META_KEY.encode()])
-                self.writer.add_key_value_metadata({META_KEY: json.dumps({**head, **self.totals})})
-            self.writer.close()
-            if exc_type is None:
-                os.replace(self.tmp, self.path)
-        finally:
-            if os.path.exists(self.tmp):
-                os.unlink(self.tmp)
-
-
-# -- reading ------------------------------------------------------------------------------------
-def read_metadata(path: PathLike) -> dict:
-    """The ``torch_gpubpe.word_counts`` metadata of a counts file (format, version,
-    pre_tokenizer, num_words, total_count, num_documents, corpus_bytes, num_shards).
-
-    Raises:
-        InputError: no such file, not Parquet, not a counts file, or an unsupported version
-            (names the file).
-    """
-    _, _, pq = _pa()
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{str(path)!r}: no such counts file")
-    try:
-        md = pq.ParquetFile(p).metadata.metadata or {}
-    except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
-        raise InputError(f"{str(path)!r}: not a Parquet counts file ({e})") from e
-    raw = md.get(META_KEY.encode())
-    try:
-        meta = json.loads(raw) if raw is not None else None
-    except ValueError:
-        meta = None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-        raise InputError(f"{str(path)!r}: not a {FORMAT_NAME} file (no {META_KEY!r} metadata; "
-                         "write it with torch_gpubpe.training.counts_file.write_counts or `count`)")
-    if meta.get("version") != FORMAT_VERSION:
-        raise InputError(f"{str(path)!r}: {FORMAT_NAME} version {meta.get('version')!r} is not "
-                         f"supported (this torch_gpubpe reads version {FORMAT_VERSION})")
-    return meta
-
-
-def _check_columns(path, schema) -> None:
-    pa, _, _ = _pa()
-    names = schema.names
-    if "word" not in names or "count" not in names:
-        raise InputError(f"{str(path)!r}: a counts file needs columns 'word' and 'count', has "
-                         f"{names}")
-    wt, ct = schema.field("word").type, schema.field("count").type
-    if not (pa.types.is_binary(wt) or pa.types.is_large_binary(wt)):
-        raise InputError(f"{str(path)!r}: column 'word' is {wt}, expected large_binary")
-    if not pa.types.is_integer(ct):
-        raise InputError(f"{str(path)!r}: column 'count' is {ct}, expected uint64")
-
-
-def iter_count_batches(path: PathLike, batch_rows: int = DEFAULT_BATCH_ROWS):
-    """Yield ``(words, counts)`` of a counts file in order, ``batch_rows`` rows at a time:
-    ``words`` an Arrow ``large_binary`` array, ``counts`` a uint64 numpy array.
-
-    Every batch is checked: strictly increasing words (also across batches), no nulls,
-    counts ≥ 1, so a merge can trust the order.
-
-    Raises:
-        InputError: the file is not a valid counts file (names it and the row).
-    """
-    pa, pc, pq = _pa()
-    read_metadata(path)
-    f = pq.ParquetFile(path)
-    _check_columns(path, f.schema_arrow)
-    row, last = 0, None
-    # (one row group at a time: iter_batches over the whole file held all of it, e.g. 31 MB
-    # per run of MB-long words in count_budget's merge, whatever batch_rows)
-    batches = (b for g in range(f.num_row_groups)
-               for b in f.iter_batches(batch_size=batch_rows, row_groups=[g],
-                                       columns=["word", "count"]))
-    for batch in batches:
-        words, counts = batch.column(0), batch.column(1)
-        if words.null_count or counts.null_count:
-            raise InputError(f"{str(path)!r}: null word or count in rows {row}..{row + len(words)}")
-        if not pa.types.is_large_binary(words.type):
-            words = pc.cast(words, pa.large_binary())
-        c = counts.to_numpy(zero_copy_only=False)
-        if len(c) and (c.min() < 1):
-            bad = int(np.flatnonzero(c < 1)[0])
-            raise InputError(f"{str(path)!r}: count {int(c[bad])} < 1 at row {row + bad}")
-        c = c.astype(np.uint64, copy=False)
-        if len(words):
-            if last is not None and not pc.less(last, words[0]).as_py():
-                raise InputError(f"{str(path)!r}: words not sorted/unique at row {row}")
-            if len(words) > 1:
-                bad = pc.greater_equal(words[:-1], words[1:])
-                if pc.any(bad).as_py():
-                    k = int(np.flatnonzero(bad.to_numpy(zero_copy_only=False))[0])
-                    raise InputError(f"{str(path)!r}: words not sorted/unique at row "
-                                     f"{row + k + 1} (a counts file is sorted by word bytes)")
-            last = words[-1]
-        row += len(words)
-        yield words, c
-
-
-def read_counts(path: PathLike):
-    """A counts file → :class:`~torch_gpubpe.training.wordcount.WordCounts` (sorted by word bytes).
-
-    Raises:
-        InputError: the file is not a valid counts file (names it).
-    """
-    from torch_gpubpe.training.wordcount import WordCounts
-
-    datas, lens, counts = [], [], []
-    for words, c in iter_count_batches(path):
-        d, o = _packed(words)
-        datas.append(d.copy())
-        lens.append(np.diff(o))
-        counts.append(c)
-    if not datas:
-        return WordCounts(np.zeros(0, np.uint8), np.zeros(0, np.int64), np.zeros(0, np.uint64))
-    return WordCounts(np.concatenate(datas), np.concatenate(lens), np.concatenate(counts))
+__all__ = [
+    "BATCH_BYTES", "DEFAULT_BATCH_ROWS", "DEFAULT_FAN_IN", "FORMAT_NAME", "FORMAT_VERSION",
+    "META_KEY", "ROW_GROUP_ROWS", "PathLike", "count_packed", "count_to_file",
+    "iter_count_batches", "iter_merged", "merge_counts", "read_counts", "read_metadata",
+    "sort_order", "to_table", "train_from_counts_file", "write_counts", "write_long_counts",
+]
 
 
 # -- counting -----------------------------------------------------------------------------------
@@ -435,27 +79,23 @@ def count_packed(batches: Iterable[tuple[np.ndarray, np.ndarray]], *, count_on: 
         batches: ``(data, offsets)`` pairs: ``data`` uint8, shape ``(n,)``, the documents'
             bytes back to back; ``offsets`` int64, shape ``(num_docs + 1,)``, document k is
             ``data[offsets[k]:offsets[k+1]]`` (offsets[0] == 0).
-        count_on: "gpu" (:class:`~torch_gpubpe.training.wordcount.GPUWordCounter`) or "cpu" (the
-            vectorised numpy counter of :mod:`torch_gpubpe.training.wordcount`).
+        count_on: "gpu" (:class:`~torch_gpubpe.training.gpu_counter.GPUWordCounter`) or "cpu"
+            (the vectorised numpy counter of :mod:`torch_gpubpe.training.word_counts`).
     Returns:
-        :class:`~torch_gpubpe.training.wordcount.WordCounts` (words in no particular order).
+        :class:`~torch_gpubpe.training.word_counts.WordCounts` (words in no particular order).
     Raises:
         ValueError: ``count_on`` is neither "gpu" nor "cpu".
         NoAdapterError, GPUOperationError: (GPU) no usable GPU / a GPU operation failed.
     """
-    from torch_gpubpe.training.wordcount import GPUWordCounter, WordCounts, _count_batch, _Partial
-
     if count_on not in ("gpu", "cpu"):
         raise ValueError(f"count_on must be 'gpu' or 'cpu', got {count_on!r}")
     if count_on == "cpu":
-        total = _Partial()
+        total = PartialCounts()
         for data, offsets in batches:
-            total.add(_count_batch(np.asarray(data, np.uint8), np.asarray(offsets, np.int64)))
+            total.add(count_batch(np.asarray(data, np.uint8), np.asarray(offsets, np.int64)))
         return WordCounts.from_dict(total.to_counter())
-    from torch_gpubpe.training.count_stream import count_stream
-
     counter = GPUWordCounter(gpu)
-    with counter.g.operation("counting words"):   # through mapped staging (count_pipeline)
+    with counter.g.operation("counting words"):   # through mapped staging (count_stream)
         count_stream(counter, ((np.asarray(d, np.uint8), np.asarray(o, np.int64))
                                for d, o in batches))
         return counter.result()
@@ -463,7 +103,9 @@ def count_packed(batches: Iterable[tuple[np.ndarray, np.ndarray]], *, count_on: 
 
 def count_to_file(documents: Iterable[str | bytes], path: PathLike, *, count_on: str = "gpu",
                   stats: dict | None = None) -> Path:
-    """Count the words of ``documents`` (one shard of a corpus) into a counts file.
+    """Count the words of ``documents`` (one shard of a corpus) into a counts file
+    (:func:`~torch_gpubpe.training.counting.count_words`, no memory limit: a shard's counts are
+    not trained on here).
 
     Args:
         documents: ``str`` (UTF-8; lone surrogates → U+FFFD) or bytes-like items, consumed
@@ -478,231 +120,16 @@ def count_to_file(documents: Iterable[str | bytes], path: PathLike, *, count_on:
         InputError: ``documents`` is one ``str``/``bytes``, or an item is neither (names it).
         ValueError: ``count_on`` is neither "gpu" nor "cpu".
     """
-    from torch_gpubpe.training.wordcount import DEFAULT_BATCH_BYTES, _batches, check_documents
-
-    if count_on not in ("gpu", "cpu"):
-        raise ValueError(f"count_on must be 'gpu' or 'cpu', got {count_on!r}")
-    check_documents(documents)
-    info: dict = {"num_documents": 0, "corpus_bytes": 0}
     t0 = time.perf_counter()
-    from torch_gpubpe.training.count_stream import PIECE_BYTES
-
-    size = PIECE_BYTES if count_on == "gpu" else DEFAULT_BATCH_BYTES
-    wc = count_packed(_batches(documents, size, info), count_on=count_on)
+    cst: dict = {}
+    wc = count_words(documents, count_on=count_on, stats=cst)
     t1 = time.perf_counter()
-    out = write_counts(wc, path, num_documents=info["num_documents"],
-                       corpus_bytes=info["corpus_bytes"])
+    out = write_counts(wc, path, num_documents=cst["num_documents"],
+                       corpus_bytes=cst["corpus_bytes"])
     if stats is not None:
-        stats.update(info, num_words=len(wc), seconds_count=t1 - t0,
+        stats.update(num_documents=cst["num_documents"], corpus_bytes=cst["corpus_bytes"],
+                     num_words=len(wc), seconds_count=t1 - t0,
                      seconds_write=time.perf_counter() - t1)
-    return out
-
-
-# -- merging ------------------------------------------------------------------------------------
-def _sum_sorted(words, counts: np.ndarray):
-    """Sum the counts of equal adjacent words of sorted ``words``; exact (raises at 2^64)."""
-    pa, pc, _ = _pa()
-    n = len(words)
-    if n <= 1:
-        return words, counts
-    heads = np.ones(n, bool)
-    heads[1:] = pc.not_equal(words[1:], words[:-1]).to_numpy(zero_copy_only=False)
-    if heads.all():
-        return words, counts
-    idx = np.flatnonzero(heads)
-    sums = np.add.reduceat(counts, idx)          # wraps at 2^64: checked next
-    approx = np.add.reduceat(counts.astype(np.float64), idx)
-    for g in np.flatnonzero(approx >= 2.0 ** 63).tolist():
-        end = int(idx[g + 1]) if g + 1 < len(idx) else n
-        exact = sum(int(c) for c in counts[int(idx[g]):end])
-        if exact >= _U64_LIMIT:
-            raise InputError(f"the count of word {words[int(idx[g])].as_py()!r} reaches 2^64 "
-                             f"({exact}); counts are 64-bit")
-    return words.take(pa.array(idx)), sums
-
-
-# Bytes of words one input of the merge holds per batch (at least one word): a run of MB-long
-# words is read a few words at a time, not 2^16 of them (issue 17 §2: the memory budget).
-BATCH_BYTES = 1 << 20
-
-
-def _rows_within(path: PathLike, batch_rows: int) -> int:
-    """``batch_rows``, fewer where the file's rows are long (its row groups' uncompressed
-    bytes per row), so that a batch holds about BATCH_BYTES at most."""
-    _, _, pq = _pa()
-    try:
-        md = pq.ParquetFile(path).metadata
-        rows = sum(md.row_group(i).num_rows for i in range(md.num_row_groups))
-        nbytes = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
-    except Exception:  # noqa: BLE001 - read errors are iter_count_batches' to name
-        return batch_rows
-    if not rows:
-        return batch_rows
-    return max(1, min(batch_rows, int(BATCH_BYTES * rows // max(nbytes, 1))))
-
-
-class _Input:
-    """One sorted input of the merge: its current batch and a cursor."""
-
-    def __init__(self, path: PathLike, batch_rows: int) -> None:
-        self.path = path
-        self.it: Iterator = iter_count_batches(path, _rows_within(path, batch_rows))
-        self.words = None
-        self.counts = np.zeros(0, np.uint64)
-        self.done = False
-        self.refill()
-
-    def refill(self) -> None:
-        while not self.done and (self.words is None or len(self.words) == 0):
-            try:
-                self.words, self.counts = next(self.it)
-            except StopIteration:
-                self.done = True
-                self.words = None
-
-    def take_upto(self, frontier):
-        """Remove and return the rows whose word ≤ ``frontier`` (all rows if None)."""
-        _, pc, _ = _pa()
-        if self.words is None:
-            return None
-        if frontier is None:
-            k = len(self.words)
-        else:
-            k = int(pc.sum(pc.less_equal(self.words, frontier).cast("int64")).as_py() or 0)
-        part = (self.words[:k], self.counts[:k])
-        self.words, self.counts = self.words[k:], self.counts[k:]
-        if len(self.words) == 0:
-            self.refill()
-        return part
-
-
-def iter_merged(paths: Sequence[PathLike], batch_rows: int = DEFAULT_BATCH_ROWS,
-                stats: dict | None = None) -> Iterator[tuple]:
-    """The streaming k-way merge of sorted counts files ``paths`` (all read at once: no
-    fan-in rounds), as ``(words, counts)`` batches in word order: ``words`` an Arrow
-    ``large_binary`` array, ``counts`` uint64 (equal words' counts added, exact). What
-    :func:`merge_counts` writes, without the file (count_budget reads the runs this way).
-
-    Raises:
-        InputError: an input is not a valid counts file, or a summed count reaches 2^64.
-    """
-    pa, pc, _ = _pa()
-    inputs = [_Input(p, batch_rows) for p in paths]
-    peak = 0
-    while True:
-        live = [i for i in inputs if i.words is not None]
-        if not live:
-            break
-        # Every word ≤ the smallest last word of the inputs' current batches has all its
-        # occurrences in those batches (each input is sorted and unique): sum and emit them.
-        frontier = None
-        if any(not i.done for i in live):
-            frontier = min((i.words[-1] for i in live if not i.done), key=lambda s: s.as_py())
-        held = sum(len(i.words) for i in live)
-        peak = max(peak, held)
-        parts = [p for p in (i.take_upto(frontier) for i in live) if p is not None]
-        words = pa.concat_arrays([p[0] for p in parts])
-        counts = np.concatenate([p[1] for p in parts])
-        del parts
-        if len(live) > 1:
-            order = sort_order(*_packed(words))
-            words, counts = _sum_sorted(words.take(pa.array(order)), counts[order])
-        if stats is not None:
-            stats["peak_rows_held"] = max(stats.get("peak_rows_held", 0), peak)
-        yield words, counts
-
-
-def _merge_group(paths: Sequence[PathLike], out: Path, *, pre_tokenizer: str,
-                 batch_rows: int, totals: dict, stats: dict) -> None:
-    pa, _, _ = _pa()
-    num_words = 0
-    total = 0
-    with _AtomicWriter(out, _schema(pre_tokenizer)) as w:
-        for words, counts in iter_merged(paths, batch_rows, stats):
-            num_words += len(words)
-            total += _exact_sum(counts)
-            w.write(pa.Table.from_arrays([words, pa.array(counts, pa.uint64())],
-                                         schema=w.schema))
-        w.totals = {**totals, "num_words": num_words, "total_count": total}
-
-
-def merge_counts(paths: Sequence[PathLike], out: PathLike, *,
-                 batch_rows: int = DEFAULT_BATCH_ROWS, fan_in: int = DEFAULT_FAN_IN,
-                 stats: dict | None = None) -> Path:
-    """Merge counts files into one: the counts of equal words added, exactly (64-bit).
-
-    A streaming k-way merge of the sorted inputs: each input is read ``batch_rows`` rows at a
-    time; every word up to the smallest last word of the batches held is summed and written
-    (sort + run sums), so at most ``fan_in × batch_rows`` input rows are held at once.
-    More than ``fan_in`` inputs are merged in rounds through temporary files beside ``out``.
-    The result does not depend on the order of ``paths``, ``batch_rows`` or ``fan_in``.
-
-    Args:
-        paths: counts files (:func:`count_to_file`, :func:`write_counts`, or earlier merges),
-            all of the same pre-tokenizer.
-        out: the merged counts file (replaced if it exists; written under a temporary name
-            first).
-        batch_rows: rows read from each input per step (memory ∝ fan_in × batch_rows).
-        fan_in: most inputs merged at once (≥ 2).
-        stats: if a dict, filled with ``num_inputs``, ``num_words``, ``total_count``,
-            ``peak_rows_held`` (most input rows held at once), ``rounds``, ``seconds``.
-    Returns:
-        ``out`` as a :class:`~pathlib.Path`.
-    Raises:
-        InputError: no inputs, an input is not a valid counts file (names it and the row), the
-            inputs name different pre-tokenizers, or a summed count reaches 2^64.
-        ValueError: ``batch_rows < 1`` or ``fan_in < 2``.
-    """
-    if batch_rows < 1:
-        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
-    if fan_in < 2:
-        raise ValueError(f"fan_in must be >= 2, got {fan_in}")
-    paths = [Path(p) for p in paths]
-    if not paths:
-        raise InputError("merge_counts needs at least one counts file")
-    t0 = time.perf_counter()
-    metas = [read_metadata(p) for p in paths]
-    pre = {m.get("pre_tokenizer") for m in metas}
-    if len(pre) != 1:
-        named = ", ".join(f"{str(p)!r}: {m.get('pre_tokenizer')!r}" for p, m in zip(paths, metas))
-        raise InputError(f"the counts files were made with different pre-tokenizers ({named}); "
-                         "only counts of one word rule can be merged")
-    pre_tokenizer = pre.pop()
-    out = Path(out)
-    st = {} if stats is None else stats
-    st.update(num_inputs=len(paths), peak_rows_held=0, rounds=0)
-    level = list(zip(paths, metas))
-    tmpdir = None
-    try:
-        while True:
-            st["rounds"] += 1
-            groups = [level[i:i + fan_in] for i in range(0, len(level), fan_in)]
-            final = len(groups) == 1
-            if not final and tmpdir is None:
-                out.parent.mkdir(parents=True, exist_ok=True)
-                tmpdir = tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.merge-")
-            nxt = []
-            for gi, group in enumerate(groups):
-                totals = {k: sum(int(m.get(k, 0) or 0) for _, m in group)
-                          for k in ("num_documents", "corpus_bytes", "num_shards")}
-                target = out if final else Path(tmpdir) / f"r{st['rounds']}-{gi}.parquet"
-                _merge_group([p for p, _ in group], target, pre_tokenizer=pre_tokenizer,
-                             batch_rows=batch_rows, totals=totals, stats=st)
-                nxt.append((target, read_metadata(target)))
-            if final:
-                break
-            for p, _ in level:       # intermediate files of the previous round
-                if tmpdir is not None and Path(p).parent == Path(tmpdir):
-                    os.unlink(p)
-            level = nxt
-    finally:
-        if tmpdir is not None:
-            for f in Path(tmpdir).glob("*"):
-                f.unlink()
-            os.rmdir(tmpdir)
-    meta = read_metadata(out)
-    st.update(num_words=meta["num_words"], total_count=meta["total_count"],
-              seconds=time.perf_counter() - t0)
     return out
 
 
@@ -712,7 +139,7 @@ def train_from_counts_file(path: PathLike, vocab_size: int, *, min_frequency: in
                            stats: dict | None = None, batch: int | None = None,
                            algorithm: str = "wordlist"):
     """Learn a vocab on the GPU from a counts file (DESIGN.md §3): the merges of
-    :func:`torch_gpubpe.training.trainer.train` on the documents that were counted into it.
+    :func:`torch_gpubpe.training.api.train` on the documents that were counted into it.
 
     Args:
         path: a counts file (:func:`count_to_file` or :func:`merge_counts`).
@@ -728,9 +155,7 @@ def train_from_counts_file(path: PathLike, vocab_size: int, *, min_frequency: in
         ValueError: ``vocab_size``/``min_frequency`` out of range.
         NoAdapterError, GPUOperationError: no usable GPU / a GPU operation failed.
     """
-    from torch_gpubpe.training.trainer import _check_sizes, _train_counts
-
-    _check_sizes(vocab_size, special_tokens, min_frequency)
+    check_sizes(vocab_size, special_tokens, min_frequency)
     t0 = time.perf_counter()
     meta = read_metadata(path)
     if meta.get("pre_tokenizer") != PRE_TOKENIZER:
@@ -741,8 +166,8 @@ def train_from_counts_file(path: PathLike, vocab_size: int, *, min_frequency: in
     st.update(num_documents=int(meta.get("num_documents", 0)),
               corpus_bytes=int(meta.get("corpus_bytes", 0)), count_on="file",
               seconds_count=time.perf_counter() - t0)
-    vocab = _train_counts(wc, vocab_size, min_frequency=min_frequency,
-                          special_tokens=special_tokens, progress=progress, stats=st,
-                          batch=batch, profile=False, algorithm=algorithm)
+    vocab = train_counts(wc, vocab_size, min_frequency=min_frequency,
+                         special_tokens=special_tokens, progress=progress, stats=st,
+                         batch=batch, profile=False, algorithm=algorithm)
     st["seconds_total"] = time.perf_counter() - t0
     return vocab

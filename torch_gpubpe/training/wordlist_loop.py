@@ -19,13 +19,12 @@ most :data:`FIND_WORKGROUPS`, and keeps a level of super-block bests that wl_sel
 (Sennrich et al. 2016's incremental update with its token → occurrences index, made parallel.)
 
 Long walks: a thread's work is bounded by ``budget`` steps + hops + table probes per dispatch
-(lavapipe stops a thread's loops at 65,535 iterations). A thread out of budget saves its place
+(a CPU adapter may stop a thread's loops at 65,535 iterations). A thread out of budget saves its place
 and pauses the merge loop on the GPU; the driver then dispatches :meth:`record_continue` until
 every carried walk is done (as the encoder continues a long word), and training goes on: any
 word length, any adapter, the same algorithm.
 
-Long chains (issue 17 §1: ``b"a" * 5_000_000`` is ONE chain, 2.5 M serial steps in its first
-merge): a thread that has merged :data:`LONG_MIN_CHAIN` occurrences of one chain hands the rest
+Long chains (``b"a" * 5_000_000`` is ONE chain, 2.5 M serial steps in its first merge): a thread that has merged :data:`LONG_MIN_CHAIN` occurrences of one chain hands the rest
 to ``wgsl/train_long.wgsl`` (a table of up to :data:`LONG_CAP` chains at once; past it the walk
 goes on serially, ``stats["long_chains_serial"]``), which the continue submits merge in
 parallel, in rounds of a window of :data:`LONG_WINDOW` stream positions per chain: a break
@@ -54,22 +53,22 @@ STEP = ("find_max4", "wl_select", "wl_merge")
 MAX_MERGES_PER_STEP: int | None = None
 # Walk steps + table probes per thread per dispatch on a GPU: short enough for a watchdog.
 DEFAULT_BUDGET = 32_768
-# On a CPU adapter (lavapipe): its 65,535-iteration loop cap (WGPU_NOTES.md §5) counts the loop
+# On a CPU adapter: its 65,535-iteration loop cap (WGPU_NOTES.md §5) counts the loop
 # iterations of a whole SIMD vector of lanes (8 on 256-bit AVX), and lanes walking different
 # words run their inner loops one after another, so a vector's iterations reach the sum of its
-# lanes' budgets: measured on lavapipe, a 1 MB word merged wrong at 16,384 and 32,768 steps per
-# thread and right at 4,096. Budget = CPU_LOOP_ITERATIONS / lanes.
+# lanes' budgets: per-thread budgets of 16,384 and more merge a 1 MB word wrong there, 4,096
+# right. Budget = CPU_LOOP_ITERATIONS / lanes.
 CPU_LOOP_ITERATIONS = 30_000
 
 
 # A CPU adapter runs one submit at a time, inside the submit or readback that waits for it, so a
-# dispatch's work there is a gap between submits (issue 17 §1: at most 50 ms): on a CPU adapter
+# dispatch's work there is a gap between submits (kept to tens of ms): on a CPU adapter
 # every dispatch is bounded by a fixed amount of work, whatever the input, and the host's
 # TARGET_SUBMIT_S cap then groups dispatches per submit. Walk steps + probes of one wl_merge /
-# wl_continue dispatch over all its threads (lavapipe, 2 cores: ~1 µs of CPU time each, a chain
-# of dependent loads): the per-thread budget is this over the grid's threads (at most
-# CPU_WORKGROUPS × WG), at least 8. Measured in CPU time per submit on lavapipe (1 MB words):
-# 2^17 steps 130-170 ms, 2^14 ~15 ms.
+# wl_continue dispatch over all its threads (each ~1 µs of CPU time there, a chain of
+# dependent loads): the per-thread budget is this over the grid's threads (at most
+# CPU_WORKGROUPS × WG), at least 8. 2^14 steps keep a submit near TARGET_SUBMIT_S; 2^17 take
+# ten times that.
 CPU_WALK_STEPS = 1 << 14
 # Stream positions per submit of a pass over the stream (the set-up's wl_links and
 # wl_byte_lists, pair_count: ~10-15 ms of CPU time), and per long chain per round
@@ -82,10 +81,10 @@ CPU_COUNT_SYMBOLS = 1 << 16
 # A new buffer's memory is first written inside the first submit that uses it: wgpu copies the
 # queued write_buffer data there and zeroes the ranges nothing wrote (its lazy initialisation),
 # and on a CPU adapter that memory is the host's, with its page faults on first touch. A 5 MB
-# word's stream buffers (lsym, wid, nxt, prv: 80 MB) were written in the set-up's first submit
-# (lavapipe, 2 cores: 74-82 ms between two submits in a process's first training, ~40 ms with
-# the memory already mapped) and pool (40 MB) in the first wl_byte_lists one. So on a CPU
-# adapter the buffers are uploaded and cleared beforehand, CPU_INIT_BYTES per submit (~8 ms).
+# word's stream buffers (lsym, wid, nxt, prv: 80 MB) would be written in the set-up's first
+# submit and pool (40 MB) in the first wl_byte_lists one, each a long gap between submits. So
+# on a CPU adapter the buffers are uploaded and cleared beforehand, CPU_INIT_BYTES per submit
+# (a few ms each).
 CPU_INIT_BYTES = 1 << 23
 
 
@@ -97,7 +96,7 @@ def default_budget(gpu, is_cpu: bool) -> int:
     lanes = gpu.subgroup_size or 16   # (no subgroups requested: assume a wide vector)
     return max(8, min(CPU_LOOP_ITERATIONS // lanes, CPU_WALK_STEPS // (CPU_WORKGROUPS * 256)))
 # Long chains (train_long.wgsl): a chain's occurrences one thread merges before it hands the
-# rest over (a few ms of serial steps on the H200 at ~1 µs each; tests force small values;
+# rest over (a few ms of serial steps on a GPU at ~1 µs each; tests force small values;
 # NEVER: off), the stream positions per chain per round, and the chains handed over at once
 # (≤ the shader's LC_CAP). Read at each run (tests monkeypatch them).
 LONG_MIN_CHAIN = 1024
@@ -105,7 +104,7 @@ LONG_WINDOW = 1 << 20
 LONG_CAP = 4096
 NEVER = 0xFFFFFFFF
 # The long-chain kernels' grid (grid-stride over the round's blocks: ≤ LC_ITEMS / grid
-# iterations per thread, under lavapipe's loop cap).
+# iterations per thread, under a CPU adapter's loop cap).
 LONG_WORKGROUPS = 1056
 CPU_LONG_WORKGROUPS = 16
 
@@ -118,12 +117,12 @@ def long_params(is_cpu: bool = False) -> dict:
             "long_cap": int(LONG_CAP)}
 
 
-# wl_merge's grid on a GPU: at least 132 workgroups (a sweep of 66–528 on the H200 at 95 MB,
-# when every workgroup still reduced all the block maxima: 66–132 best, 528 22% slower); with
-# the super-block level a workgroup's share of that reduction is one load per thread, so large
+# wl_merge's grid on a GPU: at least 132 workgroups (about one per SM of a large GPU: when
+# every workgroup still reduced all the block maxima, many more were slower); with the
+# super-block level a workgroup's share of that reduction is one load per thread, so large
 # corpora (long word lists) get one workgroup per WORDS_PER_WORKGROUP unique words, up to
-# 1,056 (8 resident per H200 SM), to shorten each thread's chain of dependent loads. Not yet
-# measured on the H200. On a CPU adapter fewer.
+# 1,056 (a resident wave of 8 per SM), to shorten each thread's chain of dependent loads. On a
+# CPU adapter fewer.
 GPU_WORKGROUPS = 132
 GPU_MAX_WORKGROUPS = 1056
 WORDS_PER_WORKGROUP = 4096
@@ -131,9 +130,10 @@ CPU_WORKGROUPS = 8
 
 
 # find_max4's grid: the last merge's dirty blocks grid-stride over at most this many workgroups
-# (one resident wave on the H200: 132 SMs × 8), not one workgroup per table block (16 K and
-# more at 868 MB, nearly all of them launched only to find their block clean). Also bounds a
-# thread's loop after clear_table (every block) to nblocks / 1,056 iterations (lavapipe's cap).
+# (about one resident wave of a large GPU: 132 SMs × 8), not one workgroup per table block
+# (16 K and more on large corpora, nearly all of them launched only to find their block clean).
+# Also bounds a thread's loop after clear_table (every block) to nblocks / 1,056 iterations (a
+# CPU adapter's loop cap).
 FIND_WORKGROUPS = 1056
 
 

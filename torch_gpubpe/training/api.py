@@ -1,0 +1,296 @@
+"""``train()``: documents → :class:`~torch_gpubpe.core.vocab.Vocab` on the GPU (DESIGN.md §2–§3).
+
+The steps: the arguments checked first; the memory budget planned
+(:func:`~torch_gpubpe.training.counting.plan_budget`); the device opened on a thread
+(:class:`_Opener`) while this thread reads and packs the first documents; the words counted
+(:func:`~torch_gpubpe.training.counting.count_budgeted`, GPU or CPU, spilling to disk under
+the budget); spilled runs merged, rare words pruned, the merge phase's memory checked
+(:mod:`~torch_gpubpe.training.memory`); then the merges learned from the counts
+(:func:`~torch_gpubpe.training.from_counts.train_counts`).
+
+Example::
+
+    >>> from torch_gpubpe.training.api import train
+    >>> vocab = train(["aaaaa aaaaa"], 258, min_frequency=1)
+    >>> vocab.merges   # aa aa a: then (aa, a) and (aa, aa) tie at 2; the smaller pair wins
+    ((97, 97), (256, 97))
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from torch_gpubpe._util import is_hf
+from torch_gpubpe.core.vocab import Vocab
+from torch_gpubpe.errors import InputError
+from torch_gpubpe.gpu.device import get_gpu
+from torch_gpubpe.gpu.shaders import shader_info
+from torch_gpubpe.training.batches import check_documents, str_packer
+from torch_gpubpe.training.counting import check_count_on, count_budgeted, plan_budget
+from torch_gpubpe.training.from_counts import check_sizes, train_counts
+from torch_gpubpe.training.gpu_trainer import GPUTrainer, get_trainer
+from torch_gpubpe.training.memory import check_merge_memory, default_max_memory, prune_words
+from torch_gpubpe.training.merge_loop import check_algorithm
+from torch_gpubpe.training.progress import ProgressBars, ProgressFn
+
+
+def train(
+    documents: Iterable[str | bytes],
+    vocab_size: int,
+    *,
+    min_frequency: int = 2,
+    special_tokens: Sequence[str] = (),
+    progress: ProgressFn | bool | None = None,
+    stats: dict | None = None,
+    batch: int | None = None,
+    profile: bool = False,
+    algorithm: str = "wordlist",
+    count_on: str = "gpu",
+    max_memory: int | None = None,
+    prune_below: int = 0,
+) -> Vocab:
+    """Learn a byte-level BPE vocab from documents on the GPU (DESIGN.md §2–§3; seed training
+    pipeline).
+
+    Args:
+        documents: iterable of ``str`` (UTF-8; lone surrogates → U+FFFD) or bytes-like items,
+            a :class:`~torch_gpubpe.io.readers.Reader`, or a Hugging Face ``Dataset`` /
+            ``IterableDataset`` (its ``"text"`` column, read as Arrow batches); consumed once,
+            word-counted in batches (64 MiB on the GPU, 4 MiB on the CPU).
+        vocab_size: total vocab size in tokens: 256 bytes + merges + special tokens;
+            ``256 + len(special_tokens) ≤ vocab_size ≤ 262,144``.
+        min_frequency: stop when the best pair's count is below this (counts are sums of word
+            counts, exact 64-bit integers).
+        special_tokens: spellings given ids after the last merge (they use up merge budget).
+        progress: ``True`` shows tqdm progress bars on stderr (documents counted, then
+            merges), like Hugging Face's trainers (``show_progress``); a callable is called
+            with a :class:`~torch_gpubpe.training.progress.TrainProgress` after each batch of merges; ``None``/``False``:
+            nothing.
+        stats: if a dict, filled with ``corpus_bytes``, ``num_documents``, ``unique_words``,
+            ``stream_symbols``, ``num_merges``, ``count_on``, the time breakdown (seconds, in
+            the order they happen): ``seconds_setup`` (before ``seconds_total`` starts:
+            imports on the first call, argument checks), ``seconds_count`` (word counting, including
+            ``seconds_prefetch``, the first ``prefetch_bytes`` packed while the device opened,
+            and, counting on the GPU, ``seconds_count_result``: the distinct words gathered
+            from the GPU table at the end; without ``seconds_gpu_init_wait``: waiting for the
+            device and the counting pipelines, opened on a thread), ``seconds_compile_wait``
+            (after counting, for the training pipelines), ``seconds_prepare`` (the counts
+            checked and filtered),
+            ``seconds_upload`` (``seconds_upload_host``: the host arrays; then the buffers
+            and, ``seconds_upload_gpu``, the GPU set-up and first pair count waited for),
+            ``seconds_merge`` (of which ``seconds_rebuilds``), ``seconds_total``; on the
+            opening thread ``seconds_gpu_open`` (importing wgpu, opening the device),
+            ``seconds_compile_count``, ``seconds_compile_train``, ``seconds_import_arrow``
+            (counting on the GPU: pyarrow.compute, which the end of counting uses);
+            ``table_slots``, ``distinct_initial_pairs``, ``rebuilds``, ``restarts``,
+            ``adapter``, ``merges_per_submit``, ``algorithm``, ``wide_counts``,
+            ``gpu_memory_bytes`` (the run's GPU buffers), ``walks_paused`` and
+            ``continuation_dispatches`` (word list: walks carried past the per-thread
+            budget), ``wgpu_fallbacks`` (speed-only wgpu internals not used, see
+            :mod:`~torch_gpubpe.gpu.wgpu_internals`), ``str_fallbacks`` (the str → UTF-8
+            packers not used: :mod:`~torch_gpubpe.core.cpython_str`, ``"str_native"``:
+            :mod:`~torch_gpubpe.core.str_pack`), ``str_packer`` (the one that packed the
+            documents: :func:`~torch_gpubpe.training.batches.str_packer`), ``count_pipeline``
+            (where counting's time went: :mod:`~torch_gpubpe.training.count_stream`),
+            ``count_gpu_memory_bytes``, ``count_table_retries`` (batches counted again
+            into a larger word table: its size guess was low, or a probe sequence ran out;
+            :data:`~torch_gpubpe.training.gpu_counter.NEW_WORDS_MARGIN`), and, when counting spilled,
+            ``spilled_runs``, ``spill_bytes``, ``seconds_spill``,
+            ``seconds_merge_runs`` (:mod:`~torch_gpubpe.training.budget`), ``submits`` and
+            ``max_submit_gap_s`` (merge phase: the longest interval between the starts of two
+            submits, and ``max_submit_gap_before`` the kind of submit that ended it) (and
+            ``gpu_us_per_merge`` with ``profile``).
+        batch: merges per submit (default: 64 on a CPU adapter, 512 otherwise).
+        profile: time each kernel with timestamp queries on sampled batches (slower);
+            ``stats["gpu_us_per_merge"]`` = mean GPU µs per merge of each kernel; word list:
+            also ``walk_entries_per_merge`` (list entries looked at), ``walk_steps_per_merge``
+            (occurrences merged + stale links hopped), ``walk_probes_per_merge`` (pair-table
+            probes of the deltas) and ``walk_depth_per_merge`` (the longest chain of dependent
+            global loads of one wl_merge thread: the merge's latency in memory round trips)
+            and ``walk_blocks_per_merge`` (the dirty table blocks find_max4 rescans), means
+            over the run.
+        algorithm: "wordlist" (default: :mod:`~torch_gpubpe.training.wordlist_loop`, per merge only
+            the words holding the pair are walked) or "seed" (the seed's pipeline,
+            :mod:`~torch_gpubpe.training.seed_loop`: the stream compacted every merge). Same merges.
+        count_on: where the words are counted: "gpu" (default; wgsl/wordcount.wgsl, see
+            :func:`~torch_gpubpe.training.gpu_counter.count_words_gpu`) or "cpu" (vectorised numpy
+            on a thread pool, :func:`~torch_gpubpe.training.word_counts.count_words_cpu`). Same
+            counts; both through :func:`~torch_gpubpe.training.counting.count_words`' steps.
+        max_memory: host bytes this process may use while counting and merging (default:
+            :func:`~torch_gpubpe.training.memory.default_max_memory`, 80% of the machine's RAM); see
+            :mod:`~torch_gpubpe.training.budget`: refused at once (``InputError``, nothing read)
+            when the counting buffers cannot fit; word tables over the budget's share are
+            spilled to sorted runs on disk and merged exactly at the end; without
+            ``prune_below``, refused during counting as soon as the distinct words seen prove
+            that the merge phase (:func:`~torch_gpubpe.training.memory.estimate_merge_memory`) cannot fit; and checked again
+            after counting, before the merge stream is built. Each ``InputError`` names what
+            to change instead of the process running out of memory.
+        prune_below: drop the words counted fewer than this many times before merging (0:
+            none; the default keeps training exact). Pruning is how trainers fit corpora with
+            very many rare words; the merges can then differ from exact training:
+            ``stats["pruned_words"]`` counts them and a ``RuntimeWarning`` says so once.
+    Returns:
+        the :class:`~torch_gpubpe.core.vocab.Vocab` (merges equal to ``reference.train`` unless
+        ``prune_below`` dropped words).
+    Raises:
+        ValueError: ``vocab_size`` out of range (names it and the bound), ``min_frequency < 1``,
+            ``count_on`` not "gpu"/"cpu", ``algorithm`` not "wordlist"/"seed",
+            ``max_memory``/``prune_below`` negative.
+        InputError: ``documents`` is one ``str``/``bytes``, or a document is neither ``str``
+            nor bytes (names its index), or the corpus is empty (no document, or only empty
+            ones: nothing to train on; the CLI refuses it the same way), or the merge phase
+            would need more than ``max_memory`` (names the estimate and what to change).
+        NoAdapterError, GPUOperationError: no usable GPU / a GPU operation failed.
+
+    Fewer merges than asked (no pair left that occurs ``min_frequency`` times: a tiny corpus)
+    is not an error: the vocab is smaller than ``vocab_size`` (never larger), a
+    ``RuntimeWarning`` says so and ``stats["stopped_early"]`` gives the reason.
+    """
+    t_start = time.perf_counter()
+    if is_hf(documents, "Dataset") or is_hf(documents, "IterableDataset"):
+        from torch_gpubpe.io.readers import open_source   # (lazy: only Datasets need it)
+
+        documents = open_source(documents)   # its "text" column, as Arrow batches
+    if progress is True:
+        bars = ProgressBars()
+        try:
+            return train(bars.documents(documents), vocab_size, min_frequency=min_frequency,
+                         special_tokens=special_tokens, progress=bars.merges, stats=stats,
+                         batch=batch, profile=profile, algorithm=algorithm, count_on=count_on,
+                         max_memory=max_memory, prune_below=prune_below)
+        finally:
+            bars.close()
+    if progress is False:
+        progress = None
+    check_sizes(vocab_size, special_tokens, min_frequency)
+    check_algorithm(algorithm)
+    check_count_on(count_on)
+    if (max_memory is not None and max_memory < 0) or prune_below < 0:
+        raise ValueError(f"max_memory and prune_below must be ≥ 0, got {max_memory}, "
+                         f"{prune_below}")
+    check_documents(documents)
+    st = {} if stats is None else stats
+    t0 = time.perf_counter()
+    st["seconds_setup"] = t0 - t_start     # (imports on the first call, argument checks)
+    # The memory budget of counting: refused at once when it cannot work; tables over its
+    # share are spilled to sorted runs on disk and merged at the end (exact).
+    limit = default_max_memory() if max_memory is None else int(max_memory)
+    budget, gpu_batch, prefetch = plan_budget(limit, prune_below, count_on, st)
+    # The device opens on a thread from here on (_Opener), while this thread reads and packs
+    # the first documents (the CPU counts the words, count_on="cpu"): in a fresh process the
+    # opening (importing wgpu, the adapter, the device) is the longest step before counting.
+    opener = _Opener(count_on == "gpu")
+    pool = ThreadPoolExecutor(1, thread_name_prefix="gpubpe-init")
+    fut = pool.submit(opener.run)
+    try:
+        return _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch,
+                                opener, fut, min_frequency=min_frequency,
+                                special_tokens=special_tokens, progress=progress, batch=batch,
+                                profile=profile, algorithm=algorithm, count_on=count_on,
+                                max_memory=limit, prune_below=prune_below)
+    finally:
+        pool.shutdown(wait=True)
+        budget.close()
+
+
+def _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch, opener, fut,
+                     *, min_frequency, special_tokens, progress, batch, profile, algorithm,
+                     count_on, max_memory, prune_below) -> Vocab:
+    """train() after its checks: count under ``budget``, then merge. ``opener`` (_Opener) is
+    opening the device on a thread (``fut``): it compiles the counting pipelines first and says
+    so, then the training pipelines while the GPU counts."""
+    info: dict = {"num_documents": 0, "corpus_bytes": 0}
+    count_stats: dict = {}
+    counts, gpu_wait = count_budgeted(
+        documents, budget, count_on=count_on, info=info, stats=st, count_stats=count_stats,
+        gpu_batch=gpu_batch, prefetch=prefetch, open_gpu=lambda: opener.wait_gpu(fut),
+        gpu_ready=opener.ready.is_set, t0=t0)
+    t3 = time.perf_counter()
+    trainer = fut.result()      # the training pipelines (compiled while counting)
+    t4 = time.perf_counter()
+    if count_on == "cpu":       # (the device opened while the CPU counted: waited for here)
+        gpu_wait, t3 = t4 - t3, t4
+    st.update(opener.times)
+    st.update(info)
+    st["str_packer"] = str_packer(documents)
+    if not info["corpus_bytes"]:
+        raise InputError(
+            f"empty corpus: {info['num_documents']} documents and 0 bytes of text; nothing to "
+            "train on (check the source, its text column and any max_docs/max_bytes limit)")
+    st["seconds_gpu_init_wait"] = gpu_wait
+    st["seconds_compile_wait"] = t4 - t3
+    st["seconds_count"] = t3 - t0 - gpu_wait
+    t5 = time.perf_counter()
+    st["count_on"] = count_on
+    st["count_pipeline"] = {k: (round(v, 4) if isinstance(v, float) else v)
+                            for k, v in count_stats.items()}
+    spilled = bool(budget.runs)
+    # spilled runs merged (a bar with train(progress=True), or a CLI progress callback)
+    show = (isinstance(getattr(progress, "__self__", None), ProgressBars)
+            or bool(getattr(progress, "show_bars", False)))
+    counts = budget.finish(counts, progress=show)
+    if prune_below > 1 and not spilled:
+        counts = prune_words(counts, prune_below, st)
+    check_merge_memory(counts, max_memory, st)
+    st["seconds_prepare"] = time.perf_counter() - t5
+    vocab = train_counts(counts, vocab_size, min_frequency=min_frequency,
+                         special_tokens=special_tokens, progress=progress, stats=st,
+                         batch=batch, profile=profile, algorithm=algorithm, trainer=trainer,
+                         _stacklevel=4)   # (the caller of train)
+    st["seconds_total"] = time.perf_counter() - t0
+    return vocab
+
+
+class _Opener:
+    """train()'s device opening on a thread, in the order the run needs it: the device, the
+    counting pipelines (then :attr:`ready` is set: the GPU can count), then the training
+    pipelines (:func:`get_trainer`, compiled while the GPU counts; on a GPU also the 64-bit
+    count variant, which corpora with ≥ 2^31 pairs take), then (counting on the GPU) imports
+    pyarrow.compute. :attr:`times`: ``seconds_gpu_open`` (importing wgpu, opening the adapter
+    and device), ``seconds_compile_count``, ``seconds_compile_train``,
+    ``seconds_import_arrow`` (on the thread)."""
+
+    def __init__(self, count_on_gpu: bool) -> None:
+        self.count_on_gpu = count_on_gpu
+        self.ready = threading.Event()
+        self.gpu = None
+        self.times: dict[str, float] = {}
+
+    def run(self) -> GPUTrainer:
+        try:
+            t = time.perf_counter()
+            self.gpu = g = get_gpu()
+            t1 = time.perf_counter()
+            self.times["seconds_gpu_open"] = t1 - t
+            if self.count_on_gpu:
+                for e in shader_info("wordcount", g.flags).entry_points:
+                    g.pipeline("wordcount", e)       # (GPUWordCounter's, from the cache)
+                self.times["seconds_compile_count"] = time.perf_counter() - t1
+        finally:
+            self.ready.set()
+        t = time.perf_counter()
+        tr = get_trainer()
+        if not tr.is_cpu and "wordlist" not in tr.too_many_buffers:
+            tr.pipelines("wordlist", wide=True)
+        self.times["seconds_compile_train"] = time.perf_counter() - t
+        if self.count_on_gpu:
+            # The end of counting groups the words too long for the GPU table with
+            # pyarrow.compute (long_words.group_words): imported here while the GPU counts, not
+            # on the critical path after it (0.1-0.25 s in a fresh process).
+            t = time.perf_counter()
+            import pyarrow.compute  # noqa: F401
+            self.times["seconds_import_arrow"] = time.perf_counter() - t
+        return tr
+
+    def wait_gpu(self, fut):
+        """The opened GPU, once the counting pipelines are compiled (the thread's error, if it
+        failed)."""
+        while not self.ready.wait(0.05):
+            if fut.done():
+                break
+        if self.gpu is None or fut.done():
+            fut.result()          # raises the thread's error
+        return self.gpu
