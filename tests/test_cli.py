@@ -378,8 +378,10 @@ def test_encode_errors(tmp_path, capsys, small_vocab):
 
 
 def test_npy_header_roundtrip(tmp_path):
+    from torch_gpubpe.io.shards import npy_header  # the header of encode's ids.npy
+
     for n in (0, 1, 12345, 10**12):
-        hdr = cli._npy_header(np.uint32, n)
+        hdr = npy_header(np.uint32, n)
         assert len(hdr) == 128
         f = io.BytesIO(hdr)
         assert np.lib.format.read_magic(f) == (1, 0)

@@ -18,10 +18,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from torch_gpubpe.cli.common import (PROG, adapter_name, add_debug, add_source_args,
+                                     peak_rss_bytes, prepare_out_dir, progress, source_from_args)
+from torch_gpubpe.cli.summary import print_train_summary, vocab_summary
 from torch_gpubpe.errors import InputError
 
 
-def add_parsers(sub, add_source_args, add_debug) -> None:
+def add_parsers(sub) -> None:
     """Add the ``count`` and ``merge-counts`` subcommands to ``sub`` (argparse subparsers)."""
     c = sub.add_parser(
         "count", help="count the words of a corpus shard into a counts file",
@@ -57,16 +60,15 @@ def _has_source(args) -> bool:
 
 
 def cmd_count(args: argparse.Namespace) -> int:
-    from torch_gpubpe.cli import main as cli
     from torch_gpubpe.training.counts_file import count_to_file
     from torch_gpubpe.io.readers import documents, prefetch
 
     out = Path(args.out)
-    cli.prepare_out_dir(out.parent if str(out.parent) else ".", "--out")
-    source = cli.source_from_args(args)
+    prepare_out_dir(out.parent if str(out.parent) else ".", "--out")
+    source = source_from_args(args)
     stats: dict = {}
     t0 = time.perf_counter()
-    with cli._progress(args, desc="read + count", unit="B", unit_scale=True,
+    with progress(args, desc="read + count", unit="B", unit_scale=True,
                        unit_divisor=1000, total=args.max_bytes) as bar:
         class _Read:
             """The documents as packed Arrow batches (no Python object per document)."""
@@ -87,30 +89,28 @@ def cmd_count(args: argparse.Namespace) -> int:
     if stats["num_documents"] == 0:
         out.unlink()
         raise InputError(f"empty corpus: {source.describe()} gave no documents to count")
-    print(f"{cli.PROG} count: {stats['num_documents']:,} documents, {stats['corpus_bytes']:,} "
+    print(f"{PROG} count: {stats['num_documents']:,} documents, {stats['corpus_bytes']:,} "
           f"bytes → {stats['num_words']:,} distinct words in {time.perf_counter() - t0:.2f} s "
           f"(count on {args.count_on})\n  wrote {out}")
     return 0
 
 
 def cmd_merge_counts(args: argparse.Namespace) -> int:
-    from torch_gpubpe.cli import main as cli
     from torch_gpubpe.training.counts_file import DEFAULT_BATCH_ROWS, DEFAULT_FAN_IN, merge_counts
 
     out = Path(args.out)
-    cli.prepare_out_dir(out.parent if str(out.parent) else ".", "--out")
+    prepare_out_dir(out.parent if str(out.parent) else ".", "--out")
     stats: dict = {}
     merge_counts(args.inputs, out, batch_rows=args.batch_rows or DEFAULT_BATCH_ROWS,
                  fan_in=args.fan_in or DEFAULT_FAN_IN, stats=stats)
-    print(f"{cli.PROG} merge-counts: {stats['num_inputs']:,} files → {stats['num_words']:,} "
+    print(f"{PROG} merge-counts: {stats['num_inputs']:,} files → {stats['num_words']:,} "
           f"distinct words, {stats['total_count']:,} words in all, in {stats['seconds']:.2f} s "
           f"(at most {stats['peak_rows_held']:,} input rows held)\n  wrote {out}")
     return 0
 
 
 def cmd_train_counts(args: argparse.Namespace, out) -> int:
-    """``train --counts FILE``: the training half of :func:`torch_gpubpe.cli.main.cmd_train`."""
-    from torch_gpubpe.cli import main as cli
+    """``train --counts FILE``: the training half of :func:`torch_gpubpe.cli.train.cmd_train`."""
     from torch_gpubpe.training.counts_file import read_metadata, train_from_counts_file
 
     if _has_source(args):
@@ -124,7 +124,7 @@ def cmd_train_counts(args: argparse.Namespace, out) -> int:
     def on_progress(p) -> None:
         nonlocal bar
         if bar is None:
-            bar = cli._progress(args, desc="merge", unit="merge", total=p.total_merges)
+            bar = progress(args, desc="merge", unit="merge", total=p.total_merges)
         bar.update(p.merges_done - bar.n)
 
     try:
@@ -147,20 +147,20 @@ def cmd_train_counts(args: argparse.Namespace, out) -> int:
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         "argv": sys.argv[1:],
         "source": f"counts file {args.counts} ({meta.get('num_shards', '?')} shard(s))",
-        "adapter": stats.get("adapter") or cli._adapter_name(),
+        "adapter": stats.get("adapter") or adapter_name(),
         "corpus_bytes": int(meta.get("corpus_bytes", 0)),
         "num_documents": int(meta.get("num_documents", 0)),
         "heldout_bytes": 0, "heldout_documents": 0, "heldout_tokens": 0,
         "heldout_bytes_per_token": None,
-        **cli.vocab_summary(args, vocab, specials, stats),
+        **vocab_summary(args, vocab, specials, stats),
         "seconds": {"read_and_count": stats.get("seconds_count"),
                     "merge": stats.get("seconds_merge"), "train_total": t_train,
                     "export": time.perf_counter() - t2, "heldout_encode": None,
                     "total": time.perf_counter() - t0},
-        "peak_rss_bytes": cli._peak_rss_bytes(),
+        "peak_rss_bytes": peak_rss_bytes(),
         "written": {k: str(v) for k, v in written.items()},
     }
-    cli.print_train_summary(args, summary)
+    print_train_summary(args, summary)
     return 0
 
 

@@ -24,6 +24,7 @@ import time
 from typing import TextIO
 
 from torch_gpubpe import __version__
+from torch_gpubpe.cli.common import add_debug
 from torch_gpubpe.errors import GPUBPEError
 
 _ENV = ("TORCH_GPUBPE_ADAPTER", "TORCH_GPUBPE_NO_SUBGROUPS", "TORCH_GPUBPE_TIMEOUT",
@@ -33,6 +34,26 @@ _LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size",
            "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup",
            "max-storage-buffers-per-shader-stage")
 _SELF_TEST = ["yakınlık ve 2026 yılı", "a  b\t\r\n x=1;", "İstanbul’da 🙂 emoji", ""]
+
+
+def add_parser(sub) -> None:
+    """Add the ``doctor`` subcommand to ``sub`` (argparse subparsers)."""
+    d = sub.add_parser(
+        "doctor", help="show the GPU adapters, the one used, its limits, and what to install",
+        description="Report what torch_gpubpe sees on this machine: wgpu's adapters, the one it "
+                    "opens (subgroup size, limits), a small exact self-test on it, and the command "
+                    "that installs a Vulkan device when there is none. Exit status 0 when usable.",
+    )
+    d.add_argument("--install", action="store_true",
+                   help="first install Mesa's lavapipe (Vulkan on the CPU) with the system's "
+                        "package manager when there is no Vulkan/Metal/D3D12 adapter (root or "
+                        "sudo -n)")
+    add_debug(d)
+
+
+def cmd_doctor(args) -> int:
+    """``doctor``: :func:`run` (after :func:`install` with ``--install``)."""
+    return run(install_missing=args.install)
 
 
 def _has_native_adapter() -> bool:
@@ -146,7 +167,7 @@ def run(out: TextIO = sys.stdout, *, install_missing: bool = False) -> int:
         say(f"adapters: none ({why})")
     for a in adapters:
         feats = [f for f in _FEATURES if f in a.features]
-        say(f"  adapter: {gpumod._describe(a)}; features: {', '.join(feats) or 'none'}; "
+        say(f"  adapter: {gpumod.describe_adapter(a)}; features: {', '.join(feats) or 'none'}; "
             f"rank {gpumod.adapter_rank(a.info)} (lower is preferred; OpenGL ≥ 10)")
 
     t0 = time.perf_counter()
