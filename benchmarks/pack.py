@@ -41,7 +41,7 @@ import numpy as np  # noqa: E402
 from torch_gpubpe import str_pack  # noqa: E402
 from torch_gpubpe.core import cpython_str as _cpython_str
 from torch_gpubpe.core.reference import to_bytes  # noqa: E402
-from torch_gpubpe.training.wordcount import _batches  # noqa: E402
+from torch_gpubpe.training.wordcount import document_batches as _batches  # noqa: E402
 
 
 def cpu_s() -> float:

@@ -1,6 +1,6 @@
 """The threaded str → UTF-8 packer (torch_gpubpe.core.cpython_str) gives the bytes of
 reference.to_bytes for every item, in every packer that uses it (encoder._pack, both paths,
-pretokenize.pack_documents, wordcount._batches, readers' Python documents), with one thread or
+pretokenize.pack_documents, wordcount.document_batches, readers' Python documents), with one thread or
 many; unavailable, the packers give the same bytes through str.encode, record why and warn
 once."""
 
@@ -25,7 +25,7 @@ from torch_gpubpe.notices import GPUBPEWarning
 from torch_gpubpe.encoding.pretokenize import pack_documents
 from torch_gpubpe.io.readers import _to_array
 from torch_gpubpe.core.reference import to_bytes
-from torch_gpubpe.training.wordcount import _batches
+from torch_gpubpe.training.wordcount import document_batches as _batches
 
 SURROGATES = "\ud800\udbff\udc00\udfff\ud83d\ude00"
 

@@ -173,7 +173,8 @@ def check_pretokenize_unicode(docs, families=None, joined=False):
 
 
 def check_wordcount(docs):
-    from torch_gpubpe.training.wordcount import GPUWordCounter, _batches
+    from torch_gpubpe.training.wordcount import GPUWordCounter
+    from torch_gpubpe.training.wordcount import document_batches as _batches
 
     counter = GPUWordCounter(batch_bytes=9_000, min_slots=64, min_store=64)
     for data, offsets in _batches(docs, counter.batch_bytes, {}):

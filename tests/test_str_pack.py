@@ -24,7 +24,7 @@ from torch_gpubpe.errors import InputError
 from torch_gpubpe.notices import GPUBPEWarning
 from torch_gpubpe.encoding.pretokenize import pack_documents
 from torch_gpubpe.core.reference import to_bytes
-from torch_gpubpe.training.wordcount import _batches, str_packer
+from torch_gpubpe.training.wordcount import document_batches as _batches, str_packer
 
 SURROGATES = "\ud800\udbff\udc00\udfff\ud83d\ude00"
 # lengths around the 16-character blocks and a 64 KiB bounce buffer's pieces (≈ 21,800

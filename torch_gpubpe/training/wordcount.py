@@ -34,15 +34,6 @@ from torch_gpubpe.training.word_counts import (DEFAULT_BATCH_BYTES, LEN_MASK, Pa
 
 count_words = count_words_cpu
 
-# The names these had before they became public in their modules (benchmarks/ and older
-# scripts import them from here).
-_batches = document_batches
-_count_batch = count_batch
-_Partial = PartialCounts
-_LEN_MASK = LEN_MASK
-_u64_at = u64_at
-_ends_after = ends_after
-
 __all__ = [
     "DEFAULT_BATCH_BYTES", "DEFAULT_GPU_BATCH_BYTES", "FEW_LONG_WORDS", "FIRST_NEW_WORDS",
     "GPUWordCounter", "HostBatch", "LEN_MASK", "LONG_GROUP_BYTES", "MAXW", "MIN_NEW_WORDS",
