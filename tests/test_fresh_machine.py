@@ -69,8 +69,9 @@ def test_cli_without_adapter_prints_a_few_lines_and_exits_2():
 
 
 def test_opengl_is_the_last_resort_and_exact():
-    """With Vulkan hidden, wgpu may still list Mesa's OpenGL llvmpipe: it is used, said once,
-    and gives the reference's merges and ids; where no GL driver exists, the error names the fix."""
+    """With Vulkan hidden, Mesa's OpenGL llvmpipe is used, said once, and gives the reference's
+    merges and ids. Runs where an OpenGL driver exists (CI's machines have Mesa's); elsewhere it
+    is reported as not run (the no-driver error is the test above)."""
     code = (
         "import warnings, torch_gpubpe as t\n"
         "from torch_gpubpe import reference\n"
@@ -90,9 +91,8 @@ def test_opengl_is_the_last_resort_and_exact():
     )
     r = _run(["-c", code], **NO_VULKAN)
     assert r.returncode == 0, r.stderr
-    if "NOADAPTER" in r.stdout:  # this machine has no OpenGL driver either
-        assert "mesa-vulkan-drivers" in r.stdout or "unset it" in r.stdout
-        return
+    if "NOADAPTER" in r.stdout:
+        pytest.skip("no OpenGL driver on this machine: the OpenGL path was not run")
     assert "CHOSEN" in r.stdout and "OpenGL" in r.stdout and "True False" in r.stdout, r.stdout
     assert "WARNED 1" in r.stdout
     assert "EXACT True" in r.stdout
