@@ -1,5 +1,5 @@
 """Hardware-independent work count of the GPU walks: merge-order (``wgsl/encode_bpe.wgsl``) vs
-greedy (``wgsl/encode.wgsl``), issue 15.
+greedy (``wgsl/encode.wgsl``).
 
     python3 benchmarks/bpe_work.py --help
     python3 benchmarks/bpe_work.py                         # GPT-2, 1 MB of each of 5 corpora
@@ -17,16 +17,16 @@ nested loop costs its longest lane on every outer iteration. Threads own ``--chu
 the GPU (a thread starts at the first word start of its chunk and finishes the word that crosses
 its end). The walk kernels are latency bound (PERFORMANCE.md), so warp-lockstep dependent loads
 per byte is the figure the kernel time follows; the ratio of the two modes is compared with the
-H200's measured kernel ratio.
+measured kernel ratio (docs/PERFORMANCE.md).
 
 Variants of the merge-order walk (``--variants``):
 
-* ``nested``: the kernel before 2026-12-01 noon: one outer iteration per candidate, with the trie
+* ``nested``: an earlier kernel: one outer iteration per candidate, with the trie
   walk and the pair check as inner loops (a subgroup waits for its longest walk, then for its
   longest check, on every candidate);
 * ``flat``: one loop, each iteration one trie step, or (in the iteration that ends the walk) the
   try of the candidate with its whole pair check; the check as before;
-* ``flat-fast``: the kernel (``OVERLAP_TRY`` off): ``flat``, and each step of the pair check one round of loads
+* ``flat-fast``: the kernel: ``flat``, and each step of the pair check one round of loads
   (the hash probe issued with the rows of the token unwound to; the first step's hit needs no
   rank; the bound test after an unwinding reads the spine bounds of the unwound part from the
   rows already loaded, ``gpu_bounds``), a shorter candidate's length from its row, and a
@@ -36,8 +36,8 @@ Variants of the merge-order walk (``--variants``):
 
 * ``flat-overlap``: ``flat-fast`` with a lane's try costing beside, not after, the walking
   lanes' loads of the same iteration (an iteration costs its costliest lane's walk + try): what
-  the kernel's ``OVERLAP_TRY`` build aims at for a check's first step (an upper bound on the
-  gain: later check steps and the emission still follow the walk). GPT-2, 0.2 MB of each
+  an overlapped try would aim at for a check's first step (an upper bound on the gain: later
+  check steps and the emission still follow the walk; measured, the kernel built so was slower). GPT-2, 0.2 MB of each
   corpus: 1.40× greedy on en_novels and code vs ``flat-fast``'s 1.71–1.74×; tries free of
   cost would still be 1.30–1.33× (the extra iterations: shorter candidates, backtracking).
 * ``gc-rest``, ``gc-fix`` (not kernels, models of an alternative): greedy longest match over all
@@ -47,22 +47,18 @@ Variants of the merge-order walk (``--variants``):
   greedy on GPT-2): 3% of English words (35% on multi_udhr) differ from longest match, so
   nearly every 32-lane warp has a lane re-walking, and it waits for that lane.
 * ``flat-fast+short``, ``+fused``, ``+d2`` (combinable, ``+all`` = the three): ``flat-fast``
-  with the trie steps of the kernel's switches SHORT_SEARCH (a search of ``ceil(log2 nc)``
-  steps, not 8), FUSED_EDGES (the found edge's row is the child's node row: no further load),
-  D2_LUT (the walk's first step one load). GPT-2, 0.2 MB of each corpus: 1.54x, 1.65x,
+  with the kernel's trie steps: a search of ``ceil(log2 nc)`` steps, not 8 (short), the found
+  edge's row is the child's node row: no further load (fused), the walk's first step one load
+  (d2). GPT-2, 0.2 MB of each corpus: 1.54x, 1.65x,
   1.64x, and 1.12x (all) greedy's warp loads per byte, vs ``flat-fast``'s 1.79x.
 
 ``--gpu`` also encodes the same documents with ``Tokenizer(mode="bpe")`` and prints the PROFILE
 counters of the real kernel (``torch_gpubpe.encoding.merge_walk.walk_work``): walk-loop iterations,
 trie steps, tries, pair checks, backtracks, hash probes, and the subgroup lockstep iterations
 (any adapter; the counts do not depend on it except ``lockstep``, which depends on the subgroup
-size); then, for each build of ``--gpu-variants`` (the default build, each speed-up of
-``encoder_bpe.SPEEDUPS`` flipped, all of them off), its global-memory load instructions per
-input byte by table (``ld_trie``, ``ld_rows``, ``ld_pairs``, ``ld_text``: one per load
+size); then its global-memory load instructions per input byte by table (``ld_trie``, ``ld_rows``, ``ld_pairs``, ``ld_text``: one per load
 instruction and lane, a vec4 row one), beside greedy's walk counted by
-:meth:`Model.greedy_loads`. GPT-2, 0.3 MB of each corpus (2026-12-01): 19.98 loads per byte
-with every speed-up off, 4.15 with all on (trie 9.43 -> 2.19, rows 2.07 -> 0.92, pairs 0.45,
-text 8.03 -> 0.58); greedy 14.89.
+:meth:`Model.greedy_loads` (docs/PERFORMANCE.md has the figures).
 
 Data: the corpora in ``TORCH_GPUBPE_CORPORA`` (default ``../shared/corpora``), the vocab
 ``--vocab`` (default tests/data/vocabs/gpt2.tiktoken). No GPU needed.
@@ -451,46 +447,17 @@ def warp_cost_bpe(lanes: list[list], variant: str) -> int:
     return tot
 
 
-def variant_switches(spec: str) -> dict[str, bool]:
-    """``--gpu-variants`` item -> the walk switches it sets (torch_gpubpe.encoding.merge_walk):
-    ``default``; ``all-new`` / ``all-off`` (the speed-ups, encoder_bpe.SPEEDUPS, all on / all
-    off); ``A+B``: those
-    switches flipped from their defaults."""
-    import torch_gpubpe.encoding.merge_walk as EB
-
-    if spec == "default":
-        return {}
-    if spec == "all-new":
-        return {k: True for k in EB.SPEEDUPS}
-    if spec == "all-off":
-        return {k: False for k in EB.SPEEDUPS}
-    out = {}
-    for k in spec.split("+"):
-        k = k.strip().upper()
-        if k not in EB.WALK_SWITCHES:
-            raise SystemExit(f"--gpu-variants: {k!r} is not one of {', '.join(EB.WALK_SWITCHES)}")
-        out[k] = not EB.DEFAULTS[k]
-    return out
-
-
-def gpu_work(vocab, chunk: int, docs: list[bytes], switches: dict[str, bool]) -> dict[str, int]:
-    """The PROFILE build's counters (encoder_bpe.walk_work) with ``switches`` set; the ids are
-    checked against reference.bpe_encode_batch."""
-    import torch_gpubpe.encoding.merge_walk as EB
+def gpu_work(vocab, chunk: int, docs: list[bytes]) -> dict[str, int]:
+    """The PROFILE build's counters (merge_walk.walk_work); the ids are checked against
+    reference.bpe_encode_batch."""
     from torch_gpubpe import Tokenizer
+    from torch_gpubpe.encoding.merge_walk import walk_work
 
-    saved = {k: getattr(EB, k) for k in switches}
-    try:
-        for k, v in switches.items():
-            setattr(EB, k, v)
-        ids: list = []
-        w = EB.walk_work(Tokenizer(vocab, mode="bpe", chunk_bytes=chunk), docs, ids_out=ids)
-    finally:
-        for k, v in saved.items():
-            setattr(EB, k, v)
+    ids: list = []
+    w = walk_work(Tokenizer(vocab, mode="bpe", chunk_bytes=chunk), docs, ids_out=ids)
     want = reference.bpe_encode_batch(docs, vocab.bpe_ranks)
     if [x.tolist() for x in ids] != [list(x) for x in want]:
-        raise AssertionError(f"the PROFILE build with {switches} differs from the reference")
+        raise AssertionError("the PROFILE build differs from the reference")
     return w
 
 
@@ -508,17 +475,8 @@ def main() -> None:
                                                       "flat-overlap"],
                     help="models of the walk (module docstring), or 'none'")
     ap.add_argument("--gpu", action="store_true", help="also the real kernel's work counters")
-    ap.add_argument("--gpu-variants", nargs="+",
-                    help="with --gpu: builds whose load counters are compared ('default', "
-                         "'all-new', 'all-off', or switches of torch_gpubpe.encoding.merge_walk flipped "
-                         "from their defaults, 'A+B'); default: default, each speed-up flipped, "
-                         "all-off (or all-new)")
     args = ap.parse_args()
-    if args.gpu_variants is None:
-        import torch_gpubpe.encoding.merge_walk as EB
-
-        args.gpu_variants = ["default", *EB.SPEEDUPS,
-                             "all-off" if all(EB.DEFAULTS[k] for k in EB.SPEEDUPS) else "all-new"]
+    args.gpu_variants = ["default"]   # (the one build of the walk)
     if args.variants == ["none"]:
         args.variants = []
     vocab = Vocab.load(args.vocab).with_mode("bpe")
@@ -582,9 +540,7 @@ def main() -> None:
         n = len(data)
         greedy_ld[name] = (gl_trie, gl_text, n)
         if args.gpu:
-            gpu_rows.append((name, n, {v: gpu_work(vocab, args.chunk, data_docs,
-                                                   variant_switches(v))
-                                       for v in args.gpu_variants}))
+            gpu_rows.append((name, n, {"default": gpu_work(vocab, args.chunk, data_docs)}))
         tot["bytes"] += n
         tot["greedy"] += g
         for v in args.variants:

@@ -21,14 +21,14 @@ Ends with a table (machine, adapter, date, command). Exactness is the tests' job
 (tests/test_encoder.py); here a sample of documents is still checked against
 ``reference.encode``.
 
-Merge-order rows (issue 15), with ``--bpe-vocab tests/data/vocabs/gpt2.tiktoken``: the same
+Merge-order rows, with ``--bpe-vocab tests/data/vocabs/gpt2.tiktoken``: the same
 documents encoded with GPT-2's vocabulary by ``Tokenizer(vocab, mode="bpe")`` (ids identical to
 tiktoken: checked on a sample, and the token totals must match), tiktoken with GPT-2's ranks and
 the same §2 pattern (each ``--threads`` count), Hugging Face ``tokenizers`` on the exported
 ``tokenizer.json`` (its own thread pool), greedy mode end to end on the same vocab and path (other
 ids: longest match), where the main thread's time goes in each mode (a separate, instrumented
-run), and the GPU kernel times of merge-order mode (each walk build switch flipped, one column
-each) beside greedy mode on the SAME vocab and input, at the loaded clock, the same method for
+run), and the GPU kernel times of merge-order mode (the default chunk size and each
+``--bpe-chunks`` size, one column each) beside greedy mode on the SAME vocab and input, at the loaded clock, the same method for
 every column (benchmarks/_kernel_clock.py): a warm-up of back-to-back submits (``--warm-s``),
 then the column's bpe build and greedy mode interleaved batch by batch, each batch's passes run
 ``--repeat-passes`` times per submit and every repetition timed, ``--pass-rounds`` rounds;
@@ -420,48 +420,21 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
     from torch_gpubpe.encoding.tokenizer import _pack
 
     packed = [_pack(b) for b in bs]
-    import torch_gpubpe.encoding.merge_walk as EB
-
     ktok = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True)  # mode="bpe"
     greedy = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True, mode="greedy")
     for t in (ktok, greedy):
         t.encode_batch(bs[0][:50])
-    # The walk's build switches (encoder_bpe.WALK_SWITCHES): each flipped from the current
-    # setting alone, then the speed-ups (encoder_bpe.SPEEDUPS) all on together (all off when
-    # they are all on already).
-    variants = {f"{f} {'off' if getattr(EB, f) else 'on'}": {f: not getattr(EB, f)}
-                for f in EB.WALK_SWITCHES}
-    if all(getattr(EB, f) for f in EB.SPEEDUPS):  # and all off: the walk before them
-        variants["all of " + "+".join(EB.SPEEDUPS) + " off"] = dict.fromkeys(EB.SPEEDUPS, False)
-    else:
-        variants["all of " + "+".join(EB.SPEEDUPS) + " on"] = dict.fromkeys(EB.SPEEDUPS, True)
-    occ = [f for f in EB.OCCUPANCY if not getattr(EB, f)]  # (the occupancy switches together)
-    if len(occ) > 1:
-        variants["+".join(occ) + " on"] = dict.fromkeys(occ, True)
-    if "LEAN_STATE" in occ and not EB.OVERLAP_TRY:  # fewer registers may pay for OVERLAP_TRY's
-        variants["LEAN_STATE+OVERLAP_TRY on"] = {"LEAN_STATE": True, "OVERLAP_TRY": True}
     # Larger chunks (a thread starts the words of chunk_bytes bytes): a warp waits for its
     # longest lane, about chunk + the longest word crossing a chunk end, so the share lost to
     # that wait falls as chunks grow. Each such column has greedy mode at the same chunk size.
-    chunks = {f"chunk_bytes {c}": ({}, c) for c in args.bpe_chunks if c != args.chunk_bytes}
-    if len(occ) > 1 and args.bpe_chunks:
-        c = max(args.bpe_chunks)
-        chunks[f"{'+'.join(occ)} on, chunk_bytes {c}"] = (dict.fromkeys(occ, True), c)
-    variants = {k: (v, args.chunk_bytes) for k, v in variants.items()} | chunks
+    variants = {f"chunk_bytes {c}": c for c in args.bpe_chunks if c != args.chunk_bytes}
     builds, peers = {}, {args.chunk_bytes: greedy}
     check_docs = [d for b in bs for d in b[:5]]
     check_ids = [enc.encode_ordinary(d) for d in check_docs]
-    for name, (sw, chunk) in variants.items():
-        saved = {f: getattr(EB, f) for f in sw}
-        for f, v in sw.items():
-            setattr(EB, f, v)  # read when the session opens
-        try:
-            builds[name] = Tokenizer(vocab, chunk_bytes=chunk, profile=True)
-            if builds[name].encode_batch(check_docs).tolist() != check_ids:
-                raise AssertionError(f"the walk build '{name}' differs from tiktoken")
-        finally:
-            for f, v in saved.items():
-                setattr(EB, f, v)
+    for name, chunk in variants.items():
+        builds[name] = Tokenizer(vocab, chunk_bytes=chunk, profile=True)
+        if builds[name].encode_batch(check_docs).tolist() != check_ids:
+            raise AssertionError(f"the walk build '{name}' differs from tiktoken")
         if chunk not in peers:
             peers[chunk] = Tokenizer(vocab, chunk_bytes=chunk, profile=True, mode="greedy")
             peers[chunk].encode_batch(bs[0][:50])
@@ -471,7 +444,7 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
     kw = {"reps": args.repeat_passes, "rounds": args.pass_rounds, "warm_s": args.warm_s}
     cols = {"bpe mode": time_columns({"bpe": ktok, "greedy": greedy}, jobs, **kw)}
     for name, t in builds.items():
-        cols[name] = time_columns({"bpe": t, "greedy": peers[variants[name][1]]}, jobs, **kw)
+        cols[name] = time_columns({"bpe": t, "greedy": peers[variants[name]]}, jobs, **kw)
     print()
     print("| method (GPT-2 vocabulary, merge order) | seconds | MB/s | Mtokens/s | tokens/byte | "
           "same token count as GPU |")
@@ -497,9 +470,7 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
     print(METHOD.format(warm=args.warm_s, reps=args.repeat_passes, rounds=args.pass_rounds,
                         nb=len(packed)) + "; each row's ratios are to the greedy mode timed "
           "in the same column (same vocab and input, min over min) unless it says otherwise")
-    print("walk build switches of the bpe mode column (torch_gpubpe.encoding.merge_walk): "
-          + ", ".join(f"{f}={'on' if getattr(EB, f) else 'off'}" for f in EB.WALK_SWITCHES)
-          + "; each later row flips the switches it names")
+    print("each row after the bpe mode column is merge-order mode at the chunk size it names")
     nan = float("nan")
     base = cols["bpe mode"]
     walk_k = "trie_tokenizer_chunked"

@@ -1,4 +1,4 @@
-"""Exact merge-order BPE (issue 15): reference.bpe_encode, vocab loading, the GPU's
+"""Exact merge-order BPE: reference.bpe_encode, vocab loading, the GPU's
 ``mode="bpe"`` and the exports, each compared token for token with tiktoken's
 ``encode_ordinary`` (GPT-2's and Qwen2's ranks, and vocabs trained here, all under this
 project's DESIGN.md §2 split pattern) and Hugging Face ``tokenizers``.
@@ -320,37 +320,16 @@ def test_gpu_profile_repeat_same_ids(gpt2, gpt2_tt):
         assert all(set(r) == set(reps[-1]) and min(r.values()) > 0 for r in reps)
 
 
-NEW_SWITCHES = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS", "TEXT_WINDOW",
-                "SPINE_ROWS")
-OCCUPANCY_SWITCHES = ("WALK_WG64", "D1_GLOBAL", "LEAN_STATE", "WORD_BITS")
-
-
 @gpu
-@pytest.mark.parametrize("flag", ["PREFETCH_ROWS", "OVERLAP_TRY", *NEW_SWITCHES,
-                                  "+".join(NEW_SWITCHES), *OCCUPANCY_SWITCHES,
-                                  "+".join(OCCUPANCY_SWITCHES), "LEAN_STATE+SPINE_ROWS",
-                                  "WALK_WG64+LEAN_STATE+PREFETCH_ROWS+LAZY_ROWS",
-                                  "WORD_BITS+TEXT_WINDOW", "LEAN_STATE+OVERLAP_TRY"])
-def test_gpu_walk_build_flags_flipped(gpt2, gpt2_tt, monkeypatch, flag):
-    """The walk with each build switch of encoder_bpe flipped from its default (PREFETCH_ROWS
-    off: candidate rows loaded in the try; OVERLAP_TRY on: the trying lane's first pair-check
-    loads issued before the walking lanes'; SHORT_SEARCH, FUSED_EDGES, D2_LUT, LAZY_ROWS,
-    TEXT_WINDOW, SPINE_ROWS, WALK_WG64, D1_GLOBAL, LEAN_STATE, WORD_BITS: see encoder_bpe), the
-    load-cutting ones together, the occupancy ones together and with other switches, as
-    benchmarks/encode.py compares, is exact too, on text that backtracks (pops: LEAN_STATE's
-    scan back) and on pathological words, continued across dispatches."""
-    import torch_gpubpe.encoding.merge_walk as EB
+def test_gpu_walk_backtracks_and_continues(gpt2, gpt2_tt):
+    """The walk on text that backtracks (pops) and on pathological words, continued across
+    dispatches (a small budget), gives tiktoken's ids."""
     from torch_gpubpe.encoding.tokenizer import Tokenizer
 
-    assert set(EB.WALK_SWITCHES) == {"PREFETCH_ROWS", "OVERLAP_TRY", *NEW_SWITCHES,
-                                     *OCCUPANCY_SWITCHES}
-    for f in flag.split("+"):
-        monkeypatch.setattr(EB, f, not getattr(EB, f))
     tok = Tokenizer(gpt2, thread_budget=8_000)
     docs = corpus_docs("multi_udhr", 20_000, max_doc_bytes=4_000) + PATHOLOGICAL
     assert_same(tok.encode_batch(docs).tolist(), [gpt2_tt.encode_ordinary(d) for d in docs])
-    monkeypatch.undo()  # the default build is another pipeline
-    assert tok._session().bpe_pipeline is not Tokenizer(gpt2)._session().bpe_pipeline
+    assert tok._session().continuation_dispatches > 0
 
 
 @gpu
@@ -612,7 +591,7 @@ _UNREACHABLE_TOK: dict = {}
 
 
 def _replay_counts(docs, vocab: Vocab) -> tuple[list[list[int]], dict[str, int]]:
-    """The GPU walk's work counters (encoder_bpe.walk_work), counted by replaying the walk in
+    """The GPU walk's work counters (merge_walk.walk_work), counted by replaying the walk in
     Python word by word: trie steps (bytes the trie walk extends a match by), candidates tried,
     pair checks, shorter candidates, backtracks, tokens accepted."""
     t = bpe_tables(vocab)
@@ -663,7 +642,6 @@ def _replay_counts(docs, vocab: Vocab) -> tuple[list[list[int]], dict[str, int]]
 def test_gpu_walk_work_counters(gpt2, gpt2_tok, gpt2_tt):
     """The PROFILE build's counters (benchmarks/bpe_work.py --gpu) count exactly the walk's
     work, and that build's ids are tiktoken's."""
-    import torch_gpubpe.encoding.merge_walk as EB
     from torch_gpubpe.encoding.merge_walk import walk_work
 
     docs = [d for n in ("en_novels", "code_cpython_stdlib", "web_html")
@@ -681,10 +659,7 @@ def test_gpu_walk_work_counters(gpt2, gpt2_tok, gpt2_tt):
     assert w["output_tokens"] == w["tokens"] - w["pops"] == sum(map(len, want_ids))
     assert w["checks"] >= w["check_loop"] > 0 and w["probes"] >= w["checks"]
     assert w["unwind"] >= w["check_loop"]
-    if EB.LEAN_STATE and EB.SPINE_ROWS:  # (a pop scans back: the token before is not kept)
-        assert w["scan"] > 0
-    else:
-        assert w["scan"] < w["pops"]  # (a pop scans rarely)
+    assert w["scan"] < w["pops"]  # (a pop scans rarely: the token before is kept)
     sg = w["subgroup_size"]
     if sg:  # lockstep: per subgroup its longest lane, so between the mean and the total
         assert w["iters"] / sg <= w["lockstep"] <= w["iters"]
@@ -716,67 +691,13 @@ def test_fused_edges_and_depth2_table(gpt2):
     assert (d2[~present] == 0xFFFFFFFF).all()
 
 
-LOADS = ("ld_trie", "ld_rows", "ld_pairs", "ld_text")  # (walk_work's load counters)
-
-
-def _walk_work_of(gpt2, gpt2_tt, monkeypatch, off, extra_docs=()):
-    """Sets the switches in ``off`` False (whatever TORCH_GPUBPE_WALK_SWITCHES set) and returns
-    ``work()``: the PROFILE build's work counters (``encoder_bpe.walk_work``, counter name →
-    count) of a new GPT-2 Tokenizer under the switches as they are at that call, over ~3 KB each
-    of en_novels and multi_udhr (documents cut to 1,500 characters) and ``extra_docs``; it
-    asserts first that build's ids are tiktoken's."""
-    import torch_gpubpe.encoding.merge_walk as EB
+@gpu
+@pytest.mark.parametrize("chunk", [64, 128])
+def test_gpu_large_chunks_exact(gpt2, gpt2_tt, chunk):
+    """Merge-order mode with the larger chunks benchmarks/encode.py times (--bpe-chunks):
+    tiktoken's ids, continuations and pathological words included."""
     from torch_gpubpe.encoding.tokenizer import Tokenizer
 
-    docs = [d for n in ("en_novels", "multi_udhr")
-            for d in corpus_docs(n, 3_000, max_doc_bytes=1_500)] + list(extra_docs)
-    want = [gpt2_tt.encode_ordinary(d) for d in docs]
-    for flag in off:
-        monkeypatch.setattr(EB, flag, False)
-
-    def work() -> dict[str, int]:
-        ids: list = []
-        w = EB.walk_work(Tokenizer(gpt2), docs, ids_out=ids)
-        assert_same([x.tolist() for x in ids], want, "PROFILE")
-        return w
-    return work
-
-
-@gpu
-def test_gpu_walk_switches_cut_their_loads(gpt2, gpt2_tt, monkeypatch):
-    """Each new build switch does what it says in the PROFILE build's load counters: the same
-    walk (every work counter but the loads equal, ids equal to tiktoken), SHORT_SEARCH,
-    FUSED_EDGES and D2_LUT with fewer trie loads, LAZY_ROWS and SPINE_ROWS with fewer row
-    loads, TEXT_WINDOW with fewer text loads, the others unchanged."""
-    import torch_gpubpe.encoding.merge_walk as EB
-
-    work = _walk_work_of(gpt2, gpt2_tt, monkeypatch, NEW_SWITCHES + OCCUPANCY_SWITCHES)
-    base = work()
-    assert all(base[k] > 0 for k in LOADS)
-    less = {"SHORT_SEARCH": "ld_trie", "FUSED_EDGES": "ld_trie", "D2_LUT": "ld_trie",
-            "LAZY_ROWS": "ld_rows", "TEXT_WINDOW": "ld_text", "SPINE_ROWS": "ld_rows"}
-    for flag, fewer in less.items():
-        monkeypatch.setattr(EB, flag, True)
-        w = work()
-        monkeypatch.setattr(EB, flag, False)
-        assert {k: v for k, v in w.items() if k not in LOADS} == \
-            {k: v for k, v in base.items() if k not in LOADS}, flag
-        assert w[fewer] < base[fewer], flag
-        assert all(w[k] == base[k] for k in LOADS if k != fewer), flag
-
-
-@gpu
-@pytest.mark.parametrize("chunk,switches", [(64, ""), (128, ""),
-                                            (128, "WALK_WG64+D1_GLOBAL+LEAN_STATE")])
-def test_gpu_large_chunks_exact(gpt2, gpt2_tt, monkeypatch, chunk, switches):
-    """Merge-order mode with the larger chunks benchmarks/encode.py times (--bpe-chunks), alone
-    and with the occupancy switches: tiktoken's ids, continuations and pathological words
-    included."""
-    import torch_gpubpe.encoding.merge_walk as EB
-    from torch_gpubpe.encoding.tokenizer import Tokenizer
-
-    for f in filter(None, switches.split("+")):
-        monkeypatch.setattr(EB, f, True)
     tok = Tokenizer(gpt2, thread_budget=8_000, chunk_bytes=chunk)
     docs = corpus_docs("code_cpython_stdlib", 20_000, max_doc_bytes=4_000) + PATHOLOGICAL
     assert_same(tok.encode_batch(docs).tolist(), [gpt2_tt.encode_ordinary(d) for d in docs])
@@ -784,40 +705,12 @@ def test_gpu_large_chunks_exact(gpt2, gpt2_tt, monkeypatch, chunk, switches):
 
 
 @gpu
-def test_gpu_occupancy_switches_same_walk(gpt2, gpt2_tt, monkeypatch):
-    """WALK_WG64, D1_GLOBAL, LEAN_STATE and WORD_BITS change how the walk's workgroups are
-    cut, where its state lives and how it tests word starts, not the walk: in the PROFILE build
-    every work counter but the loads (and, for LEAN_STATE, the scan back for the token before a
-    popped one, which it does not keep) equals the default build's, subgroup lockstep included
-    (the lanes walk the same chunks); WORD_BITS loads less text; the ids equal tiktoken's, on
-    documents that pop (LEAN_STATE's pop path runs)."""
-    import torch_gpubpe.encoding.merge_walk as EB
-
-    work = _walk_work_of(gpt2, gpt2_tt, monkeypatch, OCCUPANCY_SWITCHES, ["ab" * 3_000])
-    base = work()
-    assert base["pops"] > 0
-    for flag in OCCUPANCY_SWITCHES:
-        monkeypatch.setattr(EB, flag, True)
-        w = work()
-        monkeypatch.setattr(EB, flag, False)
-        skip = LOADS + (("scan",) if flag == "LEAN_STATE" and EB.SPINE_ROWS else ())
-        assert {k: v for k, v in w.items() if k not in skip} == \
-            {k: v for k, v in base.items() if k not in skip}, flag
-        if "scan" in skip:
-            assert w["scan"] > base["scan"], flag
-        if flag == "WORD_BITS":
-            assert w["ld_text"] < base["ld_text"] / 2, flag
-
-
-@gpu
-def test_gpu_word_bits_sliced(gpt2, gpt2_tt, monkeypatch):
-    """WORD_BITS with slices of 300 bytes, a budget of one step and chunks of 4 bytes (words
-    cut across slices and continued across dispatches: the bits are the slice's, computed once
-    per slice) gives tiktoken's ids."""
-    import torch_gpubpe.encoding.merge_walk as EB
+def test_gpu_word_bits_sliced(gpt2, gpt2_tt):
+    """The word-start bits pass with slices of 300 bytes, a budget of one step and chunks of 4
+    bytes (words cut across slices and continued across dispatches: the bits are the slice's,
+    computed once per slice) gives tiktoken's ids."""
     from torch_gpubpe.encoding.tokenizer import Tokenizer
 
-    monkeypatch.setattr(EB, "WORD_BITS", True)
     tok = Tokenizer(gpt2, max_slice_bytes=300, thread_budget=1, chunk_bytes=4)
     docs = corpus_docs("web_html", 6_000, max_doc_bytes=2_000) + [p[:3_000] for p in PATHOLOGICAL]
     assert_same(tok.encode_batch(docs).tolist(), [gpt2_tt.encode_ordinary(d) for d in docs])

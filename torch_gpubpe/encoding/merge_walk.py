@@ -1,5 +1,6 @@
 """Host side of the GPU merge-order (``mode="bpe"``) encoder: tables, pipeline, walk budget and
-the check at a cut inside a word (issue 15). ``encoder.py`` calls these; the kernel is
+the check at a cut inside a word. The session (:mod:`torch_gpubpe.encoding.session`) calls
+these; the kernel is
 ``wgsl/encode_bpe.wgsl`` (``bpe_tokenizer_chunked``), followed by ``encode.wgsl``'s prefix sum
 and compaction, unchanged.
 
@@ -20,7 +21,13 @@ token and encodes again from its start.
 The walk is one loop, as encode.wgsl's greedy walk: an iteration is one trie step, or, in the
 iteration that ends a walk, the try of its candidate (the lanes of a subgroup run walks and
 tries side by side instead of each waiting for the subgroup's longest walk, then its longest
-pair check). :func:`walk_work` counts its work (PROFILE build; benchmarks/bpe_work.py).
+pair check). Its loads are few (global-memory load instructions dominate its time): a trie
+step is one :func:`fused_edges` row after a search that stops once one edge is left; the first
+step is one :func:`depth2_table` row; single bytes' rows come from :func:`d1_rows`; a pair check
+reads the token it unwinds to as one :func:`spine_rows` row; a candidate at a word start loads
+no rows unless they are needed. The word starts of this project's split are computed first, as
+bits, by ``bpe_word_bits`` (in the walk's compute pass), so that a word-start test is one bit.
+:func:`walk_work` counts its work (PROFILE build; benchmarks/bpe_work.py).
 """
 
 from __future__ import annotations
@@ -28,124 +35,13 @@ from __future__ import annotations
 import numpy as np
 
 from torch_gpubpe.core.bpe_tables import NO_TOKEN, RANK_BITS, BpeTables, valid_pair
-from torch_gpubpe.gpu.shaders import shader_info
+from torch_gpubpe.gpu.shaders import shader_info, shader_source
 
 # The walk's work counters (PROFILE builds), read from the WGSL: name -> index in binding 18.
 _WGSL = shader_info("encode_bpe", frozenset({"PROFILE"}))
 W_COUNT = _WGSL.consts["W_COUNT"]
 WORK_COUNTERS = {k[2:].lower(): v for k, v in _WGSL.consts.items()
                  if k.startswith("W_") and k != "W_COUNT"}
-
-
-PREFETCH_ROWS = True
-"""Whether the walk loads a longer match's tokinfo/bounds rows in the step that finds it (its
-loads overlap the next steps'; ``wgsl/encode_bpe.wgsl`` ``PREFETCH_ROWS``) rather than in the
-try. Read when a session opens; benchmarks/encode.py times both."""
-OVERLAP_TRY = False
-"""Whether a lane that tries a candidate issues its pair check's first loads before the walking
-lanes' loads of the same iteration (``wgsl/encode_bpe.wgsl`` ``OVERLAP_TRY``), so that they wait
-together. Off: on the H200 (2026-12-01 15:15 UTC, GPT-2, 102 MB, ``benchmarks/encode.py``) the
-walk took 9.10 ms with it off and 17.8 ms with it on (greedy 3.9 ms); the lockstep model had
-predicted a gain. Read when a session opens; benchmarks/encode.py times both."""
-# The speed-ups (SPEEDUPS), all but TEXT_WINDOW on by default: together they cut the walk's
-# global-memory load instructions per input byte from 19.98 to 4.15 (greedy's walk: 14.89;
-# PROFILE counters on lavapipe, GPT-2, 0.3 MB of each of the five corpora of
-# benchmarks/encode.py: ``benchmarks/bpe_work.py --mb 0.3 --variants none --gpu``). On the H200
-# (2026-12-01 17:15 UTC, benchmarks/encode.py, GPT-2 ranks, 102 MB, SM clock 1,980 MHz) the walk
-# took 9.47 ms with all of them off, 8.70 ms with all but TEXT_WINDOW, 11.24 ms with all (greedy
-# 3.75 ms); under GPT-2's own split (benchmarks/gpt2.py, 17:45) 35.4 ms without TEXT_WINDOW,
-# 38.0 ms with it. So fewer loads are not faster there: TEXT_WINDOW's window registers cost
-# more than its loads save (the kernel is near a register limit, as OVERLAP_TRY showed).
-SHORT_SEARCH = True
-"""Whether a trie child search stops once one edge is left (``ceil(log2 nc)`` edge loads for a
-node of ``nc`` children instead of 8; ``wgsl/encode_bpe.wgsl`` ``SHORT_SEARCH``). Read when a
-session opens, as the other switches."""
-FUSED_EDGES = True
-"""Whether the walk steps through ``fedges`` (:func:`fused_edges`: each edge row holds its
-child's node row, one 16-byte load per trie step instead of an edge and then a node row;
-``FUSED_EDGES``)."""
-D2_LUT = True
-"""Whether a walk's first trie step (the search among the up to 256 children of the token's
-first byte) is one load of the two-byte table :func:`depth2_table` (``D2_LUT``)."""
-TEXT_WINDOW = False
-"""Whether each thread reads text bytes and word-start bits through a window of two 32-bit
-words of each (one load per 4 bytes / 32 bits it moves on, instead of a load per byte read:
-the word-start test of every walk step reads 3 bytes and 2 bits; ``TEXT_WINDOW``). Off: slower
-on the H200 (above)."""
-SPINE_ROWS = True
-"""Whether the pair check reads the token each step unwinds to from :func:`spine_rows` (one
-16-byte row: the fields of its side of the seam) instead of its tokinfo and bounds rows
-(``SPINE_ROWS``)."""
-LAZY_ROWS = True
-"""Whether a candidate at a word start (no previous token: no pair check) skips its
-tokinfo/bounds row loads; an accepted token's rows are then loaded only when its word goes on
-(``LAZY_ROWS``)."""
-WALK_WG64 = False
-"""Whether the walk runs in workgroups of 64 lanes, four per block of 256 chunks, instead of
-one of 256 (``wgsl/encode_bpe.wgsl`` ``LANES``; counts and state keep their per-block layout).
-Why it may be faster: an SM holds a workgroup's registers until its last lane ends, so a
-256-lane workgroup waits for the longest of 256 walks (a long word) with all 8 warps' registers
-held, a 64-lane one for the longest of 64; and occupancy comes in steps of 2 warps, not 8 (a
-register count between the steps leaves fewer warps idle). Off until measured on the H200
-(benchmarks/encode.py times it)."""
-D1_GLOBAL = True
-"""Whether the single-byte rows (depth-1 node, tokinfo, bounds of each byte's token) are read
-from a 256-row global table (:func:`d1_rows`, L1-cached) instead of workgroup copies that every
-workgroup fills first (three dependent loads per byte and a barrier; 11 KB of workgroup memory
-per workgroup, taken from L1). On: H200, GPT-2's vocab, 102 MB (benchmarks/encode.py, 19:45
-UTC, 1,980 MHz): all passes 8.50 ms against 9.17-9.78 ms for the columns without it (greedy
-4.40 ms: 1.93x); with WALK_WG64 + LEAN_STATE as well 8.51 ms."""
-LEAN_STATE = False
-"""Whether the walk keeps fewer registers live across its loop (with SPINE_ROWS; ignored
-without it): the previous token as its spines row (4 words instead of its tokinfo and bounds
-rows, 8; its tokinfo row loaded again on a pop), the candidate's right-side fields not kept
-(the spines row is loaded when the candidate is accepted and its word goes on, overlapping the
-next walk's trie steps), no token-before-the-previous (a pop scans back for it) and no first
-byte (the walk's first trie step reads it again): about 10 fewer live 32-bit values. Why it may
-be faster: TEXT_WINDOW's 6 more registers cost 28% on the H200 (runs of 17:19 and 17:34 UTC),
-as if the walk sits at an occupancy step. Off until measured."""
-WORD_BITS = True
-"""Whether the word starts of this project's split (DESIGN.md §2) are computed first, as bits,
-by ``bpe_word_bits`` (one thread per 32 bytes, in the walk's compute pass, so in its time),
-and the walk is the WORD_MASK build that regex pre-tokenizers use: each word-start test one
-bit instead of two doc_bits bits, three text bytes and the byte-class rule (a trie step tests
-the byte after its match; PROFILE counters: ~8 text loads per input byte). No effect with a
-regex pre-tokenizer (its mask is used already). On: H200, GPT-2's ranks, 102 MB
-(benchmarks/encode.py, 20:25 UTC, every column at 1,980 MHz): all passes 7.47 ms against 8.49
-for the default build without it (greedy 4.30 ms: 1.73x against 1.98x)."""
-WALK_SWITCHES = ("PREFETCH_ROWS", "OVERLAP_TRY", "SHORT_SEARCH", "FUSED_EDGES", "D2_LUT",
-                 "LAZY_ROWS", "TEXT_WINDOW", "SPINE_ROWS", "WALK_WG64", "D1_GLOBAL", "LEAN_STATE",
-                 "WORD_BITS")
-"""The module-level build switches of the walk (each exact; tests flip each one)."""
-SPEEDUPS = ("SHORT_SEARCH", "FUSED_EDGES", "D2_LUT", "LAZY_ROWS", "TEXT_WINDOW",
-            "SPINE_ROWS")
-"""The switches that cut the walk's loads (issue 15: kernels within 2x of greedy's); the
-benchmarks also time them all off (all on, when they are not the default)."""
-OCCUPANCY = ("WALK_WG64", "D1_GLOBAL", "LEAN_STATE", "WORD_BITS")
-"""The switches of 19:00-20:00 UTC 2026-12-01 (occupancy, the workgroup tail, the word-start
-tests); the benchmarks also time them together."""
-
-DEFAULTS = {k: globals()[k] for k in WALK_SWITCHES}
-"""The switches' defaults (before TORCH_GPUBPE_WALK_SWITCHES)."""
-
-
-def _switches_from_env() -> None:
-    """Test and benchmark hook: ``TORCH_GPUBPE_WALK_SWITCHES="FUSED_EDGES=1,LAZY_ROWS=0"``
-    sets those switches when this module is imported (so a whole test run can use a build
-    other than the default). Raises ValueError on a name not in :data:`WALK_SWITCHES`."""
-    import os
-
-    spec = os.environ.get("TORCH_GPUBPE_WALK_SWITCHES", "").strip()
-    for item in filter(None, (x.strip() for x in spec.split(","))):
-        name, _, val = item.partition("=")
-        name = name.strip().upper()
-        if name not in WALK_SWITCHES or val.strip() not in ("0", "1"):
-            raise ValueError(f"TORCH_GPUBPE_WALK_SWITCHES: {item!r} is not NAME=0 or NAME=1 "
-                             f"with NAME one of {', '.join(WALK_SWITCHES)}")
-        globals()[name] = val.strip() == "1"
-
-
-_switches_from_env()
 
 
 def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
@@ -160,7 +56,7 @@ def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
 def fused_edges(trie) -> np.ndarray:
     """``(max(edges, 1), 4)`` uint32 rows, one per trie edge ``e``: ``(byte | nc << 8, fc,
     token, 0)`` with ``(fc, nc, token)`` the node row of the edge's child
-    (:mod:`torch_gpubpe.core.trie`), so that the walk's trie step is one load (``FUSED_EDGES``)."""
+    (:mod:`torch_gpubpe.core.trie`), so that the walk's trie step is one load."""
     e = trie.edges.reshape(-1, 2)
     out = np.zeros((max(len(e), 1), 4), np.uint32)
     if len(e):
@@ -175,7 +71,7 @@ def fused_edges(trie) -> np.ndarray:
 def depth2_table(trie) -> np.ndarray:
     """``(65536, 4)`` uint32: row ``b0 << 8 | b1`` is the node spelled by the bytes ``b0 b1`` as
     a :func:`fused_edges` row (``x = nc << 8 | b1``), all ``NO_TOKEN`` where no token starts
-    with them (``D2_LUT``). The root's children are edges ``nodes[0] .. + 256``, one per byte."""
+    with them. The root's children are edges ``nodes[0] .. + 256``, one per byte."""
     out = np.full((65536, 4), NO_TOKEN, np.uint32)
     nodes = trie.nodes.reshape(-1, 3)
     e = trie.edges.reshape(-1, 2)
@@ -193,7 +89,7 @@ def depth2_table(trie) -> np.ndarray:
 def d1_rows(trie, t: BpeTables) -> np.ndarray:
     """``(768, 4)`` uint32: rows ``3b .. 3b + 2`` for byte ``b``: its depth-1 node as a
     :func:`fused_edges` row (``x = b | nc << 8``, ``fc``, token), the token's tokinfo row and
-    its bounds row (``D1_GLOBAL``: what the walk's workgroup copies hold otherwise)."""
+    its bounds row (one global table, L1-cached: no per-workgroup copies to fill)."""
     nodes = trie.nodes.reshape(-1, 3)
     fe = fused_edges(trie)
     root_fc = int(nodes[0, 0])
@@ -207,7 +103,7 @@ def spine_rows(t: BpeTables) -> np.ndarray:
     """``(2 * num_tokens, 4)`` uint32: row ``2t`` = ``(right, rank, R[t], R[right])``, row
     ``2t + 1`` = ``(left, rank, L[t], L[left])`` (``split``, dense rank, the spine bounds of
     :mod:`torch_gpubpe.core.bpe_tables`): what the pair check reads of a token on the left / right of the
-    seam (``SPINE_ROWS``)."""
+    seam."""
     info, gb = t.gpu_info, t.gpu_bounds
     rank = info[:, 3] & np.uint32((1 << RANK_BITS) - 1)
     out = np.empty((len(info), 2, 4), np.uint32)
@@ -252,7 +148,9 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False
                 "iterations, more than lavapipe's 65,535-iteration cap leaves")
         sess.budget = cap
     sess.progress_factor = 4 * (trie.max_depth + 2)
-    sess.chunked_bindings = (0, 1, 2, 3, 4, 5, 6, 7, 8, 13, 14, 15, 17, 19, 20, 21)
+    # (no 1: the walk reads word starts from binding 16; no 2, 3: the trie is read as fedges,
+    # d2 and d1rows)
+    sess.chunked_bindings = (0, 4, 5, 6, 7, 8, 13, 14, 15, 16, 17, 19, 20, 21, 22)
     info = np.ascontiguousarray(t.gpu_info)
     sess.tokinfo = g.buffer(info.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.tokinfo")
     pairs = gpu_pairs(t)
@@ -272,23 +170,14 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False
         g.device.queue.write_buffer(sess.fedges, 0, fe)
         g.device.queue.write_buffer(sess.d2, 0, d2)
         g.device.queue.write_buffer(sess.spines, 0, sp)
-    lanes = 64 if WALK_WG64 else 256
-    sess.walk_sub = 256 // lanes  # workgroups per block of the walk (encoder.py's grid)
     consts = {"WG": 256, "CHUNK": chunk, "PAIR_MASK": t.pair_mask, "PAIR_PROBES": t.max_probe,
-              "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable),
-              "LANES": lanes, **{k: int(bool(globals()[k])) for k in WALK_SWITCHES}}
-    src = None
+              "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable)}
     flags = set(g.flags)
-    sess.bpe_bind = {}  # further walk bindings, by number (encoder.py's bind groups)
-    if D1_GLOBAL:
-        flags.add("D1_GLOBAL")
-        d1 = d1_rows(trie, t)
-        sess.d1rows = g.buffer(d1.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.d1rows")
-        g.device.queue.write_buffer(sess.d1rows, 0, d1)
-        sess.chunked_bindings += (22,)
-        sess.bpe_bind[22] = sess.d1rows
-    if sess.pretok is not None:  # word starts from a regex pre-tokenizer's mask (binding 16)
-        flags.add("WORD_MASK")
+    # the single-byte rows (binding 22)
+    d1 = d1_rows(trie, t)
+    sess.d1rows = g.buffer(d1.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.d1rows")
+    g.device.queue.write_buffer(sess.d1rows, 0, d1)
+    sess.bpe_bind = {22: sess.d1rows}  # further walk bindings, by number (the slot's bind groups)
     sess.bpe_work = None
     if work:
         flags.add("PROFILE")
@@ -296,26 +185,18 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False
         sess.bpe_work = g.buffer(4 * W_COUNT, U.STORAGE | U.COPY_SRC | U.COPY_DST,
                                  "encode_bpe.work")
         g.device.queue.write_buffer(sess.bpe_work, 0, np.zeros(W_COUNT, np.uint32))
+    # The walk reads word starts as bits (binding 16, WORD_MASK build): a regex pre-tokenizer's
+    # mask, or this project's split computed first by bpe_word_bits.
+    flags.add("WORD_MASK")
     sess.bpe_bits_pipeline = None
-    if WORD_BITS and sess.pretok is None:  # word starts as bits first (bpe_word_bits)
-        flags.add("WORD_MASK")
-        sess.chunked_bindings = tuple(b for b in sess.chunked_bindings if b != 1) + (16,)
-        bits_flags = frozenset(flags - {"WORD_MASK", "D1_GLOBAL", "PROFILE"})
-        bsrc = None  # (the default build's module, cached under the shader's name)
-        if bits_flags != frozenset(g.flags):
-            from torch_gpubpe.gpu.shaders import shader_source
-
-            bsrc = shader_source("encode_bpe", bits_flags)
+    if sess.pretok is None:
+        bits_flags = frozenset(flags - {"WORD_MASK", "PROFILE"})
+        bsrc = None if bits_flags == frozenset(g.flags) else shader_source("encode_bpe", bits_flags)
         sess.bpe_bits_pipeline = g.pipeline("encode_bpe", "bpe_word_bits",
                                             constants={"WG": 256}, source=bsrc)
-    if flags != set(g.flags):
-        from torch_gpubpe.gpu.shaders import shader_source
-
-        src = shader_source("encode_bpe", frozenset(flags))
-    sess.bpe_pipeline = g.pipeline("encode_bpe", "bpe_tokenizer_chunked",
-                                   constants=consts, source=src)
-    sess.bpe_steps = {"unwind": unwind, "step_max": smax, "budget": sess.budget,
-                      **{k.lower(): bool(globals()[k]) for k in WALK_SWITCHES}}
+    sess.bpe_pipeline = g.pipeline("encode_bpe", "bpe_tokenizer_chunked", constants=consts,
+                                   source=shader_source("encode_bpe", frozenset(flags)))
+    sess.bpe_steps = {"unwind": unwind, "step_max": smax, "budget": sess.budget}
 
 
 def junction_ok(t: BpeTables, pieces: list[np.ndarray], ids: np.ndarray) -> bool:
@@ -327,7 +208,7 @@ def junction_ok(t: BpeTables, pieces: list[np.ndarray], ids: np.ndarray) -> bool
 
 def walk_work(tokenizer, documents, ids_out: list | None = None) -> dict[str, int]:
     """Work counts of the merge-order walk over ``documents`` (a hardware-independent cost
-    measure, issue 15): encodes them once with the PROFILE build of ``wgsl/encode_bpe.wgsl``
+    measure): encodes them once with the PROFILE build of ``wgsl/encode_bpe.wgsl``
     in a fresh session of ``tokenizer`` (mode ``"bpe"``), then restores the normal session.
 
     Returns the totals of :data:`WORK_COUNTERS` (``iters``: walk-loop iterations summed over

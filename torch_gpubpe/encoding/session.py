@@ -112,9 +112,8 @@ class Session:
             return None if flags == g.flags else shader_source("encode", flags)
 
         self.pretok = None
-        self.walk_sub = 1  # walk workgroups per block (merge-order mode: encoder_bpe.WALK_WG64)
         self.bpe_bind: dict = {}
-        self.bpe_bits_pipeline = None  # merge-order mode's WORD_BITS pass (encoder_bpe)
+        self.bpe_bits_pipeline = None  # merge-order mode's word-start bits pass (merge_walk)
         walk_flags = g.flags
         if pre_tokenizer != "bytes-classes":  # a regex split (torch_gpubpe.encoding.regex_pretok)
             self.pretok = UnicodePreTokenizer(pre_tokenizer, gpu=g)

@@ -175,17 +175,17 @@ class Slot(LongWordPasses):
         if s.bpe is not None:
             bind.update({13: s.tokinfo, 14: s.pairs, 15: self.dead, 17: s.bounds, 19: s.fedges,
                          20: s.d2, 21: s.spines})
-            if s.bpe_work is not None:  # work counters (encoder_bpe.walk_work)
+            if s.bpe_work is not None:  # work counters (merge_walk.walk_work)
                 bind[18] = s.bpe_work
             bind.update(s.bpe_bind)
         walk = s.chunked_bindings
-        if s.bpe_bits_pipeline is not None:  # merge-order WORD_BITS: word starts as bits first
+        if s.bpe_bits_pipeline is not None:  # merge order: word starts as bits first
             self.wbits = g.buffer(((cap_n + 31) // 32 + 2) * 4, U.STORAGE, f"{lab}.word_bits")
             bind[16] = bind[23] = self.wbits
         if s.pretok:  # the walk reads word starts from the regex pre-tokenizer's mask
             self.pt = s.pretok.scratch(cap_n, self.text, self.bits, f"{lab}.pretok")
             bind[16] = self.pt.mask
-            walk = tuple(b for b in walk if b != 1) + (16,)  # document starts are in the mask
+            walk = tuple(b for b in walk if b not in (1, 16)) + (16,)  # (doc starts: in the mask)
         self.bg = {}
         uses_of = {"chunked": walk, "prefix": (5, 7, 8, 9),
                    "compact": (1, 4, 7, 8, 9, 10, 11, 12)}
@@ -410,10 +410,8 @@ class Slot(LongWordPasses):
 
         cp = begin(0, "trie_tokenizer_chunked")
         cont_grid = grid if first else g.grid(cont_blocks)
-        if s.walk_sub > 1:  # merge-order walk in workgroups smaller than a block (WALK_WG64)
-            cont_grid = g.grid((self.nb if first else cont_blocks) * s.walk_sub)
         walks = 1 if first else continuations
-        if first and s.bpe_bits_pipeline is not None:  # (WORD_BITS) the walk's word starts
+        if first and s.bpe_bits_pipeline is not None:  # merge order: the walk's word starts
             s.dispatch(cp, "wbits", self.bg["wbits"], g.grid(-(-(self.n // 32 + 2) // WG)))
         for _ in range(walks):
             s.dispatch(cp, "chunked", self.bg["chunked"], cont_grid)
