@@ -1,7 +1,7 @@
 """Shared by benchmarks/encode.py and benchmarks/gpt2.py: GPU time per pass, from timestamp
 queries, at the GPU's loaded clock, the same method for every column.
 
-A GPU that waits on the host clocks down (the H200: 1,980 -> 345 MHz), and a timing taken
+A GPU that waits on the host clocks down (to a fraction of its loaded clock), and a timing taken
 after a gap measures the gap's clock, not the kernel. So, for each column (a group of
 tokenizers timed together: e.g. a merge-order build and greedy mode on the same vocab):
 

@@ -1,4 +1,4 @@
-"""Special tokens put in by the GPU while reading back (wgsl/specials.wgsl, issue 13): the ids of
+"""Special tokens put in by the GPU while reading back (wgsl/specials.wgsl): the ids of
 ``submit_packed(..., bos_id=, eos_id=)`` equal the encoder's ids with the token added before /
 after every document by plain Python, for u16 and u32 ids, empty documents, greedy and
 merge-order mode, and batches that go through the multi-slice path (the host puts them in

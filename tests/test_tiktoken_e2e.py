@@ -1,5 +1,5 @@
 """Real vocabularies end to end on the GPU: GPT-2's and Qwen2's tiktoken files with their own
-split patterns give tiktoken's ids, token for token, on every corpus sample (issue 16)."""
+split patterns give tiktoken's ids, token for token, on every corpus sample."""
 
 from __future__ import annotations
 

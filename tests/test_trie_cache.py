@@ -1,4 +1,4 @@
-"""torch_gpubpe.core.trie's disk cache (issue 13, through torch_gpubpe.core.disk_cache, which the
+"""torch_gpubpe.core.trie's disk cache (through torch_gpubpe.core.disk_cache, which the
 merge-order tables share: tests/test_bpe_table_cache.py): a trie restored from it equals the
 compiled one array for array; another vocab or another trie.py is another file; a damaged file
 is compiled again; an unwritable folder warns once and still gives the right trie;

@@ -1,5 +1,5 @@
 // specials.wgsl — a special token before and/or after every document, put in by the GPU while
-// the ids of a batch are read back (issue 13: "token ids read back into the output arrays once";
+// the ids of a batch are read back (the token ids are read back into the output arrays once;
 // llm.c's shards want <|endoftext|> before each document, Megatron's --append-eod after it).
 //
 // In:  `src`, the compacted ids of a slice (encode.wgsl's `out`: document d's ids are
