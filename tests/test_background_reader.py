@@ -1,12 +1,13 @@
 """The data path's background reader thread (torch_gpubpe.integrations.torch_data._Background) and the readers'
-prefetch pump (torch_gpubpe.io.readers.prefetch): closing the iterator stops and joins the thread;
-a garbage-collected one never stalls the thread that collects it.
+prefetch pump (torch_gpubpe._util.prefetch, re-exported as torch_gpubpe.io.readers.prefetch):
+closing the iterator stops and joins the thread; a garbage-collected one never stalls the
+thread that collects it.
 
-The second case is the H200 failure of test_data.py::test_background_thread_runs_ahead_and_
-stops_on_close (issue 17 leftovers): an earlier test's iterator, left in a reference cycle,
-was collected inside the new iterator's reader thread while that thread held the tokenizer's
-lock; the finalizer joined the old reader, which needed that lock to finish its in-flight
-batches, so the new reader sat out the 60 s join timeout and was still alive after close().
+The second case once made test_data.py::test_background_thread_runs_ahead_and_stops_on_close
+fail: an earlier test's iterator, left in a reference cycle, was collected inside the new
+iterator's reader thread while that thread held the tokenizer's lock; the finalizer joined the
+old reader, which needed that lock to finish its in-flight batches, so the new reader sat out
+the 60 s join timeout and was still alive after close().
 """
 
 from __future__ import annotations

@@ -16,7 +16,8 @@ import pyarrow.json as pj
 import pytest
 
 from conftest import corpus_docs
-from torch_gpubpe.io import readers
+from torch_gpubpe import notices
+from torch_gpubpe.io import compression
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.notices import GPUBPEWarning
 from torch_gpubpe.io.readers import FileReader, documents
@@ -31,8 +32,8 @@ def inflate(request, monkeypatch):
     if request.param == "zlib":
         monkeypatch.setitem(sys.modules, "isal", None)
     if request.param == "isal (buffered)":
-        monkeypatch.setattr(readers, "_isal_inflater", lambda f: None)
-    monkeypatch.setattr(readers, "_warned", set())
+        monkeypatch.setattr(compression, "isal_inflater", lambda f: None)
+    monkeypatch.setattr(notices, "said", set())
     return request.param
 
 
@@ -67,8 +68,8 @@ def test_gzip_jsonl_equals_pyarrow_json(tmp_path, inflate, chunk):
     assert got == again == want
     assert r.stats["gzip_inflate"] == inflate
     said = [str(x.message) for x in w if issubclass(x.category, GPUBPEWarning)]
-    want_said = {"isal": [], "zlib": [readers.GZIP_WITHOUT_ISAL],
-                 "isal (buffered)": [readers.ISAL_BUFFERED]}[inflate]
+    want_said = {"isal": [], "zlib": [compression.GZIP_WITHOUT_ISAL],
+                 "isal (buffered)": [compression.ISAL_BUFFERED]}[inflate]
     assert said == want_said  # once per process, not per file
 
 
@@ -77,8 +78,8 @@ def test_isal_inflates_into_the_buffer_given(tmp_path):
     takes the slower, warned path), and reading through it gives the file's bytes."""
     p, raw = docs_file(tmp_path, [f"doc {k} " * (k % 50) for k in range(5000)], members=2)
     stats: dict = {}
-    with readers._open_raw(str(p), stats) as f:
-        assert isinstance(f, readers._Inflating)
+    with compression.open_raw(str(p), stats) as f:
+        assert isinstance(f, compression.Inflating)
         buf = bytearray(1 << 16)
         got = bytearray()
         while k := f.readinto(buf):

@@ -1,11 +1,21 @@
 """Small helpers shared by the readers and the training path that import nothing heavy (no
 pyarrow, no wgpu): ``train(list[str])`` reaches them in a fresh process before the device is
-open, where an import of pyarrow (0.13-0.26 s) would delay opening it."""
+open, where an import of pyarrow (0.13-0.26 s) would delay opening it.
+
+The thread helpers: :class:`Pump` (a generator run on a daemon thread, a bounded queue ahead
+of its consumer), :func:`prefetch` (the same as a generator) and :func:`ordered` (tasks on a
+thread pool, results in order)."""
 
 from __future__ import annotations
 
 import queue
 import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 
 def is_hf(obj: object, kind: str) -> bool:
@@ -25,3 +35,98 @@ def put_unless_stopped(q: queue.Queue, item, stop: threading.Event) -> bool:
         except queue.Full:
             continue
     return False
+
+
+class Pump:
+    """``gen`` run on a daemon thread named ``name``, at most ``depth`` items ahead of its
+    consumer (a bounded queue). The thread starts at once.
+
+    Iterate the pump (once) for the items; an exception raised by ``gen`` is re-raised in the
+    consumer, and a thread that dies without a result raises :class:`RuntimeError`. ``gen``'s
+    ``close()``, where it has one, is called on the pump's thread when it ends.
+
+    :meth:`close` (also called when the iteration ends, however it ends) tells the thread to
+    stop; called from the consuming thread it also joins it (30 s at most). Finalized by the
+    garbage collector in another thread, it only tells the thread to stop: a finalizer must not
+    wait, as the collecting thread may hold what the stopping one needs to finish.
+
+    Attributes:
+        q: the queue of ``(item, None)`` / ``(END, exception or None)`` pairs.
+        stop: set to stop the thread (it gives up a blocked put within 0.1 s).
+        t: the thread.
+    """
+
+    _END = object()
+
+    def __init__(self, gen: Iterator, depth: int, name: str) -> None:
+        self.q: queue.Queue = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.gen = gen
+        self.t = threading.Thread(target=self._run, name=name, daemon=True)
+        self.t.start()
+
+    def _put(self, x) -> bool:
+        return put_unless_stopped(self.q, x, self.stop)
+
+    def _run(self) -> None:
+        try:
+            for x in self.gen:
+                if not self._put((x, None)):
+                    break
+            self._put((self._END, None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            self._put((self._END, e))
+        finally:
+            close = getattr(self.gen, "close", None)
+            if close is not None:
+                close()
+
+    def __iter__(self) -> Iterator:
+        consumer = threading.get_ident()
+        try:
+            while True:
+                try:
+                    x, err = self.q.get(timeout=1.0)
+                except queue.Empty:
+                    if not self.t.is_alive() and self.q.empty():
+                        raise RuntimeError(f"{self.t.name} stopped without a result") from None
+                    continue
+                if x is self._END:
+                    if err is not None:
+                        raise err
+                    return
+                yield x
+                consumer = threading.get_ident()
+        finally:
+            self.close(join=threading.get_ident() == consumer)
+
+    def close(self, join: bool = True) -> None:
+        """Tell the thread to stop; with ``join``, wait for it (30 s at most)."""
+        self.stop.set()
+        if join:
+            self.t.join(timeout=30)
+
+
+def prefetch(items: Iterator, depth: int = 2, name: str = "torch_gpubpe prefetch") -> Iterator:
+    """``items`` computed on a daemon thread, up to ``depth`` ahead (exceptions re-raised here;
+    closing the returned generator stops the thread)."""
+    yield from Pump(iter(items), depth, name)
+
+
+def ordered(tasks: Iterator[Callable[[], Any]], pool: ThreadPoolExecutor, ahead: int
+            ) -> Iterator[Any]:
+    """Run the callables of ``tasks`` on ``pool``, at most ``ahead`` at a time, results in
+    order."""
+    pending: deque = deque()
+    try:
+        for t in tasks:
+            pending.append(pool.submit(t))
+            # the oldest result as soon as it is ready (not only once `ahead` are queued: the
+            # first batch would wait for `ahead` tasks to be made)
+            while pending and (len(pending) >= ahead or pending[0].done()):
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for f in pending:
+            f.cancel()

@@ -41,14 +41,15 @@ def read_ahead(reader, *, batch_bytes: int, stats: dict | None = None,
     """Start reading: :func:`~torch_gpubpe.io.readers.documents` of ``reader`` (``Packed``
     batches of about ``batch_bytes`` text bytes; rows whose text is None skipped and counted
     in ``stats``; ``max_docs`` / ``max_bytes`` as there) on a daemon thread named ``name``, two
-    batches ahead. Returns the :class:`~torch_gpubpe.io.readers._Pump`: iterate it for the
+    batches ahead. Returns the :class:`~torch_gpubpe._util.Pump`: iterate it for the
     batches (its errors, e.g. :class:`~torch_gpubpe.errors.InputError` naming a file and row,
     are raised there); ``close()`` it when done (stops the thread and the reader)."""
-    from torch_gpubpe.io.readers import _Pump, documents
+    from torch_gpubpe._util import Pump
+    from torch_gpubpe.io.readers import documents
 
     stream = documents(reader, max_docs=max_docs, max_bytes=max_bytes, stats=stats,
                        batch_bytes=batch_bytes)
-    return _Pump(_at_reader_priority(reader, stream), 2, name)
+    return Pump(_at_reader_priority(reader, stream), 2, name)
 
 
 def _add(stages: dict, key: str, dt: float) -> None:

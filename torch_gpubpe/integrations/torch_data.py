@@ -54,7 +54,8 @@ from torch_gpubpe.integrations.collate import (IGNORE_INDEX, PadCollator, accele
 from torch_gpubpe.integrations.dataset_source import (ShardInfo, distributed_rank, load_vocab_path,
                                                       normalize_source)
 from torch_gpubpe.integrations.workers import choose_context, gpu_touched
-from torch_gpubpe.io.readers import DocBatch, PyReader, TextFiles, arrow_to_packed, _valid_mask
+from torch_gpubpe.io.readers import (DocBatch, PyReader, TextFiles, arrow_to_packed,
+                                    valid_mask as _valid_mask)
 from torch_gpubpe.core.vocab import Vocab
 
 STATE_FORMAT = "torch_gpubpe.integrations.torch_data.TokenizedDataset/1"

@@ -23,14 +23,16 @@ from pathlib import Path
 
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.io.readers import (  # noqa: F401 - re-exported names
-    _explain_load_error,
     FORMATS,
     SAMPLE_BY,
     TextSource,
     count_utf8_bytes,
+    explain_load_error,
     infer_format,
     iter_texts,
 )
+
+_explain_load_error = explain_load_error  # its former name
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 """Folder of the small English + Turkish corpus shipped in the package (see its README.md)."""
