@@ -53,7 +53,7 @@ import numpy as np
 
 from torch_gpubpe import notices
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.training import word_counts
+import torch_gpubpe.training.word_counts as word_counts
 from torch_gpubpe.training.batches import document_batches
 from torch_gpubpe.training.counts_format import (DEFAULT_FAN_IN, iter_count_batches, packed,
                                                  write_counts, write_long_counts)

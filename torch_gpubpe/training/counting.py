@@ -22,8 +22,10 @@ import time
 from collections.abc import Callable, Iterable
 
 from torch_gpubpe.gpu.device import get_gpu
-from torch_gpubpe.training import budget as count_budget
-from torch_gpubpe.training import count_stream, gpu_counter, word_counts
+import torch_gpubpe.training.budget as count_budget
+import torch_gpubpe.training.count_stream as count_stream
+import torch_gpubpe.training.gpu_counter as gpu_counter
+import torch_gpubpe.training.word_counts as word_counts
 from torch_gpubpe.training.batches import check_documents, document_batches
 from torch_gpubpe.training.budget import CountBudget, count_cpu
 from torch_gpubpe.training.memory import prune_words, rss_bytes

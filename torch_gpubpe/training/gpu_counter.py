@@ -26,7 +26,7 @@ import numpy as np
 
 from torch_gpubpe.errors import GPUOperationError, InputError
 from torch_gpubpe.gpu.shaders import shader_info
-from torch_gpubpe.training import count_stream
+import torch_gpubpe.training.count_stream as count_stream
 from torch_gpubpe.training.batches import HostBatch, check_documents, document_batches
 from torch_gpubpe.training.long_words import ends_after, group_words
 from torch_gpubpe.training.word_counts import WordCounts, concat_counts, count_batch

@@ -20,7 +20,7 @@ from torch_gpubpe.errors import GPUOperationError, InputError
 from torch_gpubpe.gpu.device import get_gpu
 from torch_gpubpe.training.merge_loop import (ALGORITHMS, MergeLoop, algorithm_module,
                                               check_algorithm, notice_once, pow2_at_least)
-from torch_gpubpe.training import pair_table
+import torch_gpubpe.training.pair_table as pair_table
 from torch_gpubpe.training.pair_table import local_slots, training_shader
 from torch_gpubpe.training.progress import ProgressFn
 

@@ -23,7 +23,8 @@ import numpy as np
 
 from torch_gpubpe import notices
 from torch_gpubpe.gpu.wgpu_internals import map_read_mode, raw_recorder, timestamp_period_ns
-from torch_gpubpe.training import seed_loop, wordlist_loop
+import torch_gpubpe.training.seed_loop as seed_loop
+import torch_gpubpe.training.wordlist_loop as wordlist_loop
 from torch_gpubpe.training.pair_table import PairTable
 from torch_gpubpe.training.profiler import KernelProfiler
 from torch_gpubpe.training.progress import ProgressFn, TrainProgress
