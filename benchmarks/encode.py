@@ -266,8 +266,8 @@ def main() -> None:
 
     g = sess.gpu
     print()
-    print(f"| method | seconds | MB/s | Mtokens/s | tokens/byte |")
-    print(f"|---|---:|---:|---:|---:|")
+    print("| method | seconds | MB/s | Mtokens/s | tokens/byte |")
+    print("|---|---:|---:|---:|---:|")
     for name, s, ntok in rows:
         print(f"| {name} | {s:.3f} | {nbytes / s / 1e6:,.1f} | {ntok / s / 1e6:,.2f} | {ntok / nbytes:.4f} |")
     print()

@@ -11,7 +11,6 @@ import argparse
 import gzip
 import io
 import json
-import os
 import re
 import subprocess
 import sys

@@ -21,7 +21,6 @@ import textwrap
 import warnings
 from collections import Counter
 
-import numpy as np
 import pytest
 import tokenizers
 import torch

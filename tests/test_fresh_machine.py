@@ -3,7 +3,6 @@ XDG_RUNTIME_DIR complaint (issue: a plain clone on a fresh machine)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 

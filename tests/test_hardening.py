@@ -48,7 +48,6 @@ each is written to finish in under 2 minutes there).
 from __future__ import annotations
 
 import io
-import os
 import re
 import subprocess
 import sys

@@ -31,7 +31,7 @@ from torch_gpubpe.core import reference
 from torch_gpubpe.training import merge_loop
 from torch_gpubpe.training import wordlist_loop as train_wordlist
 from torch_gpubpe import GPUBPEWarning
-from torch_gpubpe.training.trainer import GPUTrainer, train
+from torch_gpubpe.training.trainer import GPUTrainer
 
 pytestmark = pytest.mark.gpu
 

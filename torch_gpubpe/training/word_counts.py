@@ -313,8 +313,8 @@ def count_batch(data: np.ndarray, offsets: np.ndarray) -> PartialCounts:
     long_ = np.flatnonzero(lens >= 16)
     if len(long_):
         raw = data.tobytes()
-        for st, l in zip(starts[long_].tolist(), lens[long_].tolist()):
-            part.long[raw[st : st + l]] += 1
+        for st, ln in zip(starts[long_].tolist(), lens[long_].tolist()):
+            part.long[raw[st : st + ln]] += 1
     return part
 
 
