@@ -17,7 +17,7 @@ for the model, so the producer has time to overlap):
 Reports steady-state tokens/s (after every worker delivered its first batch) and the time to
 the first batch (worker start-up and GPU session set-up), then a
 table with the machine, the date and the command. Exactness is the tests' job
-(tests/test_data.py). Worker runs come first: this process must not open the GPU before its
+(tests/test_integrations_torch_data.py). Worker runs come first: this process must not open the GPU before its
 workers start (then 'forkserver' is used; DESIGN.md §8).
 """
 

@@ -18,7 +18,7 @@ Measures, on the same Python ``str`` documents:
   table shows both tokens-per-byte figures.
 
 Ends with a table (machine, adapter, date, command). Exactness is the tests' job
-(tests/test_encoder.py); here a sample of documents is still checked against
+(tests/test_encode_greedy.py); here a sample of documents is still checked against
 ``reference.encode``.
 
 Merge-order rows, with ``--bpe-vocab tests/data/vocabs/gpt2.tiktoken``: the same

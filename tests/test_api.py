@@ -1,4 +1,4 @@
-"""The API users of tiktoken, Hugging Face and torch expect (issue 12 §3).
+"""The API users of tiktoken, Hugging Face and torch expect.
 
 Each test checks one promise against an oracle: ``reference.encode`` for ids, tiktoken itself
 for the special-token semantics it names, ``transformers`` for the exported files.

@@ -138,7 +138,7 @@ var<workgroup> wg_skip: u32;
 
 // Test builds (flag POISON_WORKGROUP): every entry point first fills its workgroup memory with
 // 0xDEADBEEF, so that a read before the kernel's own initialisation gives garbage on every
-// adapter (tests/test_long_words.py checks exact results, and that a removed initialisation
+// adapter (tests/test_encode_long_words.py checks exact results, and that a removed initialisation
 // is caught).
 //#if POISON_WORKGROUP
 const POISON: u32 = 0xDEADBEEFu;

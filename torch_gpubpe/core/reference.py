@@ -145,7 +145,7 @@ def train_from_word_counts(
     ``min_frequency``.
 
     Implementation: incremental pair counts with a lazy max-heap; only words containing the merged
-    pair are recounted. ``tests/test_reference.py`` checks it against a recount-everything loop.
+    pair are recounted. ``tests/test_core_reference.py`` checks it against a recount-everything loop.
 
     Returns:
         merges: list of ``(left_id, right_id)``; merge k creates id ``256 + k``.

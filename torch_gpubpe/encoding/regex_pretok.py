@@ -16,7 +16,7 @@ looks at the code point after a space), so GPT-2 runs one pass, ``pt_local``, fr
 its workgroup's block and a 32-byte halo kept in workgroup memory.
 
 o200k_base (derivation; checked against ``regex`` on every string of up to 5 code points over
-13 classes, tests/test_unicode_pretok.py). Classes: u = ``[\p{Lu}\p{Lt}]``, l = ``\p{Ll}``,
+13 classes, tests/test_encode_regex_pretok.py). Classes: u = ``[\p{Lu}\p{Lt}]``, l = ``\p{Ll}``,
 b = ``[\p{Lm}\p{Lo}\p{M}]`` (both case classes; a mark is not ``\p{L}``, so it is also
 "other" for ``[^\r\n\p{L}\p{N}]?`` and ``[^\s\p{L}\p{N}]+``), W = u ∪ l ∪ b. No
 alternative matches the empty string and every code point is matched by one, so the matches

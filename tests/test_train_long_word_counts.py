@@ -1,4 +1,4 @@
-"""Counting MB-long words under a memory budget (issue 17 §2): the paths count_budget takes for
+"""Counting MB-long words under a memory budget: the paths count_budget takes for
 them are exact.
 
 | case | expected | test |

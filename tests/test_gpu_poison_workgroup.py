@@ -1,5 +1,5 @@
-"""Poisoned workgroup memory (issue 17 §4) for every shader but encode.wgsl (which has its own
-hand-written test build, tests/test_long_words.py::test_poisoned_workgroup_memory).
+"""Poisoned workgroup memory for every shader but encode.wgsl (which has its own
+hand-written test build, tests/test_encode_long_words.py::test_poisoned_workgroup_memory).
 
 Workgroup memory is not zeroed (WGPU_NOTES.md §0.3); a kernel that reads it before writing it
 gets what an earlier workgroup left, which on lavapipe is mostly zeros, so such a bug can pass

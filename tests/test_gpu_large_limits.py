@@ -1,7 +1,7 @@
-"""Adapters reporting storage bindings of 4 GiB and more (issue 17 §4): no size the host
+"""Adapters reporting storage bindings of 4 GiB and more: no size the host
 derives from the limits lets a shader index pass 2^31 (every index is a u32 in WGSL), and the
 pipelines stay exact under such limits. (The encoder's own slices:
-tests/test_long_words.py::test_slice_limit_keeps_positions_32_bit.)"""
+tests/test_encode_long_words.py::test_slice_limit_keeps_positions_32_bit.)"""
 
 from __future__ import annotations
 

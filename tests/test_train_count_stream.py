@@ -1,5 +1,5 @@
-"""Word counting through mapped staging (torch_gpubpe.training.count_stream, issue 13 §2) and under a
-memory budget with spilled runs (torch_gpubpe.training.budget, issue 17 §2): the same counts as
+"""Word counting through mapped staging (torch_gpubpe.training.count_stream) and under a
+memory budget with spilled runs (torch_gpubpe.training.budget): the same counts as
 the reference / as counting without a budget, on real corpora, at the boundaries of a stage
 (pieces that fill one exactly, overflow it by a byte, pieces larger than a stage), with the
 mapped-range fallback, a failing source, and the budget's refusals. Sizes are small (lavapipe).

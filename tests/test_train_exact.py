@@ -136,7 +136,7 @@ def test_walks_longer_than_the_budget_are_continued(budget, monkeypatch):
     default) is carried to wl_continue dispatches and finished there: same merges as the
     reference, with runs of A == B, adjacent occurrences and words crossing the budget many
     times (every resume point: mid-word, between words, after an occurrence). The long-chain
-    hand-over is off here (it takes a resumed chain at once: tests/test_long_chains.py)."""
+    hand-over is off here (it takes a resumed chain at once: tests/test_train_long_chains.py)."""
     from torch_gpubpe.training import wordlist_loop as train_wordlist
 
     monkeypatch.setattr(train_wordlist, "LONG_MIN_CHAIN", train_wordlist.NEVER)
@@ -251,7 +251,7 @@ def test_str_keys_and_zero_counts():
 
 
 def test_nothing_to_merge():
-    with pytest.raises(InputError, match="empty corpus"):  # issue 12: refused, as the CLI does
+    with pytest.raises(InputError, match="empty corpus"):  # refused, as the CLI does
         train([], 300)
     assert train(["a b c"], 300).merges == ()
     assert train(["abab"], 256).merges == ()
@@ -542,7 +542,7 @@ def test_walk_grid_does_not_change_the_merges(monkeypatch, workgroups):
     assert got == ref_merges(docs, 346, 1)
 
 
-# -- a memory budget (issue 17 §2) ----------------------------------------------------------------
+# -- a memory budget ----------------------------------------------------------------
 def test_max_memory_refuses_before_the_merges(monkeypatch):
     """The merge phase's estimate above the budget (CPU counting: the check after counting)."""
     from torch_gpubpe.training import api, memory

@@ -1,4 +1,4 @@
-"""`python -m torch_gpubpe encode` as a whole command (issue 13: the fixed cost around the GPU
+"""`python -m torch_gpubpe encode` as a whole command (the fixed cost around the GPU
 work): the process exits as soon as the output is complete (os._exit after the files are
 closed), reading starts before the vocab loads, an --overwrite-replaced output is deleted on a
 thread while the new one is written, and --debug says where the time went. The bytes are those

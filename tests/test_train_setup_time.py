@@ -1,4 +1,4 @@
-"""The merge phase's set-up and time breakdown (issue 14: where a fresh run's seconds go).
+"""The merge phase's set-up and time breakdown (where a fresh run's seconds go).
 
 * the word list's links and byte lists, built on the GPU (wl_links, wl_list_offsets,
   wl_byte_lists), equal the host's construction: nxt/prv exactly, each byte's list as a set of

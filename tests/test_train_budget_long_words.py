@@ -1,4 +1,4 @@
-"""The memory budget holds for MB-long words (issue 17 §2: 1,000 documents that are each one
+"""The memory budget holds for MB-long words (1,000 documents that are each one
 1 MB word).
 
 Each case runs train() in a child process (its peak RSS, ``VmHWM``, is its own) on

@@ -1,4 +1,4 @@
-"""Kinds of failure seen in other projects (issue 17 §3–§4, the points outside the kernels).
+"""Kinds of failure seen in other projects (the points outside the kernels).
 
 | case | expected | test |
 |---|---|---|

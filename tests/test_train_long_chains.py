@@ -1,4 +1,4 @@
-"""Long chains of adjacent occurrences merged in parallel (issue 17 §1; wgsl/train_long.wgsl).
+"""Long chains of adjacent occurrences merged in parallel (wgsl/train_long.wgsl).
 
 A run of one byte (``b"a" * 5_000_000``) or of two alternating symbols is ONE chain of the
 word-list walk; past ``train_wordlist.LONG_MIN_CHAIN`` occurrences its thread hands the rest to
@@ -151,7 +151,7 @@ def test_heavy_megabyte_runs(docs):
 
 def test_poisoned_workgroup_memory(monkeypatch):
     """The long-chain kernels initialise the workgroup memory they read: with every variable
-    filled with 0xDEADBEEF first (tests/test_poison_workgroup.py's build), still exact."""
+    filled with 0xDEADBEEF first (tests/test_gpu_poison_workgroup.py's build), still exact."""
     from torch_gpubpe.gpu import device as gpumod
     from torch_gpubpe.gpu.shaders import POISON_FLAG
 

@@ -1,5 +1,5 @@
 """torch_gpubpe.core.trie's disk cache (through torch_gpubpe.core.disk_cache, which the
-merge-order tables share: tests/test_bpe_table_cache.py): a trie restored from it equals the
+merge-order tables share: tests/test_core_bpe_table_cache.py): a trie restored from it equals the
 compiled one array for array; another vocab or another trie.py is another file; a damaged file
 is compiled again; an unwritable folder warns once and still gives the right trie;
 TORCH_GPUBPE_NO_CACHE=1 turns it off; only vocabs of 8192 tokens or more are cached."""

@@ -1,4 +1,4 @@
-"""Long words encoded in parallel (issue 17 §1) and the encoder's workgroup memory (§4).
+"""Long words encoded in parallel and the encoder's workgroup memory (§4).
 
 A walk that gets ``long_word_bytes`` past its thread's chunk hands the rest of the word to the
 long-word path of wgsl/encode.wgsl (every byte's longest match at once; the token chain marked by
@@ -224,7 +224,7 @@ def test_bad_long_word_setting_is_named(vocab):
     for bad in (0, -5, 2.5, "big"):
         with pytest.raises((ValueError, TypeError), match="long_word_bytes"):
             Tokenizer(vocab, long_word_bytes=bad)
-    # None: every word walked by one thread (the path before issue 17), same ids.
+    # None: every word walked by one thread (the serial path), same ids.
     tk = Tokenizer(vocab, long_word_bytes=None)
     doc = [b"a" * 5000 + b" b", "ş" * 3000]
     assert tk.encode_batch(doc).tolist() == Tokenizer(vocab).encode_batch(doc).tolist()
@@ -274,13 +274,13 @@ def test_one_megabyte_word_submits(tok, merges):
                                                                    merges)
     assert ids.tolist() == want
     # One slice: the walk submit, one long-word submit (then the token readback); no
-    # continuation dispatch (before issue 17: ~30 of them, 32 K walk steps each).
+    # continuation dispatch (the serial walk needed ~30 of them, 32 K walk steps each).
     assert sess.slices - l0 == 1 and sess.long_submits - s0 == 1
     assert sess.continuation_dispatches == c0
 
 
 # ------------------------------------------------------------------------------------------------
-# Workgroup memory (issue 17 §4): initialised by every kernel before it is read
+# Workgroup memory: initialised by every kernel before it is read
 # ------------------------------------------------------------------------------------------------
 _POISON_WGSL = """
 var<workgroup> junk: array<u32, 4096>;
@@ -334,7 +334,7 @@ def test_poisoned_workgroup_memory(vocab, ref, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------
-# Sizes (issue 17 §4): no 32-bit position overflows; inputs split below the binding limit
+# Sizes: no 32-bit position overflows; inputs split below the binding limit
 # ------------------------------------------------------------------------------------------------
 def test_slice_limit_keeps_positions_32_bit(vocab, monkeypatch):
     g = gpumod.get_gpu()
@@ -373,7 +373,7 @@ def test_forced_small_binding(vocab, ref, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------------------
-# Heavy: 5 MB words on a real GPU (pytest -m heavy tests/test_long_words.py)
+# Heavy: 5 MB words on a real GPU (pytest -m heavy tests/test_encode_long_words.py)
 # ------------------------------------------------------------------------------------------------
 def _megabyte_words(tok, vocab, merges, n: int) -> dict[str, tuple[float, float]]:
     """One word of n bytes per kind == its oracle (one-byte runs: O(n) run oracle; others: the
@@ -428,7 +428,7 @@ def test_megabyte_words_checked_like_the_heavy_test(tok, vocab, merges):
                                               ("ş".encode(), "şşş  ".encode())],
                          ids=["a", "ab", "ş"])
 def test_megabyte_word_within_3x_of_split(tok, unit, split_unit):
-    """Issue 17 §1's encoder target on this adapter (lavapipe in CI: 1.0-2.1x at 1 MB; the 5 MB
+    """the encoder target on this adapter (lavapipe in CI: 1.0-2.1x at 1 MB; the 5 MB
     H200 case is the heavy test below): one 1 MB word within 3x the same bytes split into
     words, best of 3 each (this machine's other processes stall single runs)."""
     n = 1_000_000
@@ -451,7 +451,7 @@ def test_megabyte_word_within_3x_of_split(tok, unit, split_unit):
 
 @pytest.mark.heavy
 def test_heavy_five_megabyte_words(tok, vocab, merges):
-    """Issue 17 §1 on a real GPU: 5 MB words of every kind exact (their times are printed; the
+    """On a real GPU: 5 MB words of every kind exact (their times are printed; the
     target of one word within 3x the split time is measured by benchmarks/long_word.py, which
     samples the SM clock: a timed test here failed when the GPU had idled down)."""
     tok.encode_to_numpy(b"a" * 5_000_000)  # grow the buffers once

@@ -1,4 +1,4 @@
-"""Issue 17 §2 at real scale (heavy: run on the lent GPU with ``-m heavy``): 50 M distinct words
+"""Word counting under a memory budget at real scale (heavy: run on the lent GPU with ``-m heavy``): 50 M distinct words
 streamed from a Hugging Face ``IterableDataset`` under a memory budget, and 1,000 documents that
 are each one 1 MB word. Each case runs ``benchmarks/count_memory.py``'s child in a fresh process
 (its peak RSS is its own) and checks its JSON line. About 2–4 minutes on the H200 (the 50 M pruned case ~150 s).

@@ -1,8 +1,8 @@
-"""Hardening (issue 7): hostile input, limits and failures, each checked against the reference.
+"""Hardening: hostile input, limits and failures, each checked against the reference.
 
 Every GPU result here is compared token for token (merge for merge) with
 :mod:`torch_gpubpe.core.reference`, or with an oracle that is itself checked against it in the same
-test. ``heavy`` tests are run by hand on the lent H200 (``pytest -m heavy tests/test_hardening.py``;
+test. ``heavy`` tests are run by hand on the lent H200 (``pytest -m heavy tests/test_hostile_input.py``;
 each is written to finish in under 2 minutes there).
 
 | case | component | expected behaviour | test |
@@ -12,7 +12,7 @@ each is written to finish in under 2 minutes there).
 | invalid UTF-8 ``bytes``, lone surrogates ``str`` (→ U+FFFD), BOM, NUL, control bytes, CRLF | encoder | == reference; decode round trip | test_encoder_hostile_text |
 | text spelling ``<|endoftext|>`` | encoder, dataset | never a special id; == reference | test_encoder_hostile_text, test_dataset_hostile_documents |
 | runs of one character (letters, spaces, digits, punctuation, newlines, ``ş``, tabs) 1 KB … 300 KB, small thread budget and slices | encoder | == reference (run oracle checked against it) | test_encoder_long_runs_exact |
-| 1 MB vs 4 MB run of one character | encoder | time ratio ≤ 8 (linear ≈ 4; was ≈ 6.5 and 3–6× slower before the fix); one long-word submit, no continuation dispatch (issue 17) | test_encoder_long_run_time_is_linear |
+| 1 MB vs 4 MB run of one character | encoder | time ratio ≤ 8 (linear ≈ 4; was ≈ 6.5 and 3–6× slower before the fix); one long-word submit, no continuation dispatch | test_encoder_long_run_time_is_linear |
 | one document larger than the slice limit; batches whose total crosses it; sizes at limit ± 1 | encoder | == reference (forced ``max_slice_bytes``) | test_encoder_documents_above_slice_limit |
 | 1 MB vs 4 MB runs of ``a``, space, ``.`` on a real GPU | encoder | == reference (run oracle); ratio ≤ 8; times printed | test_heavy_long_runs_linear_and_exact (heavy) |
 | one real document > 128 MiB (lavapipe's binding limit) and a 32 MiB forced slice | encoder | == reference of its period | test_heavy_document_above_binding_limit (heavy) |
@@ -42,7 +42,7 @@ each is written to finish in under 2 minutes there).
 | one-shot generator with ``num_workers=2`` | data | InputError saying it cannot be split across workers | test_dataset_generator_cannot_be_split_across_workers |
 | text files: invalid UTF-8, NUL, BOM, CRLF lines; JSON Lines with surrogate escapes, ``null``, bad bytes | data (TextFiles) | == reference on the raw bytes; InputError naming file:line | test_dataset_text_files_hostile_bytes |
 | JSON Lines rows whose text is ``null`` | cli encode | skipped, counted and listed in meta.json and the summary | test_cli_encode_counts_skipped_none_rows |
-| GPU word counting (tests/test_wordcount_gpu.py): words at/over 256 bytes, documents over the batch limit, batches with more words than the table, table/store growth, probe and rehash overflow (forced), a full table, counts past 2^32, random bytes/str, non-iterables | wordcount | == reference.count_words; CPU takes over exactly where the GPU cannot; InputError for bad input | test_word_length_limit_and_long_words, test_document_larger_than_a_batch_and_empty_documents, test_batch_with_too_many_words_for_the_table_is_split, test_many_batches_table_growth_and_store_growth, test_probe_overflow_falls_back_to_the_cpu_exactly, test_rehash_overflow_moves_the_words_to_the_cpu_exactly, test_counts_carry_past_two_to_the_32, test_random_documents, test_bad_input_is_named |
+| GPU word counting (tests/test_train_word_count_gpu.py): words at/over 256 bytes, documents over the batch limit, batches with more words than the table, table/store growth, probe and rehash overflow (forced), a full table, counts past 2^32, random bytes/str, non-iterables | wordcount | == reference.count_words; CPU takes over exactly where the GPU cannot; InputError for bad input | test_word_length_limit_and_long_words, test_document_larger_than_a_batch_and_empty_documents, test_batch_with_too_many_words_for_the_table_is_split, test_many_batches_table_growth_and_store_growth, test_probe_overflow_falls_back_to_the_cpu_exactly, test_rehash_overflow_moves_the_words_to_the_cpu_exactly, test_counts_carry_past_two_to_the_32, test_random_documents, test_bad_input_is_named |
 """
 
 from __future__ import annotations
@@ -235,7 +235,7 @@ def test_encoder_long_run_time_is_linear(tok, merges):
         t4, ids4 = best(ch * (4 << 20))
         assert ids1.tolist() == run_oracle(ch, 1 << 20, merges)
         assert ids4.tolist() == run_oracle(ch, 4 << 20, merges)
-        # Deterministic part: the run goes to the parallel long-word path (issue 17), one
+        # Deterministic part: the run goes to the parallel long-word path, one
         # submit, no continuation dispatch (before: > 100, each over the walking block).
         sess = tok._sess
         d0, l0 = sess.continuation_dispatches, sess.long_submits
@@ -378,7 +378,7 @@ def test_trainer_hostile_documents():
     for docs, vs in cases:
         want = reference.train(docs, vocab_size=vs, min_frequency=1)
         assert gpu_train(docs, vs) == want, (docs[:3], vs)
-    for docs in ([], [""]):  # an empty corpus is refused (issue 12 §3; test_failures.py)
+    for docs in ([], [""]):  # an empty corpus is refused (test_failure_modes.py)
         with pytest.raises(InputError, match="empty corpus"):
             gpu_train(docs, 300)
     docs = HOSTILE * 2
@@ -408,7 +408,7 @@ def test_trainer_counts_above_2_32():
 @given(st.lists(st.one_of(st.binary(max_size=60), st.text(max_size=40)), max_size=6),
        st.integers(256, 330), st.integers(1, 3))
 def test_trainer_random_documents(docs, vocab_size, min_frequency):
-    if not any(docs):  # an empty corpus is refused (issue 12 §3)
+    if not any(docs):  # an empty corpus is refused
         with pytest.raises(InputError, match="empty corpus"):
             gpu_train(docs, vocab_size, min_frequency)
         return
@@ -923,7 +923,7 @@ def test_cli_encode_counts_skipped_none_rows(tmp_path, vocab, ref, capsys):
 
 
 # ------------------------------------------------------------------------------------------------
-# Heavy (the lead runs these on the H200: pytest -m heavy tests/test_hardening.py)
+# Heavy (the lead runs these on the H200: pytest -m heavy tests/test_hostile_input.py)
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.heavy

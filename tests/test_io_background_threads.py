@@ -3,7 +3,7 @@ prefetch pump (torch_gpubpe._util.prefetch, re-exported as torch_gpubpe.io.reade
 closing the iterator stops and joins the thread; a garbage-collected one never stalls the
 thread that collects it.
 
-The second case once made test_data.py::test_background_thread_runs_ahead_and_stops_on_close
+The second case once made test_integrations_torch_data.py::test_background_thread_runs_ahead_and_stops_on_close
 fail: an earlier test's iterator, left in a reference cycle, was collected inside the new
 iterator's reader thread while that thread held the tokenizer's lock; the finalizer joined the
 old reader, which needed that lock to finish its in-flight batches, so the new reader sat out
