@@ -13,7 +13,7 @@ network" from "``HF_HUB_OFFLINE=1`` is set and the dataset is not cached". Here:
   case: the Hub could not be reached (and the dataset is not cached), or ``HF_HUB_OFFLINE`` was
   set by the user (and the dataset is not cached).
 
-``TORCH_GPUBPE_HUB_CHECK=0`` turns the check off. Used by :mod:`torch_gpubpe.io.sources` (the CLI's
+``HF_HUB_OFFLINE=1`` (the Hub's own switch) skips the check. Used by :mod:`torch_gpubpe.io.sources` (the CLI's
 ``--dataset``); any other reader of Hub datasets calls the same two functions.
 
 Example::
@@ -36,7 +36,6 @@ from torch_gpubpe import notices
 
 CHECK_TIMEOUT_S = 3.0
 """Seconds the reachability check waits for the Hub's first answer."""
-ENV_CHECK = "TORCH_GPUBPE_HUB_CHECK"
 _TRUE = ("1", "ON", "YES", "TRUE")
 
 
@@ -149,9 +148,7 @@ def prepare_hub_access(dataset: str | None = None, timeout: float = CHECK_TIMEOU
     """
     global _last
     state = HubAccess(endpoint(), offline_mode())
-    skip = (state.user_offline or os.environ.get(ENV_CHECK, "1").upper() in ("0", "OFF", "NO",
-                                                                             "FALSE")
-            or (dataset is not None and os.path.isdir(dataset)))
+    skip = state.user_offline or (dataset is not None and os.path.isdir(dataset))
     if not skip:
         t0 = time.perf_counter()
         state.unreachable = check_reachable(state.endpoint, timeout)
