@@ -148,6 +148,13 @@ def _override(want: str, adapters: Sequence[AdapterDesc]) -> Choice | None:
     return Choice(hits[0].index, f"{ENV_ADAPTER}={want}")
 
 
+def requested_adapter(env: Mapping[str, str] | None = None) -> str:
+    """``TORCH_GPUBPE_ADAPTER`` as every adapter choice of the package reads it (stripped; ``""``
+    when unset): ``#N``, ``uuid:…``, ``pci:…`` or a substring of an adapter's backend, type,
+    name or vendor (case-insensitive)."""
+    return (os.environ if env is None else env).get(ENV_ADAPTER, "").strip()
+
+
 def choose_adapter(adapters: Sequence[AdapterDesc], env: Mapping[str, str],
                    cuda: Sequence[CudaDevice] | None) -> Choice:
     """The adapter this process opens (rules: module docstring).
@@ -165,7 +172,7 @@ def choose_adapter(adapters: Sequence[AdapterDesc], env: Mapping[str, str],
             and GPU adapter counts differ where only the order could match them.
         ValueError: ``LOCAL_RANK`` is not a non-negative integer.
     """
-    want = env.get(ENV_ADAPTER, "").strip()
+    want = requested_adapter(env)
     if want:
         chosen = _override(want, adapters)
         if chosen is not None:
@@ -392,7 +399,7 @@ def pick_adapter(wgpu, env: Mapping[str, str] | None = None):
     except (OSError, AttributeError, ValueError):  # no usable loader: no identities (rule 4)
         vulkan = []
     descs = describe_adapters(adapters, vulkan)
-    needs_cuda = not env.get(ENV_ADAPTER, "").strip()
+    needs_cuda = not requested_adapter(env)
     choice = choose_adapter(descs, env, cuda_devices() if needs_cuda else None)
     last_choice = choice
     if choice.warning:

@@ -15,7 +15,7 @@
 * Fork (DESIGN.md §8): a process forked after its parent touched the GPU cannot use it; that
   raises :class:`~torch_gpubpe.errors.GPUForkError` instead of hanging.
 * Shader modules and pipelines are compiled once and cached; workgroup memory is checked against
-  the adapter's limit before a pipeline is created (wgpu does not check it; the H200 hangs).
+  the adapter's limit before a pipeline is created (wgpu does not check it, and a device past it can hang).
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import numpy as np
 
 from torch_gpubpe import notices
 from torch_gpubpe.errors import GPUForkError, GPUOperationError, NoAdapterError
+from torch_gpubpe.gpu.adapters import ENV_ADAPTER, pick_adapter, requested_adapter
 from torch_gpubpe.gpu.shaders import shader_source
 
-ENV_ADAPTER = "TORCH_GPUBPE_ADAPTER"
 ENV_NO_SUBGROUPS = "TORCH_GPUBPE_NO_SUBGROUPS"
 ENV_TIMEOUT = "TORCH_GPUBPE_TIMEOUT"
 DEFAULT_TIMEOUT_S = 600.0
@@ -245,12 +245,10 @@ def _pick_adapter(wgpu):
     Raises:
         NoAdapterError: no adapter, or none matches ``TORCH_GPUBPE_ADAPTER`` (both name the fix).
     """
-    want = os.environ.get(ENV_ADAPTER, "").strip().lower()
+    want = requested_adapter().lower()
     if want.startswith(("#", "uuid:", "pci:")) or (
             not want and os.environ.get("LOCAL_RANK", "").strip()):
-        from torch_gpubpe.gpu.adapters import pick_adapter   # by index/UUID/PCI, or the GPU of LOCAL_RANK
-
-        return pick_adapter(wgpu)
+        return pick_adapter(wgpu)   # by index/UUID/PCI, or the GPU of LOCAL_RANK
     if not want:
         try:  # the fast path (≈0.2 s; enumerating every backend costs up to ≈0.9 s)
             adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
@@ -400,7 +398,7 @@ class GPU:
 
         The bytes of ``var<workgroup>`` the entry point reaches (with these override
         ``constants``) are read from the WGSL (:func:`~torch_gpubpe.gpu.shaders.parse_wgsl`) and
-        checked against the adapter limit here, because wgpu does not check it and the H200
+        checked against the adapter limit here, because wgpu does not check it and a device
         hangs when it is exceeded (WGPU_NOTES.md §0.4).
 
         Args:
@@ -443,7 +441,7 @@ class GPU:
         """Bytes one storage binding of ``elem_bytes``-byte elements may take: the adapter's
         binding and buffer limits, and at most 2^31 elements, so that every index a shader
         computes from it (``2 * i + 1`` included) stays a valid ``u32`` however large the
-        adapter's limits are (issue 17 §4: adapters with 4 GiB bindings and more)."""
+        adapter's limits are (adapters with 4 GiB bindings and more)."""
         return min(self.max_storage_binding, self.max_buffer_size, elem_bytes << 31)
 
     def buffer(self, size: int, usage: int, label: str):

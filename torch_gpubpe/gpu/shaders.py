@@ -17,6 +17,7 @@ import functools
 import re as _re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 _PKG = Path(__file__).resolve().parents[1]   # the torch_gpubpe package
 
@@ -83,11 +84,30 @@ def _with_includes(name: str, seen: set[str]) -> str:
     return "\n".join(out)
 
 
+# Build flag -> function rewriting the preprocessed source of every build with that flag
+# (register_source_filter).
+_SOURCE_FILTERS: dict[str, Callable[[str], str]] = {}
+
+
+def register_source_filter(flag: str, rewrite: Callable[[str], str] | None) -> None:
+    """Extension hook: every :func:`shader_source` build whose flags include ``flag`` is passed
+    through ``rewrite`` (preprocessed WGSL in, WGSL out) after preprocessing; ``None`` removes
+    the filter. Instrumented builds (e.g. the test suite's poisoned-workgroup build) use it, so that the
+    product shaders need no code for them."""
+    if rewrite is None:
+        _SOURCE_FILTERS.pop(flag, None)
+    else:
+        _SOURCE_FILTERS[flag] = rewrite
+
+
 def shader_source(name: str, flags: frozenset[str] = frozenset()) -> str:
     """``common.wgsl`` + ``<name>.wgsl`` (with its ``//#include`` files), preprocessed with
-    ``flags``; with the test flag ``POISON_WORKGROUP``, also :func:`poison_workgroup`-ed."""
+    ``flags``, then rewritten by the :func:`register_source_filter` filters of those flags."""
     src = preprocess(read_wgsl("common") + "\n" + _with_includes(name, {name}), flags)
-    return poison_workgroup(src) if POISON_FLAG in flags else src
+    for flag, rewrite in _SOURCE_FILTERS.items():
+        if flag in flags:
+            src = rewrite(src)
+    return src
 
 
 # -- reading the facts Python needs from the WGSL itself (no hand copies) ------------------------
@@ -146,7 +166,9 @@ def _eval_int(expr: str, names: dict) -> int:
     return ev(tree)
 
 
-def _split_args(s: str) -> list[str]:
+def split_args(s: str) -> list[str]:
+    """The comma-separated arguments of a WGSL type's ``<...>`` (commas inside nested ``<>``
+    kept): ``"u32, 4u"`` -> ``["u32", "4u"]``."""
     out, depth, cur = [], 0, ""
     for ch in s:
         if ch == "<":
@@ -174,7 +196,7 @@ def _layout(ty: str, names: dict) -> tuple[int, int]:
         return 4 * k, (8 if k == 2 else 16)
     m = _re.fullmatch(r"array<(.+)>", ty)
     if m:
-        parts = _split_args(m.group(1))
+        parts = split_args(m.group(1))
         if len(parts) != 2:
             raise ValueError(f"workgroup array without a size: {ty!r}")
         size, align = _layout(parts[0], names)
@@ -298,90 +320,3 @@ def parse_wgsl(source: str) -> ShaderInfo:
 def shader_info(name: str, flags: frozenset[str] = frozenset()) -> ShaderInfo:
     """:func:`parse_wgsl` of :func:`shader_source` ``(name, flags)``."""
     return parse_wgsl(shader_source(name, flags))
-
-
-# -- test builds: poisoned workgroup memory ----------------------------------------------------
-# Workgroup memory is not zeroed, and what a workgroup finds there is whatever the last one left
-# (WGPU_NOTES.md §0.3), which on lavapipe is mostly zeros. A kernel that reads a variable before
-# it writes it can therefore pass every test and fail on another driver. The POISON_WORKGROUP
-# build makes such a read visible everywhere: every entry point first fills each workgroup
-# variable it reaches with 0xDEADBEEF (then a barrier), so its results are right only if it
-# initialises what it reads. (A separate pipeline that fills the memory is not seen by the next
-# one on lavapipe, docs/WGPU_NOTES.md §0.3, hence the fill inside the shader under test.)
-POISON_FLAG = "POISON_WORKGROUP"
-POISON_VALUE = 0xDEADBEEF
-_ENTRY = _re.compile(r"@compute\s*@workgroup_size\(([^)]*)\)\s*fn\s+(\w+)\s*\(")
-_LID = _re.compile(r"@builtin\(\s*local_invocation_index\s*\)\s*(\w+)\s*:")
-
-
-def _poison_stores(name: str, ty: str, lid: str, threads: str) -> list[str]:
-    """WGSL statements filling workgroup variable ``name`` of type ``ty`` with the poison."""
-    poison = f"{POISON_VALUE:#x}u"
-
-    def store(ref: str, elem: str) -> str:
-        elem = elem.strip()
-        if _re.fullmatch(r"atomic<\s*u32\s*>", elem):
-            return f"atomicStore(&{ref}, {poison});"
-        if _re.fullmatch(r"atomic<\s*i32\s*>", elem):
-            return f"atomicStore(&{ref}, bitcast<i32>({poison}));"
-        if elem == "u32":
-            return f"{ref} = {poison};"
-        if elem in ("i32", "f32"):
-            return f"{ref} = bitcast<{elem}>({poison});"
-        v = _re.fullmatch(r"(vec[234])<\s*(u32|i32|f32)\s*>", elem)
-        if v:
-            one = poison if v.group(2) == "u32" else f"bitcast<{v.group(2)}>({poison})"
-            return f"{ref} = {v.group(1)}<{v.group(2)}>({one});"
-        raise ValueError(f"poison_workgroup: unsupported workgroup type {elem!r} of {name}")
-
-    m = _re.fullmatch(r"array<(.+)>", ty.strip())
-    if m:
-        elem, size = _split_args(m.group(1))
-        if elem.startswith("array"):
-            raise ValueError(f"poison_workgroup: nested array {ty!r} of {name}")
-        return [f"for (var poison_i = {lid}; poison_i < u32({size}); poison_i += {threads}) "
-                f"{{ {store(name + '[poison_i]', elem)} }}"]
-    return [f"if ({lid} == 0u) {{ {store(name, ty)} }}"]
-
-
-def poison_workgroup(source: str) -> str:
-    """Test build of a preprocessed WGSL ``source``: each ``@compute`` entry point begins by
-    filling every ``var<workgroup>`` it reaches (directly or through the functions it calls)
-    with 0xDEADBEEF, strided over its invocations, followed by ``workgroupBarrier()``.
-    Comments are dropped. Entry points that reach no workgroup memory are unchanged; one
-    without a ``local_invocation_index`` parameter gets one (``poison_lid``).
-
-    Raises:
-        ValueError: a workgroup variable of a type it cannot fill (nested arrays, vectors).
-    """
-    src = _COMMENT.sub("", source)
-    info = parse_wgsl(src)
-    out, pos = [], 0
-    for m in _ENTRY.finditer(src):
-        used = info.reachable(m.group(2))
-        wg_vars = [(n, t) for n, t in info.workgroup_vars.items() if n in used]
-        if not wg_vars:
-            continue
-        open_paren = m.end() - 1
-        close_paren, depth = open_paren, 0
-        for close_paren in range(open_paren, len(src)):
-            depth += {"(": 1, ")": -1}.get(src[close_paren], 0)
-            if depth == 0:
-                break
-        params = src[open_paren + 1:close_paren]
-        lid_m = _LID.search(params)
-        threads = "(" + ") * (".join(d.strip() for d in m.group(1).split(",") if d.strip()) + ")"
-        if lid_m:
-            lid = lid_m.group(1)
-            new_params = params
-        else:
-            lid = "poison_lid"
-            sep = ", " if params.strip() else ""
-            new_params = f"@builtin(local_invocation_index) poison_lid: u32{sep}{params}"
-        brace = src.index("{", close_paren)
-        fill = [s for n, t in wg_vars for s in _poison_stores(n, t, lid, threads)]
-        out += [src[pos:open_paren + 1], new_params, src[close_paren:brace + 1], "\n    ",
-                "\n    ".join(fill), "\n    workgroupBarrier();"]
-        pos = brace + 1
-    out.append(src[pos:])
-    return "".join(out)
