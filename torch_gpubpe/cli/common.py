@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from torch_gpubpe.core.vocab import Vocab
+from torch_gpubpe.core.vocab import Vocab, load_vocab_file, vocab_file
 from torch_gpubpe.encoding.stream import ENCODE_READ_NICE
 from torch_gpubpe.errors import InputError
 
@@ -193,20 +193,12 @@ def adapter_name() -> str:
         return "?"
 
 
-def vocab_path(path: str) -> Path:
-    """The vocab file a ``--vocab`` argument names (``vocab.json`` in a folder)."""
-    p = Path(path)
-    return p / "vocab.json" if p.is_dir() else p
+vocab_path = vocab_file
 
 
 def load_vocab_arg(path: str) -> Vocab:
-    """``--vocab``: a vocab.json file or a folder holding one; InputError if neither."""
-    p = vocab_path(path)
-    if not p.is_file():
-        raise InputError(
-            f"--vocab {path!r}: no such vocab file (expected vocab.json or its folder, a "
-            "*.tiktoken file or a tokenizer.json)")
-    return Vocab.load(p)
+    """``--vocab``: :func:`~torch_gpubpe.core.vocab.load_vocab_file` with the CLI's name."""
+    return load_vocab_file(path, what="--vocab")
 
 
 def implied_pre_tokenizer(path: str) -> str:

@@ -28,10 +28,11 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
+from pathlib import Path
 
 import numpy as np
 
-from torch_gpubpe.errors import VocabFormatError
+from torch_gpubpe.errors import InputError, VocabFormatError
 from torch_gpubpe.core.reference import token_bytes
 
 FORMAT_NAME = "torch_gpubpe.core.vocab"
@@ -460,3 +461,28 @@ class Vocab:
         mode: str = "greedy",
     ) -> Vocab:
         return cls(tuple(tuple(m) for m in merges), tuple(special_tokens), mode=mode)
+
+
+def vocab_file(path: str | os.PathLike) -> Path:
+    """The vocab file ``path`` names: ``path/vocab.json`` for a folder (as ``python -m
+    torch_gpubpe train --out`` writes it), else ``path`` itself (a vocab.json, a ``*.tiktoken``
+    file or a ``tokenizer.json``). The one rule every ``vocab=`` / ``--vocab`` argument follows."""
+    p = Path(path)
+    return p / "vocab.json" if p.is_dir() else p
+
+
+def load_vocab_file(path: str | os.PathLike, *, what: str = "vocab path") -> Vocab:
+    """:meth:`Vocab.load` of :func:`vocab_file` ``(path)``.
+
+    Args:
+        what: how the message names the argument (``"--vocab"`` in the CLI).
+    Raises:
+        InputError: no such file (the message says what is expected).
+        VocabFormatError, OSError: see :meth:`Vocab.load`.
+    """
+    f = vocab_file(path)
+    if not f.is_file():
+        raise InputError(f"{what} {os.fspath(path)!r}: no such vocab file (expected a vocab.json "
+                         "or the folder holding one, as `python -m torch_gpubpe train --out` "
+                         "writes, a *.tiktoken file or a tokenizer.json)")
+    return Vocab.load(f)
