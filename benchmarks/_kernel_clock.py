@@ -9,21 +9,116 @@ tokenizers timed together: e.g. a merge-order build and greedy mode on the same 
    while the host reads one back: no idle gap), for at least ``warm_s`` seconds, untimed;
 2. then ``rounds`` rounds over the batches, the group's tokenizers interleaved batch by batch
    (A B A B ...: both see the same clock), still two in flight, each submit running the
-   batch's passes ``reps`` times back to back (``session.profile_repeat``) and EVERY repetition
-   timed (``session.rep_pass_us``);
+   batch's passes ``reps`` times back to back (:class:`RepeatSlot`: ``session.profile_repeat``)
+   and EVERY repetition timed (``session.rep_pass_us``);
 3. per tokenizer, pass and batch: the minimum and the median over its ``reps * rounds``
    repetitions, each summed over the batches (``all passes``: the same of each repetition's
    sum of passes);
 4. the SM clock (``nvidia-smi``) sampled every 0.1 s during the column (warm-up excluded).
 
-Public API plus the encoder's timing hooks (``Tokenizer(profile=True)``, ``profile_repeat``,
-``last_pass_us`` / ``rep_pass_us``).
+The tokenizers timed are :class:`ClockTokenizer` s (``ClockTokenizer(vocab, profile=True)``):
+a :class:`~torch_gpubpe.Tokenizer` whose session (:class:`RepeatSession`) records the passes
+repeatedly, through the encoder's extension hooks (``Tokenizer.session_class``,
+``Session.slot_class``, ``Slot.record_slice`` / ``resolve_timestamps`` / ``read_meta``).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+
+import numpy as np
+
+from torch_gpubpe.encoding.session import Session
+from torch_gpubpe.encoding.slot import Slot
+from torch_gpubpe.encoding.tokenizer import Tokenizer
+from torch_gpubpe.gpu import wgpu_internals as wi
+
+REP_STRIDE = 32  # timestamp queries per repetition (256-byte aligned resolve offsets)
+MAX_REPEAT = 4096 // REP_STRIDE + 1
+
+
+class RepeatSlot(Slot):
+    """A batch slot that records each fresh slice's passes ``sess.profile_repeat`` times back
+    to back when timed, so that the GPU runs at its loaded clock; each repetition starts afresh
+    and each is timed: the last in ``sess.last_pass_us`` (as the product does), all of them in
+    ``sess.rep_pass_us``."""
+
+    reps_timed = 0  # repetitions before the last of the slice in flight
+    rep_cap = 0
+
+    def _ensure_rep_queries(self, k: int) -> None:
+        """Timestamp queries for ``k`` repetitions before the last: repetition ``r`` writes at
+        ``REP_STRIDE * r``."""
+        if self.rep_cap >= k:
+            return
+        if k + 1 > MAX_REPEAT:
+            raise ValueError(f"profile_repeat {k + 1}: at most {MAX_REPEAT}")
+        g, U = self.sess.gpu, self.sess.gpu.wgpu.BufferUsage
+        lab = f"encode[{self.idx}]"
+        self.rep_qs = g.device.create_query_set(label=f"{lab}.rep_timestamps", type="timestamp",
+                                                count=k * REP_STRIDE)
+        self.rep_resolve = g.buffer(8 * REP_STRIDE * k, U.QUERY_RESOLVE | U.COPY_SRC,
+                                    f"{lab}.rep_resolve")
+        self.rb_reps = g.buffer(8 * REP_STRIDE * k, U.MAP_READ | U.COPY_DST, f"{lab}.rb_reps")
+        self.rep_cap = k
+
+    def record_slice(self, enc, n: int, has_mask: bool, ts_at) -> None:
+        reps = self.sess.profile_repeat if ts_at is not None else 1
+        self.reps_timed = reps - 1 if reps > 1 else 0
+        if self.reps_timed:
+            self._ensure_rep_queries(self.reps_timed)
+        for r in range(self.reps_timed):
+            super().record_slice(enc, n, has_mask, (self.rep_qs, REP_STRIDE * r))
+        super().record_slice(enc, n, has_mask, ts_at)
+
+    def resolve_timestamps(self, enc, ts_at, k: int) -> None:
+        if ts_at[0] is self.query_set:  # the last repetition: as the product does
+            super().resolve_timestamps(enc, ts_at, k)
+            return
+        enc.resolve_query_set(ts_at[0], ts_at[1], k, self.rep_resolve, 8 * ts_at[1])
+        enc.copy_buffer_to_buffer(self.rep_resolve, 8 * ts_at[1], self.rb_reps, 8 * ts_at[1],
+                                  8 * k)
+
+    def read_meta(self):
+        out = super().read_meta()
+        if self.query_set is None:
+            return out
+        reps = []
+        if self.reps_timed:
+            nb = 8 * REP_STRIDE * self.reps_timed
+            self.sess.gpu.wait_map(self.rb_reps, wi.map_read_mode(), 0, nb,
+                                   what="repeated pass timestamps")
+            try:
+                rt = np.frombuffer(self.rb_reps.read_mapped(0, nb), np.uint64).astype(np.int64)
+            finally:
+                self.rb_reps.unmap()
+            names, tick = self.timed_passes(), self.sess.ns_per_tick
+            for r in range(self.reps_timed):
+                b = REP_STRIDE * r
+                reps.append({name: (rt[b + 2 * k + 1] - rt[b + 2 * k]) * tick / 1e3
+                             for k, name in enumerate(names)})
+        self.sess.rep_pass_us = reps + [dict(self.sess.last_pass_us)]
+        return out
+
+
+class RepeatSession(Session):
+    """The encoder's session with :class:`RepeatSlot` slots: ``profile_repeat`` (times each
+    slice's passes are recorded, 1 by default) and ``rep_pass_us`` (every repetition's
+    ``last_pass_us`` of the last slice)."""
+
+    slot_class = RepeatSlot
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.profile_repeat = 1
+        self.rep_pass_us: list[dict[str, float]] = []
+        super().__init__(*args, **kwargs)
+
+
+class ClockTokenizer(Tokenizer):
+    """A :class:`~torch_gpubpe.Tokenizer` whose session is a :class:`RepeatSession`."""
+
+    session_class = RepeatSession
 
 METHOD = ("GPU ms per pass from timestamp queries: each column after a >= {warm:g} s warm-up of "
           "back-to-back submits, its tokenizers interleaved batch by batch (ABAB, two submits in "
@@ -43,7 +138,7 @@ def clock_summary(samples: list[int]) -> str:
 
 def time_columns(group: dict, jobs: list, reps: int = 8, rounds: int = 2,
                  warm_s: float = 0.25) -> dict:
-    """Time the tokenizers of ``group`` (name -> ``Tokenizer(profile=True)``) on ``jobs`` (one
+    """Time the tokenizers of ``group`` (name -> ``ClockTokenizer(profile=True)``) on ``jobs`` (one
     callable per batch: ``job(tok) -> PendingEncoding``, e.g. ``lambda t: t.submit_packed(d,
     o)``), interleaved as the module docstring says.
 
@@ -56,6 +151,9 @@ def time_columns(group: dict, jobs: list, reps: int = 8, rounds: int = 2,
 
     toks = list(group.items())
     sess = {n: t._session() for n, t in toks}
+    for n, s in sess.items():
+        if not isinstance(s, RepeatSession):
+            raise TypeError(f"time_columns: {n} is not a ClockTokenizer")
     for s in sess.values():
         s.profile_repeat = reps
     per = {n: [[] for _ in jobs] for n in group}  # name -> batch -> list of {pass: µs}

@@ -53,7 +53,7 @@ Variants of the merge-order walk (``--variants``):
   1.64x, and 1.12x (all) greedy's warp loads per byte, vs ``flat-fast``'s 1.79x.
 
 ``--gpu`` also encodes the same documents with ``Tokenizer(mode="bpe")`` and prints the PROFILE
-counters of the real kernel (``torch_gpubpe.encoding.merge_walk.walk_work``): walk-loop iterations,
+counters of the real kernel (``benchmarks/_walk_work.py``'s ``walk_work``): walk-loop iterations,
 trie steps, tries, pair checks, backtracks, hash probes, and the subgroup lockstep iterations
 (any adapter; the counts do not depend on it except ``lockstep``, which depends on the subgroup
 size); then its global-memory load instructions per input byte by table (``ld_trie``, ``ld_rows``, ``ld_pairs``, ``ld_text``: one per load
@@ -448,13 +448,12 @@ def warp_cost_bpe(lanes: list[list], variant: str) -> int:
 
 
 def gpu_work(vocab, chunk: int, docs: list[bytes]) -> dict[str, int]:
-    """The PROFILE build's counters (merge_walk.walk_work); the ids are checked against
+    """The PROFILE build's counters (_walk_work.walk_work); the ids are checked against
     reference.bpe_encode_batch."""
-    from torch_gpubpe import Tokenizer
-    from torch_gpubpe.encoding.merge_walk import walk_work
+    from _walk_work import WorkTokenizer, walk_work
 
     ids: list = []
-    w = walk_work(Tokenizer(vocab, mode="bpe", chunk_bytes=chunk), docs, ids_out=ids)
+    w = walk_work(WorkTokenizer(vocab, mode="bpe", chunk_bytes=chunk), docs, ids_out=ids)
     want = reference.bpe_encode_batch(docs, vocab.bpe_ranks)
     if [x.tolist() for x in ids] != [list(x) for x in want]:
         raise AssertionError("the PROFILE build differs from the reference")

@@ -420,8 +420,10 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
     from torch_gpubpe.encoding.tokenizer import _pack
 
     packed = [_pack(b) for b in bs]
-    ktok = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True)  # mode="bpe"
-    greedy = Tokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True, mode="greedy")
+    from _kernel_clock import METHOD, ClockTokenizer, time_columns
+
+    ktok = ClockTokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True)  # mode="bpe"
+    greedy = ClockTokenizer(vocab, chunk_bytes=args.chunk_bytes, profile=True, mode="greedy")
     for t in (ktok, greedy):
         t.encode_batch(bs[0][:50])
     # Larger chunks (a thread starts the words of chunk_bytes bytes): a warp waits for its
@@ -432,13 +434,12 @@ def bpe_rows(args, docs: list[str], nbytes: int) -> dict:
     check_docs = [d for b in bs for d in b[:5]]
     check_ids = [enc.encode_ordinary(d) for d in check_docs]
     for name, chunk in variants.items():
-        builds[name] = Tokenizer(vocab, chunk_bytes=chunk, profile=True)
+        builds[name] = ClockTokenizer(vocab, chunk_bytes=chunk, profile=True)
         if builds[name].encode_batch(check_docs).tolist() != check_ids:
             raise AssertionError(f"the walk build '{name}' differs from tiktoken")
         if chunk not in peers:
-            peers[chunk] = Tokenizer(vocab, chunk_bytes=chunk, profile=True, mode="greedy")
+            peers[chunk] = ClockTokenizer(vocab, chunk_bytes=chunk, profile=True, mode="greedy")
             peers[chunk].encode_batch(bs[0][:50])
-    from _kernel_clock import METHOD, time_columns
 
     jobs = [lambda t, d=d, o=o: t.submit_packed(d, o) for d, o in packed]
     kw = {"reps": args.repeat_passes, "rounds": args.pass_rounds, "warm_s": args.warm_s}

@@ -90,9 +90,9 @@ def pass_table(args, vocab, pat_str: str, packed: list, nbytes: int, what: str,
     (same vocab and split; other ids) on ``packed``, timed by benchmarks/_kernel_clock.py
     (warm-up, the two interleaved batch by batch, every repetition timed, min and median, SM
     clock during); prints the table, returns the timings."""
-    from _kernel_clock import METHOD, time_columns
+    from _kernel_clock import METHOD, ClockTokenizer, time_columns
 
-    toks = {m: Tokenizer.from_tiktoken(vocab, pattern=pat_str, profile=True, mode=m)
+    toks = {m: ClockTokenizer.from_tiktoken(vocab, pattern=pat_str, profile=True, mode=m)
             for m in ("bpe", "greedy")}
     for t in toks.values():
         t.submit_packed(*packed[0], **submit_kw).result()  # compiles, opens the session

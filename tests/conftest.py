@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
+
+import wgsl_poison
+
+# Builds with the POISON_WORKGROUP flag are poisoned ones (tests/wgsl_poison.py): the shader
+# filter lives here, in the tests, and reaches the product through its public hook.
+wgsl_poison.install()
 
 # The corpora the tests read. Shipped: tests/data/corpora (the beginning of each corpus, so a plain
 # clone runs the suite). Extended (whole corpora, same names), used when present:
@@ -28,6 +36,19 @@ CORPUS_NAMES = sorted(p.name[: -len(".jsonl.gz")] for p in SHIPPED_CORPORA.glob(
 _missing = [n for n in CORPUS_NAMES if not (CORPORA / f"{n}.jsonl.gz").exists()]
 if _missing:
     raise RuntimeError(f"the corpora in {CORPORA} lack {_missing} (the shipped set's names)")
+
+
+def benchmark_module(name: str):
+    """``benchmarks/<name>.py`` (e.g. ``_kernel_clock``, ``_walk_work``: the instrumented
+    builds that the benchmarks and these tests share), imported by path once: the benchmarks
+    folder stays off ``sys.path``, where its script names would shadow other modules."""
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
 
 
 def corpus_docs(name: str, max_bytes: int = 100_000, max_doc_bytes: int | None = None) -> list[str]:

@@ -294,21 +294,35 @@ fn main(@builtin(local_invocation_index) lid: u32) {
 """
 
 
-def _poisoned_tokenizer(vocab, monkeypatch, mutate=None, **kw):
+def _poisoned_tokenizer(vocab, mutate=None, **kw):
     """A Tokenizer whose encode.wgsl entry points first fill their workgroup memory with
     0xDEADBEEF (flag POISON_WORKGROUP), and whose session dispatches a kernel filling 16 KiB of
-    workgroup memory with it before every dispatch (drivers that keep it across pipelines)."""
-    def source(flags):
-        src = shader_source("encode", flags | {"POISON_WORKGROUP"})
-        return mutate(src) if mutate else src
+    workgroup memory with it before every dispatch (drivers that keep it across pipelines):
+    a Session subclass through the encoder's extension hooks."""
+    class PoisonedSession(sessmod.Session):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            g = self.gpu
+            pipe = g.pipeline("poison", "main", workgroup_bytes=16384, source=_POISON_WGSL)
+            sink = g.buffer(16, g.wgpu.BufferUsage.STORAGE, "poison sink")
+            self.poison = (pipe, g.bind_group(pipe, [sink]), (64, 1))
 
-    monkeypatch.setattr(sessmod, "shader_override", source)
-    tk = Tokenizer(vocab, **kw)
-    sess = tk._session()
-    g = sess.gpu
-    pipe = g.pipeline("poison", "main", workgroup_bytes=16384, source=_POISON_WGSL)
-    sink = g.buffer(16, g.wgpu.BufferUsage.STORAGE, "poison sink")
-    sess.poison = (pipe, g.bind_group(pipe, [sink]), (64, 1))
+        def encode_source(self, flags):
+            src = shader_source("encode", flags | {"POISON_WORKGROUP"})
+            return mutate(src) if mutate else src
+
+        def dispatch(self, cp, name, bind_group, grid):
+            pipe, pbg, pgrid = self.poison
+            cp.set_pipeline(pipe)
+            cp.set_bind_group(0, pbg)
+            cp.dispatch_workgroups(*pgrid)
+            super().dispatch(cp, name, bind_group, grid)
+
+    class PoisonedTokenizer(Tokenizer):
+        session_class = PoisonedSession
+
+    tk = PoisonedTokenizer(vocab, **kw)
+    tk.open()
     return tk
 
 
@@ -322,12 +336,12 @@ def test_poisoned_workgroup_memory(vocab, ref, monkeypatch):
             + [b"", b"x", b"a" * 3000, b"7" * 100_000 + b" words after 12 blocks without a start"])
     for kw in ({}, {"long_word_bytes": 32, "chunk_bytes": 4, "max_slice_bytes": 4096,
                     "thread_budget": 50}):
-        tk = _poisoned_tokenizer(vocab, monkeypatch, **kw)
+        tk = _poisoned_tokenizer(vocab, **kw)
         check(tk, docs, ref)
         assert tk._sess.long_regions > 0
     # The check can fail: without one initialisation, the poisoned build goes wrong.
     for old in ("atomicStore(&wg_count, 0u);", "atomicStore(&wg_first, NO_TOKEN);"):
-        bad = _poisoned_tokenizer(vocab, monkeypatch, mutate=lambda s, o=old: s.replace(o, ""),
+        bad = _poisoned_tokenizer(vocab, mutate=lambda s, o=old: s.replace(o, ""),
                                   long_word_bytes=32)
         with pytest.raises((AssertionError, encmod.GPUOperationError)):
             check(bad, docs, ref)

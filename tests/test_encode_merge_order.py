@@ -17,7 +17,8 @@ import tiktoken
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CORPUS_NAMES, TEST_VOCABS, corpus_docs, shared_vocab, subprocess_env
+from conftest import (CORPUS_NAMES, TEST_VOCABS, benchmark_module, corpus_docs, shared_vocab,
+                      subprocess_env)
 from torch_gpubpe import Vocab
 from torch_gpubpe.core import reference
 from torch_gpubpe.core.bpe_tables import backtrack_encode, bpe_tables, valid_pair
@@ -303,12 +304,12 @@ def test_gpu_pathological_words(gpt2, gpt2_tok, gpt2_tt, tiny):
 
 @gpu
 def test_gpu_profile_repeat_same_ids(gpt2, gpt2_tt):
-    """The benchmarks' repeated passes (session.profile_repeat: each slice's passes run 3 times
-    in its submit, each timed) give the same ids, pops and continuations included, and a time
-    per pass for every repetition (session.rep_pass_us, the last one == last_pass_us)."""
-    from torch_gpubpe.encoding.tokenizer import Tokenizer
-
-    tok = Tokenizer(gpt2, profile=True, thread_budget=8_000)
+    """The benchmarks' repeated passes (benchmarks/_kernel_clock.py's session.profile_repeat:
+    each slice's passes run 3 times in its submit, each timed) give the same ids, pops and
+    continuations included, and a time per pass for every repetition (session.rep_pass_us, the
+    last one == last_pass_us)."""
+    tok = benchmark_module("_kernel_clock").ClockTokenizer(gpt2, profile=True,
+                                                           thread_budget=8_000)
     tok._session().profile_repeat = 3
     docs = corpus_docs("multi_udhr", 20_000, max_doc_bytes=4_000) + ["a" * 30_000]
     assert_same(tok.encode_batch(docs).tolist(), [gpt2_tt.encode_ordinary(d) for d in docs])
@@ -591,7 +592,7 @@ _UNREACHABLE_TOK: dict = {}
 
 
 def _replay_counts(docs, vocab: Vocab) -> tuple[list[list[int]], dict[str, int]]:
-    """The GPU walk's work counters (merge_walk.walk_work), counted by replaying the walk in
+    """The GPU walk's work counters (benchmarks/_walk_work.py), counted by replaying the walk in
     Python word by word: trie steps (bytes the trie walk extends a match by), candidates tried,
     pair checks, shorter candidates, backtracks, tokens accepted."""
     t = bpe_tables(vocab)
@@ -642,7 +643,7 @@ def _replay_counts(docs, vocab: Vocab) -> tuple[list[list[int]], dict[str, int]]
 def test_gpu_walk_work_counters(gpt2, gpt2_tok, gpt2_tt):
     """The PROFILE build's counters (benchmarks/bpe_work.py --gpu) count exactly the walk's
     work, and that build's ids are tiktoken's."""
-    from torch_gpubpe.encoding.merge_walk import walk_work
+    walk_work = benchmark_module("_walk_work").walk_work
 
     docs = [d for n in ("en_novels", "code_cpython_stdlib", "web_html")
             for d in corpus_docs(n, 4_000, max_doc_bytes=2_000)]
@@ -663,7 +664,7 @@ def test_gpu_walk_work_counters(gpt2, gpt2_tok, gpt2_tt):
     sg = w["subgroup_size"]
     if sg:  # lockstep: per subgroup its longest lane, so between the mean and the total
         assert w["iters"] / sg <= w["lockstep"] <= w["iters"]
-    again = gpt2_tok.encode_batch(docs)  # the normal session is back
+    again = gpt2_tok.encode_batch(docs)  # the tokenizer's own session is untouched
     assert_same(again.tolist(), want_ids, "after walk_work")
 
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import CORPUS_NAMES, corpus_docs, shared_vocab
+from conftest import CORPUS_NAMES, benchmark_module, corpus_docs, shared_vocab
 from torch_gpubpe import InputError
 from torch_gpubpe.encoding.tokenizer import Tokenizer
 
@@ -53,7 +53,8 @@ def test_profile_repeat_times_every_repetition(mode):
     is timed, and the ids are unchanged (bpe: tiktoken's; greedy: those of one repetition)."""
     import numpy as np
 
-    tok = gpu_tokenizer("gpt2", profile=True, mode=mode)
+    clock = benchmark_module("_kernel_clock").ClockTokenizer
+    tok = clock.from_tiktoken(shared_vocab("gpt2.tiktoken"), profile=True, mode=mode)
     docs = corpus_docs("multi_udhr", max_bytes=20_000) + EXTRA
     enc = [d.encode() for d in docs]
     offsets = np.concatenate([[0], np.cumsum([len(e) for e in enc])]).astype(np.int64)

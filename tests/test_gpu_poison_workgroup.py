@@ -5,7 +5,7 @@ Workgroup memory is not zeroed (WGPU_NOTES.md §0.3); a kernel that reads it bef
 gets what an earlier workgroup left, which on lavapipe is mostly zeros, so such a bug can pass
 every other test. Here the GPU's shader flags gain ``POISON_WORKGROUP``: every entry point then
 first fills each workgroup variable it reaches with 0xDEADBEEF
-(:func:`torch_gpubpe.gpu.shaders.poison_workgroup`), and each pipeline's results must still equal
+(:func:`wgsl_poison.poison_workgroup`, registered by conftest), and each pipeline's results must still equal
 its oracle exactly:
 
 | shader | oracle | test |
@@ -32,8 +32,8 @@ from conftest import CORPUS_NAMES, TEST_VOCABS, corpus_docs
 from torch_gpubpe.gpu import device as gpumod
 from torch_gpubpe.core import reference
 from torch_gpubpe.encoding import regex_pretok as unicode_pretok
-from torch_gpubpe.gpu.shaders import (POISON_FLAG, POISON_VALUE, parse_wgsl, poison_workgroup,
-                                  shader_source, wgsl_dir)
+from torch_gpubpe.gpu.shaders import parse_wgsl, shader_source, wgsl_dir
+from wgsl_poison import POISON_FLAG, POISON_VALUE, poison_workgroup
 
 pytestmark = pytest.mark.gpu
 

@@ -153,7 +153,7 @@ def test_poisoned_workgroup_memory(monkeypatch):
     """The long-chain kernels initialise the workgroup memory they read: with every variable
     filled with 0xDEADBEEF first (tests/test_gpu_poison_workgroup.py's build), still exact."""
     from torch_gpubpe.gpu import device as gpumod
-    from torch_gpubpe.gpu.shaders import POISON_FLAG
+    from wgsl_poison import POISON_FLAG
 
     g = gpumod.get_gpu()
     base = g.flags

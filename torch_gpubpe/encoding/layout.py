@@ -22,7 +22,6 @@ HOST_STEPS = ("wait_upload_map", "upload_copy", "upload_doc_starts", "record",
 META_HEAD = 32
 TS_OFF = 32
 TS_COUNT = 12
-REP_STRIDE = 32  # timestamp queries per repetition of profile_repeat (256-byte resolve offsets)
 REG_OFF = TS_OFF + 8 * TS_COUNT
 REG_INLINE = 256
 DOC_OFF = REG_OFF + 8 * REG_INLINE

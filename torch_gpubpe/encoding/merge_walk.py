@@ -27,7 +27,6 @@ step is one :func:`depth2_table` row; single bytes' rows come from :func:`d1_row
 reads the token it unwinds to as one :func:`spine_rows` row; a candidate at a word start loads
 no rows unless they are needed. The word starts of this project's split are computed first, as
 bits, by ``bpe_word_bits`` (in the walk's compute pass), so that a word-start test is one bit.
-:func:`walk_work` counts its work (PROFILE build; benchmarks/bpe_work.py).
 """
 
 from __future__ import annotations
@@ -35,13 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from torch_gpubpe.core.bpe_tables import NO_TOKEN, RANK_BITS, BpeTables, valid_pair
-from torch_gpubpe.gpu.shaders import shader_info, shader_source
-
-# The walk's work counters (PROFILE builds), read from the WGSL: name -> index in binding 18.
-_WGSL = shader_info("encode_bpe", frozenset({"PROFILE"}))
-W_COUNT = _WGSL.consts["W_COUNT"]
-WORK_COUNTERS = {k[2:].lower(): v for k, v in _WGSL.consts.items()
-                 if k.startswith("W_") and k != "W_COUNT"}
+from torch_gpubpe.gpu.shaders import shader_source
 
 
 def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
@@ -124,10 +117,11 @@ def gpu_pairs(t: BpeTables) -> np.ndarray:
     return out
 
 
-def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False) -> None:
+def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
     """Upload the tables of ``sess.bpe`` and create the walk pipeline; set the session's budget,
-    state size and bindings for merge-order mode. ``work``: the PROFILE build of the walk, with
-    its work counters in ``sess.bpe_work`` (:func:`walk_work`).
+    state size and bindings for merge-order mode. The walk is built with the session's
+    ``walk_flags`` too and binds what its ``walk_bindings`` returns (extension hooks of
+    :class:`~torch_gpubpe.encoding.session.Session`).
 
     Raises:
         ValueError: the vocab needs more loop iterations per step than lavapipe's cap allows.
@@ -172,25 +166,21 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int, work: bool = False
         g.device.queue.write_buffer(sess.spines, 0, sp)
     consts = {"WG": 256, "CHUNK": chunk, "PAIR_MASK": t.pair_mask, "PAIR_PROBES": t.max_probe,
               "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable)}
-    flags = set(g.flags)
+    flags = set(g.flags) | sess.walk_flags
     # the single-byte rows (binding 22)
     d1 = d1_rows(trie, t)
     sess.d1rows = g.buffer(d1.nbytes, U.STORAGE | U.COPY_DST, "encode_bpe.d1rows")
     g.device.queue.write_buffer(sess.d1rows, 0, d1)
     sess.bpe_bind = {22: sess.d1rows}  # further walk bindings, by number (the slot's bind groups)
-    sess.bpe_work = None
-    if work:
-        flags.add("PROFILE")
-        sess.chunked_bindings += (18,)
-        sess.bpe_work = g.buffer(4 * W_COUNT, U.STORAGE | U.COPY_SRC | U.COPY_DST,
-                                 "encode_bpe.work")
-        g.device.queue.write_buffer(sess.bpe_work, 0, np.zeros(W_COUNT, np.uint32))
+    extra = sess.walk_bindings(g)
+    sess.bpe_bind.update(extra)
+    sess.chunked_bindings += tuple(extra)
     # The walk reads word starts as bits (binding 16, WORD_MASK build): a regex pre-tokenizer's
     # mask, or this project's split computed first by bpe_word_bits.
     flags.add("WORD_MASK")
     sess.bpe_bits_pipeline = None
     if sess.pretok is None:
-        bits_flags = frozenset(flags - {"WORD_MASK", "PROFILE"})
+        bits_flags = frozenset(flags - {"WORD_MASK"} - sess.walk_flags)
         bsrc = None if bits_flags == frozenset(g.flags) else shader_source("encode_bpe", bits_flags)
         sess.bpe_bits_pipeline = g.pipeline("encode_bpe", "bpe_word_bits",
                                             constants={"WG": 256}, source=bsrc)
@@ -205,43 +195,3 @@ def junction_ok(t: BpeTables, pieces: list[np.ndarray], ids: np.ndarray) -> bool
     last = next((int(p[-1]) for p in reversed(pieces) if len(p)), None)
     return last is None or valid_pair(t, last, int(ids[0]))
 
-
-def walk_work(tokenizer, documents, ids_out: list | None = None) -> dict[str, int]:
-    """Work counts of the merge-order walk over ``documents`` (a hardware-independent cost
-    measure): encodes them once with the PROFILE build of ``wgsl/encode_bpe.wgsl``
-    in a fresh session of ``tokenizer`` (mode ``"bpe"``), then restores the normal session.
-
-    Returns the totals of :data:`WORK_COUNTERS` (``iters``: walk-loop iterations summed over
-    threads; ``steps``: trie steps; ``tries``: candidates tried; ``checks``: pair checks;
-    ``check_loop``: those not decided in their first step (one round of loads each); ``unwind``:
-    their further steps; ``probes``: hash probes; ``shorter``: candidates rejected for a shorter
-    one; ``pops``: backtracks; ``scan``: steps of the scan back for the previous token;
-    ``tokens``: tokens accepted, pops not subtracted; ``lockstep``: the sum over subgroups of
-    their longest lane's iterations, 0 without subgroups), plus ``bytes``, ``output_tokens``,
-    ``subgroup_size`` (0: none) and ``dispatches`` (walk dispatches, continuations included).
-    ``ids_out``: a list that receives the ids of each document (those of the PROFILE build).
-
-    Raises:
-        ValueError: ``tokenizer`` is not in merge-order mode.
-    """
-    if tokenizer.mode != "bpe":
-        raise ValueError("walk_work needs a Tokenizer with mode='bpe'")
-    docs = list(documents)
-    saved = tokenizer._sess
-    tokenizer._sess, tokenizer._bpe_work = None, True
-    try:
-        sess = tokenizer._session()
-        ids = tokenizer.encode_batch(docs)
-        g = sess.gpu
-        raw = np.frombuffer(g.device.queue.read_buffer(sess.bpe_work), np.uint32)
-        out = {k: int(raw[i]) for k, i in WORK_COUNTERS.items()}
-        out["bytes"] = sum(len(d.encode() if isinstance(d, str) else d) for d in docs)
-        out["output_tokens"] = sum(len(x) for x in ids)
-        out["subgroup_size"] = int(g.subgroup_size or 0) if "SUBGROUPS" in g.flags else 0
-        out["dispatches"] = sess.slices + sess.continuation_dispatches
-        if ids_out is not None:
-            ids_out.extend(ids)
-        return out
-    finally:
-        tokenizer._bpe_work = False
-        tokenizer._sess = saved

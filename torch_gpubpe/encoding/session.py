@@ -23,16 +23,25 @@ from torch_gpubpe.gpu.device import get_gpu
 from torch_gpubpe.gpu.shaders import shader_source
 from torch_gpubpe.notices import warn_once
 
-shader_override = None  # test hook: flags -> encode.wgsl source (e.g. POISON_WORKGROUP builds)
-
 
 class Session:
-    """Device-side state of one :class:`Tokenizer`: trie buffers, pipelines, two slots."""
+    """Device-side state of one :class:`Tokenizer`: trie buffers, pipelines, two slots.
+
+    Extension hooks, for instrumented builds (the test suite's, the benchmarks' work counters
+    and repeated timings) made by subclassing, with :attr:`Tokenizer.session_class` naming the
+    subclass: :attr:`slot_class`, :meth:`encode_source`, :attr:`walk_flags`,
+    :meth:`walk_bindings` and :meth:`dispatch`.
+    """
+
+    slot_class = Slot
+    """The class of the two batch slots."""
+    walk_flags: frozenset[str] = frozenset()
+    """WGSL build flags added to merge-order mode's walk (``wgsl/encode_bpe.wgsl``)."""
 
     def __init__(self, trie: Trie, id_size: int, chunk: int, max_slice_bytes: int | None,
                  budget: int, profile: bool, pre_tokenizer: str = "bytes-classes",
                  long_word_bytes: int | None = DEFAULT_LONG_WORD, bpe=None,
-                 num_tokens: int = 0, bpe_work: bool = False) -> None:
+                 num_tokens: int = 0) -> None:
         t_open = time.perf_counter()
         self.gpu = g = get_gpu()
         # Seconds of this session's opening (Tokenizer.open_seconds; the CLI's --debug line)
@@ -54,9 +63,7 @@ class Session:
                 f"the vocab's longest token ({trie.max_depth} bytes) needs more walk steps per "
                 "thread than lavapipe's 65,535-iteration loop cap allows")
         self.profile = bool(profile) and g.has_timestamps
-        self.profile_repeat = 1  # benchmarks: times each slice's passes are run (see Slot.start)
         self.last_pass_us: dict[str, float] = {}
-        self.rep_pass_us: list[dict[str, float]] = []  # every repetition's last_pass_us
         # Host seconds per step of a batch (Tokenizer.host_seconds; the CLI's --debug line)
         self.host_seconds = dict.fromkeys(HOST_STEPS, 0.0)
         self.continuation_dispatches = 0  # statistics (tests, benchmarks)
@@ -68,7 +75,6 @@ class Session:
         self.long_dispatches = 0
         self.junction_checks = 0  # merge-order slicing: joins checked, and redone
         self.junction_retries = 0
-        self.poison = None  # test hook: (pipeline, bind group, grid) dispatched before each pass
         # Long words: tiles of lc >= max_depth bytes (a power of two, ~4 tokens of the longest
         # kind), windows of ldw = max_depth nodes per tile.
         md = trie.max_depth
@@ -106,11 +112,7 @@ class Session:
         t_open = time.perf_counter()
         consts = {"WG": WG, "CHUNK": chunk, "OUT16": int(id_size == 2), "LC": self.lc,
                   "LDW": self.ldw}
-        def source(flags):  # None: the default build (cached under the shader's name)
-            if shader_override is not None:
-                return shader_override(flags)
-            return None if flags == g.flags else shader_source("encode", flags)
-
+        source = self.encode_source
         self.pretok = None
         self.bpe_bind: dict = {}
         self.bpe_bits_pipeline = None  # merge-order mode's word-start bits pass (merge_walk)
@@ -122,7 +124,7 @@ class Session:
         t_open = time.perf_counter()
         if bpe is not None:  # merge-order mode: its own walk (torch_gpubpe.encoding.merge_walk)
             self.long_from = 0  # the parallel long-word path is greedy longest match
-            bpe_session_setup(self, g, trie, chunk, budget, work=bpe_work)
+            bpe_session_setup(self, g, trie, chunk, budget)
         self.open_seconds["bpe_tables"] = time.perf_counter() - t_open
         t_open = time.perf_counter()
         kw = {"constants": consts, "source": source(g.flags)}
@@ -143,8 +145,18 @@ class Session:
                 self.pipes[name] = g.pipeline("encode", entry, **kw)
         self.open_seconds["pipelines"] = time.perf_counter() - t_open
         t_open = time.perf_counter()
-        self.slots = [Slot(self, 0), Slot(self, 1)]
+        self.slots = [self.slot_class(self, 0), self.slot_class(self, 1)]
         self.open_seconds["slots"] = time.perf_counter() - t_open
+
+    def encode_source(self, flags: frozenset[str]) -> str | None:
+        """Source of ``wgsl/encode.wgsl`` built with ``flags``; None for the GPU's default
+        build (compiled once per process, cached under the shader's name)."""
+        return None if flags == self.gpu.flags else shader_source("encode", flags)
+
+    def walk_bindings(self, g) -> dict:
+        """Further buffers of merge-order mode's walk, by binding number (none here): called
+        once its tables are uploaded; what it returns is bound to every slot's walk."""
+        return {}
 
     def specials_pipeline(self):
         """wgsl/specials.wgsl's pipeline (compiled on first use, cached by the GPU object)."""
@@ -152,12 +164,8 @@ class Session:
                                  constants={"WG": WG, "OUT16": int(self.id_size == 2)})
 
     def dispatch(self, cp, name: str, bind_group, grid: tuple[int, int]) -> None:
-        """Record one dispatch of pipeline ``name`` (after the test hook ``poison``'s, if set)."""
-        if self.poison is not None:
-            pipe, pbg, pgrid = self.poison
-            cp.set_pipeline(pipe)
-            cp.set_bind_group(0, pbg)
-            cp.dispatch_workgroups(*pgrid)
+        """Record one dispatch of pipeline ``name`` into compute pass ``cp`` (every dispatch of
+        the encoder's passes goes through here)."""
         cp.set_pipeline(self.pipes[name])
         cp.set_bind_group(0, bind_group)
         cp.dispatch_workgroups(*grid)

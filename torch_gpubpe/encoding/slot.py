@@ -58,10 +58,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from torch_gpubpe.core.copy_pool import parallel_copy
-from torch_gpubpe.core.cpython_str import copy_parts
+from torch_gpubpe.core.copy_pool import copy_parts
 from torch_gpubpe.encoding.layout import (DOC_OFF, MAX_CONTINUATIONS_PER_SUBMIT, META_HEAD,
-                                          NO_TOKEN, REG_INLINE, REG_OFF, REP_STRIDE, TS_COUNT,
-                                          TS_OFF, WG)
+                                          NO_TOKEN, REG_INLINE, REG_OFF, TS_COUNT, TS_OFF,
+                                          WG)
 from torch_gpubpe.encoding.long_words import LongWordPasses
 from torch_gpubpe.errors import GPUOperationError
 from torch_gpubpe.gpu import wgpu_internals as _wi
@@ -113,7 +113,6 @@ class Slot(LongWordPasses):
         self.tok_promise = None
         self.query_set = None
         self.pt_timed = False  # the last slice's submit timed a regex pre-tokenizer's passes
-        self.reps_timed = 0  # repetitions before the last timed too (profile_repeat)
         self.cap_long = 0  # long-word buffers: bytes (long indices) and regions per group
         self.cap_lreg = 0
         self.lbg = None
@@ -175,8 +174,6 @@ class Slot(LongWordPasses):
         if s.bpe is not None:
             bind.update({13: s.tokinfo, 14: s.pairs, 15: self.dead, 17: s.bounds, 19: s.fedges,
                          20: s.d2, 21: s.spines})
-            if s.bpe_work is not None:  # work counters (merge_walk.walk_work)
-                bind[18] = s.bpe_work
             bind.update(s.bpe_bind)
         walk = s.chunked_bindings
         if s.bpe_bits_pipeline is not None:  # merge order: word starts as bits first
@@ -328,23 +325,9 @@ class Slot(LongWordPasses):
             enc.copy_buffer_to_buffer(self.upload, self.off_docs, self.doc_starts, 0, 4 * ndocs)
         if sess.pretok is not None and has_mask:
             enc.copy_buffer_to_buffer(self.upload, self.off_mask, self.pt.mask, 0, -(-n // 32) * 4)
-        # (benchmarks: the passes recorded ``profile_repeat`` times back to back, so that the
-        # GPU runs at its loaded clock; each repetition starts afresh and each is timed: the
-        # last in ``last_pass_us``, all of them in ``session.rep_pass_us``)
-        reps = sess.profile_repeat if self.query_set is not None else 1
         self.pt_timed = False
-        self.reps_timed = reps - 1 if reps > 1 else 0
-        if self.reps_timed:
-            self._ensure_rep_queries(self.reps_timed)
-        for r in range(reps):
-            at = (self.query_set, 0) if r == reps - 1 else (self.rep_qs, REP_STRIDE * r)
-            if self.query_set is None:
-                at = None
-            if sess.pretok is not None and not has_mask:  # the split is computed here, on the GPU
-                self.pt_timed = self.query_set is not None
-                ts = (at[0], at[1] + 6) if self.pt_timed else None
-                sess.pretok.record(enc, self.pt, n, timestamps=ts)
-            self.record_passes(enc, first=True, continuations=0, ts_at=at)
+        self.record_slice(enc, n, has_mask,
+                          None if self.query_set is None else (self.query_set, 0))
         cmd = enc.finish()
         t1 = time.perf_counter()
         hs["record"] += t1 - t
@@ -363,21 +346,30 @@ class Slot(LongWordPasses):
                       long_from, self.reg_cap], np.uint32)
         self.sess.gpu.device.queue.write_buffer(self.params, 0, p)
 
-    def _ensure_rep_queries(self, k: int) -> None:
-        """Timestamp queries for ``k`` untimed-before repetitions (benchmarks' profile_repeat):
-        repetition ``r`` writes at ``REP_STRIDE * r`` (256-byte aligned when resolved)."""
-        if getattr(self, "rep_cap", 0) >= k:
-            return
-        g, U = self.sess.gpu, self.sess.gpu.wgpu.BufferUsage
-        if k * REP_STRIDE > 4096:
-            raise ValueError(f"profile_repeat {k + 1}: at most {4096 // REP_STRIDE + 1}")
-        lab = f"encode[{self.idx}]"
-        self.rep_qs = g.device.create_query_set(label=f"{lab}.rep_timestamps", type="timestamp",
-                                                count=k * REP_STRIDE)
-        self.rep_resolve = g.buffer(8 * REP_STRIDE * k, U.QUERY_RESOLVE | U.COPY_SRC,
-                                    f"{lab}.rep_resolve")
-        self.rb_reps = g.buffer(8 * REP_STRIDE * k, U.MAP_READ | U.COPY_DST, f"{lab}.rb_reps")
-        self.rep_cap = k
+    def record_slice(self, enc, n: int, has_mask: bool, ts_at) -> None:
+        """Record a fresh slice's passes once: a regex pre-tokenizer's when the split is
+        computed on the GPU (no mask uploaded), then the walk, prefix sum and compaction.
+        ``ts_at``: (query set, first index) of their timestamps, None: untimed. An extension
+        hook (a subclass may record them more than once, e.g. to time repetitions)."""
+        sess = self.sess
+        if sess.pretok is not None and not has_mask:  # the split is computed here, on the GPU
+            self.pt_timed = ts_at is not None
+            ts = (ts_at[0], ts_at[1] + 6) if self.pt_timed else None
+            sess.pretok.record(enc, self.pt, n, timestamps=ts)
+        self.record_passes(enc, first=True, continuations=0, ts_at=ts_at)
+
+    def timed_passes(self) -> list[str]:
+        """Names of the passes a timed slice's timestamps measure, in query order."""
+        names = ["trie_tokenizer_chunked", "trie_prefix_sum", "trie_tokenizer_compact"]
+        if self.pt_timed:  # the regex pre-tokenizer's passes ran too
+            names += list(self.sess.pretok.PASSES)
+        return names
+
+    def resolve_timestamps(self, enc, ts_at, k: int) -> None:
+        """Resolve ``k`` timestamps of ``ts_at`` (see :meth:`record_slice`) into the metadata
+        readback (an extension hook: a subclass resolves its own query sets)."""
+        enc.resolve_query_set(self.query_set, 0, k, self.ts_resolve, 0)
+        enc.copy_buffer_to_buffer(self.ts_resolve, 0, self.rb_meta, TS_OFF, 8 * k)
 
     def record_passes(self, enc, first: bool, continuations: int,
                        cont_blocks: int = 0, scan: bool = True, ts_at=None) -> None:
@@ -429,14 +421,8 @@ class Slot(LongWordPasses):
         cp.end()
         self._copy_meta(enc)
         if ts:
-            k = 6 + 2 * len(s.pretok.PASSES) if self.pt_timed else 6
-            if ts_at[0] is self.query_set:
-                enc.resolve_query_set(self.query_set, 0, k, self.ts_resolve, 0)
-                enc.copy_buffer_to_buffer(self.ts_resolve, 0, self.rb_meta, TS_OFF, 8 * k)
-            else:  # a repetition before the last (profile_repeat)
-                enc.resolve_query_set(ts_at[0], ts_at[1], k, self.rep_resolve, 8 * ts_at[1])
-                enc.copy_buffer_to_buffer(self.rep_resolve, 8 * ts_at[1], self.rb_reps,
-                                          8 * ts_at[1], 8 * k)
+            self.resolve_timestamps(enc, ts_at, 6 + 2 * len(s.pretok.PASSES) if self.pt_timed
+                                    else 6)
         if self.ndocs:
             enc.copy_buffer_to_buffer(self.doc_tok, 0, self.rb_meta, DOC_OFF, 4 * self.ndocs)
 
@@ -462,25 +448,9 @@ class Slot(LongWordPasses):
         self.reg_inline = np.frombuffer(raw, np.uint32, 2 * REG_INLINE, offset=REG_OFF)
         if self.query_set is not None:
             t = np.frombuffer(raw, np.uint64, TS_COUNT, offset=TS_OFF).astype(np.int64)
-            names = ["trie_tokenizer_chunked", "trie_prefix_sum", "trie_tokenizer_compact"]
-            if self.pt_timed:  # the regex pre-tokenizer's passes ran too
-                names += list(self.sess.pretok.PASSES)
             self.sess.last_pass_us = {
                 name: (t[2 * k + 1] - t[2 * k]) * self.sess.ns_per_tick / 1e3
-                for k, name in enumerate(names)}
-            reps = []
-            if self.reps_timed:  # benchmarks' profile_repeat: the repetitions before the last
-                nb = 8 * REP_STRIDE * self.reps_timed
-                g.wait_map(self.rb_reps, _wi.map_read_mode(), 0, nb, what="repeated pass timestamps")
-                try:
-                    rt = np.frombuffer(self.rb_reps.read_mapped(0, nb), np.uint64).astype(np.int64)
-                finally:
-                    self.rb_reps.unmap()
-                for r in range(self.reps_timed):
-                    b = REP_STRIDE * r
-                    reps.append({name: (rt[b + 2 * k + 1] - rt[b + 2 * k]) * self.sess.ns_per_tick
-                                 / 1e3 for k, name in enumerate(names)})
-            self.sess.rep_pass_us = reps + [dict(self.sess.last_pass_us)]
+                for k, name in enumerate(self.timed_passes())}
         doc_tok = np.frombuffer(raw, np.uint32, self.ndocs, offset=DOC_OFF)
         # Blocks [lo, hi) hold every chunk whose walk ran out of budget (info[2], info[3]).
         self.cont_blocks = (0xFFFFFFFF - int(head[2]), int(head[3]))

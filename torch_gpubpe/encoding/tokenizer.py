@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from torch_gpubpe.core.copy_pool import PARALLEL_COPY_MIN, parallel_copy
-from torch_gpubpe.core.cpython_str import copy_parts, join_parts
+from torch_gpubpe.core.copy_pool import copy_parts, join_parts
 from torch_gpubpe.core.trie import Trie, cached_trie
 from torch_gpubpe.core.vocab import Vocab
 from torch_gpubpe.encoding.batch import BatchEncoding
-from torch_gpubpe.encoding.batch_pack import DEFER_STR, pack_batch
+from torch_gpubpe.encoding.batch_pack import pack_batch
 from torch_gpubpe.encoding.decoding import TokenDecoding
 from torch_gpubpe.encoding.layout import (DEFAULT_BUDGET, DEFAULT_CHUNK, DEFAULT_LONG_WORD,
                                           HOST_STEPS, MAX_CONTINUATIONS_PER_SUBMIT,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # (annotations only; imported when a session opens)
 
 # Names that tests, benchmarks and other packages import from this module (they moved to the
 # modules above): kept importable from here.
-__all__ = ["BatchEncoding", "DEFAULT_BUDGET", "DEFAULT_CHUNK", "DEFAULT_LONG_WORD", "DEFER_STR",
+__all__ = ["BatchEncoding", "DEFAULT_BUDGET", "DEFAULT_CHUNK", "DEFAULT_LONG_WORD",
            "EOT", "HOST_STEPS", "MAX_CONTINUATIONS_PER_SUBMIT", "MAX_LONG_TILE",
            "MAX_SLICE_POSITIONS", "PARALLEL_COPY_MIN", "PendingEncoding", "SpecialSet",
            "Tokenizer", "WG", "copy_parts", "insert_special_tokens", "join_parts",
@@ -119,6 +119,10 @@ class Tokenizer(TokenDecoding):
         InputError: a ``pre_tokenizer`` the GPU cannot split exactly (named).
         VocabFormatError, OSError: ``vocab`` is a path that does not hold a vocab file.
     """
+
+    # Extension hook: the GPU session class opened (None: encoding.session.Session); tests and
+    # benchmarks name a subclass whose hooks build instrumented shaders.
+    session_class: type | None = None
 
     def __init__(self, vocab: Vocab | str | os.PathLike, *, chunk_bytes: int = DEFAULT_CHUNK,
                  max_slice_bytes: int | None = None, thread_budget: int | None = None,
@@ -302,21 +306,21 @@ class Tokenizer(TokenDecoding):
             args = (self.trie, np.dtype(self.id_dtype).itemsize, self._chunk, self._max_slice,
                     self._budget, self._profile, self.pre_tokenizer)
             kw = {"long_word_bytes": self._long_word, "bpe": self._bpe,
-                  "num_tokens": self.vocab.num_tokens,
-                  "bpe_work": getattr(self, "_bpe_work", False)}
+                  "num_tokens": self.vocab.num_tokens}
             # (imported here: the session module loads the shaders' metadata, kept off the
             # import of this module)
             from torch_gpubpe.encoding.session import Session
 
+            cls = self.session_class or Session
             try:
-                sess = Session(*args, **kw)
+                sess = cls(*args, **kw)
             except GPUOperationError:
                 g = current_gpu()
                 if g is None or not g.lost:
                     raise
                 # The device was lost before this call (nothing of ours in flight): open a
                 # fresh one once rather than fail this call too.
-                sess = Session(*args, **kw)
+                sess = cls(*args, **kw)
             self._sess = sess
             self._sess_pid = os.getpid()
         return self._sess
