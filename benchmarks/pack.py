@@ -1,18 +1,18 @@
 """Benchmark: packing ``list[str]`` into UTF-8 (the host step before every GPU upload), on the
 two shapes the library sees — the encoder's (encode.py's 5 corpora, 102 MB, a few thousand
-documents of ~30 KB) and the trainer's (documents of ~11 KB cut from every corpus, as in the
-868 MB training run) — by every packer: ``to_bytes`` per document + join (the old loop, still
-what ``train(list)`` does without the compiled packer), the iconv packer of
-:mod:`torch_gpubpe.core.cpython_str` (``utf8_parts`` + ``join_parts``), and the compiled one of
+documents of ~30 KB) and the trainer's (documents of ~11 KB cut from every corpus, the mean of
+a typical training corpus) — by both packers: ``to_bytes`` per document + join (what every
+packer does without the compiled one), and the compiled one of
 :mod:`torch_gpubpe.core.str_pack` with each ``--threads`` count: one array (``pack``), the
 encoder's upload path (``Packed`` measured, then ``copy_parts`` into one reused buffer, as
-into the mapped upload buffer) and the trainer's batches (``pack_batches`` / the old loop,
-8 MiB, each batch copied into one reused stage buffer and dropped, as count_pipeline does).
+into the mapped upload buffer) and the trainer's batches (``pack_batches`` / the per-document
+loop, 8 MiB, each batch copied into one reused stage buffer and dropped, as count_pipeline
+does).
 
 Usage::
 
     python3 benchmarks/pack.py                              # both shapes, threads 1 2 4 8 16
-    python3 benchmarks/pack.py --shape train --jsonl /tmp/big.jsonl --threads 1 4 16
+    python3 benchmarks/pack.py --shape train --jsonl corpus.jsonl --threads 1 4 16
 
 Each row is the best of ``--repeat`` runs: wall seconds, MB/s, the CPU seconds of the whole
 process (all threads) and MB per CPU second (≈ one thread's throughput: robust to a loaded
@@ -38,8 +38,8 @@ from encode import CORPORA, DEFAULT_CORPORA, read_docs  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from torch_gpubpe import str_pack  # noqa: E402
-from torch_gpubpe.core import cpython_str as _cpython_str
+from torch_gpubpe.core import str_pack  # noqa: E402
+from torch_gpubpe.core.copy_pool import copy_parts  # noqa: E402
 from torch_gpubpe.core.reference import to_bytes  # noqa: E402
 from torch_gpubpe.training.wordcount import document_batches as _batches  # noqa: E402
 
@@ -64,7 +64,7 @@ def best(fn, repeat: int) -> tuple[float, float, bytes]:
 
 
 def trainer_docs(paths: list[Path], max_bytes: int, piece: int) -> list[str]:
-    """Documents of about ``piece`` characters (the 868 MB training corpus's mean: 11 KB):
+    """Documents of about ``piece`` characters (a typical training corpus's mean: 11 KB):
     the corpora's texts in turn, short ones joined (by a newline) and long ones cut, repeated
     (each repeat new objects, cut at another phase) until ``max_bytes`` UTF-8 bytes."""
     texts = [json.loads(line)["text"] for p in paths for line in gzip.open(p, "rt")]
@@ -98,19 +98,15 @@ def packer_off():
         str_pack._state.update(saved)
 
 
-def rows_for(docs: list[str], nbytes: int, threads: list[int], shape: str,
-             iconv: bool = True) -> list:
-    rows = [("to_bytes per document, joined (old loop)",
+def rows_for(docs: list[str], nbytes: int, threads: list[int], shape: str) -> list:
+    rows = [("to_bytes per document, joined (fallback)",
              lambda: b"".join([to_bytes(d) for d in docs]))]
-    for t in threads if iconv else []:
-        rows.append((f"iconv packer: utf8_parts + join_parts, {t} thr",
-                     lambda t=t: _cpython_str.join_parts(_cpython_str.utf8_parts(docs, threads=t))))
     for t in threads:
         rows.append((f"str_pack.pack, {t} thr", lambda t=t: str_pack.pack(docs, threads=t)[0]))
     buf = np.ones(nbytes, np.uint8)   # (touched: as the mapped upload buffer, reused)
 
     def upload(t: int) -> np.ndarray:
-        _cpython_str.copy_parts(buf, [str_pack.Packed(docs, threads=t)])
+        copy_parts(buf, [str_pack.Packed(docs, threads=t)])
         return buf
 
     for t in threads:
@@ -133,14 +129,14 @@ def rows_for(docs: list[str], nbytes: int, threads: list[int], shape: str,
             return batches(None)
 
     if shape == "train":
-        rows.append(("train batches, old loop (to_bytes), 8 MiB", old_batches))
+        rows.append(("train batches, to_bytes per document, 8 MiB", old_batches))
         for t in threads:
             rows.append((f"train batches, str_pack.pack_batches, {t} thr",
                          lambda t=t: batches(t)))
     return rows
 
 
-def run_shape(name: str, docs: list[str], threads: list[int], repeat: int, iconv: bool) -> None:
+def run_shape(name: str, docs: list[str], threads: list[int], repeat: int) -> None:
     nbytes = sum(len(to_bytes(d)) for d in docs)
     na = sum(len(to_bytes(d)) for d in docs if not d.isascii())
     kinds = {1: 0, 2: 0, 4: 0}
@@ -154,7 +150,7 @@ def run_shape(name: str, docs: list[str], threads: list[int], repeat: int, iconv
           f"{kinds[4] / 1e6:.1f} MB)")
     want = None
     print(f"{'packer':<50} {'wall s':>8} {'MB/s':>8} {'CPU s':>8} {'MB/CPU s':>9}")
-    for label, fn in rows_for(docs, nbytes, threads, name, iconv):
+    for label, fn in rows_for(docs, nbytes, threads, name):
         wall, cpu, out = best(fn, repeat)
         want = out if want is None else want
         assert out == want, f"{label}: other bytes"
@@ -170,18 +166,16 @@ def main() -> None:
     ap.add_argument("--train-bytes", type=float, default=150e6, help="train shape")
     ap.add_argument("--train-doc-chars", type=int, default=11_000)
     ap.add_argument("--jsonl", type=Path, help="train shape: these documents as they are "
-                    "(e.g. the 868 MB /tmp/big.jsonl of shared/device/gather_text.py)")
+                    "(JSON lines with a 'text' field)")
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2, 4, 8, 16])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--skip-iconv", action="store_true", help="no rows of the iconv packer")
     args = ap.parse_args()
     print(f"compiled packer: {str_pack.available()}, str_pack.THREADS {str_pack.THREADS}, "
-          f"BATCH_THREADS {str_pack.BATCH_THREADS}; "
-          f"iconv packer: {_cpython_str.available()}; fallbacks {_cpython_str.fallbacks() or {}}")
+          f"BATCH_THREADS {str_pack.BATCH_THREADS}; fallbacks {str_pack.fallbacks() or {}}")
     if args.shape in ("encode", "both"):
         docs = read_docs(args.corpus or [CORPORA / f"{n}.jsonl.gz" for n in DEFAULT_CORPORA],
                          args.max_bytes)
-        run_shape("encode", docs, args.threads, args.repeat, not args.skip_iconv)
+        run_shape("encode", docs, args.threads, args.repeat)
         del docs
     if args.shape in ("train", "both"):
         if args.jsonl:
@@ -190,7 +184,7 @@ def main() -> None:
         else:
             paths = args.corpus or sorted(CORPORA.glob("*.jsonl.gz"))
             docs = trainer_docs(paths, int(args.train_bytes), args.train_doc_chars)
-        run_shape("train", docs, args.threads, args.repeat, not args.skip_iconv)
+        run_shape("train", docs, args.threads, args.repeat)
     print_footer()
 
 

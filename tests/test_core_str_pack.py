@@ -2,8 +2,8 @@
 reference.to_bytes for every item — every PEP 393 kind, ASCII, bytes, cached UTF-8, lone and
 paired surrogates, str subclasses — at lengths around its 16-character blocks and its bounce
 buffer's pieces, through each path (one array, Packed + copy_parts, the trainer's batches), on
-one thread or many, and on every corpus; unavailable, the packers give the same bytes the old
-ways, record why and warn once."""
+one thread or many, and on every corpus; unavailable, the packers give the same bytes one
+document at a time, record why and warn once."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS_NAMES, corpus_docs
-from torch_gpubpe.core import cpython_str as cs
+from torch_gpubpe.core import cpython_layout
 from torch_gpubpe.core import utf8_native as _utf8_native
 from torch_gpubpe.core import str_pack
 from torch_gpubpe.encoding.tokenizer import _pack, copy_parts
@@ -71,9 +71,9 @@ def _every_path(docs, threads: int) -> dict[str, bytes]:
 
 @pytest.fixture(autouse=True)
 def _fresh():
-    cs.reset()
+    str_pack.reset()
     yield
-    cs.reset()
+    str_pack.reset()
 
 
 def test_available_here():
@@ -81,8 +81,8 @@ def test_available_here():
     build or self-test here would be a bug, not a reason to skip."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", GPUBPEWarning)
-        assert str_pack.available(), cs.fallbacks()
-    assert cs.fallbacks() == {}
+        assert str_pack.available(), str_pack.fallbacks()
+    assert str_pack.fallbacks() == {}
 
 
 @settings(max_examples=300, deadline=None)
@@ -150,7 +150,7 @@ def test_cached_utf8_bytes_subclasses_and_bad_items():
             return b"LOUD"
 
     cached = "güzel 中文 " * 50
-    cs.str_address(cached)   # (PyUnicode_AsUTF8AndSize caches the UTF-8 in the object)
+    cpython_layout.str_address(cached)   # (PyUnicode_AsUTF8AndSize caches the UTF-8 in the object)
     docs = [S("çok"), cached, b"\xff\x00", bytearray(b"ba"), memoryview(b"mv"), Loud("x"),
             S("a\ud800")]
     assert _every_path(docs, 2)["pack"] == _want(docs)
@@ -227,29 +227,24 @@ def test_a_pool_thread_does_not_wait_on_the_pool(monkeypatch):
     assert all(f.result(timeout=60) == _want(docs) for f in futs)
 
 
-def test_threads_from_the_environment():
-    import subprocess
-    import sys
-
-    out = subprocess.run([sys.executable, "-c", "from torch_gpubpe import str_pack; "
-                          "print(str_pack.THREADS, str_pack.BATCH_THREADS)"], capture_output=True,
-                         text=True, env={**os.environ, "TORCH_GPUBPE_PACK_THREADS": "3"},
-                         check=True)
-    assert out.stdout.split() == ["3", "3"]
+def test_threads_default_to_the_cpu_count():
+    cpus = os.cpu_count() or 1
+    assert str_pack.THREADS == min(16, cpus) and str_pack.BATCH_THREADS == min(8, cpus)
 
 
-def test_unavailable_gives_the_same_bytes_records_and_warns_once(monkeypatch):
-    monkeypatch.setenv("TORCH_GPUBPE_NATIVE_PACK", "0")
+def test_no_compiler_gives_the_same_bytes_records_and_warns_once(monkeypatch):
+    monkeypatch.setattr(_utf8_native, "c_compiler", lambda: None)
     _utf8_native.reset()
     try:
         docs = corpus_docs(CORPUS_NAMES[0], 200_000) + ["a\ud800", b"\xff", "😀"]
-        with pytest.warns(GPUBPEWarning, match="TORCH_GPUBPE_NATIVE_PACK=0") as rec:
+        with pytest.warns(GPUBPEWarning, match="no C compiler") as rec:
             assert not str_pack.available()
             got = [pack_documents(docs)[0].tobytes(), _pack(docs)[0].tobytes(),
                    b"".join(d.tobytes() for d, _ in _batches(iter(docs), 4096, {}))]
             assert not str_pack.available()
         assert len([w for w in rec if issubclass(w.category, GPUBPEWarning)]) == 1
-        assert cs.fallbacks() == {"str_native": "TORCH_GPUBPE_NATIVE_PACK=0"}
+        assert list(str_pack.fallbacks()) == ["str_native"]
+        assert "no C compiler" in str_pack.fallbacks()["str_native"]
         assert str_pack.pack(docs) is None
         assert all(b == _want(docs) for b in got)
         assert str_packer(docs) == "to_bytes per document"
@@ -257,23 +252,11 @@ def test_unavailable_gives_the_same_bytes_records_and_warns_once(monkeypatch):
         _utf8_native.reset()
 
 
-def test_no_compiler_is_recorded(monkeypatch):
-    monkeypatch.setattr(_utf8_native, "c_compiler", lambda: None)
-    _utf8_native.reset()
-    try:
-        with pytest.warns(GPUBPEWarning, match="no C compiler"):
-            assert not str_pack.available()
-        assert "no C compiler" in cs.fallbacks()["str_native"]
-    finally:
-        _utf8_native.reset()
-
-
 def test_a_wrong_layout_fails_the_self_test(monkeypatch):
     """The self-test packs through the layout: a shifted data offset is caught, recorded and
     warned about, never used."""
-    cs.available()
-    a, c, ln, u = cs._state["layout"]
-    monkeypatch.setitem(cs._state, "layout", (a, c + 8, ln, u))
+    a, c, ln, u = cpython_layout.layout()
+    monkeypatch.setattr(cpython_layout, "layout", lambda: (a, c + 8, ln, u))
     with pytest.warns(GPUBPEWarning, match="compiled str → UTF-8 packer is off"):
         assert not str_pack.available()
-    assert "differs from to_bytes" in cs.fallbacks()["str_native"]
+    assert "differs from to_bytes" in str_pack.fallbacks()["str_native"]

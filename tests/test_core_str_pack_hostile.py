@@ -22,7 +22,7 @@ from array import array
 import numpy as np
 import pytest
 
-from torch_gpubpe.core import cpython_str as cs
+from torch_gpubpe.core import cpython_layout
 from torch_gpubpe.core import str_pack
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.core.reference import to_bytes
@@ -138,7 +138,7 @@ def test_a_half_filled_utf8_cache_is_not_read():
     the cache's pointer before its length: the scan must not take the pointer with length 0
     (a document silently emptied)."""
     s = "half \u4e2d filled " * 10
-    _, _, len_off, ptr_off = cs._state["layout"]
+    _, _, len_off, ptr_off = cpython_layout.layout()
     buf = ctypes.create_string_buffer(len(s) * 3 + 1)
     ptr = ctypes.c_void_p.from_address(id(s) + ptr_off)
     size = ctypes.c_ssize_t.from_address(id(s) + len_off)
@@ -301,6 +301,9 @@ _PUBLIC = r"""
 import itertools, pickle, sys
 import numpy as np
 from torch_gpubpe import Tokenizer, train
+from torch_gpubpe.core import utf8_native
+if sys.argv[1] == "0":   # (the compiled packer off: no C compiler)
+    utf8_native.c_compiler = lambda: None
 units = ["a", " ", "\xe9", "\u4e2d", "\U0001f600", "\ud800", "\udc00", "\ud83d\ude00"]
 docs = ["".join(t) for t in itertools.product(units, repeat=3)]
 class S(str):
@@ -325,8 +328,8 @@ pickle.dump((vocab.merges, ids, ids2, stats["str_packer"]), sys.stdout.buffer)
 def test_public_api_ids_equal_those_with_the_packer_off():
     out = {}
     for flag in ("1", "0"):
-        env = {**os.environ, "TORCH_GPUBPE_NATIVE_PACK": flag, "PYTHONWARNINGS": "ignore"}
-        r = subprocess.run([sys.executable, "-c", _PUBLIC], env=env, capture_output=True,
+        env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+        r = subprocess.run([sys.executable, "-c", _PUBLIC, flag], env=env, capture_output=True,
                            timeout=600)
         assert r.returncode == 0, r.stderr.decode()[-3000:]
         out[flag] = pickle.loads(r.stdout)

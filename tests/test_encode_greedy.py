@@ -70,28 +70,23 @@ def test_corpus_equals_reference(tok, merges, name):
         assert tok.decode(be[k]) == docs[k]
 
 
-@pytest.mark.parametrize("defer", ["str_pack", False, True])
-def test_large_documents_upload_unjoined(tok, merges, monkeypatch, defer):
-    from torch_gpubpe.encoding import batch_pack
+@pytest.mark.parametrize("packer", ["str_pack", "fallback"])
+def test_large_documents_upload_unjoined(tok, merges, monkeypatch, packer):
     from torch_gpubpe.core import str_pack
-    from torch_gpubpe.core.cpython_str import Deferred, Span
     from torch_gpubpe.encoding.tokenizer import _pack
 
-    if defer != "str_pack":   # (the iconv packer's parts: without the compiled packer)
+    if packer == "fallback":   # (without the compiled packer: one to_bytes per document)
         monkeypatch.setitem(str_pack._state, "lib", None)
-        monkeypatch.setattr(batch_pack, "DEFER_STR", defer)   # (its default is off)
 
     docs = corpus_docs("tr_libreoffice_help", 60_000, max_doc_bytes=20_000)
     docs = ["".join(docs[i : i + 4]) for i in range(0, len(docs), 4)]  # >= 4 KiB on average
     docs[1] = "ascii only " * 500  # kept as the str itself (its characters are its UTF-8)
     parts, offsets = _pack(docs, keep_parts=True)
     assert isinstance(parts, list)  # the per-part upload path
-    if defer == "str_pack":   # (one part: measured here, transcoded into the upload buffer)
+    if packer == "str_pack":   # (one part: measured here, transcoded into the upload buffer)
         assert [type(p) for p in parts] == [str_pack.Packed]
-    else:
-        # (the other documents: transcoded by threads, into scratch spans or, deferred,
-        # measured here and transcoded straight into the upload buffer)
-        assert parts[1] is docs[1] and any(type(p) is (Deferred if defer else Span) for p in parts)
+    else:   # (the others: their bytes, made on this thread)
+        assert parts[1] is docs[1] and any(type(p) is bytes for p in parts)
     assert offsets[-1] == sum(len(d.encode()) for d in docs)
     check_batch(tok, docs, merges)
 

@@ -1,9 +1,9 @@
 /* UTF-8 of CPython str objects, many documents per call, without the GIL (torch_gpubpe).
 
-   Compiled on first use by torch_gpubpe/_utf8_native.py (cc -O3 -shared) and called through
-   ctypes.CDLL, which releases the GIL for the whole call. Python hands over the addresses of
-   the objects (id()) and the layout of PEP 393 str objects it has checked for this interpreter
-   (torch_gpubpe/_cpython_str.py); nothing here calls into Python.
+   Compiled on first use by torch_gpubpe/core/utf8_native.py (cc -O3 -shared) and called
+   through ctypes.CDLL, which releases the GIL for the whole call. Python hands over the
+   addresses of the objects (id()) and the layout of PEP 393 str objects it has checked for this
+   interpreter (torch_gpubpe/core/cpython_layout.py); nothing here calls into Python.
 
    Kinds in the per-document arrays:
      0   bytes copied as they are (a bytes object's buffer, an ASCII str's characters, a
@@ -12,7 +12,7 @@
      -1  not handled here (not an exact str or bytes, or a non-compact str): Python packs it
 
    Lone surrogates become U+FFFD and a high surrogate followed by a low one becomes the
-   character they encode, exactly as torch_gpubpe.reference.to_bytes makes them (its
+   character they encode, exactly as torch_gpubpe.core.reference.to_bytes makes them (its
    encode("utf-16", "surrogatepass").decode("utf-16", "replace")).
 */
 #include <stddef.h>

@@ -13,17 +13,15 @@ from collections.abc import Iterable
 import numpy as np
 
 from torch_gpubpe.core import str_pack
-from torch_gpubpe.core.cpython_str import join_parts, utf8_parts
-
+from torch_gpubpe.core.copy_pool import join_parts
 
 
 def pack_documents(documents: Iterable[str | bytes]) -> tuple[np.ndarray, np.ndarray]:
     """Concatenate documents into one byte stream.
 
     The UTF-8 is made by several threads without the GIL (:func:`torch_gpubpe.core.str_pack.pack`;
-    where it is not available, :func:`torch_gpubpe.core.cpython_str.utf8_parts`); the bytes are
-    those of
-    :func:`~torch_gpubpe.core.reference.to_bytes` for every item.
+    where it is not available, one document at a time: :func:`~torch_gpubpe.core.str_pack.encode_each`);
+    the bytes are those of :func:`~torch_gpubpe.core.reference.to_bytes` for every item.
 
     Args:
         documents: ``str`` (UTF-8 encoded; lone surrogates → U+FFFD) or bytes-like items.
@@ -37,10 +35,7 @@ def pack_documents(documents: Iterable[str | bytes]) -> tuple[np.ndarray, np.nda
     packed = str_pack.pack(docs)   # (None where the compiled packer is not available)
     if packed is not None:
         return packed
-    parts = utf8_parts(docs)
-    lengths = np.fromiter(map(len, parts), np.int64, len(parts))
-    offsets = np.zeros(len(parts) + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    parts, offsets = str_pack.encode_each(docs)
     return join_parts(parts), offsets
 
 

@@ -1,38 +1,36 @@
 """``str`` documents → one UTF-8 buffer on many threads: each thread takes one contiguous range
 of the documents and transcodes it in a single compiled call without the GIL
-(:mod:`torch_gpubpe._utf8_native`, ``_utf8pack.c``), reading each ``str``'s characters in
-place (PEP 393 layout checked by :mod:`torch_gpubpe.core.cpython_str`) and writing straight into
-the destination.
+(:mod:`torch_gpubpe.core.utf8_native`, ``_utf8pack.c``), reading each ``str``'s characters in
+place (the PEP 393 layout checked by :mod:`torch_gpubpe.core.cpython_layout`) and writing
+straight into the destination.
 
-Why: ``str.encode`` holds the GIL, and the previous threaded packer (iconv through ctypes,
-:func:`torch_gpubpe.core.cpython_str.utf8_parts`) did Python work per document in its threads:
-on many ~11 KB documents they queued on the GIL (below one thread's ``to_bytes`` loop on 16
-cores). Here the Python work per document is one ``id()``;
-per call: the documents' objects are read by ``gpubpe_scan`` (kind, length, where the
-characters are; ASCII ``str``, ``bytes`` and cached UTF-8 are plain copies), sized by
-``gpubpe_measure`` where the destination must be exact, and transcoded by ``gpubpe_encode``
-(16 ASCII characters at a time with SSE2, the rest one by one). The bytes equal
-:func:`torch_gpubpe.core.reference.to_bytes` of each document (lone surrogates → U+FFFD, a
-surrogate pair → its character); an item that is not an exact ``str``/``bytes`` (or a
-non-compact ``str``) is packed by ``to_bytes`` on the calling thread, a bad one raises
+Why: ``str.encode`` holds the GIL, so documents encoded by it are packed by one thread however
+many cores there are; threads help only where the work per document runs without the GIL, so
+here the Python work per document is one ``id()``. Per call the documents' objects are read by
+``gpubpe_scan`` (kind, length, where the characters are; ASCII ``str``, ``bytes`` and cached
+UTF-8 are plain copies), sized by ``gpubpe_measure`` where the destination must be exact, and
+transcoded by ``gpubpe_encode`` (16 ASCII characters at a time with SSE2, the rest one by one).
+The bytes equal :func:`torch_gpubpe.core.reference.to_bytes` of each document (lone surrogates
+→ U+FFFD, a surrogate pair → its character); an item that is not an exact ``str``/``bytes`` (or
+a non-compact ``str``) is packed by ``to_bytes`` on the calling thread, a bad one raises
 ``InputError`` naming its index.
 
 Three shapes use it:
 
-* :func:`pack` — one array (``pretokenize.pack_documents``, ``encoder._pack``);
+* :func:`pack` — one array (``core.packing.pack_documents``, ``encoding.batch_pack``);
 * :class:`Packed` — measured now, transcoded later by
-  :func:`torch_gpubpe.core.cpython_str.copy_parts` straight into the encoder's mapped upload
+  :func:`torch_gpubpe.core.copy_pool.copy_parts` straight into the encoder's mapped upload
   buffer (written in order, through a 64 KiB per-thread bounce buffer: it may be
   write-combined);
 * :func:`pack_batches` — the trainer's stream of ~``batch_bytes`` batches (one pool task per
   batch, several in flight, buffers recycled once the consumer drops them).
 
-Threads: :data:`THREADS` (env ``TORCH_GPUBPE_PACK_THREADS``, default the CPU count, at most
-16; :data:`BATCH_THREADS` for the trainer's batches, at most 8 by default) or the ``threads``
-argument. Where the compiled part or the layout is not available,
-:func:`available` is False, ``_cpython_str.fallbacks()["str_native"]`` says why (copied by
-``train()`` into ``stats["str_fallbacks"]``) and one ``GPUBPEWarning`` is given; the callers
-then pack as before.
+Threads: :data:`THREADS` (the CPU count, at most 16; :data:`BATCH_THREADS` for the trainer's
+batches, at most 8) or the ``threads`` argument. Where the compiled part or the layout is not
+available (no C compiler, another interpreter), :func:`available` is False,
+``fallbacks()["str_native"]`` says why (copied by ``train()`` into ``stats["str_fallbacks"]``),
+one ``GPUBPEWarning`` says so, and the callers encode each document by ``to_bytes`` on their
+own thread (:func:`encode_each`): the same bytes, slower.
 
 Example::
 
@@ -52,15 +50,17 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from torch_gpubpe.core import cpython_str as _cs
-from torch_gpubpe.core import utf8_native as _utf8_native
 from torch_gpubpe import notices
+from torch_gpubpe.core import cpython_layout, utf8_native
+from torch_gpubpe.core.copy_pool import POOL_PREFIX, in_pool_thread
+from torch_gpubpe.core.reference import to_bytes
+from torch_gpubpe.errors import InputError
 
-_ENV_THREADS = os.environ.get("TORCH_GPUBPE_PACK_THREADS")
-THREADS = max(1, int(_ENV_THREADS or min(16, os.cpu_count() or 1)))
-BATCH_THREADS = max(1, int(_ENV_THREADS or min(8, os.cpu_count() or 1)))
-"""Threads (and batches in flight) of :func:`pack_batches`: fewer by default than
-:data:`THREADS` (8 already outrun the GPU's counting; each batch in flight holds its buffer)."""
+THREADS = max(1, min(16, os.cpu_count() or 1))
+"""Threads of :func:`pack` and :class:`Packed` (the ``threads`` argument overrides it)."""
+BATCH_THREADS = max(1, min(8, os.cpu_count() or 1))
+"""Threads (and batches in flight) of :func:`pack_batches`: fewer than :data:`THREADS` (8
+already outrun the GPU's counting; each batch in flight holds its buffer)."""
 MIN_WORK = 1 << 20      # work units (≈ bytes) per thread at least: below, fewer threads
 BOUNCE = 1 << 16        # bytes of a thread's bounce buffer (cache-resident)
 _COST = np.array([1, 4, 4, 0, 4, 0], np.int64)   # work per unit by kind (0: memcpy; -1: last)
@@ -68,18 +68,18 @@ _BOUNDS = np.array([1, 2, 3, 0, 4, 0], np.int64)  # UTF-8 bytes per unit at most
 
 _lock = threading.Lock()
 _state: dict = {}
+_fallbacks: dict[str, str] = {}
 _local = threading.local()
+_OFF = "the compiled str packer is off"   # (the key of its one warning: notices.warn_once)
 
 
 # -- availability ----------------------------------------------------------------------------------
 def _self_test(lib) -> str | None:
     """None when the compiled packer gives ``to_bytes``'s bytes on strings of every kind and
     lone surrogates, through each path (straight, bounced, exact room), else what differed."""
-    from torch_gpubpe.core.reference import to_bytes
-
-    docs = [s * k for s in ("plain ascii ", *_cs._SELF_TEST, "a\ud800b\udfff", "\ud83d\ude00x",
-                            "\U0001f600\udc00") for k in (1, 37)]
-    docs += [b"\xff\x00 bytes", "".join(_cs._SELF_TEST) * 500]
+    docs = [s * k for s in ("plain ascii ", *cpython_layout.SAMPLES, "a\ud800b\udfff",
+                            "\ud83d\ude00x", "\U0001f600\udc00") for k in (1, 37)]
+    docs += [b"\xff\x00 bytes", "".join(cpython_layout.SAMPLES) * 500]
     want = b"".join(map(to_bytes, docs))
     for mode in (0, 1):
         data, _ = _pack_arrays(lib, docs, 0, 1, mode)
@@ -95,13 +95,13 @@ def library():
         return lib
     with _lock:
         if "lib" not in _state:
-            why = None if _cs.available() else "the CPython str layout is not checked here " \
-                "(fallbacks()['str_utf8'])"
-            quiet = why is not None   # (_cpython_str warned already)
+            why = cpython_layout.check()
+            if why is not None:
+                why = f"the CPython str layout is not usable here: {why}"
             lib = None
             if why is None:
-                lib = _utf8_native.library()
-                why = _utf8_native.why_not()
+                lib = utf8_native.library()
+                why = utf8_native.why_not()
             if why is None:
                 _state["lib"] = lib   # (tentatively, for the self-test)
                 try:
@@ -110,12 +110,10 @@ def library():
                     why = f"the self-test raised {type(e).__name__}: {e}"
             _state["lib"] = None if why else lib
             if why:
-                with _cs._lock:
-                    _cs._fallbacks["str_native"] = why
-            if why and not quiet:
-                notices.warn(f"torch_gpubpe: the compiled str → UTF-8 packer is off ({why}); "
-                             "documents are packed by the slower paths (recorded in "
-                             "stats['str_fallbacks'])", stacklevel=3)
+                _fallbacks["str_native"] = why
+                notices.warn_once(_OFF, f"torch_gpubpe: the compiled str → UTF-8 packer is off "
+                                  f"({why}); documents are encoded by str.encode one at a time "
+                                  "(slower; recorded in stats['str_fallbacks'])", stacklevel=3)
     return _state["lib"]
 
 
@@ -125,12 +123,48 @@ def available() -> bool:
     return library() is not None
 
 
+def fallbacks() -> dict[str, str]:
+    """What this process packs without (``"str_native"``: why the compiled packer is not used);
+    empty where it is. ``train()`` copies it into ``stats["str_fallbacks"]``."""
+    with _lock:
+        return dict(_fallbacks)
+
+
 def reset() -> None:
-    """Forget the check (tests)."""
+    """Forget the checks, the recorded fallback and its warning (tests)."""
     with _lock:
         _state.clear()
-    with _cs._lock:
-        _cs._fallbacks.pop("str_native", None)
+        _fallbacks.clear()
+    notices.said.discard(_OFF)
+    cpython_layout.reset()
+
+
+# -- without the compiled packer -------------------------------------------------------------------
+def document_bytes(doc, k: int) -> bytes:
+    """``reference.to_bytes(doc)``, an error naming index ``k``.
+
+    Raises:
+        InputError: ``doc`` is neither ``str`` nor bytes-like (or unreadable)."""
+    try:
+        return to_bytes(doc)
+    except TypeError as e:
+        raise InputError(f"document {k}: {e}") from e
+
+
+def encode_each(docs: Sequence, first: int = 0) -> tuple[list[bytes | str], np.ndarray]:
+    """The packers' path where the compiled one is not available: each document's UTF-8 made on
+    this thread (:func:`document_bytes`), an ASCII ``str`` and a ``bytes`` item kept as they are
+    (their bytes are their UTF-8: :func:`torch_gpubpe.core.copy_pool.copy_parts` reads them in
+    place). Returns the parts and their int64 offsets (``len(docs) + 1``).
+
+    Raises:
+        InputError: a bad item, naming its index ``first + k``.
+    """
+    parts = [d if type(d) is bytes or (type(d) is str and d.isascii())
+             else document_bytes(d, first + k) for k, d in enumerate(docs)]
+    offsets = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, parts), np.int64, len(parts)), out=offsets[1:])
+    return parts, offsets
 
 
 # -- one range of documents ------------------------------------------------------------------------
@@ -156,8 +190,8 @@ class _Docs:
         if left:   # (not exact str/bytes, or a non-compact str: to_bytes here, then a copy)
             keep = list(keep)
             for k in np.flatnonzero(self.kind < 0).tolist():
-                b = keep[k] = _cs._document(keep[k], first + k)   # (InputError names it)
-                self.src[k], self.len[k], self.kind[k] = _cs.bytes_address(b), len(b), 0
+                b = keep[k] = document_bytes(keep[k], first + k)   # (InputError names it)
+                self.src[k], self.len[k], self.kind[k] = cpython_layout.bytes_address(b), len(b), 0
         self.keep = keep
 
     def measure(self, lib, lo: int, hi: int) -> int:
@@ -188,8 +222,8 @@ class _Docs:
 def _layout() -> np.ndarray:
     lay = _state.get("layout")
     if lay is None:
-        a, d, ul, u = _cs._state["layout"]
-        lay = _state["layout"] = np.array([a, d, ul, u, 32], np.int64)  # (bytes: ob_sval at 32)
+        lay = _state["layout"] = np.array([*cpython_layout.layout(), cpython_layout.BYTES_DATA],
+                                          np.int64)
     return lay
 
 
@@ -213,7 +247,7 @@ def _ranges(work: np.ndarray, threads: int) -> list[tuple[int, int]]:
 def _run(fn, ranges: list[tuple[int, int]]) -> list:
     """``fn(lo, hi)`` of each range, the first on this thread, the others on the pool (all
     here when this is a pool thread: a task never waits on the pool)."""
-    if len(ranges) == 1 or threading.current_thread().name.startswith(_cs._POOL_PREFIX):
+    if len(ranges) == 1 or in_pool_thread():
         return [fn(lo, hi) for lo, hi in ranges]
     pool = pool_for(len(ranges))
     futures = [pool.submit(fn, lo, hi) for lo, hi in ranges[1:]]
@@ -225,8 +259,9 @@ _pool_lock = threading.Lock()
 
 
 def pool_for(threads: int):
-    """The process's pool of packing threads (named as ``_cpython_str``'s copy pool, so that a
-    task never waits on it), with at least ``threads - 1`` workers."""
+    """The process's pool of packing threads (named as the copy pool's,
+    :func:`torch_gpubpe.core.copy_pool.in_pool_thread`, so that a task never waits on it), with
+    at least ``threads - 1`` workers."""
     global _POOL
     need = max(1, threads - 1)
     p = _POOL
@@ -240,7 +275,7 @@ def pool_for(threads: int):
                 if p is not None and p[0] == os.getpid():
                     p[2].shutdown(wait=False)   # (its tasks finish; a larger pool replaces it)
                 _POOL = p = (os.getpid(), size,
-                             ThreadPoolExecutor(size, thread_name_prefix=_cs._POOL_PREFIX + " (pack)"))
+                             ThreadPoolExecutor(size, thread_name_prefix=POOL_PREFIX + " (pack)"))
     return p[2]
 
 
@@ -268,7 +303,7 @@ def _pack_arrays(lib, docs: Sequence, first: int, threads: int, mode: int
 def pack(docs: Sequence, first: int = 0, *, threads: int | None = None
          ) -> tuple[np.ndarray, np.ndarray] | None:
     """The UTF-8 of ``docs`` back to back and its offsets, or None where the compiled packer
-    is not available (then :func:`torch_gpubpe.core.cpython_str.utf8_parts` as before).
+    is not available (then :func:`encode_each`).
 
     Args:
         docs: ``str`` or bytes-like documents.
@@ -289,7 +324,7 @@ def pack(docs: Sequence, first: int = 0, *, threads: int | None = None
 class Packed:
     """The documents of a batch, measured (``offsets``), their UTF-8 not made yet:
     :meth:`copy_into` writes it (``len(packed)`` bytes) straight into a destination. A part
-    for :func:`torch_gpubpe.core.cpython_str.copy_parts` and ``join_parts``; the documents are
+    for :func:`torch_gpubpe.core.copy_pool.copy_parts` and ``join_parts``; the documents are
     kept alive by it."""
 
     __slots__ = ("_d", "_ranges", "_totals", "offsets", "threads")
@@ -434,4 +469,5 @@ def pack_batches(documents: Iterable, batch_bytes: int, info: dict, *,
         del fut, batches, data, offsets   # (the buffer is free once the consumer drops its views)
 
 
-__all__ = ["BATCH_THREADS", "THREADS", "Packed", "available", "pack", "pack_batches"]
+__all__ = ["BATCH_THREADS", "THREADS", "Packed", "available", "document_bytes", "encode_each",
+           "fallbacks", "library", "pack", "pack_batches", "pool_for", "reset"]

@@ -3,10 +3,11 @@ first use with the system C compiler and loaded with ``ctypes.CDLL`` (which rele
 for each call), cached in ``$XDG_CACHE_HOME/torch_gpubpe`` (default ``~/.cache``) under a
 hash of the source, the compiler command and the machine.
 
-Only :mod:`torch_gpubpe.core.cpython_str` calls it (with the object layout it has checked). Where
-it cannot be built (no compiler: ``$CC``, else ``cc``, ``gcc``, ``clang``; a read-only cache
-falls back to a temporary folder), :func:`library` returns None and :func:`why_not` says why;
-the caller records that and warns once.
+Only :mod:`torch_gpubpe.core.str_pack` calls it (with the object layout
+:mod:`torch_gpubpe.core.cpython_layout` has checked). Where it cannot be built (no compiler:
+``$CC``, else ``cc``, ``gcc``, ``clang``; a read-only cache falls back to a temporary folder),
+:func:`library` returns None and :func:`why_not` says why; the caller records that and warns
+once.
 """
 
 from __future__ import annotations
@@ -85,9 +86,7 @@ def library() -> ctypes.CDLL | None:
     with _lock:
         if "lib" not in _state:
             lib, why = None, None
-            if os.environ.get("TORCH_GPUBPE_NATIVE_PACK", "1") == "0":
-                why = "TORCH_GPUBPE_NATIVE_PACK=0"
-            elif (cc := c_compiler()) is None:
+            if (cc := c_compiler()) is None:
                 why = "no C compiler (set CC, or install cc/gcc/clang)"
             elif not SOURCE.is_file():
                 why = f"{SOURCE} is missing (an incomplete install)"

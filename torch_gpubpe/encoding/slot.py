@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from torch_gpubpe.core.copy_pool import parallel_copy
-from torch_gpubpe.core.cpython_str import copy_parts
+from torch_gpubpe.core.copy_pool import copy_parts
 from torch_gpubpe.encoding.layout import (DOC_OFF, MAX_CONTINUATIONS_PER_SUBMIT, META_HEAD,
                                           NO_TOKEN, REG_INLINE, REG_OFF, TS_COUNT, TS_OFF,
                                           WG)

@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from torch_gpubpe.core.copy_pool import PARALLEL_COPY_MIN, parallel_copy
-from torch_gpubpe.core.cpython_str import copy_parts, join_parts
+from torch_gpubpe.core.copy_pool import copy_parts, join_parts
 from torch_gpubpe.core.trie import Trie, cached_trie
 from torch_gpubpe.core.vocab import Vocab
 from torch_gpubpe.encoding.batch import BatchEncoding
-from torch_gpubpe.encoding.batch_pack import DEFER_STR, pack_batch
+from torch_gpubpe.encoding.batch_pack import pack_batch
 from torch_gpubpe.encoding.decoding import TokenDecoding
 from torch_gpubpe.encoding.layout import (DEFAULT_BUDGET, DEFAULT_CHUNK, DEFAULT_LONG_WORD,
                                           HOST_STEPS, MAX_CONTINUATIONS_PER_SUBMIT,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # (annotations only; imported when a session opens)
 
 # Names that tests, benchmarks and other packages import from this module (they moved to the
 # modules above): kept importable from here.
-__all__ = ["BatchEncoding", "DEFAULT_BUDGET", "DEFAULT_CHUNK", "DEFAULT_LONG_WORD", "DEFER_STR",
+__all__ = ["BatchEncoding", "DEFAULT_BUDGET", "DEFAULT_CHUNK", "DEFAULT_LONG_WORD",
            "EOT", "HOST_STEPS", "MAX_CONTINUATIONS_PER_SUBMIT", "MAX_LONG_TILE",
            "MAX_SLICE_POSITIONS", "PARALLEL_COPY_MIN", "PendingEncoding", "SpecialSet",
            "Tokenizer", "WG", "copy_parts", "insert_special_tokens", "join_parts",

@@ -32,9 +32,7 @@ def document_batches(documents: Iterable[str | bytes], batch_bytes: int,
     are: no Python object per document. Other documents are packed by
     :func:`torch_gpubpe.core.str_pack.pack_batches` (one compiled, GIL-free call per batch on a
     pool thread, ``str_pack.BATCH_THREADS`` batches in flight); where that is not available, one
-    ``to_bytes`` per document on this thread (faster than the iconv packer of
-    :mod:`~torch_gpubpe.core.cpython_str`, whose per-document Python work in the threads queues
-    on the GIL). :func:`str_packer` says which.
+    ``to_bytes`` per document on this thread. :func:`str_packer` says which.
 
     ``info`` is updated with ``num_documents`` and ``corpus_bytes`` as batches are yielded."""
     packed = getattr(documents, "packed_batches", None)

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from torch_gpubpe import notices
-from torch_gpubpe.core import cpython_str
+from torch_gpubpe.core import str_pack
 from torch_gpubpe.core.reference import to_bytes
 from torch_gpubpe.core.vocab import MAX_VOCAB_SIZE, Vocab
 from torch_gpubpe.errors import InputError
@@ -95,7 +95,7 @@ def train_counts(wc, vocab_size: int, *, min_frequency: int, special_tokens: Seq
         st.update(stream_symbols=0, seconds_merge=0.0, algorithm=algorithm)
     st["num_merges"] = len(merges)
     st["wgpu_fallbacks"] = fallbacks()
-    st["str_fallbacks"] = cpython_str.fallbacks()
+    st["str_fallbacks"] = str_pack.fallbacks()
     if len(merges) < num_merges:
         st["stopped_early"] = (
             f"training stopped after {len(merges)} of {num_merges} merges: no pair of tokens "

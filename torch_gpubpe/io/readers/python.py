@@ -22,7 +22,7 @@ def items_to_array(items: list, text_column: str
     """A list of documents (str, bytes-like, None, row dicts, ...) packed into one array;
     ``(values, bad types by index, missing-column messages by index)``."""
     if all(type(x) is str for x in items):
-        # (UTF-8 by several threads: _cpython_str; lone surrogates → U+FFFD, as to_bytes)
+        # (UTF-8 by several threads: core.str_pack; lone surrogates → U+FFFD, as to_bytes)
         data, offsets = pack_documents(items)
         return pa.Array.from_buffers(pa.large_string(), len(items), [
             None, pa.py_buffer(offsets), pa.py_buffer(data)]), {}, {}
