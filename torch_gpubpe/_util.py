@@ -46,9 +46,15 @@ class Pump:
     ``close()``, where it has one, is called on the pump's thread when it ends.
 
     :meth:`close` (also called when the iteration ends, however it ends) tells the thread to
-    stop; called from the consuming thread it also joins it (30 s at most). Finalized by the
-    garbage collector in another thread, it only tells the thread to stop: a finalizer must not
-    wait, as the collecting thread may hold what the stopping one needs to finish.
+    stop; called from the consuming thread it also joins it (``join_s`` seconds at most). Closed
+    by the garbage collector in another thread (an iteration left in a reference cycle), it only
+    tells the thread to stop: a finalizer must not wait, as the collecting thread may hold what
+    the stopping one needs to finish (e.g. a tokenizer's lock that the pump's thread needs to
+    finish its batches in flight). The thread holds no reference to the iteration, so an
+    abandoned one is collected and stops its thread.
+
+    To start the thread only when the first item is asked for (a dataset's ``__iter__``),
+    iterate :func:`prefetch` instead: it makes the pump on its first ``next()``.
 
     Attributes:
         q: the queue of ``(item, None)`` / ``(END, exception or None)`` pairs.
@@ -58,10 +64,11 @@ class Pump:
 
     _END = object()
 
-    def __init__(self, gen: Iterator, depth: int, name: str) -> None:
+    def __init__(self, gen: Iterator, depth: int, name: str, *, join_s: float = 30.0) -> None:
         self.q: queue.Queue = queue.Queue(maxsize=depth)
         self.stop = threading.Event()
         self.gen = gen
+        self.join_s = join_s
         self.t = threading.Thread(target=self._run, name=name, daemon=True)
         self.t.start()
 
@@ -82,7 +89,10 @@ class Pump:
                 close()
 
     def __iter__(self) -> Iterator:
-        consumer = threading.get_ident()
+        # (bound here: at interpreter exit an unfinished iteration is closed after the module's
+        # globals, threading among them, may be gone)
+        get_ident = threading.get_ident
+        consumer = get_ident()
         try:
             while True:
                 try:
@@ -96,21 +106,23 @@ class Pump:
                         raise err
                     return
                 yield x
-                consumer = threading.get_ident()
+                consumer = get_ident()
         finally:
-            self.close(join=threading.get_ident() == consumer)
+            self.close(join=get_ident() == consumer)
 
     def close(self, join: bool = True) -> None:
-        """Tell the thread to stop; with ``join``, wait for it (30 s at most)."""
+        """Tell the thread to stop; with ``join``, wait for it (``join_s`` seconds at most)."""
         self.stop.set()
         if join:
-            self.t.join(timeout=30)
+            self.t.join(timeout=self.join_s)
 
 
-def prefetch(items: Iterator, depth: int = 2, name: str = "torch_gpubpe prefetch") -> Iterator:
+def prefetch(items: Iterator, depth: int = 2, name: str = "torch_gpubpe prefetch", *,
+             join_s: float = 30.0) -> Iterator:
     """``items`` computed on a daemon thread, up to ``depth`` ahead (exceptions re-raised here;
-    closing the returned generator stops the thread)."""
-    yield from Pump(iter(items), depth, name)
+    closing the returned generator stops the thread, and joins it when closed by the consuming
+    thread). The thread starts on the first ``next()``, not at the call (:class:`Pump`)."""
+    yield from Pump(iter(items), depth, name, join_s=join_s)
 
 
 def ordered(tasks: Iterator[Callable[[], Any]], pool: ThreadPoolExecutor, ahead: int

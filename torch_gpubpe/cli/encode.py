@@ -155,7 +155,7 @@ def _encode(args: argparse.Namespace, opener, device) -> int:
                             "writer_busy"), 0.0)
     source = source_from_args(args)
     read_stats: dict = {}
-    # Reading starts now, on other threads (pipeline.read_ahead: the pipeline TokenizeFiles runs
+    # Reading starts now, on other threads (stream.read_ahead: the pipeline TokenizeFiles runs
     # too): the first batch is read while the vocab loads and the GPU opens.
     reader = source.reader()
     pump = read_ahead(reader, batch_bytes=args.batch_bytes, stats=read_stats,
@@ -246,14 +246,12 @@ def _encode_run(args, opener, device, source, batches, read_stats, stages, t0,
                 bar.set_postfix_str(f"{n_tokens / dt:,.0f} tokens/s", refresh=False)
 
         try:
-            from torch_gpubpe.encoding.stream import encode_in_flight
-
-            # Reading, decompressing and packing run on other threads (pipeline.read_ahead);
-            # the GPU encodes batch i (two in flight, Tokenizer's double buffering) while batch
-            # i - 1 is written. The GPU puts the end-of-text token in while reading the ids
-            # back: before every document for llm.c, after it for the others (--append-eos).
-            for p, enc in encode_in_flight(tok, batches, stages, specials=specials, t0=t0,
-                                           before_first=opening.result):
+            # Reading, decompressing and packing run on other threads (stream.read_ahead);
+            # the GPU encodes batch i (two in flight, Tokenizer.stream) while batch i - 2 is
+            # written. The GPU puts the end-of-text token in while reading the ids back:
+            # before every document for llm.c, after it for the others (--append-eos).
+            for p, enc in tok.stream(batches, stages=stages, t0=t0,
+                                     before_first=opening.result, **specials):
                 drain(enc, p.nbytes)
             if writing is not None:
                 writing.result()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -41,6 +41,7 @@ from torch_gpubpe.encoding.slicing import encode_sliced
 from torch_gpubpe.encoding.slot import Slot, doc_offsets
 from torch_gpubpe.encoding.specials import (EOT, SpecialSet, insert_special_tokens,
                                             special_sets, split_at_specials)
+from torch_gpubpe.encoding.stream import encode_stream
 from torch_gpubpe.errors import GPUOperationError, InputError
 from torch_gpubpe.gpu.device import current_gpu
 
@@ -460,43 +461,29 @@ class Tokenizer(TokenDecoding):
     def encode_batches(self, batches: Iterable[Sequence[str | bytes]], *,
                        bos_id: int | None = None, eos_id: int | None = None
                        ) -> Iterator[BatchEncoding]:
-        """Encode a stream of batches (each a sequence of documents, as :meth:`submit` takes),
-        yielding one :class:`BatchEncoding` per batch, in order. Two batches are in flight on
-        the GPU, as with :meth:`submit`/``result()``, and the next batch is packed (``str`` →
-        UTF-8, the part that holds the GIL) on a thread meanwhile, while the main thread waits
-        for the GPU or the copies. ``bos_id`` / ``eos_id`` as in :meth:`submit`.
+        """One :class:`BatchEncoding` per batch of documents, in order: :meth:`stream` without
+        the batches. Raises as :meth:`stream`."""
+        return (enc for _, enc in self.stream(batches, bos_id=bos_id, eos_id=eos_id))
 
-        Raises:
-            InputError: a bad document or ``bos_id``/``eos_id`` (when its batch comes up).
+    def stream(self, batches: Iterable, *, bos_id: int | None = None, eos_id: int | None = None,
+               stages: dict | None = None, t0: float | None = None,
+               before_first: Callable[[], object] | None = None, ahead: int = 2,
+               on_error: Callable | None = None) -> Iterator[tuple[object, BatchEncoding]]:
+        """Encode a stream of batches: ``(batch, BatchEncoding)`` per batch, in order, two
+        batches in flight on the GPU while the caller handles a third, the next batch of
+        documents packed on a thread meanwhile. ``batches``: sequences of documents (as
+        :meth:`submit`) or packed batches (``data`` + ``offsets``, as :meth:`submit_packed`).
+        The arguments, results and errors: :func:`torch_gpubpe.encoding.stream.encode_stream`.
         """
-        from concurrent.futures import ThreadPoolExecutor
-
         specials = self._specials_arg(bos_id, eos_id)
 
-        def pack(texts):
-            if not isinstance(texts, (list, tuple)):
-                texts = list(texts) if not isinstance(texts, (str, bytes, bytearray)) else texts
-            return pack_batch(texts, keep_parts=True, defer=False)   # (transcoded on this thread)
+        def submit_parts(data, offsets) -> PendingEncoding:
+            with self._lock:
+                return self._submit_packed(data, offsets, specials)
 
-        packs: deque = deque()
-        pending: deque[PendingEncoding] = deque()
-        with ThreadPoolExecutor(1, thread_name_prefix="torch_gpubpe pack") as ex:
-            it = iter(batches)
-            while True:
-                b = next(it, None)
-                if b is not None:
-                    packs.append(ex.submit(pack, b))  # packed while the GPU works
-                if not packs:
-                    break
-                if b is not None and len(packs) < 2:
-                    continue
-                data, offsets = packs.popleft().result()
-                with self._lock:
-                    pending.append(self._submit_packed(data, offsets, specials))
-                if len(pending) == 2:
-                    yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+        return encode_stream(self, batches, submit_parts, bos_id=bos_id, eos_id=eos_id,
+                             stages=stages, t0=t0, before_first=before_first, ahead=ahead,
+                             on_error=on_error)
 
     def _specials_arg(self, bos_id, eos_id) -> tuple[int, int] | None:
         if bos_id is None and eos_id is None:

@@ -9,6 +9,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -154,9 +155,13 @@ class TokenizeBatches:
                       ) -> list[tuple[np.ndarray, np.ndarray]]:
         """:meth:`encode_parts` of several packed chunks back to back (an Arrow column's
         chunks, each zero copy: no concatenation), two sub-batches on the GPU at once across
-        the chunks' ends."""
-        tok = self.tokenizer()
-        pending, parts = [], []
+        the chunks' ends (``Tokenizer.stream``)."""
+        return [ids_and_offsets(enc)
+                for _, enc in self.tokenizer().stream(self._sub_batches(chunks), eos_id=self.eos)]
+
+    def _sub_batches(self, chunks: Sequence[tuple[np.ndarray, np.ndarray]]):
+        """Each chunk cut at document ends into views of about ``sub_batch_bytes`` (packed:
+        ``data`` and ``offsets`` from 0)."""
         for data, offsets in chunks:
             n = len(offsets) - 1
             cuts = [0]
@@ -166,15 +171,7 @@ class TokenizeBatches:
                                 min(n, int(np.searchsorted(offsets, target, "right")) - 1)))
             for a, b in zip(cuts[:-1], cuts[1:]):
                 o = offsets[a:b + 1]
-                pending.append(tok.submit_packed(data[o[0]:o[-1]], o - o[0], eos_id=self.eos))
-                if len(pending) == 2:
-                    parts.append(self._result(pending.pop(0)))
-        parts += [self._result(p) for p in pending]
-        return parts
-
-    @staticmethod
-    def _result(p) -> tuple[np.ndarray, np.ndarray]:
-        return ids_and_offsets(p.result())
+                yield SimpleNamespace(data=data[o[0]:o[-1]], offsets=o - o[0])
 
     def encode_packed(self, data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Token ids and int64 token offsets of packed documents (:meth:`encode_parts` joined)."""

@@ -224,7 +224,7 @@ class TokenizeFiles:
         one FileReader over the call's files, its read-ahead threads and pack thread, two GPU
         batches in flight) → per GPU batch ``(file position, row in the file, ids, offsets)``
         (int64 arrays per document; the file from ``FileReader.file_starts``)."""
-        from torch_gpubpe.encoding.stream import encode_in_flight, read_ahead
+        from torch_gpubpe.encoding.stream import read_ahead
         from torch_gpubpe.io.readers import FileReader
 
         stages: dict = {}
@@ -236,8 +236,8 @@ class TokenizeFiles:
                           name="torch_gpubpe ray read")
         tok = self.enc.make_tokenizer()
         try:
-            for p, enc in encode_in_flight(tok, iter(pump), stages, specials=self._specials,
-                                           before_first=self.enc.ready):
+            for p, enc in tok.stream(iter(pump), stages=stages, before_first=self.enc.ready,
+                                     **self._specials):
                 starts = np.array(reader.file_starts, np.int64).reshape(-1, 2)
                 k = np.searchsorted(starts[:, 0], p.indices, "right") - 1
                 ids, offsets = ids_and_offsets(enc)

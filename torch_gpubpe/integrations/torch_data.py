@@ -8,8 +8,8 @@ DataLoader worker)::
     source (list of str | datasets.Dataset / IterableDataset | TextFiles)
       → this shard's documents (document k goes to shard k mod (world_size × num_workers))
       → batches of about ``batch_bytes`` UTF-8 bytes
-      → Tokenizer.submit(batch)            # GPU; at most 2 batches in flight (double buffering)
-      → pending.result() → BatchEncoding   # while the GPU already encodes the next batch
+      → Tokenizer.stream(batches)          # GPU; 2 batches in flight, BOS/EOS put in by the GPU
+      → BatchEncoding                      # while the GPU already encodes the next batches
       → tensors: one per document (``mode="documents"``) or packed ``seq_len`` blocks
         (``mode="packed"``: documents joined with EOS, ``input_ids`` + ``labels`` shifted by one)
 
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import os
 import types
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,9 +45,10 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 import pyarrow as pa
 
+from torch_gpubpe._util import prefetch
+from torch_gpubpe.encoding.stream import in_flight
 from torch_gpubpe.errors import GPUForkError, InputError
 from torch_gpubpe.gpu.device import check_fork, touched_pid
-from torch_gpubpe.integrations.background import BackgroundIterator, closing
 from torch_gpubpe.integrations.collate import (IGNORE_INDEX, PadCollator, accelerator_available,
                                                packed_collate, pad_collate, warn_once)
 from torch_gpubpe.integrations.dataset_source import (ShardInfo, distributed_rank, load_vocab_path,
@@ -93,7 +93,11 @@ class _Batch:
     indices: list[int]  # their global indices
     end_position: int  # shard position after the batch (skipped documents included)
     skipped: list[int]  # shard positions of documents skipped (on_bad_document="skip")
-    encoding: Any  # BatchEncoding or None when the batch had no document
+    values: Any  # the documents: one Arrow array, or None when the batch has none
+    data: np.ndarray  # ... packed (zero copy): uint8 text
+    offsets: np.ndarray  # int64 document offsets into data, from 0
+    encoding: Any = None  # BatchEncoding (None: not encoded, the batch had no document)
+    specials_in: bool = False  # BOS/EOS already in the encoding (put in by the GPU)
 
 
 
@@ -378,12 +382,18 @@ class TokenizedDataset(IterableDataset):
         batches = self._encoded_batches(info, start["position"])
         bg = None
         if self.background:
-            batches = bg = BackgroundIterator(batches, f"torch_gpubpe reader ({info.describe()})")
+            # The reader thread starts on the first next() (prefetch makes its Pump then); it
+            # reads, submits and reads back while this thread builds tensors. Closed from this
+            # thread it is joined; collected elsewhere (a cycle) it is only told to stop, since
+            # the collecting thread may hold the tokenizer's lock that it needs to finish its
+            # batches in flight.
+            batches = bg = prefetch(batches, 2, f"torch_gpubpe reader ({info.describe()})",
+                                    join_s=60)
         if self.mode == "documents":
             out = self._documents(batches)
         else:
             out = self._blocks(batches, start)
-        return out if bg is None else closing(out, bg)
+        return out if bg is None else _closing(out, bg)
 
     def _bad_document(self, b: DocBatch, j: int, info: ShardInfo) -> InputError:
         kind, detail = b.problem(j)
@@ -396,10 +406,10 @@ class TokenizedDataset(IterableDataset):
             f"document {k} ({b.where(j)}; {info.describe()}): text is {what}, not str; pass "
             "on_bad_document='skip' to skip such documents")
 
-    def _document_batches(self, info: ShardInfo, start: int) -> Iterator[tuple]:
-        """GPU batches ``(values, indices, end position, skipped positions)`` of about
-        ``batch_bytes`` bytes and at most ``max_batch_documents`` documents, in shard order;
-        ``values`` is one Arrow array (no per-document Python objects)."""
+    def _document_batches(self, info: ShardInfo, start: int) -> Iterator[_Batch]:
+        """GPU batches of about ``batch_bytes`` bytes and at most ``max_batch_documents``
+        documents, in shard order; their documents are one Arrow array and its packed bytes
+        (no per-document Python objects)."""
         n_sh = info.num_shards
         docs = self.source.batches(info.shard, n_sh, start)
         parts: list[tuple[pa.Array, np.ndarray]] = []
@@ -419,7 +429,12 @@ class TokenizedDataset(IterableDataset):
                 idx = np.concatenate([i for _, i in parts])
             else:
                 vals, idx = None, np.zeros(0, np.int64)
-            out = (vals, idx, pos + 1, skipped)
+            if vals is None:
+                data, offs = np.zeros(0, np.uint8), np.zeros(1, np.int64)
+            else:
+                data, offs = arrow_to_packed(vals)   # (zero copy)
+            out = _Batch((idx // n_sh).tolist(), idx.tolist(), pos + 1, skipped, vals, data,
+                         offs)
             parts, nbytes, ndocs, skipped = [], 0, 0, []
             return out
 
@@ -457,50 +472,34 @@ class TokenizedDataset(IterableDataset):
             yield emit()
 
     def _encoded_batches(self, info: ShardInfo, start: int) -> Iterator[_Batch]:
-        """Submit batches to the GPU, ``pipeline_depth`` in flight; yield them in order."""
-        inflight: deque = deque()
-        try:
-            for values, idx, end, skipped in self._document_batches(info, start):
-                meta = _Batch((idx // info.num_shards).tolist(), idx.tolist(), end, skipped, None)
-                pending = None
-                if len(idx):
-                    try:
-                        tok = self.tokenizer
-                        if hasattr(tok, "submit_arrow"):
-                            pending = tok.submit_arrow(values)
-                        else:
-                            pending = tok.submit(values.to_pylist())  # str or bytes
-                    except GPUForkError:
-                        raise
-                    except Exception as e:
-                        _add_note(e, f"while submitting documents {meta.indices[0]}.."
-                                     f"{meta.indices[-1]} ({info.describe()})")
-                        raise
-                inflight.append((meta, pending))
-                if len(inflight) >= self.pipeline_depth:
-                    yield self._finish(*inflight.popleft(), info)
-            while inflight:
-                yield self._finish(*inflight.popleft(), info)
-        finally:
-            for _, pending in inflight:  # leave the session idle for the next iteration
-                try:
-                    if pending is not None:
-                        pending.result()
-                except Exception:  # noqa: BLE001 - already failing or closing
-                    pass
+        """The shard's batches encoded, in order: ``Tokenizer.stream`` (two in flight with
+        ``pipeline_depth=2``; with 1 each is read back before the next is submitted), BOS/EOS
+        put in by the GPU as the ids are read back (the ``encode`` CLI's way)."""
+        tok = self.tokenizer
+        ahead = 2 if self.pipeline_depth == 2 else 0
 
-    @staticmethod
-    def _finish(meta: _Batch, pending, info: ShardInfo) -> _Batch:
-        if pending is not None:
-            try:
-                meta.encoding = pending.result()
-            except GPUForkError:
-                raise
-            except Exception as e:
-                _add_note(e, f"while encoding documents {meta.indices[0]}..{meta.indices[-1]} "
+        def note(b: _Batch, step: str, e: BaseException) -> None:
+            if not isinstance(e, GPUForkError):   # (its message says what to do already)
+                _add_note(e, f"while {step} documents {b.indices[0]}..{b.indices[-1]} "
                              f"({info.describe()})")
-                raise
-        return meta
+
+        batches = self._document_batches(info, start)
+        if hasattr(tok, "stream"):
+            encoded = tok.stream(batches, bos_id=self.bos_id, eos_id=self.eos_id, ahead=ahead,
+                                 on_error=note)
+            specials_in = True
+        else:
+            # An encoder with only submit(texts) (any object with submit().result() and a
+            # vocab): its documents as Python objects, and BOS/EOS put in on the host, since
+            # its submit takes no bos_id/eos_id.
+            def submit(b: _Batch):
+                return tok.submit(b.values.to_pylist()) if b.indices else None
+
+            encoded = in_flight(submit, batches, ahead=ahead, on_error=note)
+            specials_in = False
+        for b, enc in encoded:
+            b.encoding, b.specials_in = enc, specials_in
+            yield b
 
     def _to_tensor(self, a: np.ndarray) -> torch.Tensor:
         np_dtype = np.int64 if self.dtype == torch.long else np.int32
@@ -518,7 +517,7 @@ class TokenizedDataset(IterableDataset):
             skipped_before = state["skipped_documents"]
             if b.encoding is not None:
                 ids, offsets = b.encoding.ids, np.asarray(b.encoding.offsets, np.int64)
-                if self.add_bos or self.add_eos:
+                if (self.add_bos or self.add_eos) and not b.specials_in:
                     ids, offsets = add_special_tokens(ids, offsets, self.bos_id, self.eos_id)
                 flat = self._to_tensor(ids)
                 for j, (pos, k) in enumerate(zip(b.positions, b.indices)):
@@ -537,10 +536,10 @@ class TokenizedDataset(IterableDataset):
         batch_start = start["position"]
         for b in batches:
             if b.encoding is not None:
-                ids, offsets = add_special_tokens(
-                    b.encoding.ids, b.encoding.offsets, self.bos_id, self.eos_id
-                )
-                stream = np.concatenate([carry, ids])
+                ids = b.encoding.ids
+                if not b.specials_in:
+                    ids, _ = add_special_tokens(ids, b.encoding.offsets, self.bos_id, self.eos_id)
+                stream = np.concatenate([carry, ids])   # (int64: carry's dtype)
             else:
                 stream = carry
             m = (len(stream) - 1) // L if len(stream) > L else 0
@@ -588,6 +587,15 @@ def _noted(docs: Iterator[DocBatch], info: ShardInfo) -> Iterator[DocBatch]:
 def _add_note(e: BaseException, note: str) -> None:
     if hasattr(e, "add_note"):
         e.add_note(note)
+
+
+def _closing(gen: Iterator, inner: Iterator) -> Iterator:
+    """``gen``, then ``inner.close()`` however ``gen`` ends (exhausted, closed, raised): the
+    reader thread is joined when its consumer stops, not when the garbage collector runs."""
+    try:
+        yield from gen
+    finally:
+        inner.close()
 
 
 
