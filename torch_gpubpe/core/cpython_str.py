@@ -1,8 +1,8 @@
 """The old home of the str → UTF-8 packer's helpers, kept so that its surviving names still
 import from here (and from ``torch_gpubpe._cpython_str``): the CPython layout and object
-addresses are :mod:`torch_gpubpe.core.cpython_layout`, the copies :mod:`torch_gpubpe.core.copy_pool`,
-the packer and its fallbacks :mod:`torch_gpubpe.core.str_pack`. Nothing in the package imports
-this module.
+addresses are :mod:`torch_gpubpe.core.cpython_layout`, the copies
+:mod:`torch_gpubpe.core.copy_pool`, the packer and its fallbacks
+:mod:`torch_gpubpe.core.str_pack`. Nothing in the package imports this module.
 """
 
 from __future__ import annotations

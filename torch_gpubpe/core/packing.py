@@ -20,8 +20,9 @@ def pack_documents(documents: Iterable[str | bytes]) -> tuple[np.ndarray, np.nda
     """Concatenate documents into one byte stream.
 
     The UTF-8 is made by several threads without the GIL (:func:`torch_gpubpe.core.str_pack.pack`;
-    where it is not available, one document at a time: :func:`~torch_gpubpe.core.str_pack.encode_each`);
-    the bytes are those of :func:`~torch_gpubpe.core.reference.to_bytes` for every item.
+    where it is not available, one document at a time:
+    :func:`~torch_gpubpe.core.str_pack.encode_each`); the bytes are those of
+    :func:`~torch_gpubpe.core.reference.to_bytes` for every item.
 
     Args:
         documents: ``str`` (UTF-8 encoded; lone surrogates → U+FFFD) or bytes-like items.
