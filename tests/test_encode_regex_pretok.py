@@ -59,11 +59,12 @@ def test_table_is_what_regex_says(tmp_path_factory):
     where = tmp_path_factory.mktemp("regex_for_table")
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
                           "--disable-pip-version-check", "--target", str(where),
-                          f"regex=={REGEX_VERSION}"], capture_output=True, text=True)
+                          f"regex=={REGEX_VERSION}"], capture_output=True, text=True,
+                         cwd=where)  # (an earlier test may have left this process in a gone folder)
     assert pip.returncode == 0, f"installing regex=={REGEX_VERSION} apart: {pip.stderr}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(where), *sys.path])}
     check = subprocess.run([sys.executable, "-m", "torch_gpubpe.core.unicode_gen", "--check"],
-                           capture_output=True, text=True, env=env)
+                           capture_output=True, text=True, env=env, cwd=where)
     assert check.returncode == 0, check.stdout + check.stderr
 
 
