@@ -123,3 +123,46 @@ def test_the_pipeline_gives_the_encoders_tokens_in_order(files, docs):
                            "upload_and_submit", "wait_gpu_and_readback", "steady_encode"}
     # the steady state holds every step after the first batch was read and the GPU opened
     assert stages["steady_encode"] >= stages["upload_and_submit"] - 1e-6
+
+
+def test_tokenizer_stream_pairs_batches_in_order(docs):
+    """Tokenizer.stream: each batch handed back with its encoding, the same for batches of
+    documents (packed on a thread) and packed ones, for every depth; BOS/EOS put in by the
+    GPU; closed early, the session is left idle; errors name their batch through on_error."""
+    from torch_gpubpe.errors import InputError
+    from torch_gpubpe.io.readers import Packed
+
+    vocab = Vocab.from_merges(reference.train(docs[::4], 300, 2, 1), ["<|endoftext|>"])
+    eot = vocab.token_to_id("<|endoftext|>")
+    tok = Tokenizer(vocab)
+    batches = [docs[i:i + 7] for i in range(0, 60, 7)] + [[]] + [docs[60:61]]
+    want = [tok.encode_batch(b) for b in batches]
+    for ahead in (2, 1, 0):
+        stages: dict = {}
+        got = list(tok.stream(iter(batches), eos_id=eot, ahead=ahead, stages=stages))
+        assert [b for b, _ in got] == batches
+        assert [[list(e[j]) for j in range(len(e))] for _, e in got] == \
+            [[[*w[j], eot] for j in range(len(w))] for w in want]
+        assert set(stages) == {"wait_reader", "first_batch_read", "wait_gpu_open",
+                               "upload_and_submit", "wait_gpu_and_readback", "steady_encode"}
+    packed = []
+    for b in batches:
+        raw = [t.encode() for t in b]
+        offs = np.cumsum([0] + [len(r) for r in raw]).astype(np.int64)
+        packed.append(Packed(np.frombuffer(b"".join(raw), np.uint8), offs,
+                             np.arange(len(b)), 0))
+    got = [e for _, e in tok.stream(packed, bos_id=eot)]
+    assert [[list(e[j]) for j in range(len(e))] for e in got] == \
+        [[[eot, *w[j]] for j in range(len(w))] for w in want]
+    assert [e.tolist() for e in tok.encode_batches(batches)] == [w.tolist() for w in want]
+
+    it = tok.stream(iter(batches))
+    next(it)
+    it.close()
+    assert not tok._inflight           # the batches in flight were read back
+    with pytest.raises(InputError, match="eos_id"):
+        tok.stream(batches, eos_id=10**9)   # at the call
+    seen = []
+    with pytest.raises(InputError):
+        list(tok.stream([docs[:2], [3]], on_error=lambda b, step, e: seen.append((b, step))))
+    assert list(tok.encode_batches([])) == []

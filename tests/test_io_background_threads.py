@@ -1,5 +1,6 @@
-"""The data path's background reader thread (TokenizedDataset's, a torch_gpubpe._util.Pump made by prefetch) and the readers'
-prefetch pump (torch_gpubpe._util.prefetch, re-exported as torch_gpubpe.io.readers.prefetch):
+"""The data path's background reader thread (TokenizedDataset's: a torch_gpubpe._util.Pump made
+by prefetch) and the readers' prefetch pump (torch_gpubpe._util.prefetch, re-exported as
+torch_gpubpe.io.readers.prefetch):
 closing the iterator stops and joins the thread; a garbage-collected one never stalls the
 thread that collects it.
 
