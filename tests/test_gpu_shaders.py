@@ -106,3 +106,25 @@ def test_workgroup_limit_checked_from_the_parse():
           "@compute @workgroup_size(1) fn main() { big[0] = 1u; }\n"
     with pytest.raises(ValueError, match=r"main needs \d+ B of workgroup memory"):
         g.pipeline("too_big", "main", source=src)
+
+
+def test_constants_shared_with_python_agree():
+    """Each constant that both Python and the WGSL know is defined once per language, and the
+    two agree: the Python side is the one the host uses, the WGSL one is parsed here."""
+    from torch_gpubpe.core import bpe_tables, reference, trie
+    from torch_gpubpe.encoding import layout, pretokenize, regex_pretok
+
+    common = shader_info("encode").consts  # (common.wgsl is part of every shader)
+    assert common["NO_TOKEN"] == trie.NO_TOKEN == bpe_tables.NO_TOKEN == layout.NO_TOKEN
+    assert shader_info("encode_bpe").consts["RANK_BITS"] == bpe_tables.RANK_BITS
+    assert shader_info("encode_bpe").consts["RANK_MASK"] == (1 << bpe_tables.RANK_BITS) - 1
+    for k in ("TOKENS", "UNFINISHED", "CONT_LO", "CONT_HI", "REGIONS", "LONG_ERRORS",
+              "BAD_TOKENS", "HEAD"):
+        assert common[f"INFO_{k}"] == getattr(layout, f"INFO_{k}"), k
+    assert layout.META_HEAD == 4 * common["INFO_HEAD"]
+    assert common["WORD_START_BIT"] == reference.WORD_START_BIT
+    for k in ("LETTER", "DIGIT", "SPACE", "PUNCT", "NEWLINE"):
+        assert common[f"CLS_{k}"] == getattr(reference, k), k
+    assert regex_pretok.WG == pretokenize.WG == layout.WG
+    for name in ("encode", "encode_bpe", "pretokenize", "pretokenize_unicode", "specials"):
+        assert shader_info(name).overrides["WG"] == layout.WG, name

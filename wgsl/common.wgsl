@@ -1,6 +1,21 @@
 // common.wgsl — helpers shared by every torch_gpubpe shader (prepended to each file).
 // Byte classes and the word-start rule of DESIGN.md §2; linear ids over 2-D grids.
 
+// "No token" in the encoder's tables and buffers (torch_gpubpe.core.trie.NO_TOKEN).
+const NO_TOKEN: u32 = 0xFFFFFFFFu;
+
+// The encoder's `info` counters (binding 7 of encode.wgsl and encode_bpe.wgsl), read back by
+// the host (torch_gpubpe.encoding.layout's INFO_* names the same slots). [0, INFO_HEAD) is
+// cleared by the host; from INFO_HEAD on, (first byte, end byte) of each long-word region.
+const INFO_TOKENS: u32 = 0u;         // tokens in the slice (trie_prefix_sum)
+const INFO_UNFINISHED: u32 = 1u;     // chunks whose walk ran out of budget
+const INFO_CONT_LO: u32 = 2u;        // 0xFFFFFFFF - the lowest block of such a chunk
+const INFO_CONT_HI: u32 = 3u;        // 1 + the highest block of such a chunk
+const INFO_REGIONS: u32 = 4u;        // long-word regions found
+const INFO_LONG_ERRORS: u32 = 5u;    // errors of the long-word path (must stay 0)
+const INFO_BAD_TOKENS: u32 = 6u;     // merge-order mode: BAD_TOKENs written
+const INFO_HEAD: u32 = 8u;
+
 const WORD_START_BIT: u32 = 0x10000u;   // carried on a symbol (seed §1)
 const SYMBOL_MASK: u32 = 0xFFFFu;       // low bits of a packed symbol (byte or id < 2^16)
 

@@ -31,7 +31,7 @@
 //                                                          [5] errors of the long-word path
 //                                                          (must stay 0); [8 + 2r], [9 + 2r]:
 //                                                          region r's first and end byte. [0, 8)
-//                                                          cleared by the host
+//                                                          cleared by the host (INFO_*: common.wgsl)
 //   8 params     : uniform              Params
 //   9 block_off  : storage, read_write  array<u32>          exclusive prefix sum of counts; length
 //                                                          number of blocks
@@ -118,7 +118,6 @@ override OUT16: bool = false;   // write ids as u16 (vocab of at most 65,536 ids
 override LC: u32 = 64u;         // long words: bytes per tile (>= the longest token)
 override LDW: u32 = 16u;        // long words: window nodes per tile (= the longest token, <= LC)
 
-const NO_TOKEN: u32 = 0xFFFFFFFFu;
 const TERM: u32 = 0xFFFFFFFFu;  // long words: the chain has reached its region's end
 const COPY: u32 = 0x80000000u;  // long words: llen = COPY | P: the match is the one P bytes back
 
@@ -271,9 +270,9 @@ fn trie_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     for (var it = 0u; walking; it++) {
         if (it >= budget) {
             state[c] = p + 1u;
-            atomicAdd(&info[1], 1u);
-            atomicMax(&info[2], 0xFFFFFFFFu - block);
-            atomicMax(&info[3], block + 1u);
+            atomicAdd(&info[INFO_UNFINISHED], 1u);
+            atomicMax(&info[INFO_CONT_LO], 0xFFFFFFFFu - block);
+            atomicMax(&info[INFO_CONT_HI], block + 1u);
             break;
         }
         var child = NO_TOKEN;
@@ -295,11 +294,11 @@ fn trie_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             } else if (p >= ce && p - ce >= params.long_from) {
                 // A long word: the rest of it, from the token start p, goes to the parallel
                 // path (long_word_ends finds its end).
-                let r = atomicAdd(&info[4], 1u);
+                let r = atomicAdd(&info[INFO_REGIONS], 1u);
                 if (r < params.reg_cap) {
-                    atomicStore(&info[8u + 2u * r], p);
+                    atomicStore(&info[INFO_HEAD + 2u * r], p);
                 } else {
-                    atomicAdd(&info[5], 1u);  // cannot happen: reg_cap > n / long_from
+                    atomicAdd(&info[INFO_LONG_ERRORS], 1u);  // cannot happen: reg_cap > n / long_from
                 }
                 if (params.resume != 0u) { state[c] = 0u; }
                 walking = false;
@@ -333,8 +332,8 @@ fn long_word_ends(@builtin(workgroup_id) wid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>,
                   @builtin(local_invocation_index) lid: u32) {
     let r = linear_workgroup(wid, nwg) * WG + lid;
-    if (r >= min(atomicLoad(&info[4]), params.reg_cap)) { return; }
-    let p = atomicLoad(&info[8u + 2u * r]);
+    if (r >= min(atomicLoad(&info[INFO_REGIONS]), params.reg_cap)) { return; }
+    let p = atomicLoad(&info[INFO_HEAD + 2u * r]);
     let nb = params.num_blocks;
     let nchunks = nb * WG;
     let c0 = p / CHUNK;
@@ -352,7 +351,7 @@ fn long_word_ends(@builtin(workgroup_id) wid: vec3<u32>,
         }
         end = m;
     }
-    atomicStore(&info[9u + 2u * r], min(end, params.n));
+    atomicStore(&info[INFO_HEAD + 1u + 2u * r], min(end, params.n));
 }
 
 // The region (row of ltab) holding tile t: the last row whose first tile is <= t.
@@ -526,7 +525,7 @@ fn long_emit(@builtin(workgroup_id) wid: vec3<u32>,
         }
     }
     if (e == NO_TOKEN) {  // cannot happen: every tile of a region has one entry on the chain
-        atomicAdd(&info[5], 1u);
+        atomicAdd(&info[INFO_LONG_ERRORS], 1u);
         return;
     }
     var blk = cs / (WG * CHUNK);
@@ -615,7 +614,7 @@ fn trie_prefix_sum(@builtin(local_invocation_index) lid: u32) {
         block_off[i] = run;
         run += atomicLoad(&counts[i]);
     }
-    if (rank == 0u) { atomicStore(&info[0], sc.y); }
+    if (rank == 0u) { atomicStore(&info[INFO_TOKENS], sc.y); }
 }
 
 // Index of the last document starting at or before byte pos (pos is a document start).
@@ -664,7 +663,7 @@ fn trie_tokenizer_compact(@builtin(workgroup_id) wid: vec3<u32>,
 //#else
     if (lid == 0u) {
 //#endif
-        wg_skip = select(0u, 1u, atomicLoad(&info[4]) != 0u && params.resume != 2u);
+        wg_skip = select(0u, 1u, atomicLoad(&info[INFO_REGIONS]) != 0u && params.resume != 2u);
     }
     if (workgroupUniformLoad(&wg_skip) != 0u) { return; }
     let block = linear_workgroup(wid, nwg);

@@ -96,10 +96,9 @@ override STEP_MAX: u32 = 64u;      // most loop iterations of one step of the wa
 override ALL_REACHABLE: bool = false;  // no unreachable token (GPT-2, Qwen2, vocabs trained by
                                        // merges): skip the per-node check and whole-word rule
 
-const NO_TOKEN: u32 = 0xFFFFFFFFu;
 const BAD_TOKEN: u32 = 0xFFFFFFFEu;  // no valid encoding found (vocab outside the supported set)
 const RANK_BITS: u32 = 18u;
-const RANK_MASK: u32 = 0x3FFFFu;
+const RANK_MASK: u32 = (1u << RANK_BITS) - 1u;
 // Work counters of PROFILE builds (binding 18; torch_gpubpe.encoding.merge_walk.walk_work): totals over
 // the threads of a run, and W_LOCKSTEP: the sum over subgroups of the most walk-loop iterations
 // any lane of the subgroup ran (what the subgroup runs in lockstep; subgroup builds only).
@@ -444,9 +443,9 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         if ((!in_walk || q == pos + 1u) && steps + STEP_MAX > budget) {
             state[2u * c] = pos + 1u;
             state[2u * c + 1u] = select(cand, NO_TOKEN, in_walk);
-            atomicAdd(&info[1], 1u);
-            atomicMax(&info[2], 0xFFFFFFFFu - block);
-            atomicMax(&info[3], block + 1u);
+            atomicAdd(&info[INFO_UNFINISHED], 1u);
+            atomicMax(&info[INFO_CONT_LO], 0xFFFFFFFFu - block);
+            atomicMax(&info[INFO_CONT_HI], block + 1u);
             break;
         }
         iters += 1u;
@@ -541,9 +540,9 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         if (ok || (prev == NO_TOKEN && shorter == NO_TOKEN)) {
             work_count(W_TOKENS, 1u);
             var emit = cand;
-            if (!ok) {  // nothing fits at a word start: report (info[6], read by the host), go on
+            if (!ok) {  // nothing fits at a word start: report (INFO_BAD_TOKENS, read by the host), go on
                 emit = BAD_TOKEN;
-                atomicAdd(&info[6], 1u);
+                atomicAdd(&info[INFO_BAD_TOKENS], 1u);
             }
             scratch[pos] = emit;
             if (pos < block_end) { own_count += 1u; } else { atomicAdd(&counts[pos / (WG * CHUNK)], 1u); }

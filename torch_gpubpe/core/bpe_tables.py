@@ -53,10 +53,12 @@ from pathlib import Path
 import numpy as np
 
 from torch_gpubpe.core import disk_cache as _disk_cache
+from torch_gpubpe.core.trie import NO_TOKEN
 from torch_gpubpe.core.vocab import Vocab
 
-NO_TOKEN = 0xFFFFFFFF
-RANK_BITS = 18  # rank and length share one u32 on the GPU: rank | len << RANK_BITS
+# Rank and length share one u32 on the GPU: rank | len << RANK_BITS. wgsl/encode_bpe.wgsl has
+# the same constant (tests/test_gpu_shaders.py checks that they agree).
+RANK_BITS = 18
 _GOLDEN = 0x9E3779B1
 
 

@@ -36,7 +36,9 @@ import numpy as np
 from torch_gpubpe.core import disk_cache as _disk_cache
 
 NO_TOKEN = 0xFFFFFFFF
-"""``token_id`` of a node that is only a prefix (no vocab token spells it)."""
+"""``token_id`` of a node that is only a prefix (no vocab token spells it); the "no token"
+value of every table and buffer the encoder shares with the GPU (wgsl/common.wgsl's
+``NO_TOKEN``; tests/test_gpu_shaders.py checks that they agree)."""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,10 @@ per-slice bounds (DESIGN.md §6, §8), and the layout of a slot's metadata readb
 
 from __future__ import annotations
 
+from torch_gpubpe.core.trie import NO_TOKEN as NO_TOKEN  # (the encoder modules import it here)
+
+# Threads per workgroup of every encoder and pre-tokenizer pipeline, passed to the shaders as
+# their ``WG`` override (their default is the same).
 WG = 256
 DEFAULT_CHUNK = 32
 DEFAULT_BUDGET = 1 << 15  # walk steps per thread per dispatch (lavapipe stops loops at 65,535)
@@ -12,14 +16,23 @@ MAX_CONTINUATIONS_PER_SUBMIT = 64
 DEFAULT_LONG_WORD = 2048  # a walk this many bytes past its chunk hands the word to the long path
 MAX_LONG_TILE = 16384  # bytes per long-word tile (>= the longest token; lavapipe's loop cap)
 MAX_SLICE_POSITIONS = 1 << 31  # byte positions of a slice stay far below 2^32 (u32 in WGSL)
-NO_TOKEN = 0xFFFFFFFF
 HOST_STEPS = ("wait_upload_map", "upload_copy", "upload_doc_starts", "record",
               "previous_readback_submit", "wait_token_count", "submit", "wait_ids", "ids_copy")
 """The steps of :attr:`Tokenizer.host_seconds` (host seconds per step of a batch)."""
-# Layout of the metadata readback (rb_meta): info[0:8], pass timestamps (3 walk passes, then 3
+# Slots of the encoder's ``info`` counters, named as in wgsl/common.wgsl (INFO_*; the test of
+# the shaders checks that they agree).
+INFO_TOKENS = 0
+INFO_UNFINISHED = 1
+INFO_CONT_LO = 2
+INFO_CONT_HI = 3
+INFO_REGIONS = 4
+INFO_LONG_ERRORS = 5
+INFO_BAD_TOKENS = 6
+INFO_HEAD = 8
+# Layout of the metadata readback (rb_meta): info[0:INFO_HEAD], pass timestamps (3 walk passes, then 3
 # of a regex pre-tokenizer), the first regions (first byte, end byte) of info[8:], then each
 # document's first-token index.
-META_HEAD = 32
+META_HEAD = 4 * INFO_HEAD
 TS_OFF = 32
 TS_COUNT = 12
 REG_OFF = TS_OFF + 8 * TS_COUNT

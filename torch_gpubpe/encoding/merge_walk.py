@@ -34,6 +34,7 @@ from __future__ import annotations
 import numpy as np
 
 from torch_gpubpe.core.bpe_tables import NO_TOKEN, RANK_BITS, BpeTables, valid_pair
+from torch_gpubpe.encoding.layout import WG
 from torch_gpubpe.gpu.shaders import shader_source
 
 
@@ -164,7 +165,7 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
         g.device.queue.write_buffer(sess.fedges, 0, fe)
         g.device.queue.write_buffer(sess.d2, 0, d2)
         g.device.queue.write_buffer(sess.spines, 0, sp)
-    consts = {"WG": 256, "CHUNK": chunk, "PAIR_MASK": t.pair_mask, "PAIR_PROBES": t.max_probe,
+    consts = {"WG": WG, "CHUNK": chunk, "PAIR_MASK": t.pair_mask, "PAIR_PROBES": t.max_probe,
               "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable)}
     flags = set(g.flags) | sess.walk_flags
     # the single-byte rows (binding 22)
@@ -183,7 +184,7 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
         bits_flags = frozenset(flags - {"WORD_MASK"} - sess.walk_flags)
         bsrc = None if bits_flags == frozenset(g.flags) else shader_source("encode_bpe", bits_flags)
         sess.bpe_bits_pipeline = g.pipeline("encode_bpe", "bpe_word_bits",
-                                            constants={"WG": 256}, source=bsrc)
+                                            constants={"WG": WG}, source=bsrc)
     sess.bpe_pipeline = g.pipeline("encode_bpe", "bpe_tokenizer_chunked", constants=consts,
                                    source=shader_source("encode_bpe", frozenset(flags)))
     sess.bpe_steps = {"unwind": unwind, "step_max": smax, "budget": sess.budget}

@@ -11,11 +11,10 @@ import numpy as np
 from torch_gpubpe.core.packing import (doc_start_bitmap, pack_documents, pad_to_u32,
                                        word_start_mask)
 from torch_gpubpe.core.reference import WORD_START_BIT
+from torch_gpubpe.encoding.layout import WG
 
 __all__ = ["GPUPreTokenizer", "word_starts_gpu", "pack_documents", "doc_start_bitmap",
            "pad_to_u32", "word_start_mask"]
-
-WG = 256
 
 
 class GPUPreTokenizer:

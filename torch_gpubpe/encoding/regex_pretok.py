@@ -66,11 +66,12 @@ import numpy as np
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.core.patterns import DEFAULT, FAMILIES, classes_of, resolve, table_words
 from torch_gpubpe.core.packing import pack_documents
+from torch_gpubpe.encoding.layout import WG
 from torch_gpubpe.gpu.shaders import parse_wgsl, shader_source
 
 _SHADER = "pretokenize_unicode"
 _C = parse_wgsl(shader_source(_SHADER)).consts
-WG = 256                   # threads per workgroup (pt_local's tile is sized for 256)
+# (WG: threads per workgroup; pt_local's tile, TILE_WORDS in the WGSL, is sized for 256 of them)
 CHUNK = _C["CHUNK"]        # bytes per thread = bits of one mask word
 BLOCK = WG * CHUNK
 HALO = 64                  # context bytes on each side of a slice cut inside a document
