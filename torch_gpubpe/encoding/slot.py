@@ -59,9 +59,11 @@ import numpy as np
 
 from torch_gpubpe.core.copy_pool import parallel_copy
 from torch_gpubpe.core.copy_pool import copy_parts
-from torch_gpubpe.encoding.layout import (DOC_OFF, MAX_CONTINUATIONS_PER_SUBMIT, META_HEAD,
-                                          NO_TOKEN, REG_INLINE, REG_OFF, TS_COUNT, TS_OFF,
-                                          WG)
+from torch_gpubpe.encoding.layout import (DOC_OFF, INFO_BAD_TOKENS, INFO_CONT_HI, INFO_CONT_LO,
+                                          INFO_HEAD, INFO_LONG_ERRORS, INFO_REGIONS, INFO_TOKENS,
+                                          INFO_UNFINISHED, MAX_CONTINUATIONS_PER_SUBMIT,
+                                          META_HEAD, NO_TOKEN, REG_INLINE, REG_OFF, TS_COUNT,
+                                          TS_OFF, WG)
 from torch_gpubpe.encoding.long_words import LongWordPasses
 from torch_gpubpe.errors import GPUOperationError
 from torch_gpubpe.gpu import wgpu_internals as _wi
@@ -378,8 +380,9 @@ class Slot(LongWordPasses):
         compaction (O(slice) each: left out of continuation submits, so that a long word costs
         linear time)."""
         s, g = self.sess, self.sess.gpu
-        # info[0:4] per submit; info[4:8] (long-word regions, errors) once per slice.
-        enc.clear_buffer(self.meta, 0, META_HEAD if first else 16)
+        # info[:INFO_REGIONS] per submit; the rest of the head (long-word regions, errors) once
+        # per slice.
+        enc.clear_buffer(self.meta, 0, META_HEAD if first else 4 * INFO_REGIONS)
         if first:
             enc.clear_buffer(self.counts, 0, self.nb * 4)
             if s.bpe is not None:
@@ -442,9 +445,9 @@ class Slot(LongWordPasses):
             raw = self.rb_meta.read_mapped(0, DOC_OFF + 4 * self.ndocs)
         finally:
             self.rb_meta.unmap()
-        head = np.frombuffer(raw, np.uint32, 8)
-        self.nreg, self.long_errors = int(head[4]), int(head[5])
-        self.bad_tokens = int(head[6])  # merge-order mode: BAD_TOKENs written (encode_bpe.wgsl)
+        head = np.frombuffer(raw, np.uint32, INFO_HEAD)
+        self.nreg, self.long_errors = int(head[INFO_REGIONS]), int(head[INFO_LONG_ERRORS])
+        self.bad_tokens = int(head[INFO_BAD_TOKENS])  # merge-order mode (encode_bpe.wgsl)
         self.reg_inline = np.frombuffer(raw, np.uint32, 2 * REG_INLINE, offset=REG_OFF)
         if self.query_set is not None:
             t = np.frombuffer(raw, np.uint64, TS_COUNT, offset=TS_OFF).astype(np.int64)
@@ -452,9 +455,9 @@ class Slot(LongWordPasses):
                 name: (t[2 * k + 1] - t[2 * k]) * self.sess.ns_per_tick / 1e3
                 for k, name in enumerate(self.timed_passes())}
         doc_tok = np.frombuffer(raw, np.uint32, self.ndocs, offset=DOC_OFF)
-        # Blocks [lo, hi) hold every chunk whose walk ran out of budget (info[2], info[3]).
-        self.cont_blocks = (0xFFFFFFFF - int(head[2]), int(head[3]))
-        return int(head[0]), int(head[1]), doc_tok
+        # Blocks [lo, hi) hold every chunk whose walk ran out of budget.
+        self.cont_blocks = (0xFFFFFFFF - int(head[INFO_CONT_LO]), int(head[INFO_CONT_HI]))
+        return int(head[INFO_TOKENS]), int(head[INFO_UNFINISHED]), doc_tok
 
     def _specials_bind_group(self):
         if self.sp_bg is None:
