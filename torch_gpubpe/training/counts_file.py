@@ -12,21 +12,8 @@ from the result (:func:`train_from_counts_file`). The merges equal those of trai
 whole corpus at once (DESIGN.md §3: training depends only on the word counts). The same idea as
 sentencepiece's ``word\\tcount`` input.
 
-File format (``torch_gpubpe.word_counts`` version 1), a Parquet file:
-
-* columns ``word`` (Parquet BYTE_ARRAY, Arrow ``large_binary``: the word's bytes) and ``count``
-  (``uint64``, ≥ 1);
-* one row per distinct word, rows sorted by the word bytes compared as unsigned bytes
-  (``memcmp`` order; shorter first on a common prefix), no word twice, no nulls;
-* Parquet key-value metadata ``torch_gpubpe.word_counts``: JSON with ``format``
-  (``"torch_gpubpe.word_counts"``), ``version`` (1), ``pre_tokenizer`` (the word rule's name,
-  :data:`torch_gpubpe.core.vocab.PRE_TOKENIZER`; files of different rules do not merge) and, written
-  when the file is complete, ``num_words``, ``total_count`` (sum of ``count``),
-  ``num_documents``, ``corpus_bytes`` (UTF-8 bytes counted) and ``num_shards`` (count files
-  merged into it; 1 for a counted shard). Integers are exact JSON integers.
-
-Any Parquet reader reads it (``pyarrow.parquet.read_table(path)``); sorted files merge in one
-pass with memory bounded by ``fan_in × batch_rows`` rows.
+The file format (a sorted Parquet file of ``word``, ``count``) is documented in
+:mod:`~torch_gpubpe.training.counts_format`.
 
 Example::
 
