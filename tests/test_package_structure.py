@@ -31,25 +31,14 @@ def test_layers_contract_holds():
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
 
 
-def _runtime_nodes(tree: ast.AST):
-    """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (annotations only)."""
-    todo = [tree]
-    while todo:
-        node = todo.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if not (isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test)):
-                todo.append(child)
-
-
 def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> the package modules it imports at run time (at any depth of the file: lazy
-    imports count; imports for annotations only, under ``if TYPE_CHECKING:``, do not)."""
+    """Module -> the package modules it imports (at any depth of the file: lazy imports and
+    imports for annotations count)."""
     graph: dict[str, set[str]] = {}
     for name, path in mods.items():
         deps = set()
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             targets = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]

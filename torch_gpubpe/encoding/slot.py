@@ -53,7 +53,7 @@ owns two slots is :mod:`torch_gpubpe.encoding.session`.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -67,9 +67,6 @@ from torch_gpubpe.encoding.layout import (DOC_OFF, INFO_BAD_TOKENS, INFO_CONT_HI
 from torch_gpubpe.encoding.long_words import LongWordPasses
 from torch_gpubpe.errors import GPUOperationError
 from torch_gpubpe.gpu import wgpu_internals as _wi
-
-if TYPE_CHECKING:  # (annotations only: the session module imports this one)
-    from torch_gpubpe.encoding.session import Session
 
 
 def doc_offsets(first: np.ndarray, total: int) -> np.ndarray:
@@ -106,7 +103,7 @@ def doc_start_bits(out: np.ndarray, starts: np.ndarray, end: int | None) -> None
 class Slot(LongWordPasses):
     """One set of per-batch GPU buffers (two slots → two batches in flight), grown ×1.5."""
 
-    def __init__(self, sess: Session, idx: int) -> None:
+    def __init__(self, sess: Any, idx: int) -> None:  # its Session (which imports this module)
         self.sess, self.idx = sess, idx
         self.cap_n = 0
         self.cap_docs = 0

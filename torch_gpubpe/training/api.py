@@ -28,8 +28,8 @@ from torch_gpubpe.core.vocab import Vocab
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.gpu.device import get_gpu
 from torch_gpubpe.gpu.shaders import shader_info
-from torch_gpubpe.training.batches import check_documents, str_packer
-from torch_gpubpe.training.counting import check_count_on, count_budgeted, plan_budget
+from torch_gpubpe.training.batches import str_packer
+from torch_gpubpe.training.counting import check_count_args, count_budgeted, plan_budget
 from torch_gpubpe.training.from_counts import check_sizes, train_counts
 from torch_gpubpe.training.gpu_trainer import GPUTrainer, get_trainer
 from torch_gpubpe.training.memory import check_merge_memory, default_max_memory, prune_words
@@ -167,11 +167,7 @@ def train(
         progress = None
     check_sizes(vocab_size, special_tokens, min_frequency)
     check_algorithm(algorithm)
-    check_count_on(count_on)
-    if (max_memory is not None and max_memory < 0) or prune_below < 0:
-        raise ValueError(f"max_memory and prune_below must be ≥ 0, got {max_memory}, "
-                         f"{prune_below}")
-    check_documents(documents)
+    check_count_args(documents, count_on, max_memory, prune_below)
     st = {} if stats is None else stats
     t0 = time.perf_counter()
     st["seconds_setup"] = t0 - t_start     # (imports on the first call, argument checks)

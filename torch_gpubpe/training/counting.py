@@ -44,6 +44,16 @@ def check_count_on(count_on: str) -> str:
     return count_on
 
 
+def check_count_args(documents: object, count_on: str, max_memory: int | None,
+                     prune_below: int) -> None:
+    """The argument checks counting shares with ``train`` (``ValueError`` / ``InputError``)."""
+    check_count_on(count_on)
+    if (max_memory is not None and max_memory < 0) or prune_below < 0:
+        raise ValueError(f"max_memory and prune_below must be ≥ 0, got {max_memory}, "
+                         f"{prune_below}")
+    check_documents(documents)
+
+
 def plan_budget(max_memory: int, prune_below: int, count_on: str,
                 stats: dict) -> tuple[CountBudget, int, int]:
     """The :class:`~torch_gpubpe.training.budget.CountBudget` of one count under
@@ -155,11 +165,7 @@ def count_words(documents: Iterable[str | bytes], *, count_on: str = "gpu",
             bytes-like (names its index), or the budget's refusals (what to change).
         NoAdapterError, GPUOperationError: (GPU) no usable GPU / a GPU operation failed.
     """
-    check_count_on(count_on)
-    if (max_memory is not None and max_memory < 0) or prune_below < 0:
-        raise ValueError(f"max_memory and prune_below must be ≥ 0, got {max_memory}, "
-                         f"{prune_below}")
-    check_documents(documents)
+    check_count_args(documents, count_on, max_memory, prune_below)
     st = {} if stats is None else stats
     t0 = time.perf_counter()
     info: dict = {"num_documents": 0, "corpus_bytes": 0}

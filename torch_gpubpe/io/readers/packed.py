@@ -6,15 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.io.arrow_pack import arrow_to_packed, valid_mask
-
-if TYPE_CHECKING:
-    from torch_gpubpe.io.readers.base import Reader
 
 DEFAULT_BATCH_BYTES = 16 << 20
 MAX_PACKED_BYTES = 1 << 31     # packed batches stay below 2 GiB (int32-addressable on the GPU)
@@ -54,7 +51,8 @@ def char_cut(data: np.ndarray, a: int, room: int) -> int:
     return c
 
 
-def documents(reader: Reader, *, max_docs: int | None = None, max_bytes: int | None = None,
+def documents(reader: Any, *,   # a Reader (io.readers.base, which imports this module)
+              max_docs: int | None = None, max_bytes: int | None = None,
               skip_none: bool = True, stats: dict | None = None,
               batch_bytes: int = DEFAULT_BATCH_BYTES, max_batch_docs: int = 1 << 20,
               shard: int = 0, num_shards: int = 1) -> Iterator[Packed]:
