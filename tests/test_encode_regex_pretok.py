@@ -162,6 +162,10 @@ EDGE_CASES = [
     "\u0301AB cd\u0301E f \u0301'll", ".,\u0301's", " \u0301x", "x \u0903", "HTTPServer",
     "a/b .//\n//x ./\r\n/\n.", "\n/a", " 's ' 'S", "x' s", "ſ'ſ 'ſt", "it's's'll'LL",
     "camelCaseXMLHttp", "ΣΑΣ σας", "İIıi", "x\t\t.", "a .\n\nb", "ǅǅǅa", "ʰʰʰA ",
+    # marks where Qwen3.5 reads them as letters: as the optional prefix, after punctuation,
+    # before an apostrophe, alone at the end
+    "!\u0301a", "!!\u0301", " \u0301", "\u0301!", "x\u0301's", "'\u0301s", "\n\u0301\u0301 1\u0301",
+    "a  \n\n\t", "x\n \t",
 ]
 BYTE_CASES = [b"a\xff\xe2\x82b \xed\xa0\x80z", b"\x80\x80\x80", b"\xf0\x9f\x98", b"\xc0\xaf'S",
               b" \xe2\x80\x80\xe2\x80\x80x", b"1\xef\xbc\x912", b"\xf4\x90\x80\x80", b"'\xc5\xbf"]

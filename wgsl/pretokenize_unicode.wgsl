@@ -1,5 +1,6 @@
 // pretokenize_unicode.wgsl — word starts of tiktoken-style regex pre-tokenizers (GPT-2 family,
-// cl100k_base, Qwen2, o200k_base), exactly as `regex.finditer(pat_str)` splits, on the GPU.
+// cl100k_base, Llama 3, Qwen2, Qwen3.5, o200k_base), exactly as `regex.finditer(pat_str)`
+// splits, on the GPU.
 //
 // UTF-8 is decoded here: a byte starts a code point unless a valid sequence starting at one of
 // the 3 bytes before it covers it; a byte of no valid sequence is a code point of its own of
@@ -51,7 +52,7 @@
 struct Params {
     n: u32,           // bytes in the buffer
     num_blocks: u32,  // ceil(n / (WG * 32))
-    pattern: u32,     // PAT_GPT2, PAT_CL100K, PAT_QWEN2 or PAT_O200K
+    pattern: u32,     // PAT_* (the order of torch_gpubpe.core.patterns.FAMILIES)
     c0: u32,          // the automata read bytes [c0, c1) only (a slice's core; halo outside)
     c1: u32,
     f_in: u32,        // F state before byte c0 (unless c0 starts a document)
@@ -76,6 +77,17 @@ const PAT_GPT2: u32 = 0u;
 const PAT_CL100K: u32 = 1u;
 const PAT_QWEN2: u32 = 2u;
 const PAT_O200K: u32 = 3u;
+// Llama 3: cl100k's rules without its `\s++$` (the pattern cl100k_base had before tiktoken
+// rewrote it possessively: a space run after CR/LF at the end splits as Qwen2's does).
+const PAT_LLAMA3: u32 = 4u;
+// Qwen3.5: Qwen2's rules with \p{M} a letter (`[\p{L}\p{M}]+`, `[^\s\p{L}\p{M}\p{N}]`): a
+// mark is never the optional `[^\r\n\p{L}\p{N}]` before letters on its own, since the letter
+// run that follows may take it too and both give one match.
+const PAT_QWEN35: u32 = 5u;
+// \p{N}{1,3}: digit runs split in groups of 3 from the left (else one digit per match)
+fn digits_by_three() -> bool {
+    return params.pattern == PAT_CL100K || params.pattern == PAT_LLAMA3;
+}
 
 // Byte code: bits 0-2 class K_*, bits 3-6 fold (1 + index in "sdmtlvre" of the contraction
 // letter it matches under (?i); FOLD_APOS for U+0027), bit 7 the code point is that letter in
@@ -214,7 +226,10 @@ fn cp_code(cp: u32) -> u32 {
             if (cp == 0x20u) { k = K_SP; }
             if (cp == 0x0Au || cp == 0x0Du) { k = K_NL; }
         }
-        default: { k = K_O; }
+        default: {
+            k = K_O;
+            if (params.pattern == PAT_QWEN35 && (t & 12u) != 0u) { k = K_L; }  // \p{M}
+        }
     }
     var fold = t >> 4u;
     if (cp == 0x27u) { fold = FOLD_APOS; }
@@ -766,7 +781,7 @@ fn starts_word(i: u32, c: u32, fs: u32, hi: u32, b_hi: u32, h: Hist) -> bool {
     if (k == K_N) {
         if (pk != K_N) { return true; }
         if (pat == PAT_GPT2) { return false; }
-        if (pat == PAT_QWEN2) { return true; }
+        if (!digits_by_three()) { return true; }
         return fs % 3u == 0u;  // \p{N}{1,3}+ from the left of the run
     }
     // a letter: inside or right after a contraction?

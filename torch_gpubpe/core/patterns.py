@@ -1,8 +1,8 @@
 """The regex pre-tokenizers of real vocabularies (tiktoken's ``pat_str``), by name, and their
 CPU oracle (no wgpu, no torch).
 
-A vocabulary made by GPT-2, cl100k_base, Qwen2 or o200k_base gives its model's ids only under that model's
-split. The GPU computes those splits exactly (:mod:`torch_gpubpe.encoding.regex_pretok`); this module
+A vocabulary made by GPT-2, cl100k_base, Llama 3, Qwen2, Qwen3.5 or o200k_base gives its model's
+ids only under that model's split. The GPU computes those splits exactly (:mod:`torch_gpubpe.encoding.regex_pretok`); this module
 names the patterns it can do, refuses the others by name, and holds the reference: ``regex``
 itself, the engine the patterns are written for.
 
@@ -10,8 +10,12 @@ Families (:data:`FAMILIES`):
 
 * ``"gpt2"`` — GPT-2, r50k_base, p50k_base, p50k_edit (both the original and tiktoken's
   possessive spelling of the pattern, which split alike).
-* ``"cl100k"`` — cl100k_base (also Llama 3).
-* ``"qwen2"`` — Qwen2 (cl100k-like, one digit per ``\\p{N}``, no ``\\s++$``).
+* ``"cl100k"`` — cl100k_base.
+* ``"llama3"`` — Llama 3 (and DBRX, ChatGLM4): cl100k_base's pattern as it was before tiktoken
+  spelled it possessively, without ``\\s++$`` (a whitespace run after CR/LF at the very end
+  splits differently).
+* ``"qwen2"`` — Qwen2 (Llama 3's with one digit per ``\\p{N}``).
+* ``"qwen35"`` — Qwen3.5 (Qwen2's with ``\\p{M}`` counted as a letter).
 * ``"o200k"`` — o200k_base and o200k_harmony (GPT-4o, gpt-oss): letter-case classes
   (``[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+`` and the other
   way round, with backtracking between the two classes), case-insensitive contractions attached
@@ -52,6 +56,10 @@ CL100K_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3
                   r""" ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s""")
 QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"""
                  r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"""
+                  r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+QWEN35_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"""
+                  r""" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 O200K_PATTERN = "|".join([
     r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
     r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
@@ -62,7 +70,7 @@ O200K_PATTERN = "|".join([
     r"""\s+""",
 ])
 
-FAMILIES = ("gpt2", "cl100k", "qwen2", "o200k")
+FAMILIES = ("gpt2", "cl100k", "qwen2", "o200k", "llama3", "qwen35")
 """Regex families the GPU pre-tokenizer does exactly."""
 DEFAULT = "bytes-classes"
 """DESIGN.md §2's byte-class rule (this project's vocabularies)."""
@@ -72,12 +80,15 @@ _NAMES = {
     "gpt2": "gpt2", "r50k_base": "gpt2", "p50k_base": "gpt2", "p50k_edit": "gpt2",
     "cl100k": "cl100k", "cl100k_base": "cl100k",
     "qwen2": "qwen2",
+    "llama3": "llama3", "llama-3": "llama3", "llama-bpe": "llama3",
+    "qwen35": "qwen35", "qwen3.5": "qwen35",
     "o200k": "o200k", "o200k_base": "o200k", "o200k_harmony": "o200k",
 }
 _BY_PATTERN = {GPT2_PATTERN: "gpt2", R50K_PATTERN: "gpt2", CL100K_PATTERN: "cl100k",
-               QWEN2_PATTERN: "qwen2", O200K_PATTERN: "o200k"}
+               QWEN2_PATTERN: "qwen2", O200K_PATTERN: "o200k", LLAMA3_PATTERN: "llama3",
+               QWEN35_PATTERN: "qwen35"}
 PATTERN_OF = {"gpt2": R50K_PATTERN, "cl100k": CL100K_PATTERN, "qwen2": QWEN2_PATTERN,
-              "o200k": O200K_PATTERN}
+              "o200k": O200K_PATTERN, "llama3": LLAMA3_PATTERN, "qwen35": QWEN35_PATTERN}
 """The ``pat_str`` of each family (the reference splits with it)."""
 
 
