@@ -112,7 +112,8 @@ def tokenizer_json(name: str) -> dict:
         if kind in (3, 4):  # control / user-defined: Hugging Face added tokens
             added.append({"id": i, "content": tok, "single_word": False, "lstrip": False,
                           "rstrip": False, "normalized": kind == 4, "special": kind == 3})
-        vocab.setdefault(tok, i)
+        else:
+            vocab.setdefault(tok, i)
     return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
         "normalizer": NORMALIZERS.get(name),

@@ -132,6 +132,55 @@ def test_unreachable_token_only_as_whole_word():
             backtrack_encode(w, v, t)
 
 
+def appended_parts_vocab(tmp_path, gpt2) -> Vocab:
+    """GPT-2's ranks with tokens appended after them that are parts of earlier tokens (a
+    token's bytes but the last, or but the first), as Llama 3 appended tokens to cl100k's."""
+    ranks = dict(gpt2.bpe_ranks)
+    for tb in sorted(gpt2.bpe_ranks, key=ranks.get):
+        for part in (tb[:-1], tb[1:]):
+            if len(tb) >= 4 and part not in ranks:
+                ranks[part] = len(ranks)
+    path = tmp_path / "appended.tiktoken"
+    path.write_text("".join(f"{base64.b64encode(t).decode()} {r}\n" for t, r in ranks.items()))
+    return load_tiktoken(path)
+
+
+def test_tokens_ranked_before_their_parts(tmp_path, gpt2):
+    """A token whose part ranks after it forms right after that part: the tables rank tokens
+    in the order BPE can form them, and backtracking gives tiktoken's ids."""
+    v = appended_parts_vocab(tmp_path, gpt2)
+    t = bpe_tables(v)
+    n = len(v.token_bytes)
+    late = [i for i, (a, b) in enumerate(t.split.tolist()) if a != i and i < max(a, b) < n]
+    assert len(late) > 50  # tokens made of a part that comes later in the file
+    assert all(t.rank[a] < t.rank[i] and t.rank[b] < t.rank[i]
+               for i in late for a, b in [t.split[i]])
+    tt = tiktoken_of(v)
+    words = [w for d in corpus_docs("en_novels", 20_000) for w in
+             reference.split_words(d.encode())][:1500]
+    words += [v.token_bytes[i] * k for i in late[:300] for k in (1, 2, 3)]
+    for w in words:
+        assert backtrack_encode(w, v, t) == tt._encode_bytes(w), w
+
+
+@pytest.mark.gpu
+def test_gpu_tokens_ranked_before_their_parts(tmp_path, gpt2):
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
+
+    v = appended_parts_vocab(tmp_path, gpt2)
+    t = bpe_tables(v)
+    late = [v.token_bytes[i] for i, (a, b) in enumerate(t.split.tolist())
+            if a != i and max(a, b) > i]
+    rng = np.random.default_rng(3)
+    docs = corpus_docs("en_novels", 5_000, max_doc_bytes=3_000)[:40]
+    docs += [b" ".join(rng.choice(late, 60).tolist()).decode("utf-8", "replace")
+             for _ in range(40)]
+    docs += ["".join(x.decode("utf-8", "replace") for x in rng.choice(late, 30).tolist())
+             for _ in range(40)]
+    got = Tokenizer(v).encode_batch(docs).tolist()
+    assert_same(got, [tiktoken_of(v).encode_ordinary(d) for d in docs], "appended parts")
+
+
 def test_vocab_file_modes_round_trip(tmp_path, gpt2, trained):
     greedy = trained.with_mode("greedy")
     p = tmp_path / "v.json"

@@ -30,8 +30,10 @@ What the tables hold, per ordinary token id ``t`` (:class:`BpeTables`):
   ``max(R[t1], L[t2])``, and the limit it is compared with only falls, so the unwinding stops
   (valid) as soon as that bound reaches the limit: most pairs need no hash lookup.
 
-Supported vocabularies: every byte is a token, and each reachable token's split parts have lower
-ranks than the token (true of every vocabulary trained by merges; checked, ``ValueError`` if not).
+``rank`` is not the file's rank but the order in which BPE can first form each token
+(:func:`_merge_order`): the same as the file's for vocabularies trained by merges, different
+where a token ranks before one of its parts (Llama 3's appended tokens). Supported vocabularies:
+every rank file tiktoken accepts with each single byte a token.
 
 Example::
 
@@ -208,6 +210,44 @@ def bpe_tables(vocab: Vocab) -> BpeTables:
     return out
 
 
+def _merge_order(split: list[tuple[int, int]], ranks: list[int]) -> list[int]:
+    """The token ids in the order merge-order BPE can first form them: by rank, except that a
+    token waits for its parts (its ``split``).
+
+    In tiktoken's BPE a pair merges when its rank is the lowest among the pairs present, so a
+    token whose part ranks *after* it (Llama 3 appended tokens such as ``b'.:.:'`` = ``b'.:.'``
+    + ``b':'`` to cl100k's ranks) forms right after that part, never at its own rank. Ranking
+    tokens in this order (parts first, else by rank) gives the same BPE of every string: a pair
+    that waits for a part P is never present before P forms, and once P forms the pairs it
+    enables rank below every other pair present. The backtracking walk and ``valid_pair``
+    need parts ranked below their token; with this order they are, for any rank file.
+    For vocabularies trained by merges the order is the rank order itself.
+    """
+    import heapq
+
+    n = len(split)
+    waiting = [0] * n
+    users: list[list[int]] = [[] for _ in range(n)]
+    for t, (a, b) in enumerate(split):
+        if a != NO_TOKEN and a != t:
+            for part in {a, b}:
+                waiting[t] += 1
+                users[part].append(t)
+    ready = [(ranks[t], t) for t in range(n) if not waiting[t]]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, t = heapq.heappop(ready)
+        order.append(t)
+        for u in users[t]:
+            waiting[u] -= 1
+            if not waiting[u]:
+                heapq.heappush(ready, (ranks[u], u))
+    if len(order) != n:  # a cycle of splits cannot come from BPE
+        raise ValueError("the tokens' merges form a cycle: not a BPE vocabulary")
+    return order
+
+
 def _build_tables(vocab: Vocab) -> BpeTables:
     toks = vocab.token_bytes
     n = len(toks)
@@ -215,33 +255,26 @@ def _build_tables(vocab: Vocab) -> BpeTables:
         raise ValueError(f"merge-order mode supports at most {1 << RANK_BITS} tokens, got {n}")
     ranks = vocab.bpe_ranks
     ids = vocab.bytes_to_id
-    order = sorted(range(n), key=lambda i: (ranks.get(toks[i], 1 << 62), i))
-    rank = np.empty(n, np.uint32)
-    rank[order] = np.arange(n, dtype=np.uint32)
-    # (Python lists in the loop: numpy scalar reads and writes cost ~10x more)
-    rank_l = rank.tolist()
+    none = 1 << 62
     split_l = [(NO_TOKEN, NO_TOKEN)] * n
-    height_l = [0] * n
     unreachable = []
-    for i in order:  # rank order: parts (lower ranks) are done before the token
-        tb = toks[i]
+    for i, tb in enumerate(toks):
         if ids[tb] != i:  # a duplicate spelling (odd merge lists): never emitted
             unreachable.append(i)
-            continue
-        if len(tb) == 1:
+        elif len(tb) == 1:
             split_l[i] = (i, i)
-            continue
-        sp = _split_of(tb, ranks)
-        if sp is None:
+        elif (sp := _split_of(tb, ranks)) is None:
             unreachable.append(i)
-            continue
-        a, b = ids[sp[0]], ids[sp[1]]
-        if not (rank_l[a] < rank_l[i] and rank_l[b] < rank_l[i]):
-            raise ValueError(
-                f"token {i} ({tb!r}) is merged from {a} and {b}, which do not both rank below it: "
-                "merge-order mode needs every token's parts to be merged before the token")
-        split_l[i] = (a, b)
-        height_l[i] = 1 + max(height_l[a], height_l[b])
+        else:
+            split_l[i] = (ids[sp[0]], ids[sp[1]])
+    order = _merge_order(split_l, [ranks.get(t, none) for t in toks])
+    rank = np.empty(n, np.uint32)
+    rank[order] = np.arange(n, dtype=np.uint32)
+    height_l = [0] * n
+    for i in order:  # a token's parts come before it
+        a, b = split_l[i]
+        if a != NO_TOKEN and a != i:
+            height_l[i] = 1 + max(height_l[a], height_l[b])
     split = np.array(split_l, np.uint32).reshape(n, 2)
     height = np.array(height_l, np.int64)
     reach = split[:, 0] != NO_TOKEN
