@@ -108,11 +108,14 @@ def tokenizer_json(name: str) -> dict:
         raise ValueError(f"{name} is not a byte-level BPE vocabulary")
     tokens, types = f["tokenizer.ggml.tokens"], f["tokenizer.ggml.token_type"]
     vocab, added = {}, []
+    # Control / user-defined tokens are Hugging Face added tokens; as in the models' files,
+    # those among the ordinary ids are in model.vocab too, those after them only added.
+    tail = max(i for i, kind in enumerate(types) if kind not in (3, 4)) + 1
     for i, (tok, kind) in enumerate(zip(tokens, types)):
-        if kind in (3, 4):  # control / user-defined: Hugging Face added tokens
+        if kind in (3, 4):
             added.append({"id": i, "content": tok, "single_word": False, "lstrip": False,
                           "rstrip": False, "normalized": kind == 4, "special": kind == 3})
-        else:
+        if kind not in (3, 4) or i < tail:
             vocab.setdefault(tok, i)
     return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,

@@ -95,6 +95,8 @@ override STEP_MAX: u32 = 64u;      // most loop iterations of one step of the wa
                                    // and its try, or one try): host bound
 override ALL_REACHABLE: bool = false;  // no unreachable token (GPT-2, Qwen2, vocabs trained by
                                        // merges): skip the per-node check and whole-word rule
+override WHOLE_WORDS: bool = true;  // a word spelling an unreachable token is that token
+                                    // (tiktoken; Hugging Face's ignore_merges), else never
 
 const BAD_TOKEN: u32 = 0xFFFFFFFEu;  // no valid encoding found (vocab outside the supported set)
 const RANK_BITS: u32 = 18u;
@@ -508,7 +510,7 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             stop_ws = ws_q;
             // q is where the walk stopped; the word ends there if no child could follow
             // because of a word start (or the slice end) and the node spells a token.
-            if (!ALL_REACHABLE && prev == NO_TOKEN && last_tid != NO_TOKEN && ws_q
+            if (!ALL_REACHABLE && WHOLE_WORDS && prev == NO_TOKEN && last_tid != NO_TOKEN && ws_q
                 && cand != last_tid) {
                 cand = last_tid;
                 cand_len = q - pos;

@@ -140,7 +140,8 @@ def hf_tokenizer_dict(vocab: Vocab) -> dict:
             "vocab": model_vocab,
         }
     for s, tid in vocab.special_token_ids.items():
-        if byte_level_string(s.encode()) in model_vocab or s in model_vocab:
+        if tid >= vocab.num_tokens and (byte_level_string(s.encode()) in model_vocab
+                                        or s in model_vocab):
             raise ValueError(
                 f"special token {s!r} (id {tid}) is spelled like an ordinary token of the vocab; "
                 f"a Hugging Face tokenizer.json cannot hold both: rename the special token"

@@ -344,6 +344,13 @@ class Packed:
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
+    def byte_documents(self) -> list:
+        """The items that are not ``str`` (``bytes``-like, copied as they are), for checks of
+        their byte values."""
+        d = self._d
+        return [d.keep[k] for k in np.flatnonzero(d.kind == 0).tolist()
+                if not isinstance(d.keep[k], str)]
+
     def copy_into(self, dst: int, nbytes: int) -> None:
         """Write the UTF-8 to address ``dst`` (``nbytes`` == ``len(self)``), each thread its
         range in order, through its bounce buffer (the destination may be write-combined)."""

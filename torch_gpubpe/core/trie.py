@@ -129,23 +129,28 @@ def compile_trie(token_bytes: Sequence[bytes]) -> Trie:
     """Compile the ordinary tokens of a vocab (special tokens excluded) into a :class:`Trie`.
 
     Args:
-        token_bytes: ``token_bytes[i]`` is the byte string of id ``i``; the 256 single bytes
-            must be among them (a byte-level vocab, DESIGN.md §1; ids 0..255 in this project's
-            own vocabs, any ids in e.g. GPT-2's).
+        token_bytes: ``token_bytes[i]`` is the byte string of id ``i``; the single bytes
+            are among them (a byte-level vocab, DESIGN.md §1; ids 0..255 in this project's
+            own vocabs, any ids in e.g. GPT-2's). A byte that is no token (vocabularies that
+            never saw it) still gets its root child, with no token: the root has 256 children,
+            and encoders refuse text holding such a byte before the walk.
     Returns:
         the :class:`Trie`.
     Raises:
-        ValueError: an empty token, or a single byte that is no token.
+        ValueError: an empty token.
     """
     toks = list(token_bytes)
+    real = len(toks)
     lens = np.fromiter(map(len, toks), np.int64, len(toks))
+    if (lens == 0).any():
+        raise ValueError(f"token id {int(np.argmin(lens))} is empty")
+    singles = {t[0] for t in toks if len(t) == 1}
+    if len(singles) != 256:
+        toks += [bytes([b]) for b in range(256) if b not in singles]
+        lens = np.fromiter(map(len, toks), np.int64, len(toks))
     flat = np.frombuffer(b"".join(toks), np.uint8)
     offs = np.zeros(len(toks), np.int64)
     np.cumsum(lens[:-1], out=offs[1:])
-    if len(np.unique(flat[offs[lens == 1]])) != 256:
-        raise ValueError("the 256 single bytes must all be tokens (byte-level vocab, DESIGN.md §1)")
-    if (lens == 0).any():
-        raise ValueError(f"token id {int(np.argmin(lens))} is empty")
     head = _head_matrix(flat, offs, lens)
     order = _sort_tokens(toks, head, lens)
     s_lens, s_offs = lens[order], offs[order]
@@ -160,7 +165,7 @@ def compile_trie(token_bytes: Sequence[bytes]) -> Trie:
     first_new = np.repeat(np.cumsum(new) - new, new)
     depth = lcp[tok_of] + (np.arange(len(tok_of)) - first_new) + 1
     byte = flat[s_offs[tok_of] + depth - 1]
-    tid = np.where(depth == s_lens[tok_of], order[tok_of], NO_TOKEN)
+    tid = np.where((depth == s_lens[tok_of]) & (order[tok_of] < real), order[tok_of], NO_TOKEN)
     depth = np.concatenate([[0], depth])  # the root is pre-order node 0
     byte = np.concatenate([[0], byte])
     tid = np.concatenate([[NO_TOKEN], tid])
@@ -187,7 +192,7 @@ def compile_trie(token_bytes: Sequence[bytes]) -> Trie:
         edges=edges.reshape(-1),
         num_nodes=num_nodes,
         max_depth=int(d_b[-1]),
-        token_length=lens.astype(np.uint32),
+        token_length=lens[:real].astype(np.uint32),
     )
 
 

@@ -15,7 +15,7 @@ File format (JSON, UTF-8), self-describing; version 1 (greedy mode, merges only)
      "merges": [[left_id, right_id], ...], "special_tokens": ["<|endoftext|>", ...]}
 
 version 2 adds ``"mode"`` and, for explicit tables, ``"tokens"`` (base64 of each token's bytes,
-by id) and ``"ranks"``; a vocab that version 1 can hold is still written as version 1.
+by id), ``"ranks"`` and ``"special_ids"``; a vocab version 1 can hold is written as version 1.
 """
 
 from __future__ import annotations
@@ -115,13 +115,23 @@ class Vocab:
 
     Attributes:
         merges: ``(left_id, right_id)`` pairs; merge k creates id ``256 + k``.
-        special_tokens: spellings of the special tokens, ids ``num_tokens + i``.
+        special_tokens: spellings of the special tokens, ids ``num_tokens + i`` (or
+            ``special_ids``).
         mode: ``"greedy"`` (longest match, DESIGN.md §4) or ``"bpe"`` (merge order).
         tokens: ``None`` (ids from ``merges``) or the explicit bytes of every ordinary id
-            (vocabularies from outside; then ``merges`` is empty). Spellings must be distinct
-            and include all 256 single bytes.
+            (vocabularies from outside; then ``merges`` is empty). Spellings must be distinct;
+            single bytes with no token (:attr:`missing_bytes`, as in vocabularies that never
+            saw some byte values) are allowed here.
         ranks: ``None`` (rank = id) or the merge rank of every id of ``tokens`` (distinct ints;
             lower merges first).
+        special_ids: ``None`` (special ids follow the ordinary ones) or the id of each special
+            token: ``num_tokens + k`` for the k-th of those outside the table, or the id of the
+            table entry that spells it (Hugging Face files list added tokens inside the model's
+            vocab too; such a token is special when text is matched, and is never an ordinary
+            token the encoder emits: no merge builds it).
+        ignore_merges: a word that is itself a token is that token (tiktoken; Hugging Face's
+            ``ignore_merges``, as in Llama 3), else only merges build tokens (Hugging Face's
+            default). The same for every vocab whose tokens BPE can all build.
     Raises:
         ValueError: inconsistent merges, tokens, ranks, mode or special tokens.
     """
@@ -131,6 +141,8 @@ class Vocab:
     mode: str = "greedy"
     tokens: tuple[bytes, ...] | None = field(default=None, repr=False)
     ranks: tuple[int, ...] | None = field(default=None, repr=False)
+    special_ids: tuple[int, ...] | None = field(default=None, repr=False)
+    ignore_merges: bool = field(default=True, repr=False)
     _bytes: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -139,8 +151,8 @@ class Vocab:
         if self.tokens is not None:
             self._init_table()
             return
-        if self.ranks is not None:
-            raise ValueError("ranks need an explicit tokens table")
+        if self.ranks is not None or self.special_ids is not None:
+            raise ValueError("ranks and special_ids need an explicit tokens table")
         merges = _checked_merges(self.merges)
         specials = tuple(self.special_tokens)
         if len(set(specials)) != len(specials):
@@ -167,10 +179,6 @@ class Vocab:
                 if t in seen:
                     raise ValueError(f"token ids {seen[t]} and {i} both spell {t!r}")
                 seen[t] = i
-        missing = set(range(256)) - {t[0] for t in toks if len(t) == 1}
-        if missing:
-            raise ValueError(f"the single bytes {sorted(missing)[:8]}... are not tokens "
-                             f"({len(missing)} missing): not a byte-level vocab")
         if self.ranks is not None:
             ranks = tuple(int(r) for r in self.ranks)
             if len(ranks) != len(toks) or len(set(ranks)) != len(ranks):
@@ -180,6 +188,17 @@ class Vocab:
         if len(set(specials)) != len(specials) or not all(isinstance(s, str) and s
                                                           for s in specials):
             raise ValueError(f"special tokens must be distinct non-empty str: {specials!r}")
+        if self.special_ids is not None:
+            sids = tuple(int(i) for i in self.special_ids)
+            outside = [i for i in sids if i >= len(toks)]
+            if len(sids) != len(specials) or outside != list(range(len(toks), len(toks)
+                                                                        + len(outside))):
+                raise ValueError("special_ids must give each special token an id: the ids "
+                                 "after the table in order, or a table entry spelling it")
+            for s, i in zip(specials, sids):
+                if i < len(toks) and toks[i] != s.encode("utf-8"):
+                    raise ValueError(f"special token {s!r} has id {i}, which spells {toks[i]!r}")
+            object.__setattr__(self, "special_ids", None if outside == list(sids) else sids)
         object.__setattr__(self, "tokens", toks)
         object.__setattr__(self, "merges", ())
         object.__setattr__(self, "special_tokens", specials)
@@ -229,7 +248,9 @@ class Vocab:
     def __len__(self) -> int:
         """Number of ids: ordinary tokens (256 + merges, or the table) + special tokens
         (= :attr:`n_vocab`)."""
-        return self.num_tokens + len(self.special_tokens)
+        if self.special_ids is None:
+            return self.num_tokens + len(self.special_tokens)
+        return self.num_tokens + sum(i >= self.num_tokens for i in self.special_ids)
 
     @property
     def n_vocab(self) -> int:
@@ -258,7 +279,23 @@ class Vocab:
     @property
     def special_token_ids(self) -> dict[str, int]:
         """Special token spelling → id."""
+        if self.special_ids is not None:
+            return dict(zip(self.special_tokens, self.special_ids))
         return {s: self.num_tokens + i for i, s in enumerate(self.special_tokens)}
+
+    @property
+    def missing_bytes(self) -> tuple[int, ...]:
+        """The byte values no single-byte token spells (empty for every vocab trained here)."""
+        if self.tokens is None:
+            return ()
+        return tuple(sorted(set(range(256)) - {t[0] for t in self._bytes if len(t) == 1}))
+
+    def _outside_specials(self) -> tuple[str, ...]:
+        """The special tokens with ids after the table, in id order."""
+        if self.special_ids is None:
+            return self.special_tokens
+        return tuple(s for s, i in zip(self.special_tokens, self.special_ids)
+                     if i >= self.num_tokens)
 
     def token_to_id(self, token: str | bytes) -> int:
         """Id of any token: a special token's spelling, or an ordinary token's bytes (``bytes``)
@@ -324,7 +361,7 @@ class Vocab:
         if 0 <= token_id < self.num_tokens:
             return self._bytes[token_id]
         if self.num_tokens <= token_id < len(self):
-            return self.special_tokens[token_id - self.num_tokens].encode()
+            return self._outside_specials()[token_id - self.num_tokens].encode()
         raise ValueError(f"token id {token_id} is outside the vocab (size {len(self)})")
 
     # -- decode ------------------------------------------------------------------------------
@@ -336,7 +373,7 @@ class Vocab:
             ValueError: an id outside ``[0, len(vocab))``, naming the id and its position.
             TypeError: an id that is not an integer (float, bool, str), naming its position.
         """
-        table, n, specials = self._bytes, self.num_tokens, self.special_tokens
+        table, n, specials = self._bytes, self.num_tokens, self._outside_specials()
         out = []
         for pos, i in enumerate(ids):
             if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
@@ -375,6 +412,10 @@ class Vocab:
             out["tokens"] = [base64.b64encode(t).decode("ascii") for t in self.tokens]
             if self.ranks is not None:
                 out["ranks"] = list(self.ranks)
+            if self.special_ids is not None:
+                out["special_ids"] = list(self.special_ids)
+            if not self.ignore_merges:
+                out["ignore_merges"] = False
         return out
 
     def save(self, path: str | os.PathLike) -> None:
@@ -435,7 +476,7 @@ class Vocab:
         if not isinstance(specials, list):
             raise VocabFormatError(f"{source}: \"special_tokens\" must be a list of strings")
         mode = obj.get("mode", "greedy") if obj["version"] >= 2 else "greedy"
-        tokens, ranks = obj.get("tokens"), obj.get("ranks")
+        tokens, ranks, sids = obj.get("tokens"), obj.get("ranks"), obj.get("special_ids")
         try:
             if tokens is not None:
                 if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
@@ -444,8 +485,13 @@ class Vocab:
                 if ranks is not None and not (isinstance(ranks, list)
                                               and all(type(r) is int for r in ranks)):
                     raise ValueError("\"ranks\" must be a list of ints")
+                if sids is not None and not (isinstance(sids, list)
+                                             and all(type(i) is int for i in sids)):
+                    raise ValueError("\"special_ids\" must be a list of ints")
             vocab = cls(tuple(map(tuple, merges)), tuple(specials), mode=mode,
-                        tokens=tokens, ranks=None if ranks is None else tuple(ranks))
+                        tokens=tokens, ranks=None if ranks is None else tuple(ranks),
+                        special_ids=None if sids is None else tuple(sids),
+                        ignore_merges=obj.get("ignore_merges", True) is not False)
         except (ValueError, TypeError) as e:
             raise VocabFormatError(f"{source}: {e}") from e
         if "vocab_size" in obj and obj["vocab_size"] != len(vocab):

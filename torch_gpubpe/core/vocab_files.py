@@ -176,9 +176,11 @@ def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = 
             raise VocabFormatError(f"{source}: token {s!r} has a character outside the "
                                    "byte-level alphabet") from e
     merges = model.get("merges", [])
+    tb_set = set(toks)
     rank = {}
-    for b in range(256):
-        rank[bytes([b])] = b
+    for b in range(256):  # (a byte the vocab lacks stays out: Hugging Face drops it from words)
+        if bytes([b]) in tb_set:
+            rank[bytes([b])] = b
     for k, m in enumerate(merges):
         pair = m.split(" ") if isinstance(m, str) else m
         if not isinstance(pair, list) or len(pair) != 2:
@@ -189,7 +191,6 @@ def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = 
             raise VocabFormatError(f"{source}: merge {k} {m!r} is outside the alphabet") from e
         if merged not in rank:
             rank[merged] = 256 + k
-    tb_set = set(toks)
     missing = [t for t in rank if t not in tb_set]
     if missing:
         raise VocabFormatError(f"{source}: merge result {missing[0]!r} is not in the vocab")
@@ -208,10 +209,19 @@ def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = 
         ranks = None
     added = obj.get("added_tokens") or []
     specials = {a["content"]: a["id"] for a in added if isinstance(a, dict)}
-    specials = {s: i for s, i in specials.items() if i >= n}  # added tokens inside vocab stay
+    inside = {s: i for s, i in specials.items() if isinstance(i, int) and i < n}
+    for s, i in inside.items():  # Hugging Face files list them in model.vocab too
+        if toks[i] != s.encode("utf-8"):
+            raise VocabFormatError(f"{source}: added token {s!r} has id {i}, which model.vocab "
+                                   f"gives to {toks[i]!r}")
+    outside = _specials_in_order({s: i for s, i in specials.items() if s not in inside}, n,
+                                 source)
+    names = tuple(inside) + outside
     try:
         vocab = Vocab(tokens=tuple(toks), ranks=None if ranks is None else tuple(ranks),
-                      special_tokens=_specials_in_order(specials, n, source), mode=mode)
+                      special_tokens=names, mode=mode,
+                      special_ids=(*inside.values(), *range(n, n + len(outside))),
+                      ignore_merges=bool(model.get("ignore_merges", False)))
     except ValueError as e:
         raise VocabFormatError(f"{source}: {e}") from e
     # Merge-order by rank (tiktoken) must give back each merge of the file.

@@ -83,13 +83,18 @@ def depth2_table(trie) -> np.ndarray:
 def d1_rows(trie, t: BpeTables) -> np.ndarray:
     """``(768, 4)`` uint32: rows ``3b .. 3b + 2`` for byte ``b``: its depth-1 node as a
     :func:`fused_edges` row (``x = b | nc << 8``, ``fc``, token), the token's tokinfo row and
-    its bounds row (one global table, L1-cached: no per-workgroup copies to fill)."""
+    its bounds row (one global table, L1-cached: no per-workgroup copies to fill). A byte with
+    no token (the encoder refuses text holding it) gets ``NO_TOKEN`` rows."""
     nodes = trie.nodes.reshape(-1, 3)
     fe = fused_edges(trie)
     root_fc = int(nodes[0, 0])
     node = fe[root_fc : root_fc + 256]
     tid = node[:, 2].astype(np.int64)
-    out = np.stack([node, t.gpu_info[tid], t.gpu_bounds[tid]], axis=1)
+    has = tid != NO_TOKEN
+    info = np.full((256, 4), NO_TOKEN, np.uint32)
+    bounds = np.full((256, 4), NO_TOKEN, np.uint32)
+    info[has], bounds[has] = t.gpu_info[tid[has]], t.gpu_bounds[tid[has]]
+    out = np.stack([node, info, bounds], axis=1)
     return np.ascontiguousarray(out.reshape(-1, 4), dtype=np.uint32)
 
 
@@ -166,7 +171,8 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
         g.device.queue.write_buffer(sess.d2, 0, d2)
         g.device.queue.write_buffer(sess.spines, 0, sp)
     consts = {"WG": WG, "CHUNK": chunk, "PAIR_MASK": t.pair_mask, "PAIR_PROBES": t.max_probe,
-              "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable)}
+              "UNWIND": unwind, "STEP_MAX": smax, "ALL_REACHABLE": int(not t.unreachable),
+              "WHOLE_WORDS": int(sess.whole_words)}
     flags = set(g.flags) | sess.walk_flags
     # the single-byte rows (binding 22)
     d1 = d1_rows(trie, t)

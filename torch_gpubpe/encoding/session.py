@@ -41,7 +41,8 @@ class Session:
     def __init__(self, trie: Trie, id_size: int, chunk: int, max_slice_bytes: int | None,
                  budget: int, profile: bool, pre_tokenizer: str = "bytes-classes",
                  long_word_bytes: int | None = DEFAULT_LONG_WORD, bpe=None,
-                 num_tokens: int = 0) -> None:
+                 num_tokens: int = 0, whole_words: bool = True,
+                 missing_bytes: tuple[int, ...] = ()) -> None:
         t_open = time.perf_counter()
         self.gpu = g = get_gpu()
         # Seconds of this session's opening (Tokenizer.open_seconds; the CLI's --debug line)
@@ -56,6 +57,15 @@ class Session:
         # A walk needs max_depth extension steps + 1 emit to make progress in one dispatch.
         self.budget = max(budget, trie.max_depth + 2)
         self.bpe, self.num_tokens = bpe, num_tokens
+        # merge-order mode: a word that spells a token BPE does not build is that token
+        # (tiktoken; Hugging Face's ignore_merges), or else only what merges build
+        self.whole_words = whole_words
+        # byte values with no token (the vocab never saw them): a slice holding one is
+        # refused before upload (Slot.stage)
+        self.missing_bytes = None
+        if missing_bytes:
+            self.missing_bytes = np.zeros(256, bool)
+            self.missing_bytes[list(missing_bytes)] = True
         self.progress_factor = 1
         self.chunked_bindings = (0, 1, 2, 3, 4, 5, 6, 7, 8)
         if self.budget > 65535 - chunk - 64:

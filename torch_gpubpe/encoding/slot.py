@@ -65,7 +65,8 @@ from torch_gpubpe.encoding.layout import (DOC_OFF, INFO_BAD_TOKENS, INFO_CONT_HI
                                           META_HEAD, NO_TOKEN, REG_INLINE, REG_OFF, TS_COUNT,
                                           TS_OFF, WG)
 from torch_gpubpe.encoding.long_words import LongWordPasses
-from torch_gpubpe.errors import GPUOperationError
+from torch_gpubpe.core import str_pack
+from torch_gpubpe.errors import GPUOperationError, InputError
 from torch_gpubpe.gpu import wgpu_internals as _wi
 
 
@@ -238,6 +239,31 @@ class Slot(LongWordPasses):
         return view
 
     # -- one slice -----------------------------------------------------------------------
+    def refuse_missing_bytes(self, data, s: int, e: int) -> None:
+        """InputError if the slice holds a byte value no token spells (vocabularies that lack
+        some single bytes): the walk would find no token there. Only ``bytes`` documents can
+        hold one (the GPU Tokenizer takes such a vocab only when UTF-8 never has the bytes)."""
+        table = self.sess.missing_bytes
+        if isinstance(data, list):
+            chunks = []
+            for p in data:
+                if isinstance(p, str_pack.Packed):
+                    chunks += p.byte_documents()
+                elif not isinstance(p, str):
+                    chunks.append(p)
+        else:
+            chunks = [data[s:e]]
+        for c in chunks:
+            a = c if isinstance(c, np.ndarray) else np.frombuffer(c, np.uint8)
+            hit = table[a]
+            if hit.any():
+                raise InputError(
+                    f"a document holds the byte 0x{int(a[int(np.argmax(hit))]):02X}, which no "
+                    f"token of this vocab spells (it has none for "
+                    f"{', '.join(f'0x{b:02X}' for b in np.flatnonzero(table))}): Hugging Face "
+                    "drops such bytes from words; torch_gpubpe refuses the batch rather than "
+                    "lose text (pass str, or bytes that are UTF-8)")
+
     def start(self, data: np.ndarray, s: int, e: int, doc_rel: np.ndarray, end_bit: bool,
               mask: np.ndarray | None = None, before_submit=None) -> None:
         """Upload bytes ``data[s:e]`` (+ halo) and submit the three passes (no wait):
@@ -269,6 +295,8 @@ class Slot(LongWordPasses):
         being read back (its ids, token counts and sizes are other buffers and fields), once
         :meth:`can_stage` says the buffers are big enough; :meth:`launch` submits it."""
         sess = self.sess
+        if sess.missing_bytes is not None:
+            self.refuse_missing_bytes(data, s, e)
         n = e - s
         ndocs = len(doc_rel)
         self._staged = None

@@ -146,6 +146,13 @@ class Tokenizer(TokenDecoding):
         self.mode = vocab.mode if mode is None else mode
         if self.mode not in ("greedy", "bpe"):
             raise ValueError(f"mode must be 'greedy' or 'bpe', got {mode!r}")
+        in_text = [b for b in vocab.missing_bytes if b < 0xC0 or 0xC2 <= b <= 0xF4]
+        if in_text:
+            raise InputError(
+                f"the vocab has no token for the single bytes "
+                f"{', '.join(f'0x{b:02X}' for b in in_text)}, which text can hold: Hugging "
+                "Face drops them from words, which the GPU encoder does not do (it never loses "
+                "text); a vocab may lack only bytes UTF-8 never has (0xC0, 0xC1, 0xF5-0xFF)")
         self._bpe = None
         if self.mode == "bpe":
             from torch_gpubpe.core.bpe_tables import bpe_tables
@@ -307,7 +314,8 @@ class Tokenizer(TokenDecoding):
             args = (self.trie, np.dtype(self.id_dtype).itemsize, self._chunk, self._max_slice,
                     self._budget, self._profile, self.pre_tokenizer)
             kw = {"long_word_bytes": self._long_word, "bpe": self._bpe,
-                  "num_tokens": self.vocab.num_tokens}
+                  "num_tokens": self.vocab.num_tokens, "whole_words": self.vocab.ignore_merges,
+                  "missing_bytes": self.vocab.missing_bytes}
             # (imported here: the session module loads the shaders' metadata, kept off the
             # import of this module)
             from torch_gpubpe.encoding.session import Session

@@ -1,0 +1,191 @@
+"""Hugging Face ``tokenizer.json`` vocabularies as models ship them, on the GPU, against
+Hugging Face tokenizers' ids: ``ignore_merges`` off (only merges build tokens), added tokens
+listed inside the model's vocab, vocabularies that lack some single bytes; and llama.cpp's
+vocab test set (``tests/llamacpp_vocabs.py``) where ``$TORCH_GPUBPE_LLAMACPP_MODELS`` names
+it (``.ci/run`` sets it).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import llamacpp_vocabs
+from conftest import corpus_docs
+from torch_gpubpe import InputError
+from torch_gpubpe.core.bpe_tables import bpe_tables
+from torch_gpubpe.core.export import byte_level_string
+from torch_gpubpe.core.vocab_files import vocab_from_hf_dict
+from torch_gpubpe.encoding.tokenizer import Tokenizer
+
+tokenizers = pytest.importorskip("tokenizers")
+pytestmark = pytest.mark.gpu
+
+
+def small_hf(merges: list[tuple[str, str]], extra: list[str] = (), *, ignore_merges: bool,
+             drop_bytes: bytes = b"", added: list[tuple[str, int]] = ()) -> dict:
+    """A byte-level BPE tokenizer.json: the single bytes (but ``drop_bytes``), ``merges`` in
+    order, tokens ``extra`` that no merge makes, then ``added`` (content, id) tokens; GPT-2's
+    pre-tokenizer."""
+    vocab: dict[str, int] = {}
+    for b in range(256):
+        if bytes([b]) not in drop_bytes:
+            vocab[byte_level_string(bytes([b]))] = len(vocab)
+    for a, b in merges:
+        vocab.setdefault(byte_level_string((a + b).encode()), len(vocab))
+    for t in extra:
+        vocab[byte_level_string(t.encode())] = len(vocab)
+    for s, i in added:
+        if i < len(vocab):
+            raise ValueError("test helper: added tokens inside the vocab replace nothing")
+    for s, i in added:
+        if i == len(vocab) and s.isascii():
+            vocab[s] = i
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": i, "content": s, "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True}
+                         for s, i in added],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                          "use_regex": True},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                    "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None,
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": False, "byte_fallback": False, "ignore_merges": ignore_merges,
+                  "vocab": vocab,
+                  "merges": [f"{byte_level_string(a.encode())} {byte_level_string(b.encode())}"
+                             for a, b in merges]},
+    }
+
+
+def both(obj: dict, tmp_path, name: str = "tokenizer.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(obj, ensure_ascii=False), encoding="utf-8")
+    return Tokenizer.from_hf(path), tokenizers.Tokenizer.from_file(str(path))
+
+
+MERGES = [("a", "b"), ("c", "d"), ("ab", "cd"), (" ", "ab"), ("e", "f")]
+TEXTS = ["abcd", "abcde", " abcd abcdx", "xyzw abcdxyzw xyzw", "ab cd ef abcdef", "xyzwxyzw",
+         "efgh", " efgh", "abcd" * 50, ""]
+
+
+@pytest.mark.parametrize("ignore_merges", [False, True])
+def test_words_that_no_merge_builds(tmp_path, ignore_merges):
+    """'xyzw' and 'efgh' are tokens no merge builds: Hugging Face emits them for a word that
+    spells them only with ignore_merges; the GPU follows the file."""
+    tok, hf = both(small_hf(MERGES, ["xyzw", "efgh"], ignore_merges=ignore_merges), tmp_path)
+    assert len(bpe_tables(tok.vocab).unreachable) == 2
+    assert tok.vocab.ignore_merges is ignore_merges
+    want = [hf.encode(t, add_special_tokens=False).ids for t in TEXTS]
+    assert tok.encode_batch(TEXTS).tolist() == want
+    xyzw = tok.vocab.token_to_id(b"xyzw")
+    assert any(xyzw in w for w in want) is ignore_merges  # the case is not vacuous
+
+
+def test_ignore_merges_is_kept_by_the_vocab_file(tmp_path):
+    tok, _ = both(small_hf(MERGES, ["xyzw"], ignore_merges=False), tmp_path)
+    tok.vocab.save(tmp_path / "v.json")
+    back = Tokenizer(tmp_path / "v.json", pre_tokenizer="gpt2")
+    assert not back.vocab.ignore_merges
+    assert back.encode("xyzw") == tok.encode("xyzw") == [ord("x"), ord("y"), ord("z"),
+                                                         ord("w")]
+
+
+def test_added_tokens_inside_the_model_vocab(tmp_path):
+    """GPT-2's and StarCoder's files list their special tokens in model.vocab as well: they
+    are special ids (matched in text when allowed, as Hugging Face matches added tokens) and
+    never ordinary tokens."""
+    obj = small_hf(MERGES, ignore_merges=False, added=[("<|endoftext|>", 261)])
+    tok, hf = both(obj, tmp_path)
+    assert "<|endoftext|>" in obj["model"]["vocab"]
+    assert tok.vocab.special_token_ids == {"<|endoftext|>": 261} and len(tok.vocab) == 262
+    texts = ["abcd<|endoftext|>ef", "<|endoftext|>", "x<|endoftext|><|endoftext|> ab"]
+    want = [hf.encode(t, add_special_tokens=False).ids for t in texts]
+    assert tok.encode_batch(texts, allowed_special="all").tolist() == want
+    # as ordinary text (this project's default) the spelling is never the special id
+    assert 261 not in tok.encode("<|endoftext|>")
+    assert tok.decode([261]) == "<|endoftext|>"
+    with pytest.raises(Exception, match="which model.vocab gives"):
+        obj["added_tokens"][0]["content"] = "<|other|>"
+        vocab_from_hf_dict(obj)
+
+
+def test_vocab_without_some_bytes(tmp_path):
+    """A vocab that lacks bytes UTF-8 never has (0xC0, 0xC1, 0xF5-0xFF: DeepSeek, MPT) encodes
+    text as Hugging Face does; bytes that hold one are refused by name and nothing is lost."""
+    missing = bytes([0xC0, 0xC1, *range(0xF5, 0x100)])
+    tok, hf = both(small_hf(MERGES, ignore_merges=False, drop_bytes=missing), tmp_path)
+    assert tok.vocab.missing_bytes == tuple(missing)
+    texts = corpus_docs("multi_udhr", 20_000)[:30] + TEXTS + ["😀 ﻿ \x00\x7f"]
+    want = [hf.encode(t, add_special_tokens=False).ids for t in texts]
+    assert tok.encode_batch(texts).tolist() == want
+    assert tok.encode_batch([t.encode() for t in texts]).tolist() == want
+    for bad in ([b"abcd", b"ab\xffcd"], [b"\xc0"], ["abcd", bytearray(b"\xf5")]):
+        with pytest.raises(InputError, match="0x"):
+            tok.encode_batch(bad)
+    assert tok.encode_batch(texts[:3]).tolist() == want[:3]  # the session goes on
+
+
+def test_vocab_without_bytes_text_can_hold(tmp_path):
+    tok_json = small_hf(MERGES, ignore_merges=False, drop_bytes=b"\x03\xc0")
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(tok_json), encoding="utf-8")
+    with pytest.raises(InputError, match="0x03, which text can hold"):
+        Tokenizer.from_hf(path)
+
+
+# -- llama.cpp's vocab test set --------------------------------------------------------------
+# Byte-level BPE vocabularies the GPU encodes exactly, and the reason each other one is refused
+# (a pre-tokenizer step or normalizer the GPU split cannot do exactly).
+EXACT = ("gpt-2", "llama-bpe", "qwen2", "qwen35", "mpt")
+REFUSED = {"deepseek-llm": "pre-tokenizer", "deepseek-coder": "pre-tokenizer",
+           "falcon": "pre-tokenizer", "starcoder": "pre-tokenizer", "refact": "pre-tokenizer",
+           "command-r": "normalizer"}
+assert set(EXACT) | set(REFUSED) == set(llamacpp_vocabs.BPE_NAMES)
+llamacpp = pytest.mark.skipif(llamacpp_vocabs.models_dir() is None,
+                              reason=f"${llamacpp_vocabs.ENV} is not set (.ci/run sets it)")
+
+
+@pytest.fixture(scope="module")
+def llamacpp_json(tmp_path_factory):
+    out = tmp_path_factory.mktemp("llamacpp")
+
+    def path(name: str):
+        p = out / f"{name}.json"
+        if not p.exists():
+            p.write_text(json.dumps(llamacpp_vocabs.tokenizer_json(name), ensure_ascii=False),
+                         encoding="utf-8")
+        return p
+    return path
+
+
+@llamacpp
+@pytest.mark.parametrize("name", llamacpp_vocabs.BPE_NAMES)
+def test_llamacpp_files_rebuild_hugging_face_ids(llamacpp_json, name):
+    """The rebuilt tokenizer.json gives llama.cpp's recorded Hugging Face ids (the oracle
+    below is right)."""
+    hf = tokenizers.Tokenizer.from_file(str(llamacpp_json(name)))
+    for text, ids in llamacpp_vocabs.cases(name):
+        assert hf.encode(text, add_special_tokens=False).ids == ids, text
+
+
+@llamacpp
+@pytest.mark.parametrize("name", EXACT)
+def test_llamacpp_vocab_ids_on_gpu(llamacpp_json, name):
+    cases = llamacpp_vocabs.cases(name)
+    tok = Tokenizer.from_hf(llamacpp_json(name))
+    got = tok.encode_batch([t for t, _ in cases], allowed_special="all").tolist()
+    for (text, ids), g in zip(cases, got):
+        assert g == ids, text
+
+
+@llamacpp
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_llamacpp_vocab_refused_by_name(llamacpp_json, name):
+    with pytest.raises(InputError, match=REFUSED[name]) if name != "command-r" else \
+            pytest.raises(Exception, match=REFUSED[name]):
+        Tokenizer.from_hf(llamacpp_json(name))
