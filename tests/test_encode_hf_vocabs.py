@@ -130,21 +130,34 @@ def test_vocab_without_some_bytes(tmp_path):
     assert tok.encode_batch(texts[:3]).tolist() == want[:3]  # the session goes on
 
 
-def test_vocab_without_bytes_text_can_hold(tmp_path):
-    tok_json = small_hf(MERGES, ignore_merges=False, drop_bytes=b"\x03\xc0")
+def test_vocab_without_bytes_text_holds(tmp_path):
+    """A vocab without 0x03 (a control character) and 0xF1 (the lead byte of U+40000..U+7FFFF;
+    StarCoder, Falcon): text is searched for them, by character in ``str`` documents."""
+    tok, hf = both(small_hf(MERGES, ignore_merges=False, drop_bytes=b"\x03\xf1"), tmp_path)
+    texts = corpus_docs("multi_emoji", 20_000)[:30] + TEXTS + ["\x04 \U00080000 \U0003ffff"]
+    want = [hf.encode(t, add_special_tokens=False).ids for t in texts]
+    assert tok.encode_batch(texts).tolist() == want
+    for bad in (["ab", "x\x03y"], ["\U00040000"], ["😀" * 3000 + "\U0007ffff"],
+                [b"\xf1\x80\x80\x80"], ["ab" * 5000, "\x03"]):
+        with pytest.raises(InputError, match="0x03|0xF1"):
+            tok.encode_batch(bad)
+    assert tok.encode_batch(texts[:3]).tolist() == want[:3]
+
+
+def test_vocab_without_continuation_bytes_refused(tmp_path):
+    tok_json = small_hf(MERGES, ignore_merges=False, drop_bytes=b"\x80\xc0")
     path = tmp_path / "tokenizer.json"
     path.write_text(json.dumps(tok_json), encoding="utf-8")
-    with pytest.raises(InputError, match="0x03, which text can hold"):
+    with pytest.raises(InputError, match="0x80, which continue"):
         Tokenizer.from_hf(path)
 
 
 # -- llama.cpp's vocab test set --------------------------------------------------------------
 # Byte-level BPE vocabularies the GPU encodes exactly, and the reason each other one is refused
 # (a pre-tokenizer step or normalizer the GPU split cannot do exactly).
-EXACT = ("gpt-2", "llama-bpe", "qwen2", "qwen35", "mpt")
+EXACT = ("gpt-2", "llama-bpe", "qwen2", "qwen35", "mpt", "starcoder", "refact")
 REFUSED = {"deepseek-llm": "pre-tokenizer", "deepseek-coder": "pre-tokenizer",
-           "falcon": "pre-tokenizer", "starcoder": "pre-tokenizer", "refact": "pre-tokenizer",
-           "command-r": "normalizer"}
+           "falcon": "pre-tokenizer", "command-r": "normalizer"}
 assert set(EXACT) | set(REFUSED) == set(llamacpp_vocabs.BPE_NAMES)
 llamacpp = pytest.mark.skipif(llamacpp_vocabs.models_dir() is None,
                               reason=f"${llamacpp_vocabs.ENV} is not set (.ci/run sets it)")

@@ -303,11 +303,33 @@ def test_hugging_face_pre_tokenizers():
         pre_tokenizers.Split(Regex(O200K_PATTERN), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     assert from_hf_pre_tokenizer(entry(o200k)) == "o200k"
+    starcoder = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                         pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    assert from_hf_pre_tokenizer(entry(starcoder)) == "starcoder"
     for bad in (pre_tokenizers.ByteLevel(add_prefix_space=True), pre_tokenizers.Whitespace(),
+                pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=False),
+                                         pre_tokenizers.ByteLevel(add_prefix_space=False)]),
                 pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\w+"), behavior="isolated"),
                                          pre_tokenizers.ByteLevel(use_regex=False)])):
         with pytest.raises(InputError):
             from_hf_pre_tokenizer(entry(bad))
+
+
+def test_starcoder_pattern_is_digits_then_byte_level():
+    """STARCODER_PATTERN splits as Hugging Face's Digits(individual_digits) then ByteLevel's
+    regex do, on every string of up to 4 code points over the classes that matter."""
+    from tokenizers import pre_tokenizers
+
+    import regex
+
+    from torch_gpubpe.core.patterns import STARCODER_PATTERN
+
+    hf = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                  pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    rx = regex.compile(STARCODER_PATTERN)
+    texts = _all_strings("a1٣ \t\n'.s中", 4) + ["x  1", "  12 ab's 3'll", "½ Ⅻ 1\u3000 2"]
+    for t in texts:
+        assert [o for _, o in hf.pre_tokenize_str(t)] == [m.span() for m in rx.finditer(t)], t
 
 
 def test_o200k_pattern_is_tiktokens():

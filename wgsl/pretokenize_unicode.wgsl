@@ -84,6 +84,13 @@ const PAT_LLAMA3: u32 = 4u;
 // mark is never the optional `[^\r\n\p{L}\p{N}]` before letters on its own, since the letter
 // run that follows may take it too and both give one match.
 const PAT_QWEN35: u32 = 5u;
+// StarCoder (Refact): GPT-2's rules run on the pieces between digits, each digit its own
+// piece (Hugging Face's Digits(individual_digits) before ByteLevel's regex): no space joins
+// a digit, and a space run before a digit is one match (the piece ends there).
+const PAT_STARCODER: u32 = 6u;
+fn gpt2_like() -> bool {
+    return params.pattern == PAT_GPT2 || params.pattern == PAT_STARCODER;
+}
 // \p{N}{1,3}: digit runs split in groups of 3 from the left (else one digit per match)
 fn digits_by_three() -> bool {
     return params.pattern == PAT_CL100K || params.pattern == PAT_LLAMA3;
@@ -676,7 +683,7 @@ fn contraction_len(j: u32) -> u32 {
     if (j1 == n) { return 0u; }
     let c1 = code_at(j1);
     var f1 = (c1 >> 3u) & 15u;
-    let gpt2 = params.pattern == PAT_GPT2;
+    let gpt2 = gpt2_like();
     if (gpt2 && (c1 & 0x80u) == 0u) { f1 = 0u; }
     if (f1 >= 1u && f1 <= 4u) { return 2u; }  // s d m t
     if (f1 < 5u || f1 > 7u) { return 0u; }
@@ -750,11 +757,17 @@ fn starts_word(i: u32, c: u32, fs: u32, hi: u32, b_hi: u32, h: Hist) -> bool {
     let pat = params.pattern;
     let k = c & 7u;
     let pk = h.c1 & 7u;
+    let gpt2 = gpt2_like();
+    let digit_pieces = pat == PAT_STARCODER;
     if (is_space(k)) {
-        if (pat == PAT_GPT2) {
+        if (gpt2) {
             if (!is_space(pk)) { return true; }
             let nx = next_cp(i);
-            return nx != params.n && !is_space(code_at(nx) & 7u);  // \s+(?!\S) leaves one
+            if (nx == params.n) { return false; }
+            let nk = code_at(nx) & 7u;
+            // \s+(?!\S) leaves one to the code point after the run, unless a digit piece
+            // follows (the run ends its piece)
+            return !is_space(nk) && !(digit_pieces && nk == K_N);
         }
         if (k == K_NL) { return !is_space(pk) && pk != K_O; }  // else absorbed or in the run
         if (pk == K_L || pk == K_N || pk == K_O) { return true; }
@@ -771,7 +784,7 @@ fn starts_word(i: u32, c: u32, fs: u32, hi: u32, b_hi: u32, h: Hist) -> bool {
         return b != B_NL;
     }
     if (is_space(pk)) {
-        if (pat == PAT_GPT2) { return pk != K_SP; }
+        if (gpt2) { return pk != K_SP || (digit_pieces && k == K_N); }
         if (pk == K_NL) { return true; }
         if (k == K_L) { return false; }   // [^\r\n\p{L}\p{N}]?+\p{L}++
         if (k == K_O) { return pk != K_SP; }
@@ -779,7 +792,7 @@ fn starts_word(i: u32, c: u32, fs: u32, hi: u32, b_hi: u32, h: Hist) -> bool {
     }
     if (k == K_O) { return pk != K_O; }
     if (k == K_N) {
-        if (pk != K_N) { return true; }
+        if (pk != K_N || digit_pieces) { return true; }
         if (pat == PAT_GPT2) { return false; }
         if (!digits_by_three()) { return true; }
         return fs % 3u == 0u;  // \p{N}{1,3}+ from the left of the run
@@ -789,7 +802,7 @@ fn starts_word(i: u32, c: u32, fs: u32, hi: u32, b_hi: u32, h: Hist) -> bool {
     if (h.t2 == 2u || h.t3 == 3u) { return true; }
     if (pk == K_L) { return false; }
     if (pk == K_N) { return true; }
-    if (pat == PAT_GPT2) { return true; }
+    if (gpt2) { return true; }
     // a starting "other" takes the letters after it: !other_starts(p1)
     let ppk = h.c2 & 7u;
     return h.c2 != K_NONE && (ppk == K_O || ppk == K_SP);

@@ -16,6 +16,8 @@ Families (:data:`FAMILIES`):
   splits differently).
 * ``"qwen2"`` — Qwen2 (Llama 3's with one digit per ``\\p{N}``).
 * ``"qwen35"`` — Qwen3.5 (Qwen2's with ``\\p{M}`` counted as a letter).
+* ``"starcoder"`` — StarCoder and Refact: GPT-2's split of the text between digits, each digit
+  its own piece (Hugging Face's ``Digits(individual_digits=True)`` before ``ByteLevel``).
 * ``"o200k"`` — o200k_base and o200k_harmony (GPT-4o, gpt-oss): letter-case classes
   (``[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+`` and the other
   way round, with backtracking between the two classes), case-insensitive contractions attached
@@ -60,6 +62,9 @@ LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N
                   r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 QWEN35_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"""
                   r""" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+# One regex for Digits(individual_digits) then GPT-2's regex on each piece: a digit is a match
+# of its own, and `\s+(?!\S)` sees a digit as the end of its piece.
+STARCODER_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+|\s+(?![^\s\p{N}])|\s+"""
 O200K_PATTERN = "|".join([
     r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
     r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
@@ -70,7 +75,7 @@ O200K_PATTERN = "|".join([
     r"""\s+""",
 ])
 
-FAMILIES = ("gpt2", "cl100k", "qwen2", "o200k", "llama3", "qwen35")
+FAMILIES = ("gpt2", "cl100k", "qwen2", "o200k", "llama3", "qwen35", "starcoder")
 """Regex families the GPU pre-tokenizer does exactly."""
 DEFAULT = "bytes-classes"
 """DESIGN.md §2's byte-class rule (this project's vocabularies)."""
@@ -82,13 +87,15 @@ _NAMES = {
     "qwen2": "qwen2",
     "llama3": "llama3", "llama-3": "llama3", "llama-bpe": "llama3",
     "qwen35": "qwen35", "qwen3.5": "qwen35",
+    "starcoder": "starcoder", "refact": "starcoder",
     "o200k": "o200k", "o200k_base": "o200k", "o200k_harmony": "o200k",
 }
 _BY_PATTERN = {GPT2_PATTERN: "gpt2", R50K_PATTERN: "gpt2", CL100K_PATTERN: "cl100k",
                QWEN2_PATTERN: "qwen2", O200K_PATTERN: "o200k", LLAMA3_PATTERN: "llama3",
-               QWEN35_PATTERN: "qwen35"}
+               QWEN35_PATTERN: "qwen35", STARCODER_PATTERN: "starcoder"}
 PATTERN_OF = {"gpt2": R50K_PATTERN, "cl100k": CL100K_PATTERN, "qwen2": QWEN2_PATTERN,
-              "o200k": O200K_PATTERN, "llama3": LLAMA3_PATTERN, "qwen35": QWEN35_PATTERN}
+              "o200k": O200K_PATTERN, "llama3": LLAMA3_PATTERN, "qwen35": QWEN35_PATTERN,
+              "starcoder": STARCODER_PATTERN}
 """The ``pat_str`` of each family (the reference splits with it)."""
 
 
@@ -122,7 +129,8 @@ def from_hf_pre_tokenizer(pre_tokenizer: object) -> str:
 
     Accepted: ``ByteLevel`` with ``use_regex`` (GPT-2's split) and no ``add_prefix_space``;
     ``Sequence[Split(Regex(pat), "Isolated"), ByteLevel(use_regex=False)]`` with ``pat`` one of
-    :func:`resolve`'s ``pat_str`` (Llama 3, Qwen2).
+    :func:`resolve`'s ``pat_str`` (Llama 3, Qwen2); ``Sequence[Digits(individual_digits),
+    ByteLevel]`` (StarCoder).
 
     Raises:
         InputError: any other pre-tokenizer (named), or a pattern the GPU cannot split exactly.
@@ -135,6 +143,10 @@ def from_hf_pre_tokenizer(pre_tokenizer: object) -> str:
     if byte_level(d, True):
         return "gpt2"
     steps = d.get("pretokenizers") if d.get("type") == "Sequence" else None
+    if (isinstance(steps, list) and len(steps) == 2 and isinstance(steps[0], dict)
+            and steps[0].get("type") == "Digits" and steps[0].get("individual_digits")
+            and isinstance(steps[1], dict) and byte_level(steps[1], True)):
+        return "starcoder"
     if (isinstance(steps, list) and len(steps) == 2 and isinstance(steps[0], dict)
             and steps[0].get("type") == "Split" and steps[0].get("behavior") == "Isolated"
             and not steps[0].get("invert", False) and isinstance(steps[1], dict)

@@ -344,12 +344,9 @@ class Packed:
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
-    def byte_documents(self) -> list:
-        """The items that are not ``str`` (``bytes``-like, copied as they are), for checks of
-        their byte values."""
-        d = self._d
-        return [d.keep[k] for k in np.flatnonzero(d.kind == 0).tolist()
-                if not isinstance(d.keep[k], str)]
+    def documents(self) -> list:
+        """The documents (``str`` and ``bytes``-like), for checks of their contents."""
+        return list(self._d.keep)
 
     def copy_into(self, dst: int, nbytes: int) -> None:
         """Write the UTF-8 to address ``dst`` (``nbytes`` == ``len(self)``), each thread its

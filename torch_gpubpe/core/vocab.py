@@ -25,6 +25,7 @@ import contextlib
 import gc
 import json
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -100,6 +101,31 @@ def _checked_merges(merges: Iterable) -> tuple[tuple[int, int], ...]:
             if not (0 <= a < 256 + k and 0 <= b < 256 + k):
                 raise ValueError(f"merge {k} = ({a}, {b}) refers to an id not yet defined")
     return merges
+
+
+def missing_byte_chars(missing: Sequence[int]) -> re.Pattern | None:
+    """A compiled class of the characters whose UTF-8 holds one of the byte values ``missing``
+    (ASCII bytes and lead bytes; ``None`` if no character's does, e.g. 0xC0, 0xC1, 0xF5-0xFF):
+    how text is searched for bytes a vocab has no token for.
+
+    Raises:
+        ValueError: a continuation byte (0x80-0xBF), which most non-ASCII characters hold.
+    """
+    ranges = []
+    for b in sorted(missing):
+        if 0x80 <= b <= 0xBF:
+            raise ValueError(f"byte 0x{b:02X} continues most UTF-8 characters")
+        if b < 0x80:
+            ranges.append((b, b))
+        elif 0xC2 <= b <= 0xDF:
+            ranges.append(((b & 0x1F) << 6, ((b & 0x1F) << 6) + 0x3F))
+        elif 0xE0 <= b <= 0xEF:
+            ranges.append(((b & 0x0F) << 12, ((b & 0x0F) << 12) + 0xFFF))
+        elif 0xF0 <= b <= 0xF4:
+            ranges.append(((b & 0x07) << 18, min(((b & 0x07) << 18) + 0x3FFFF, 0x10FFFF)))
+    if not ranges:
+        return None
+    return re.compile("[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges) + "]")
 
 
 # Readers of the other vocabulary files :meth:`Vocab.load` takes, registered by the module that

@@ -241,28 +241,33 @@ class Slot(LongWordPasses):
     # -- one slice -----------------------------------------------------------------------
     def refuse_missing_bytes(self, data, s: int, e: int) -> None:
         """InputError if the slice holds a byte value no token spells (vocabularies that lack
-        some single bytes): the walk would find no token there. Only ``bytes`` documents can
-        hold one (the GPU Tokenizer takes such a vocab only when UTF-8 never has the bytes)."""
-        table = self.sess.missing_bytes
+        some single bytes): the walk would find no token there. ``str`` documents are searched
+        for the characters whose UTF-8 holds one (:func:`missing_byte_chars`), others byte by
+        byte."""
+        table, chars = self.sess.missing_bytes, self.sess.missing_chars
         if isinstance(data, list):
-            chunks = []
+            docs = []
             for p in data:
-                if isinstance(p, str_pack.Packed):
-                    chunks += p.byte_documents()
-                elif not isinstance(p, str):
-                    chunks.append(p)
+                docs += p.documents() if isinstance(p, str_pack.Packed) else [p]
         else:
-            chunks = [data[s:e]]
-        for c in chunks:
-            a = c if isinstance(c, np.ndarray) else np.frombuffer(c, np.uint8)
-            hit = table[a]
-            if hit.any():
-                raise InputError(
-                    f"a document holds the byte 0x{int(a[int(np.argmax(hit))]):02X}, which no "
-                    f"token of this vocab spells (it has none for "
-                    f"{', '.join(f'0x{b:02X}' for b in np.flatnonzero(table))}): Hugging Face "
-                    "drops such bytes from words; torch_gpubpe refuses the batch rather than "
-                    "lose text (pass str, or bytes that are UTF-8)")
+            docs = [data[s:e]]
+        for d in docs:
+            if isinstance(d, str):
+                m = chars.search(d) if chars is not None else None
+                if m is None:
+                    continue
+                b = next(x for x in m.group().encode("utf-8") if table[x])
+            else:
+                a = d if isinstance(d, np.ndarray) else np.frombuffer(d, np.uint8)
+                hit = table[a]
+                if not hit.any():
+                    continue
+                b = int(a[int(np.argmax(hit))])
+            raise InputError(
+                f"a document holds the byte 0x{b:02X}, which no token of this vocab spells (it "
+                f"has none for {', '.join(f'0x{x:02X}' for x in np.flatnonzero(table))}): "
+                "Hugging Face drops such bytes from words; torch_gpubpe refuses the batch "
+                "rather than lose text")
 
     def start(self, data: np.ndarray, s: int, e: int, doc_rel: np.ndarray, end_bit: bool,
               mask: np.ndarray | None = None, before_submit=None) -> None:

@@ -146,13 +146,13 @@ class Tokenizer(TokenDecoding):
         self.mode = vocab.mode if mode is None else mode
         if self.mode not in ("greedy", "bpe"):
             raise ValueError(f"mode must be 'greedy' or 'bpe', got {mode!r}")
-        in_text = [b for b in vocab.missing_bytes if b < 0xC0 or 0xC2 <= b <= 0xF4]
-        if in_text:
+        inside = [b for b in vocab.missing_bytes if 0x80 <= b <= 0xBF]
+        if inside:
             raise InputError(
                 f"the vocab has no token for the single bytes "
-                f"{', '.join(f'0x{b:02X}' for b in in_text)}, which text can hold: Hugging "
-                "Face drops them from words, which the GPU encoder does not do (it never loses "
-                "text); a vocab may lack only bytes UTF-8 never has (0xC0, 0xC1, 0xF5-0xFF)")
+                f"{', '.join(f'0x{b:02X}' for b in inside)}, which continue most UTF-8 "
+                "characters: Hugging Face drops them from words, the GPU encoder would refuse "
+                "nearly every non-ASCII text (it never loses text)")
         self._bpe = None
         if self.mode == "bpe":
             from torch_gpubpe.core.bpe_tables import bpe_tables
