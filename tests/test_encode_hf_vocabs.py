@@ -152,12 +152,42 @@ def test_vocab_without_continuation_bytes_refused(tmp_path):
         Tokenizer.from_hf(path)
 
 
+def test_nfc_normalizer_and_raw_tokens(tmp_path):
+    """Command-R's form: an NFC normalizer (applied on every path, str and bytes, and kept by
+    the vocab file) and tokens spelled outside the byte-level alphabet, one of them with the
+    bytes of a byte-level token: Hugging Face never emits them, nor does the GPU."""
+    obj = small_hf(MERGES, ignore_merges=False)
+    # merges over byte-level strings: "™" (E2 84 A2) and "é" (C3 A9) are byte-level tokens
+    extra = [(byte_level_string(b"\xe2"), byte_level_string(b"\x84")),
+             (byte_level_string(b"\xe2\x84"), byte_level_string(b"\xa2")),
+             (byte_level_string(b"\xc3"), byte_level_string(b"\xa9"))]
+    for a, b in extra:
+        obj["model"]["vocab"][a + b] = len(obj["model"]["vocab"])
+        obj["model"]["merges"].append(f"{a} {b}")
+    obj["model"]["vocab"]["™"] = len(obj["model"]["vocab"])     # raw, bytes of a token
+    obj["model"]["vocab"]["‼"] = len(obj["model"]["vocab"])     # raw, bytes of none
+    obj["normalizer"] = {"type": "NFC"}
+    tok, hf = both(obj, tmp_path)
+    assert tok.vocab.normalizer == "nfc" and len(tok.vocab.decode_only) == 2
+    texts = ["cafe\u0301 ™‼ e\u0301\u0301", "™™", "‼", "A\u030a ab", "plain"] + TEXTS
+    want = [hf.encode(t, add_special_tokens=False).ids for t in texts]
+    assert any(len(w) < len(t.encode()) for w, t in zip(want, texts))
+    assert tok.encode_batch(texts).tolist() == want
+    assert tok.encode_batch([t.encode() for t in texts]).tolist() == want
+    for k in tok.vocab.decode_only:
+        assert all(k not in w for w in want)
+        assert tok.decode([k]) in ("™", "‼")
+    tok.vocab.save(tmp_path / "v.json")
+    back = Tokenizer(tmp_path / "v.json", pre_tokenizer="gpt2")
+    assert back.vocab == tok.vocab and back.encode_batch(texts).tolist() == want
+
+
 # -- llama.cpp's vocab test set --------------------------------------------------------------
 # Byte-level BPE vocabularies the GPU encodes exactly, and the reason each other one is refused
 # (a pre-tokenizer step or normalizer the GPU split cannot do exactly).
-EXACT = ("gpt-2", "llama-bpe", "qwen2", "qwen35", "mpt", "starcoder", "refact")
+EXACT = ("gpt-2", "llama-bpe", "qwen2", "qwen35", "mpt", "starcoder", "refact", "command-r")
 REFUSED = {"deepseek-llm": "pre-tokenizer", "deepseek-coder": "pre-tokenizer",
-           "falcon": "pre-tokenizer", "command-r": "normalizer"}
+           "falcon": "pre-tokenizer"}
 assert set(EXACT) | set(REFUSED) == set(llamacpp_vocabs.BPE_NAMES)
 llamacpp = pytest.mark.skipif(llamacpp_vocabs.models_dir() is None,
                               reason=f"${llamacpp_vocabs.ENV} is not set (.ci/run sets it)")

@@ -166,7 +166,7 @@ def table_cache_key(vocab: Vocab) -> str:
     return _TABLE_CACHE.key(
         np.fromiter(map(len, toks), np.int64, n), b"".join(toks),
         np.fromiter((ranks.get(t, -1) for t in toks), np.int64, n),
-        np.fromiter((ids[t] for t in toks), np.int64, n))
+        np.fromiter((ids.get(t, -1) for t in toks), np.int64, n))
 
 
 def _tables_from_arrays(f: Mapping[str, np.ndarray], n: int) -> BpeTables:
@@ -259,7 +259,7 @@ def _build_tables(vocab: Vocab) -> BpeTables:
     split_l = [(NO_TOKEN, NO_TOKEN)] * n
     unreachable = []
     for i, tb in enumerate(toks):
-        if ids[tb] != i:  # a duplicate spelling (odd merge lists): never emitted
+        if ids.get(tb) != i:  # a shadowed spelling (Vocab.shadowed_ids): never emitted
             unreachable.append(i)
         elif len(tb) == 1:
             split_l[i] = (i, i)

@@ -28,7 +28,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,7 +125,7 @@ def _lcp_sorted(flat: np.ndarray, offs: np.ndarray, lens: np.ndarray,
     return np.minimum(lcp, np.minimum(lens, np.concatenate([[0], lens[:-1]])))
 
 
-def compile_trie(token_bytes: Sequence[bytes]) -> Trie:
+def compile_trie(token_bytes: Sequence[bytes], skip: Iterable[int] = ()) -> Trie:
     """Compile the ordinary tokens of a vocab (special tokens excluded) into a :class:`Trie`.
 
     Args:
@@ -134,16 +134,20 @@ def compile_trie(token_bytes: Sequence[bytes]) -> Trie:
             own vocabs, any ids in e.g. GPT-2's). A byte that is no token (vocabularies that
             never saw it) still gets its root child, with no token: the root has 256 children,
             and encoders refuse text holding such a byte before the walk.
+        skip: ids left out (a vocab's shadowed spellings: decoded, never emitted).
     Returns:
         the :class:`Trie`.
     Raises:
         ValueError: an empty token.
     """
-    toks = list(token_bytes)
+    all_lens = np.fromiter(map(len, token_bytes), np.int64, len(token_bytes))
+    if (all_lens == 0).any():
+        raise ValueError(f"token id {int(np.argmin(all_lens))} is empty")
+    skip = set(skip)
+    ids = np.array([i for i in range(len(token_bytes)) if i not in skip], np.int64)
+    toks = [token_bytes[i] for i in ids.tolist()]
     real = len(toks)
-    lens = np.fromiter(map(len, toks), np.int64, len(toks))
-    if (lens == 0).any():
-        raise ValueError(f"token id {int(np.argmin(lens))} is empty")
+    lens = all_lens[ids]
     singles = {t[0] for t in toks if len(t) == 1}
     if len(singles) != 256:
         toks += [bytes([b]) for b in range(256) if b not in singles]
@@ -165,7 +169,9 @@ def compile_trie(token_bytes: Sequence[bytes]) -> Trie:
     first_new = np.repeat(np.cumsum(new) - new, new)
     depth = lcp[tok_of] + (np.arange(len(tok_of)) - first_new) + 1
     byte = flat[s_offs[tok_of] + depth - 1]
-    tid = np.where((depth == s_lens[tok_of]) & (order[tok_of] < real), order[tok_of], NO_TOKEN)
+    own = order[tok_of]
+    tid = np.where((depth == s_lens[tok_of]) & (own < real), ids[np.minimum(own, real - 1)],
+                   NO_TOKEN)
     depth = np.concatenate([[0], depth])  # the root is pre-order node 0
     byte = np.concatenate([[0], byte])
     tid = np.concatenate([[NO_TOKEN], tid])
@@ -192,7 +198,7 @@ def compile_trie(token_bytes: Sequence[bytes]) -> Trie:
         edges=edges.reshape(-1),
         num_nodes=num_nodes,
         max_depth=int(d_b[-1]),
-        token_length=lens[:real].astype(np.uint32),
+        token_length=all_lens.astype(np.uint32),
     )
 
 
@@ -205,11 +211,15 @@ trie_cache_stats: dict = _TRIE_CACHE.stats
 written to it; errors met (the trie was compiled then)."""
 
 
-def trie_cache_key(token_bytes: Sequence[bytes]) -> str:
-    """Hash of what :func:`compile_trie` reads (every token's bytes, in id order), the cache
-    format and this module's source (a change of the algorithm is a new key)."""
+def trie_cache_key(token_bytes: Sequence[bytes], skip: Sequence[int] = ()) -> str:
+    """Hash of what :func:`compile_trie` reads (every token's bytes, in id order, and the ids
+    it skips), the cache format and this module's source (a change of the algorithm is a new
+    key)."""
     toks = list(token_bytes)
-    return _TRIE_CACHE.key(np.fromiter(map(len, toks), np.int64, len(toks)), b"".join(toks))
+    parts = [np.fromiter(map(len, toks), np.int64, len(toks)), b"".join(toks)]
+    if skip:
+        parts.append(np.asarray(skip, np.int64))
+    return _TRIE_CACHE.key(*parts)
 
 
 def _trie_from_arrays(f: Mapping[str, np.ndarray], num_tokens: int) -> Trie:
@@ -227,7 +237,7 @@ def _trie_to_arrays(t: Trie) -> dict[str, np.ndarray]:
             "max_depth": np.int64(t.max_depth), "token_length": t.token_length}
 
 
-def cached_trie(token_bytes: Sequence[bytes]) -> Trie:
+def cached_trie(token_bytes: Sequence[bytes], skip: Iterable[int] = ()) -> Trie:
     """:func:`compile_trie` of ``token_bytes``, kept on disk for vocabs of
     :data:`TRIE_CACHE_MIN_TOKENS` tokens or more (a fraction of a second to compile 65k tokens;
     loaded in a few ms).
@@ -244,8 +254,10 @@ def cached_trie(token_bytes: Sequence[bytes]) -> Trie:
     """
     toks = token_bytes if isinstance(token_bytes, (list, tuple)) else list(token_bytes)
     n = len(toks)
-    return _TRIE_CACHE.get((lambda: trie_cache_key(toks)) if n >= TRIE_CACHE_MIN_TOKENS else None,
-                           lambda: compile_trie(toks), _trie_to_arrays,
+    skip = sorted(set(skip))
+    return _TRIE_CACHE.get((lambda: trie_cache_key(toks, skip)) if n >= TRIE_CACHE_MIN_TOKENS
+                           else None,
+                           lambda: compile_trie(toks, skip), _trie_to_arrays,
                            lambda f: _trie_from_arrays(f, n))
 
 

@@ -103,6 +103,10 @@ def _checked_merges(merges: Iterable) -> tuple[tuple[int, int], ...]:
     return merges
 
 
+NORMALIZERS = ("nfc",)
+"""Text normalizers a vocab may name (:attr:`Vocab.normalizer`)."""
+
+
 def missing_byte_chars(missing: Sequence[int]) -> re.Pattern | None:
     """A compiled class of the characters whose UTF-8 holds one of the byte values ``missing``
     (ASCII bytes and lead bytes; ``None`` if no character's does, e.g. 0xC0, 0xC1, 0xF5-0xFF):
@@ -145,7 +149,9 @@ class Vocab:
             ``special_ids``).
         mode: ``"greedy"`` (longest match, DESIGN.md §4) or ``"bpe"`` (merge order).
         tokens: ``None`` (ids from ``merges``) or the explicit bytes of every ordinary id
-            (vocabularies from outside; then ``merges`` is empty). Spellings must be distinct;
+            (vocabularies from outside; then ``merges`` is empty). Spellings must be distinct
+            unless ``ranks`` are given (then the lowest rank's id is the one emitted, and the
+            others decode only: :attr:`shadowed_ids`);
             single bytes with no token (:attr:`missing_bytes`, as in vocabularies that never
             saw some byte values) are allowed here.
         ranks: ``None`` (rank = id) or the merge rank of every id of ``tokens`` (distinct ints;
@@ -155,6 +161,11 @@ class Vocab:
             table entry that spells it (Hugging Face files list added tokens inside the model's
             vocab too; such a token is special when text is matched, and is never an ordinary
             token the encoder emits: no merge builds it).
+        normalizer: ``None`` or how text is normalized before it is split (one of
+            :data:`NORMALIZERS`: ``"nfc"``, as Command-R's ``tokenizer.json`` says); every
+            :class:`~torch_gpubpe.encoding.tokenizer.Tokenizer` of the vocab applies it.
+        decode_only: ids of the table that are decoded but never encoded (tokens of a
+            ``tokenizer.json`` spelled outside its byte-level alphabet, which no text matches).
         ignore_merges: a word that is itself a token is that token (tiktoken; Hugging Face's
             ``ignore_merges``, as in Llama 3), else only merges build tokens (Hugging Face's
             default). The same for every vocab whose tokens BPE can all build.
@@ -169,16 +180,21 @@ class Vocab:
     ranks: tuple[int, ...] | None = field(default=None, repr=False)
     special_ids: tuple[int, ...] | None = field(default=None, repr=False)
     ignore_merges: bool = field(default=True, repr=False)
+    normalizer: str | None = None
+    decode_only: tuple[int, ...] = field(default=(), repr=False)
     _bytes: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.normalizer is not None and self.normalizer not in NORMALIZERS:
+            raise ValueError(f"normalizer must be None or one of {NORMALIZERS}, got "
+                             f"{self.normalizer!r}")
         if self.tokens is not None:
             self._init_table()
             return
-        if self.ranks is not None or self.special_ids is not None:
-            raise ValueError("ranks and special_ids need an explicit tokens table")
+        if self.ranks is not None or self.special_ids is not None or self.decode_only:
+            raise ValueError("ranks, special_ids and decode_only need an explicit tokens table")
         merges = _checked_merges(self.merges)
         specials = tuple(self.special_tokens)
         if len(set(specials)) != len(specials):
@@ -199,9 +215,12 @@ class Vocab:
         toks = tuple(bytes(t) for t in self.tokens)
         if any(not t for t in toks):
             raise ValueError(f"token id {next(i for i, t in enumerate(toks) if not t)} is empty")
-        if len(set(toks)) != len(toks):
+        dec = set(self.decode_only)
+        if len(set(toks)) != len(toks) and self.ranks is None:
             seen: dict[bytes, int] = {}
             for i, t in enumerate(toks):
+                if i in dec:
+                    continue
                 if t in seen:
                     raise ValueError(f"token ids {seen[t]} and {i} both spell {t!r}")
                 seen[t] = i
@@ -225,6 +244,10 @@ class Vocab:
                 if i < len(toks) and toks[i] != s.encode("utf-8"):
                     raise ValueError(f"special token {s!r} has id {i}, which spells {toks[i]!r}")
             object.__setattr__(self, "special_ids", None if outside == list(sids) else sids)
+        dec = tuple(sorted({int(i) for i in self.decode_only}))
+        if dec and not 0 <= dec[0] <= dec[-1] < len(toks):
+            raise ValueError("decode_only ids must be ids of the table")
+        object.__setattr__(self, "decode_only", dec)
         object.__setattr__(self, "tokens", toks)
         object.__setattr__(self, "merges", ())
         object.__setattr__(self, "special_tokens", specials)
@@ -242,8 +265,9 @@ class Vocab:
     def bpe_ranks(self) -> dict[bytes, int]:
         """Token bytes → merge rank of the ordinary tokens (tiktoken's "mergeable ranks"); for a
         spelling shared by several ids (odd merge lists) the smallest id's."""
-        if self.tokens is not None and self.ranks is not None:
-            return dict(zip(self._bytes, self.ranks))
+        if self.tokens is not None:
+            ranks = self.ranks
+            return {tb: i if ranks is None else ranks[i] for tb, i in self._lookup().items()}
         out: dict[bytes, int] = {}
         for i, tb in enumerate(self._bytes):
             out.setdefault(tb, i)
@@ -251,11 +275,16 @@ class Vocab:
 
     @property
     def bytes_to_id(self) -> dict[bytes, int]:
-        """Token bytes → id of the ordinary tokens (the smallest id of a shared spelling)."""
-        out: dict[bytes, int] = {}
-        for i, tb in enumerate(self._bytes):
-            out.setdefault(tb, i)
-        return out
+        """Token bytes → id of the ordinary tokens (for a shared spelling, the id of the
+        lowest rank, or the smallest id)."""
+        return dict(self._lookup())
+
+    @property
+    def shadowed_ids(self) -> frozenset[int]:
+        """Ordinary ids never encoded, only decoded: :attr:`decode_only`, and ids whose bytes
+        another id is emitted for (:attr:`bytes_to_id`)."""
+        lookup = self._lookup()
+        return frozenset(i for i, tb in enumerate(self._bytes) if lookup.get(tb) != i)
 
     def __repr__(self) -> str:
         table = "" if self.tokens is None else ", table=True"
@@ -372,8 +401,14 @@ class Vocab:
         table = self.__dict__.get("_ids_by_bytes")
         if table is None:
             table = {}
+            ranks = self.ranks if self.tokens is not None else None
+            skip = set(self.decode_only)
             for i, tb in enumerate(self._bytes):
-                table.setdefault(tb, i)
+                if i in skip:
+                    continue
+                j = table.setdefault(tb, i)
+                if ranks is not None and ranks[i] < ranks[j]:
+                    table[tb] = i
             object.__setattr__(self, "_ids_by_bytes", table)
         return table
 
@@ -440,8 +475,14 @@ class Vocab:
                 out["ranks"] = list(self.ranks)
             if self.special_ids is not None:
                 out["special_ids"] = list(self.special_ids)
+            if self.decode_only:
+                out["decode_only"] = list(self.decode_only)
             if not self.ignore_merges:
                 out["ignore_merges"] = False
+        if self.normalizer is not None:
+            out["version"] = 2
+            out["mode"] = self.mode
+            out["normalizer"] = self.normalizer
         return out
 
     def save(self, path: str | os.PathLike) -> None:
@@ -517,7 +558,9 @@ class Vocab:
             vocab = cls(tuple(map(tuple, merges)), tuple(specials), mode=mode,
                         tokens=tokens, ranks=None if ranks is None else tuple(ranks),
                         special_ids=None if sids is None else tuple(sids),
-                        ignore_merges=obj.get("ignore_merges", True) is not False)
+                        ignore_merges=obj.get("ignore_merges", True) is not False,
+                        normalizer=obj.get("normalizer"),
+                        decode_only=tuple(obj.get("decode_only") or ()))
         except (ValueError, TypeError) as e:
             raise VocabFormatError(f"{source}: {e}") from e
         if "vocab_size" in obj and obj["vocab_size"] != len(vocab):

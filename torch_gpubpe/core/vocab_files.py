@@ -15,13 +15,16 @@ tiktoken (``name.tiktoken``)
 
 Hugging Face ``tokenizer.json``
     Accepted: ``model.type == "BPE"`` over the byte-level alphabet (GPT-2's ``bytes_to_unicode``;
-    the pre-tokenizer has a ``ByteLevel`` step), no normalizer, no dropout, no
-    ``continuing_subword_prefix`` / ``end_of_word_suffix``, no ``byte_fallback``. The rank of a
-    token is the index of the merge that creates it (bytes first); special (``added_tokens``)
-    ids must follow the ordinary ones contiguously. Rejected with
-    :class:`~torch_gpubpe.errors.VocabFormatError`: WordPiece, Unigram, WordLevel, normalizers,
-    non-byte-level alphabets, and merge lists that merge-order by rank would not reproduce (a
-    merge whose pair is not what BPE of the merged token's bytes gives last).
+    the pre-tokenizer has a ``ByteLevel`` step), no normalizer but NFC (recorded in the vocab),
+    no dropout, no ``continuing_subword_prefix`` / ``end_of_word_suffix``, no
+    ``byte_fallback``. The rank of a token is the index of the merge that creates it (bytes
+    first); ``ignore_merges`` is kept. Added tokens are special ids, after the ordinary ones or
+    at the model.vocab entry that spells them. Tokens spelled outside the byte-level alphabet
+    (Command-R's raw "™") that no merge uses can never match a byte-level word: they keep their
+    UTF-8 and are never emitted (``ignore_merges`` off). Rejected with
+    :class:`~torch_gpubpe.errors.VocabFormatError`: WordPiece, Unigram, WordLevel, other
+    normalizers, and merge lists that merge-order by rank would not reproduce (a token none of
+    whose merges is what BPE of its bytes gives last, or merges of one token apart).
 
 Example::
 
@@ -146,9 +149,13 @@ def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = 
                     "vocab.json saved beside it, e.g. Tokenizer('<its folder>')")
         raise VocabFormatError(f"{source}: model type {kind!r} is not supported; only byte-level "
                                f"BPE (WordPiece, Unigram and WordLevel are not BPE merges){hint}")
+    normalizer = None
     if obj.get("normalizer") not in (None, {}):
-        raise VocabFormatError(f"{source}: a normalizer ({obj['normalizer'].get('type')!r}) is "
-                               "not supported: the GPU encodes the raw UTF-8 bytes")
+        kind = obj["normalizer"].get("type") if isinstance(obj["normalizer"], dict) else None
+        if kind != "NFC":
+            raise VocabFormatError(f"{source}: a normalizer ({kind!r}) is not supported: the "
+                                   "GPU encodes the text's UTF-8 as it is, or after NFC")
+        normalizer = "nfc"
     for key in ("dropout",):
         if model.get(key) not in (None, 0, 0.0):
             raise VocabFormatError(f"{source}: model.{key} = {model[key]!r} is not supported")
@@ -166,15 +173,16 @@ def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = 
         raise VocabFormatError(f"{source}: model.vocab must be an object")
     n = len(hv)
     toks: list[bytes | None] = [None] * n
+    raw = []  # tokens spelled outside the byte-level alphabet
     for s, i in hv.items():
         if not isinstance(i, int) or not 0 <= i < n or toks[i] is not None:
             raise VocabFormatError(f"{source}: model.vocab ids must be 0..{n - 1}, each once "
                                    f"(token {s!r} has {i!r})")
         try:
             toks[i] = bytes(u2b[c] for c in s)
-        except KeyError as e:
-            raise VocabFormatError(f"{source}: token {s!r} has a character outside the "
-                                   "byte-level alphabet") from e
+        except KeyError:
+            toks[i] = s.encode("utf-8")
+            raw.append(s)
     merges = model.get("merges", [])
     tb_set = set(toks)
     rank = {}
@@ -196,7 +204,12 @@ def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = 
         raise VocabFormatError(f"{source}: merge result {missing[0]!r} is not in the vocab")
     extra = 256 + len(merges)
     ranks = []
-    for t in toks:
+    raw_ids = {hv[s] for s in raw}
+    for i, t in enumerate(toks):
+        if i in raw_ids:  # after every merge, its own rank (its bytes may be another's)
+            ranks.append(extra)
+            extra += 1
+            continue
         if t not in rank:  # a token no merge creates: after every merge (unreachable)
             rank[t] = extra
             extra += 1
@@ -221,7 +234,8 @@ def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = 
         vocab = Vocab(tokens=tuple(toks), ranks=None if ranks is None else tuple(ranks),
                       special_tokens=names, mode=mode,
                       special_ids=(*inside.values(), *range(n, n + len(outside))),
-                      ignore_merges=bool(model.get("ignore_merges", False)))
+                      ignore_merges=bool(model.get("ignore_merges", False)),
+                      normalizer=normalizer, decode_only=tuple(raw_ids))
     except ValueError as e:
         raise VocabFormatError(f"{source}: {e}") from e
     # Merge-order by rank (tiktoken) must give back each merge of the file.

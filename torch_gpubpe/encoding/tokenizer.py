@@ -33,6 +33,7 @@ from torch_gpubpe.core.trie import Trie, cached_trie
 from torch_gpubpe.core.vocab import Vocab
 from torch_gpubpe.encoding.batch import BatchEncoding
 from torch_gpubpe.encoding.batch_pack import pack_batch
+from torch_gpubpe.encoding.normalizers import normalize_packed
 from torch_gpubpe.encoding.decoding import TokenDecoding
 from torch_gpubpe.encoding.layout import (DEFAULT_BUDGET, DEFAULT_CHUNK, DEFAULT_LONG_WORD,
                                           HOST_STEPS, MAX_CONTINUATIONS_PER_SUBMIT,
@@ -153,6 +154,7 @@ class Tokenizer(TokenDecoding):
                 f"{', '.join(f'0x{b:02X}' for b in inside)}, which continue most UTF-8 "
                 "characters: Hugging Face drops them from words, the GPU encoder would refuse "
                 "nearly every non-ASCII text (it never loses text)")
+        self.normalizer = vocab.normalizer
         self._bpe = None
         if self.mode == "bpe":
             from torch_gpubpe.core.bpe_tables import bpe_tables
@@ -186,6 +188,7 @@ class Tokenizer(TokenDecoding):
 
     def __setstate__(self, state: dict) -> None:
         state.setdefault("_long_word", DEFAULT_LONG_WORD)
+        state.setdefault("normalizer", None)
         self.__dict__.update(state)
         self._lock = threading.RLock()
 
@@ -279,7 +282,7 @@ class Tokenizer(TokenDecoding):
         """The compiled trie (DESIGN.md §5), built on first use (or loaded from the disk cache
         of :func:`~torch_gpubpe.core.trie.cached_trie`)."""
         if self._trie is None:
-            self._trie = cached_trie(self.vocab.token_bytes)
+            self._trie = cached_trie(self.vocab.token_bytes, self.vocab.shadowed_ids)
         return self._trie
 
     @property
@@ -550,6 +553,8 @@ class Tokenizer(TokenDecoding):
     def _submit_packed(self, data: np.ndarray | list[bytes], offsets: np.ndarray,
                        specials: tuple[int, int] | None = None) -> PendingEncoding:
         p = PendingEncoding(self, specials)
+        if self.normalizer is not None:  # (the vocab's normalizer, before the split)
+            data, offsets = normalize_packed(data, offsets)
         total = int(offsets[-1])
         if total == 0:  # before the session: empty input never opens the GPU
             p._result = _add_specials(BatchEncoding(np.zeros(0, self.id_dtype),

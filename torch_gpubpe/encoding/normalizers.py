@@ -1,0 +1,55 @@
+"""Text normalizers of models' tokenizers (:attr:`torch_gpubpe.core.vocab.Vocab.normalizer`),
+applied to a packed batch before it is encoded.
+
+Hugging Face tokenizers normalizes each text before it splits it (``tokenizer.json``
+``"normalizer"``); a vocabulary trained on normalized text gives its model's ids only on
+normalized input. Supported: ``"nfc"`` (Unicode NFC, Command-R). Any other normalizer is refused
+by name where the file is read (:func:`torch_gpubpe.core.vocab_files.vocab_from_hf_dict`).
+
+NFC runs on the host, per document, and only on documents that hold a non-ASCII byte (ASCII
+text is NFC): Python's :mod:`unicodedata`, whose Unicode version is Python's (tokenizers'
+``unicode-normalization`` crate may know a newer one: a character composed only in the newer
+version would differ). Bytes that are not UTF-8 pass through unchanged (each is its own code
+point, which composes with nothing).
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+import numpy as np
+
+from torch_gpubpe.core.copy_pool import join_parts
+
+
+def normalize_packed(data: np.ndarray | list, offsets: np.ndarray
+                     ) -> tuple[np.ndarray | list, np.ndarray]:
+    """NFC of each document of a packed batch (``data``: the UTF-8 array, or parts for
+    ``join_parts``; ``offsets``: int64 document bounds). Returns ``(data, offsets)``, the
+    same objects when nothing changes."""
+    arr = join_parts(data) if isinstance(data, list) else data
+    high = arr >= 0x80
+    if not high.any():
+        return data, offsets
+    starts = offsets[:-1]
+    nonempty = offsets[1:] > starts
+    has = np.zeros(len(starts), bool)
+    has[nonempty] = np.add.reduceat(high, starts[nonempty]) > 0
+    out, changed = [], False
+    for k in np.flatnonzero(has).tolist():
+        raw = arr[offsets[k] : offsets[k + 1]].tobytes()
+        text = raw.decode("utf-8", "surrogateescape")
+        if unicodedata.is_normalized("NFC", text):
+            continue
+        out.append((k, unicodedata.normalize("NFC", text).encode("utf-8", "surrogateescape")))
+        changed = True
+    if not changed:
+        return arr, offsets
+    sizes = np.diff(offsets)
+    pieces = [arr[offsets[k] : offsets[k + 1]] for k in range(len(starts))]
+    for k, b in out:
+        pieces[k] = np.frombuffer(b, np.uint8)
+        sizes[k] = len(b)
+    new_off = np.zeros(len(offsets), np.int64)
+    np.cumsum(sizes, out=new_off[1:])
+    return np.concatenate(pieces) if pieces else arr, new_off
