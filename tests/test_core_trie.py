@@ -93,9 +93,14 @@ def test_long_shared_prefixes(extra):
     check_trie(BYTES + extra + [x + b"z" for x in extra])
 
 
-def test_rejects_non_byte_level():
-    with pytest.raises(ValueError, match="single bytes"):
-        compile_trie([b"a", b"b"])
+def test_bytes_that_are_no_token_and_empty_tokens():
+    """A byte with no token still has its root child (256 of them), spelling no token; the
+    skipped ids are left out."""
+    t = compile_trie([b"a", b"b", b"ab", b"ba"], skip=[3])
+    assert int(t.nodes[1]) == 256
+    assert trie_lookup(t, b"c") is None and trie_lookup(t, b"ab") == 2
+    assert trie_lookup(t, b"ba") is None and trie_lookup(t, b"a") == 0
+    assert list(t.token_length) == [1, 1, 2, 2]
     with pytest.raises(ValueError, match="empty"):
         compile_trie(BYTES + [b""])
 

@@ -136,8 +136,8 @@ def test_only_vocabs_of_8192_tokens_or_more_are_cached(cache, monkeypatch):
 
 
 def test_compile_errors_are_not_cached(cache):
-    with pytest.raises(ValueError, match="256 single bytes"):
-        trie.cached_trie(BYTES[1:] + [b"ab"])
+    with pytest.raises(ValueError, match="empty"):
+        trie.cached_trie(BYTES + [b"ab", b""])
     assert not cache.exists()
 
 
