@@ -163,22 +163,66 @@ def test_tokens_ranked_before_their_parts(tmp_path, gpt2):
         assert backtrack_encode(w, v, t) == tt._encode_bytes(w), w
 
 
-@pytest.mark.gpu
-def test_gpu_tokens_ranked_before_their_parts(tmp_path, gpt2):
+@pytest.fixture(scope="module")
+def appended(tmp_path_factory, gpt2):
+    """(vocab, tiktoken of it, GPU Tokenizer, tokens whose part ranks after them, tokens BPE
+    never builds)."""
     from torch_gpubpe.encoding.tokenizer import Tokenizer
 
-    v = appended_parts_vocab(tmp_path, gpt2)
+    v = appended_parts_vocab(tmp_path_factory.mktemp("appended"), gpt2)
     t = bpe_tables(v)
+    n = len(v.token_bytes)
     late = [v.token_bytes[i] for i, (a, b) in enumerate(t.split.tolist())
-            if a != i and max(a, b) > i]
+            if a != i and i < max(a, b) < n]
+    never = [v.token_bytes[i] for i in t.unreachable]
+    assert len(late) > 50 and len(never) > 50  # both kinds of token
+    return v, tiktoken_of(v), Tokenizer(v), late, never
+
+
+@pytest.mark.gpu
+def test_gpu_tokens_ranked_before_their_parts(appended):
+    """Tokens formed right after a later part, and tokens BPE never builds (emitted whole):
+    tiktoken's ids on every corpus, on runs of such tokens, and on long runs."""
+    v, tt, tok, late, never = appended
     rng = np.random.default_rng(3)
-    docs = corpus_docs("en_novels", 5_000, max_doc_bytes=3_000)[:40]
-    docs += [b" ".join(rng.choice(late, 60).tolist()).decode("utf-8", "replace")
-             for _ in range(40)]
-    docs += ["".join(x.decode("utf-8", "replace") for x in rng.choice(late, 30).tolist())
-             for _ in range(40)]
-    got = Tokenizer(v).encode_batch(docs).tolist()
-    assert_same(got, [tiktoken_of(v).encode_ordinary(d) for d in docs], "appended parts")
+    docs = [d for n in CORPUS_NAMES for d in corpus_docs(n, 10_000, max_doc_bytes=3_000)]
+    for kind in (late, never):
+        docs += [b" ".join(rng.choice(kind, 60).tolist()).decode("utf-8", "replace")
+                 for _ in range(40)]
+        docs += ["".join(x.decode("utf-8", "replace") for x in rng.choice(kind, 30).tolist())
+                 for _ in range(40)]
+    docs += [late[0].decode("utf-8", "replace") * 3000, " " * 5000 + "x", "9" * 4000]
+    got = tok.encode_batch(docs).tolist()
+    assert_same(got, [tt.encode_ordinary(d) for d in docs], "appended parts")
+    assert any(v.bytes_to_id[b] in g for g in got for b in never[:50])  # not vacuous
+
+
+APPENDED_PIECES = st.sampled_from(["a", " ", "\n", "1", "ı", "🙂", "\ud800", ".:", ":.", "th",
+                                   "ing", " the", "ent", "=", "\U0010ffff"])
+
+
+@pytest.mark.gpu
+@HSET
+@given(st.lists(st.one_of(st.text(max_size=200),
+                          st.lists(APPENDED_PIECES, max_size=200).map("".join)),
+                min_size=1, max_size=6))
+def test_gpu_tokens_ranked_before_their_parts_random_text(appended, docs):
+    v, tt, tok, _, _ = appended
+    assert_same(tok.encode_batch(docs).tolist(),
+                [tt.encode_ordinary(reference.to_bytes(d).decode()) for d in docs])
+
+
+@pytest.mark.gpu
+@HSET
+@given(st.lists(st.binary(max_size=300), min_size=1, max_size=6))
+def test_gpu_tokens_ranked_before_their_parts_random_bytes(appended, docs):
+    """Any bytes (lone surrogates, invalid UTF-8): the reference's merge-order BPE (tiktoken's
+    algorithm; tiktoken itself takes only str) and a lossless decode."""
+    v, _, tok, _, _ = appended
+    be = tok.encode_batch(docs)
+    assert_same(be.tolist(), reference.bpe_encode_batch(docs, v.bpe_ranks))
+    for k, d in enumerate(docs):
+        assert tok.decode_bytes(be[k]) == d
 
 
 def test_vocab_file_modes_round_trip(tmp_path, gpt2, trained):
