@@ -182,6 +182,24 @@ def test_nfc_normalizer_and_raw_tokens(tmp_path):
     assert back.vocab == tok.vocab and back.encode_batch(texts).tolist() == want
 
 
+@pytest.mark.parametrize("change", ["byte_fallback", "metaspace", "prepend"])
+def test_sentencepiece_bpe_refused_by_name(change):
+    """Llama 2 / Mistral / Gemma files (byte fallback, "▁" for spaces, from the normalizer or
+    a Metaspace pre-tokenizer) are refused by name, not encoded as byte-level BPE."""
+    obj = small_hf(MERGES, ignore_merges=False)
+    if change == "byte_fallback":
+        obj["model"]["byte_fallback"] = True
+    elif change == "metaspace":
+        obj["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁",
+                                "prepend_scheme": "first", "split": False}
+    else:
+        obj["normalizer"] = {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "▁"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}
+    with pytest.raises(Exception, match="SentencePiece BPE vocabulary"):
+        vocab_from_hf_dict(obj)
+
+
 # -- llama.cpp's vocab test set --------------------------------------------------------------
 # Byte-level BPE vocabularies the GPU encodes exactly, and the reason each other one is refused
 # (a pre-tokenizer step or normalizer the GPU split cannot do exactly).
