@@ -149,8 +149,8 @@ def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = 
                     "vocab.json saved beside it, e.g. Tokenizer('<its folder>')")
         raise VocabFormatError(f"{source}: model type {kind!r} is not supported; only byte-level "
                                f"BPE (WordPiece, Unigram and WordLevel are not BPE merges){hint}")
-    if model.get("byte_fallback") or "\u2581" in json.dumps([obj.get("normalizer"),
-                                                               obj.get("pre_tokenizer")]):
+    if model.get("byte_fallback") or "\u2581" in json.dumps(
+            [obj.get("normalizer"), obj.get("pre_tokenizer")], ensure_ascii=False):
         raise VocabFormatError(f"{source}: a SentencePiece BPE vocabulary (byte fallback, \"▁\" "
                                "for spaces: Llama 2, Mistral, Gemma, Phi-3) is not supported yet; "
                                "byte-level BPE is")
