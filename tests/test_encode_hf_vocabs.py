@@ -203,8 +203,9 @@ def test_sentencepiece_bpe_refused_by_name(change):
 # -- llama.cpp's vocab test set --------------------------------------------------------------
 # Byte-level BPE vocabularies the GPU encodes exactly, and the reason each other one is refused
 # (a pre-tokenizer step or normalizer the GPU split cannot do exactly).
-EXACT = ("gpt-2", "llama-bpe", "qwen2", "qwen35", "mpt", "starcoder", "refact", "command-r")
-REFUSED = {"deepseek-llm": "pre-tokenizer", "deepseek-coder": "pre-tokenizer",
+EXACT = ("gpt-2", "llama-bpe", "qwen2", "qwen35", "mpt", "starcoder", "refact", "command-r",
+         "deepseek-coder")
+REFUSED = {"deepseek-llm": "pre-tokenizer",
            "falcon": "pre-tokenizer"}
 assert set(EXACT) | set(REFUSED) == set(llamacpp_vocabs.BPE_NAMES)
 llamacpp = pytest.mark.skipif(llamacpp_vocabs.models_dir() is None,

@@ -137,11 +137,18 @@ def test_ids_on_new_unicode_code_points_equal_tiktoken(family):
 
     path = shared_vocab("gpt2.tiktoken")
     ranks = {base64.b64decode(t): int(r) for t, r in (ln.split() for ln in open(path))}
-    enc = tiktoken.Encoding(family, pat_str=PATTERN_OF[family], mergeable_ranks=ranks,
-                            special_tokens={})
     got = Tokenizer.from_tiktoken(path, pattern=family).encode_batch(NEW_CODE_POINT_TEXTS)
-    for text, ids in zip(NEW_CODE_POINT_TEXTS, got.tolist()):
-        assert ids == enc.encode_ordinary(text), f"{family}: {text!r}"
+    if family in PATTERN_OF:
+        enc = tiktoken.Encoding(family, pat_str=PATTERN_OF[family], mergeable_ranks=ranks,
+                                special_tokens={})
+        want = [enc.encode_ordinary(text) for text in NEW_CODE_POINT_TEXTS]
+    else:  # Hugging Face's steps (no pat_str): tiktoken's BPE of each piece of the oracle
+        enc = tiktoken.Encoding(family, pat_str=r"(?s:.+)", mergeable_ranks=ranks,
+                                special_tokens={})
+        want = [[i for p in split(text, family) for i in enc.encode_ordinary(p.decode())]
+                for text in NEW_CODE_POINT_TEXTS]
+    for text, ids, w in zip(NEW_CODE_POINT_TEXTS, got.tolist(), want):
+        assert ids == w, f"{family}: {text!r}"
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -330,6 +337,39 @@ def test_starcoder_pattern_is_digits_then_byte_level():
     texts = _all_strings("a1٣ \t\n'.s中", 4) + ["x  1", "  12 ab's 3'll", "½ Ⅻ 1\u3000 2"]
     for t in texts:
         assert [o for _, o in hf.pre_tokenize_str(t)] == [m.span() for m in rx.finditer(t)], t
+
+
+def test_deepseek_coder_steps_split_as_hugging_face():
+    """The oracle of DeepSeek Coder's steps (STAGES_OF) and the GPU split as Hugging Face's
+    Sequence pre-tokenizer does, on every string of up to 4 code points over the classes that
+    matter (letters, digits, punctuation, CJK ranges, spaces, CR/LF, other)."""
+    import json
+
+    from tokenizers import Tokenizer
+
+    from torch_gpubpe.core.patterns import DSCODER_CJK, STAGES_OF, from_hf_pre_tokenizer
+
+    steps = [{"type": "Split", "pattern": {"Regex": p}, "behavior": "Isolated", "invert": False}
+             for p in STAGES_OF["deepseek-coder"][:-1]]
+    steps += [{"type": "Digits", "individual_digits": True},
+              {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+               "use_regex": False}]
+    pre = {"type": "Sequence", "pretokenizers": steps}
+    assert from_hf_pre_tokenizer(pre) == "deepseek-coder" and "\u0800" in DSCODER_CJK
+    hf = Tokenizer.from_str(json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+        "normalizer": None, "pre_tokenizer": pre, "post_processor": None, "decoder": None,
+        "model": {"type": "BPE", "vocab": {}, "merges": []}})).pre_tokenizer
+    texts = _all_strings("a1.中한 \n\u3000、©", 4) + ["x\r\n  ab. ., 12 ½ \u0301é 中文abc"]
+    want = []
+    for t in texts:
+        cuts = np.cumsum([0] + [len(c.encode()) for c in t])
+        w = np.zeros(len(t.encode()), bool)
+        w[cuts[[o[0] for _, o in hf.pre_tokenize_str(t)]]] = True
+        want.append(w)
+        assert np.array_equal(reference_word_starts(t, "deepseek-coder"), w), t
+    for t, g, w in zip(texts, word_starts(texts, "deepseek-coder"), want):
+        assert np.array_equal(g, w), t
 
 
 def test_o200k_pattern_is_tiktokens():

@@ -88,6 +88,13 @@ const PAT_QWEN35: u32 = 5u;
 // piece (Hugging Face's Digits(individual_digits) before ByteLevel's regex): no space joins
 // a digit, and a space run before a digit is one match (the piece ends there).
 const PAT_STARCODER: u32 = 6u;
+// DeepSeek Coder: Hugging Face's splits one after the other ([\r\n]; \s?\p{L}+; \s?\p{P}+;
+// the CJK ranges [\u0800-\u9FA5\uAC00-\uD7FF]+; each digit), every piece kept. Each split
+// only adds boundaries, and each is told from the code points beside it (ds_starts). Its
+// codes hold no contraction fold: fold bit 0 is \p{P}, bit 1 the CJK ranges.
+const PAT_DSCODER: u32 = 7u;
+const FOLD_P: u32 = 1u;
+const FOLD_CJK: u32 = 2u;
 fn gpt2_like() -> bool {
     return params.pattern == PAT_GPT2 || params.pattern == PAT_STARCODER;
 }
@@ -239,6 +246,14 @@ fn cp_code(cp: u32) -> u32 {
         }
     }
     var fold = t >> 4u;
+    if (params.pattern == PAT_DSCODER) {
+        fold = select(0u, FOLD_P, fold == 15u);
+        if ((cp >= 0x800u && cp <= 0x9FA5u) || (cp >= 0xAC00u && cp <= 0xD7FFu)) {
+            fold |= FOLD_CJK;
+        }
+        return k | (fold << 3u);
+    }
+    if (fold == 15u) { fold = 0u; }  // \p{P}: only DeepSeek Coder reads it
     if (cp == 0x27u) { fold = FOLD_APOS; }
     let exact = fold >= 1u && fold <= 8u && cp >= 0x61u && cp <= 0x7Au;
     return k | (fold << 3u) | select(0u, 0x80u, exact);
@@ -314,6 +329,7 @@ fn o_code(cp: u32, t: u32) -> u32 {
     let cases = t & 12u;
     var k = K_O;
     var fold = t >> 4u;
+    if (fold == 15u) { fold = 0u; }  // \p{P}: only DeepSeek Coder reads it
     var hi = 0u;
     switch (t & 3u) {
         case 0u: {
@@ -750,11 +766,36 @@ fn contraction_here(i: u32, c: u32, cp: u32) -> u32 {
     return contraction_len(i);
 }
 
+// DeepSeek Coder: whether the code point at i (code c, after one of code pc) begins a piece.
+fn ds_starts(i: u32, c: u32, pc: u32) -> bool {
+    let k = c & 7u;
+    let pk = pc & 7u;
+    let f = (c >> 3u) & 15u;
+    let pf = (pc >> 3u) & 15u;
+    if (k == K_NL || pk == K_NL || k == K_N || pk == K_N) { return true; }
+    if ((f & FOLD_CJK) != (pf & FOLD_CJK)) { return true; }
+    let p = (f & FOLD_P) != 0u;
+    let pp = (pf & FOLD_P) != 0u;
+    if (k == K_SP || k == K_WS) {
+        // `\s?` of a letter or punctuation match after it, or the end of one before it
+        let nx = next_cp(i);
+        if (nx != params.n) {
+            let nc = code_at(nx);
+            if ((nc & 7u) == K_L || (((nc >> 3u) & 15u) & FOLD_P) != 0u) { return true; }
+        }
+        return pk == K_L || pp;
+    }
+    if (k == K_L) { return pk != K_L && pk != K_SP && pk != K_WS; }
+    if (p) { return !pp && pk != K_SP && pk != K_WS; }
+    return pk == K_L || pp;  // other: the end of a letter or punctuation match
+}
+
 // Whether the code point at i (code c, history h) starts a match; fs = F state before it,
 // b_hi = B state at hi.
 fn starts_word(i: u32, c: u32, fs: u32, hi: u32, b_hi: u32, h: Hist) -> bool {
     if (h.c1 == K_NONE) { return true; }
     let pat = params.pattern;
+    if (pat == PAT_DSCODER) { return ds_starts(i, c, h.c1); }
     let k = c & 7u;
     let pk = h.c1 & 7u;
     let gpt2 = gpt2_like();

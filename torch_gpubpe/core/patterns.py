@@ -18,6 +18,10 @@ Families (:data:`FAMILIES`):
 * ``"qwen35"`` — Qwen3.5 (Qwen2's with ``\\p{M}`` counted as a letter).
 * ``"starcoder"`` — StarCoder and Refact: GPT-2's split of the text between digits, each digit
   its own piece (Hugging Face's ``Digits(individual_digits=True)`` before ``ByteLevel``).
+* ``"deepseek-coder"`` — DeepSeek Coder: Hugging Face's ``Split`` steps ``[\\r\\n]``,
+  ``\\s?\\p{L}+``, ``\\s?\\p{P}+``, the CJK ranges ``[\\u0800-\\u9FA5\\uAC00-\\uD7FF]+``,
+  then ``Digits(individual_digits=True)``, each on the pieces of the one before
+  (:data:`STAGES_OF`; no single ``pat_str`` spells it).
 * ``"o200k"`` — o200k_base and o200k_harmony (GPT-4o, gpt-oss): letter-case classes
   (``[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+`` and the other
   way round, with backtracking between the two classes), case-insensitive contractions attached
@@ -75,7 +79,12 @@ O200K_PATTERN = "|".join([
     r"""\s+""",
 ])
 
-FAMILIES = ("gpt2", "cl100k", "qwen2", "o200k", "llama3", "qwen35", "starcoder")
+DSCODER_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+STAGES_OF = {"deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", DSCODER_CJK, r"\p{N}")}
+"""Families that are Hugging Face ``Split(..., "Isolated")`` steps applied one after the other,
+each to the pieces of the one before (the last, ``\\p{N}``, is ``Digits(individual_digits)``)."""
+FAMILIES = ("gpt2", "cl100k", "qwen2", "o200k", "llama3", "qwen35", "starcoder",
+            "deepseek-coder")
 """Regex families the GPU pre-tokenizer does exactly."""
 DEFAULT = "bytes-classes"
 """DESIGN.md §2's byte-class rule (this project's vocabularies)."""
@@ -88,6 +97,7 @@ _NAMES = {
     "llama3": "llama3", "llama-3": "llama3", "llama-bpe": "llama3",
     "qwen35": "qwen35", "qwen3.5": "qwen35",
     "starcoder": "starcoder", "refact": "starcoder",
+    "deepseek-coder": "deepseek-coder",
     "o200k": "o200k", "o200k_base": "o200k", "o200k_harmony": "o200k",
 }
 _BY_PATTERN = {GPT2_PATTERN: "gpt2", R50K_PATTERN: "gpt2", CL100K_PATTERN: "cl100k",
@@ -143,6 +153,9 @@ def from_hf_pre_tokenizer(pre_tokenizer: object) -> str:
     if byte_level(d, True):
         return "gpt2"
     steps = d.get("pretokenizers") if d.get("type") == "Sequence" else None
+    for fam, stages in STAGES_OF.items():
+        if _is_stages(steps, stages):
+            return fam
     if (isinstance(steps, list) and len(steps) == 2 and isinstance(steps[0], dict)
             and steps[0].get("type") == "Digits" and steps[0].get("individual_digits")
             and isinstance(steps[1], dict) and byte_level(steps[1], True)):
@@ -157,6 +170,42 @@ def from_hf_pre_tokenizer(pre_tokenizer: object) -> str:
     raise InputError(f"Hugging Face pre-tokenizer {json.dumps(pre_tokenizer)[:300]} is not one "
                      "the GPU splits exactly (ByteLevel with its regex, or Split(Regex) of a "
                      "supported pattern + ByteLevel without it)")
+
+
+def _is_stages(steps: object, stages: tuple[str, ...]) -> bool:
+    """Whether ``tokenizer.json`` pre-tokenizer steps are ``Split(stage, "Isolated")`` for each
+    stage but the last, ``Digits(individual_digits=True)``, then ``ByteLevel`` without regex."""
+    if not isinstance(steps, list) or len(steps) != len(stages) + 1:
+        return False
+    if not all(isinstance(s, dict) for s in steps):
+        return False
+    def spelled(p: object) -> object:  # (a file may hold CR and LF themselves, or escaped)
+        return p.replace("\r", "\\r").replace("\n", "\\n") if isinstance(p, str) else p
+
+    for step, pat in zip(steps, stages[:-1]):
+        if (step.get("type") != "Split" or step.get("behavior") != "Isolated"
+                or step.get("invert", False)
+                or spelled((step.get("pattern") or {}).get("Regex")) != spelled(pat)):
+            return False
+    last, bl = steps[-2], steps[-1]
+    return (last.get("type") == "Digits" and bool(last.get("individual_digits"))
+            and bl.get("type") == "ByteLevel" and not bl.get("add_prefix_space", False)
+            and not bl.get("use_regex", True))
+
+
+def _stage_starts(text: str, stages: tuple[str, ...]) -> list[int]:
+    """Piece starts (char offsets) of ``Split(stage, "Isolated")`` steps one after the other."""
+    import regex
+
+    cuts = {0, len(text)}
+    for pat in stages:
+        rx = regex.compile(pat)
+        bounds = sorted(cuts)
+        for a, b in zip(bounds, bounds[1:]):
+            for m in rx.finditer(text, a, b):
+                cuts.add(m.start())
+                cuts.add(m.end())
+    return sorted(c for c in cuts if c < len(text))
 
 
 @functools.cache
@@ -231,7 +280,10 @@ def reference_word_starts(document: str | bytes, pattern: str) -> np.ndarray:
         text = text.translate(subs)  # same lengths: the offsets below still hold
     char_off = np.zeros(len(text) + 1, np.int64)
     np.cumsum(lens, out=char_off[1:])
-    starts = np.fromiter((m.start() for m in _compiled(fam).finditer(text)), np.int64)
+    if fam in STAGES_OF:
+        starts = np.array(_stage_starts(text, STAGES_OF[fam]), np.int64)
+    else:
+        starts = np.fromiter((m.start() for m in _compiled(fam).finditer(text)), np.int64)
     out = np.zeros(len(data), bool)
     out[char_off[starts]] = True
     return out

@@ -23,7 +23,8 @@ bits    meaning
 0-1     base class: 0 ``\\p{L}``, 1 ``\\p{N}``, 2 other, 3 ``\\s`` (regex's White_Space)
 2       ``[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]`` (o200k's upper-case-like class)
 3       ``[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]`` (o200k's lower-case-like class)
-4-7     0, or 1 + the index in ``CONTRACTION_LETTERS`` of the letter it matches under ``(?i)``
+4-7     0, or 1 + the index in ``CONTRACTION_LETTERS`` of the letter it matches under ``(?i)``,
+        or 15 for ``\\p{P}`` (punctuation: "other", no mark, no contraction letter)
 ======  ===================================================================================
 
 Stored as a two-level table: ``stage1[cp >> 8]`` (uint16) is a block number, ``stage2[block,
@@ -71,6 +72,7 @@ def regex_unicode_version() -> str:
 CLASS_PATTERNS = {
     "L": r"\p{L}", "N": r"\p{N}", "S": r"\s",
     "upper": r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]", "lower": r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]",
+    "P": r"\p{P}",
     **{f"(?i){c}": f"(?i:{c})" for c in CONTRACTION_LETTERS},
 }
 
@@ -115,6 +117,11 @@ def class_bytes(members=regex_members) -> np.ndarray:
         if (out[hit] >> 4).any():
             raise RuntimeError(f"a code point folds to two contraction letters ({letter})")
         out[hit] |= (k + 1) << 4
+    punct = members(P["P"])
+    if (out[punct] != 2).any():
+        raise RuntimeError("a \\p{P} code point is a letter, digit, space, mark or contraction "
+                           "letter: the table cannot mark it")
+    out[punct] |= 0xF0
     both, neither = (out & 12) == 12, (out & 12) == 0
     if (out[both] >> 4).any() or ((out[both] & 3) % 2).any() or ((out & 3) == 0)[neither].any():
         # wgsl/pretokenize_unicode.wgsl's o200k codes: a code point of both case classes is a
@@ -134,7 +141,8 @@ def changed_classes(table: np.ndarray, other: np.ndarray) -> dict[str, list[int]
     """The code points of each class (:data:`CLASS_PATTERNS` key) that ``other`` (class bytes,
     e.g. :func:`class_bytes` under a newer ``regex``) places differently from ``table``."""
     fields = {"L": (3, 0), "N": (3, 1), "S": (3, 3), "upper": (4, 4), "lower": (8, 8),
-              **{f"(?i){c}": (0xF0, (k + 1) << 4) for k, c in enumerate(CONTRACTION_LETTERS)}}
+              **{f"(?i){c}": (0xF0, (k + 1) << 4) for k, c in enumerate(CONTRACTION_LETTERS)},
+              "P": (0xF0, 0xF0)}
     return {name: np.flatnonzero(((table & mask) == val) != ((other & mask) == val)).tolist()
             for name, (mask, val) in fields.items()
             if (((table & mask) == val) != ((other & mask) == val)).any()}
