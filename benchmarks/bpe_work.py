@@ -76,7 +76,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from torch_gpubpe import reference  # noqa: E402
+from torch_gpubpe.core import reference  # noqa: E402
 from torch_gpubpe.core.bpe_tables import NO_TOKEN, bpe_tables  # noqa: E402
 from torch_gpubpe.core.vocab import Vocab  # noqa: E402
 

@@ -40,7 +40,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from torch_gpubpe import reference  # noqa: E402
+from torch_gpubpe.core import reference  # noqa: E402
 from torch_gpubpe.integrations.torch_data import TokenizedDataset, make_dataloader, packed_collate  # noqa: E402
 from torch_gpubpe.core.vocab import SPLIT_PATTERN_PY, Vocab  # noqa: E402
 

@@ -57,7 +57,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from torch_gpubpe import reference  # noqa: E402
+from torch_gpubpe.core import reference  # noqa: E402
 from torch_gpubpe.encoding.tokenizer import Tokenizer, _pack, join_parts  # noqa: E402
 from torch_gpubpe.core.vocab import SPLIT_PATTERN_PY, Vocab  # noqa: E402
 
