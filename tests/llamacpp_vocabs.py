@@ -8,8 +8,10 @@ source distribution on PyPI (``vendor/llama.cpp/models``); ``.ci/run`` unpacks t
 not copied into this repository.
 
 :func:`tokenizer_json` rebuilds the ``tokenizer.json`` of a byte-level BPE vocabulary from its
-``.gguf`` with the pre-tokenizer its model ships (``PRE_TOKENIZERS``); the tests check that
-Hugging Face tokenizers reproduces every ``.out`` line with it before anything is compared with it.
+``.gguf`` with the pre-tokenizer its model ships (``PRE_TOKENIZERS``), and of a SentencePiece
+BPE one (Llama 2's form: merges from the pieces' scores, as transformers' converter makes them);
+the tests check that Hugging Face tokenizers reproduces every ``.out`` line with it before
+anything is compared with it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ SEP = "\n__ggml_vocab_test__\n"
 # (gguf model "llama"), by the name in their file name.
 BPE_NAMES = ("gpt-2", "llama-bpe", "qwen2", "qwen35", "deepseek-llm", "deepseek-coder", "falcon",
              "starcoder", "refact", "mpt", "command-r")
-SPM_NAMES = ("llama-spm", "phi-3", "gemma-4")
+SPM_NAMES = ("llama-spm", "phi-3")  # (gemma-4's gguf model "gemma4": not rebuilt here)
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -101,11 +103,48 @@ def _fields(name: str) -> dict:
     return {k: f.contents() for k, f in reader.fields.items() if k.startswith("tokenizer.ggml.")}
 
 
-def tokenizer_json(name: str) -> dict:
-    """The ``tokenizer.json`` object of byte-level BPE vocabulary ``name`` (:data:`BPE_NAMES`)."""
+def spm_tokenizer_json(name: str) -> dict:
+    """The ``tokenizer.json`` object of a SentencePiece BPE vocabulary (gguf model "llama"):
+    the legacy form transformers writes for Llama 2 (Prepend + Replace normalizer, no
+    pre-tokenizer, byte fallback), merges of every two pieces that make a piece, by score."""
     f = _fields(name)
+    toks, types = f["tokenizer.ggml.tokens"], f["tokenizer.ggml.token_type"]
+    scores = f["tokenizer.ggml.scores"]
+    vocab = {t: i for i, t in enumerate(toks)}
+    merges = []
+    for piece, score in zip(toks, scores):
+        local = [(piece[:k], piece[k:], score) for k in range(1, len(piece))
+                 if piece[:k] in vocab and piece[k:] in vocab]
+        merges += sorted(local, key=lambda m: (vocab[m[0]], vocab[m[1]]))
+    merges.sort(key=lambda m: m[2], reverse=True)
+    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True}
+             for i, (t, kind) in enumerate(zip(toks, types)) if kind in (2, 3, 4)]
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "\u2581"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+        "pre_tokenizer": None, "post_processor": None,
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>",
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": vocab, "merges": [[a, b] for a, b, _ in merges]},
+    }
+
+
+def tokenizer_json(name: str) -> dict:
+    """The ``tokenizer.json`` object of vocabulary ``name`` (:data:`BPE_NAMES`,
+    :data:`SPM_NAMES`)."""
+    f = _fields(name)
+    if f["tokenizer.ggml.model"] == "llama":
+        return spm_tokenizer_json(name)
     if f["tokenizer.ggml.model"] != "gpt2":
-        raise ValueError(f"{name} is not a byte-level BPE vocabulary")
+        raise ValueError(f"{name} is neither byte-level BPE nor SentencePiece BPE")
     tokens, types = f["tokenizer.ggml.tokens"], f["tokenizer.ggml.token_type"]
     vocab, added = {}, []
     # Control / user-defined tokens are Hugging Face added tokens; as in the models' files,

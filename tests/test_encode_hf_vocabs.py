@@ -182,21 +182,70 @@ def test_nfc_normalizer_and_raw_tokens(tmp_path):
     assert back.vocab == tok.vocab and back.encode_batch(texts).tolist() == want
 
 
-@pytest.mark.parametrize("change", ["byte_fallback", "metaspace", "prepend"])
-def test_sentencepiece_bpe_refused_by_name(change):
-    """Llama 2 / Mistral / Gemma files (byte fallback, "▁" for spaces, from the normalizer or
-    a Metaspace pre-tokenizer) are refused by name, not encoded as byte-level BPE."""
+def small_spm(prepend: bool = True) -> dict:
+    """A SentencePiece BPE tokenizer.json (Llama 2's form): byte tokens, characters of 1-4
+    bytes, merges; "丫" and "😀" are no piece (byte fallback), "中" shares its first bytes
+    with "丫"."""
+    pieces = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    pieces += ["▁", "a", "b", "c", "中", "文", "é", "𠀀", "▁a", "ab", "▁ab", "中文", "▁中", "bc"]
+    vocab = {p: i for i, p in enumerate(pieces)}
+    merges = [["▁", "a"], ["a", "b"], ["▁a", "b"], ["▁", "ab"], ["中", "文"], ["▁", "中"],
+              ["b", "c"]]
+    steps = [{"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]
+    if prepend:
+        steps.insert(0, {"type": "Prepend", "prepend": "▁"})
+    return {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": False, "special": True}
+                         for i, t in enumerate(pieces[:3])],
+        "normalizer": {"type": "Sequence", "normalizers": steps}, "pre_tokenizer": None,
+        "post_processor": None, "decoder": None,
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>",
+                  "continuing_subword_prefix": None, "end_of_word_suffix": None,
+                  "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges}}
+
+
+SPM_TEXTS = ["ab abc", "a中文 中丫文", "😀 é𠀀𠀁", "", " ", "  a  b  ", "丫" * 40, "ab" * 500,
+             "x\ny\u3000z", "▁a ▁"]
+
+
+@pytest.mark.parametrize("prepend", [True, False])
+def test_sentencepiece_bpe(tmp_path, prepend):
+    """Merges over characters, byte fallback for characters that are no piece (also one whose
+    first bytes are another's: the encoder's prefix token is expanded), spaces as "▁": Hugging
+    Face's ids on every path, and the vocab file keeps it."""
+    tok, hf = both(small_spm(prepend), tmp_path)
+    assert tok.vocab.units == "chars" and tok.pre_tokenizer == "whole"
+    assert tok._units.first_prefix < len(tok._units.vocab.token_bytes)  # prefix tokens exist
+    want = [hf.encode(t, add_special_tokens=False).ids for t in SPM_TEXTS]
+    assert any(0xE4 + 3 in w for w in want)  # "<0xE4>": byte fallback is exercised
+    assert tok.encode_batch(SPM_TEXTS).tolist() == want
+    assert tok.encode_batch([t.encode() for t in SPM_TEXTS]).tolist() == want
+    assert [tok.encode(t) for t in SPM_TEXTS] == want
+    tok.vocab.save(tmp_path / "v.json")
+    back = Tokenizer(tmp_path / "v.json", pre_tokenizer="whole")
+    assert back.vocab == tok.vocab and back.encode_batch(SPM_TEXTS).tolist() == want
+
+
+def test_sentencepiece_bpe_refusals():
+    obj = small_spm()
+    obj["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁",
+                            "prepend_scheme": "first", "split": False}
+    with pytest.raises(Exception, match="pre-tokenizer"):
+        vocab_from_hf_dict(obj)
+    obj = small_spm()
+    obj["model"]["vocab"]["x丫"] = len(obj["model"]["vocab"])
+    with pytest.raises(Exception, match="which is no piece"):
+        vocab_from_hf_dict(obj)
+    obj = small_spm()
+    obj["model"]["merges"].append(["a", "b"])  # ab again, after other pieces' merges
+    with pytest.raises(Exception, match="later priority"):
+        vocab_from_hf_dict(obj)
     obj = small_hf(MERGES, ignore_merges=False)
-    if change == "byte_fallback":
-        obj["model"]["byte_fallback"] = True
-    elif change == "metaspace":
-        obj["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁",
-                                "prepend_scheme": "first", "split": False}
-    else:
-        obj["normalizer"] = {"type": "Sequence", "normalizers": [
-            {"type": "Prepend", "prepend": "▁"},
-            {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}
-    with pytest.raises(Exception, match="SentencePiece BPE vocabulary"):
+    obj["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "split": True}
+    with pytest.raises(Exception, match="without byte fallback"):
         vocab_from_hf_dict(obj)
 
 
@@ -204,10 +253,10 @@ def test_sentencepiece_bpe_refused_by_name(change):
 # Byte-level BPE vocabularies the GPU encodes exactly, and the reason each other one is refused
 # (a pre-tokenizer step or normalizer the GPU split cannot do exactly).
 EXACT = ("gpt-2", "llama-bpe", "qwen2", "qwen35", "mpt", "starcoder", "refact", "command-r",
-         "deepseek-coder")
+         "deepseek-coder", "llama-spm", "phi-3")
 REFUSED = {"deepseek-llm": "pre-tokenizer",
            "falcon": "pre-tokenizer"}
-assert set(EXACT) | set(REFUSED) == set(llamacpp_vocabs.BPE_NAMES)
+assert set(EXACT) | set(REFUSED) == set(llamacpp_vocabs.BPE_NAMES + llamacpp_vocabs.SPM_NAMES)
 llamacpp = pytest.mark.skipif(llamacpp_vocabs.models_dir() is None,
                               reason=f"${llamacpp_vocabs.ENV} is not set (.ci/run sets it)")
 
@@ -226,7 +275,7 @@ def llamacpp_json(tmp_path_factory):
 
 
 @llamacpp
-@pytest.mark.parametrize("name", llamacpp_vocabs.BPE_NAMES)
+@pytest.mark.parametrize("name", llamacpp_vocabs.BPE_NAMES + llamacpp_vocabs.SPM_NAMES)
 def test_llamacpp_files_rebuild_hugging_face_ids(llamacpp_json, name):
     """The rebuilt tokenizer.json gives llama.cpp's recorded Hugging Face ids (the oracle
     below is right)."""
@@ -251,3 +300,24 @@ def test_llamacpp_vocab_refused_by_name(llamacpp_json, name):
     with pytest.raises(InputError, match=REFUSED[name]) if name != "command-r" else \
             pytest.raises(Exception, match=REFUSED[name]):
         Tokenizer.from_hf(llamacpp_json(name))
+
+
+@llamacpp
+@pytest.mark.parametrize("name", ["llama-spm", "llama-bpe", "deepseek-coder"])
+def test_llamacpp_vocab_ids_on_corpora(llamacpp_json, name):
+    """Beyond the test strings: every corpus, and text made of characters the vocab has and
+    lacks (byte fallback, byte tokens), long runs."""
+    import random
+
+    from conftest import CORPUS_NAMES
+
+    hf = tokenizers.Tokenizer.from_file(str(llamacpp_json(name)))
+    tok = Tokenizer.from_hf(llamacpp_json(name))
+    docs = [d for c in CORPUS_NAMES for d in corpus_docs(c, 6_000, max_doc_bytes=2_000)]
+    rng = random.Random(1)
+    alpha = list("ab Z1  \t\n'.,中文한😀\u0301é\U00040000\U0001f9ff丫齉𠀀 ▁")
+    docs += ["".join(rng.choice(alpha) for _ in range(rng.randint(0, 60))) for _ in range(300)]
+    docs += ["a" * 3000, " " * 2000, "中" * 500 + "丫" * 50]
+    got = tok.encode_batch(docs, allowed_special="all").tolist()  # (HF matches added tokens)
+    for d, g in zip(docs, got):
+        assert g == hf.encode(d, add_special_tokens=False).ids, d[:80]

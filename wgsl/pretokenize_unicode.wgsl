@@ -93,6 +93,8 @@ const PAT_STARCODER: u32 = 6u;
 // only adds boundaries, and each is told from the code points beside it (ds_starts). Its
 // codes hold no contraction fold: fold bit 0 is \p{P}, bit 1 the CJK ranges.
 const PAT_DSCODER: u32 = 7u;
+// No split: a document is one word (SentencePiece BPE, a tokenizer.json without pre-tokenizer).
+const PAT_WHOLE: u32 = 8u;
 const FOLD_P: u32 = 1u;
 const FOLD_CJK: u32 = 2u;
 fn gpt2_like() -> bool {
@@ -796,6 +798,7 @@ fn starts_word(i: u32, c: u32, fs: u32, hi: u32, b_hi: u32, h: Hist) -> bool {
     if (h.c1 == K_NONE) { return true; }
     let pat = params.pattern;
     if (pat == PAT_DSCODER) { return ds_starts(i, c, h.c1); }
+    if (pat == PAT_WHOLE) { return false; }
     let k = c & 7u;
     let pk = h.c1 & 7u;
     let gpt2 = gpt2_like();

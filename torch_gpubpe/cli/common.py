@@ -218,7 +218,7 @@ def implied_pre_tokenizer(path: str) -> str:
 
         with open(p, encoding="utf-8") as f:
             pre = json.load(f).get("pre_tokenizer")
-        return from_hf_pre_tokenizer(pre) if pre else "bytes-classes"
+        return from_hf_pre_tokenizer(pre)  # (none: each document is one word, as in HF)
     return "bytes-classes"
 
 

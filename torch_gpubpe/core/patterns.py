@@ -22,6 +22,8 @@ Families (:data:`FAMILIES`):
   ``\\s?\\p{L}+``, ``\\s?\\p{P}+``, the CJK ranges ``[\\u0800-\\u9FA5\\uAC00-\\uD7FF]+``,
   then ``Digits(individual_digits=True)``, each on the pieces of the one before
   (:data:`STAGES_OF`; no single ``pat_str`` spells it).
+* ``"whole"`` — no split: each document is one word (SentencePiece BPE; a ``tokenizer.json``
+  with no pre-tokenizer).
 * ``"o200k"`` — o200k_base and o200k_harmony (GPT-4o, gpt-oss): letter-case classes
   (``[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+`` and the other
   way round, with backtracking between the two classes), case-insensitive contractions attached
@@ -80,11 +82,12 @@ O200K_PATTERN = "|".join([
 ])
 
 DSCODER_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
-STAGES_OF = {"deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", DSCODER_CJK, r"\p{N}")}
+STAGES_OF = {"deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", DSCODER_CJK, r"\p{N}"),
+             "whole": ()}
 """Families that are Hugging Face ``Split(..., "Isolated")`` steps applied one after the other,
 each to the pieces of the one before (the last, ``\\p{N}``, is ``Digits(individual_digits)``)."""
 FAMILIES = ("gpt2", "cl100k", "qwen2", "o200k", "llama3", "qwen35", "starcoder",
-            "deepseek-coder")
+            "deepseek-coder", "whole")
 """Regex families the GPU pre-tokenizer does exactly."""
 DEFAULT = "bytes-classes"
 """DESIGN.md §2's byte-class rule (this project's vocabularies)."""
@@ -97,7 +100,7 @@ _NAMES = {
     "llama3": "llama3", "llama-3": "llama3", "llama-bpe": "llama3",
     "qwen35": "qwen35", "qwen3.5": "qwen35",
     "starcoder": "starcoder", "refact": "starcoder",
-    "deepseek-coder": "deepseek-coder",
+    "deepseek-coder": "deepseek-coder", "whole": "whole", "none": "whole",
     "o200k": "o200k", "o200k_base": "o200k", "o200k_harmony": "o200k",
 }
 _BY_PATTERN = {GPT2_PATTERN: "gpt2", R50K_PATTERN: "gpt2", CL100K_PATTERN: "cl100k",
@@ -149,12 +152,14 @@ def from_hf_pre_tokenizer(pre_tokenizer: object) -> str:
         return (d.get("type") == "ByteLevel" and not d.get("add_prefix_space", False)
                 and bool(d.get("use_regex", True)) == regex_split)
 
+    if pre_tokenizer is None:
+        return "whole"
     d = pre_tokenizer if isinstance(pre_tokenizer, dict) else {}
     if byte_level(d, True):
         return "gpt2"
     steps = d.get("pretokenizers") if d.get("type") == "Sequence" else None
     for fam, stages in STAGES_OF.items():
-        if _is_stages(steps, stages):
+        if stages and _is_stages(steps, stages):
             return fam
     if (isinstance(steps, list) and len(steps) == 2 and isinstance(steps[0], dict)
             and steps[0].get("type") == "Digits" and steps[0].get("individual_digits")

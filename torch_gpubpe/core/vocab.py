@@ -103,7 +103,7 @@ def _checked_merges(merges: Iterable) -> tuple[tuple[int, int], ...]:
     return merges
 
 
-NORMALIZERS = ("nfc",)
+NORMALIZERS = ("nfc", "metaspace", "metaspace-prepend")
 """Text normalizers a vocab may name (:attr:`Vocab.normalizer`)."""
 
 
@@ -164,6 +164,9 @@ class Vocab:
         normalizer: ``None`` or how text is normalized before it is split (one of
             :data:`NORMALIZERS`: ``"nfc"``, as Command-R's ``tokenizer.json`` says); every
             :class:`~torch_gpubpe.encoding.tokenizer.Tokenizer` of the vocab applies it.
+        units: ``"bytes"`` (byte-level BPE) or ``"chars"`` (SentencePiece BPE: merges start
+            from characters, and a character that is no token becomes its byte tokens;
+            :mod:`torch_gpubpe.core.sentencepiece`).
         decode_only: ids of the table that are decoded but never encoded (tokens of a
             ``tokenizer.json`` spelled outside its byte-level alphabet, which no text matches).
         ignore_merges: a word that is itself a token is that token (tiktoken; Hugging Face's
@@ -182,6 +185,7 @@ class Vocab:
     ignore_merges: bool = field(default=True, repr=False)
     normalizer: str | None = None
     decode_only: tuple[int, ...] = field(default=(), repr=False)
+    units: str = "bytes"
     _bytes: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -190,6 +194,10 @@ class Vocab:
         if self.normalizer is not None and self.normalizer not in NORMALIZERS:
             raise ValueError(f"normalizer must be None or one of {NORMALIZERS}, got "
                              f"{self.normalizer!r}")
+        if self.units not in ("bytes", "chars") or (self.units == "chars"
+                                                    and self.tokens is None):
+            raise ValueError(f"units must be 'bytes' or 'chars' (with a tokens table), got "
+                             f"{self.units!r}")
         if self.tokens is not None:
             self._init_table()
             return
@@ -483,6 +491,8 @@ class Vocab:
             out["version"] = 2
             out["mode"] = self.mode
             out["normalizer"] = self.normalizer
+        if self.units != "bytes":
+            out["units"] = self.units
         return out
 
     def save(self, path: str | os.PathLike) -> None:
@@ -560,7 +570,8 @@ class Vocab:
                         special_ids=None if sids is None else tuple(sids),
                         ignore_merges=obj.get("ignore_merges", True) is not False,
                         normalizer=obj.get("normalizer"),
-                        decode_only=tuple(obj.get("decode_only") or ()))
+                        decode_only=tuple(obj.get("decode_only") or ()),
+                        units=obj.get("units", "bytes"))
         except (ValueError, TypeError) as e:
             raise VocabFormatError(f"{source}: {e}") from e
         if "vocab_size" in obj and obj["vocab_size"] != len(vocab):

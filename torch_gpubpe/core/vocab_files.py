@@ -149,11 +149,15 @@ def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = 
                     "vocab.json saved beside it, e.g. Tokenizer('<its folder>')")
         raise VocabFormatError(f"{source}: model type {kind!r} is not supported; only byte-level "
                                f"BPE (WordPiece, Unigram and WordLevel are not BPE merges){hint}")
-    if model.get("byte_fallback") or "\u2581" in json.dumps(
-            [obj.get("normalizer"), obj.get("pre_tokenizer")], ensure_ascii=False):
-        raise VocabFormatError(f"{source}: a SentencePiece BPE vocabulary (byte fallback, \"▁\" "
-                               "for spaces: Llama 2, Mistral, Gemma, Phi-3) is not supported yet; "
-                               "byte-level BPE is")
+    if model.get("byte_fallback"):
+        from torch_gpubpe.core.sentencepiece import vocab_from_spm_hf
+
+        return vocab_from_spm_hf(obj, source, mode)
+    if "\u2581" in json.dumps([obj.get("normalizer"), obj.get("pre_tokenizer")],
+                              ensure_ascii=False):
+        raise VocabFormatError(f"{source}: \"▁\" for spaces without byte fallback: a "
+                               "SentencePiece vocabulary this project does not encode (BPE with "
+                               "byte fallback and byte-level BPE are)")
     normalizer = None
     if obj.get("normalizer") not in (None, {}):
         kind = obj["normalizer"].get("type") if isinstance(obj["normalizer"], dict) else None

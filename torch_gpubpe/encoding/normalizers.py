@@ -3,8 +3,10 @@ applied to a packed batch before it is encoded.
 
 Hugging Face tokenizers normalizes each text before it splits it (``tokenizer.json``
 ``"normalizer"``); a vocabulary trained on normalized text gives its model's ids only on
-normalized input. Supported: ``"nfc"`` (Unicode NFC, Command-R). Any other normalizer is refused
-by name where the file is read (:func:`torch_gpubpe.core.vocab_files.vocab_from_hf_dict`).
+normalized input. Supported: ``"nfc"`` (Unicode NFC, Command-R), ``"metaspace"`` (every space
+becomes ``▁``, U+2581: SentencePiece) and ``"metaspace-prepend"`` (also one ``▁`` before a
+non-empty text: Llama 2's ``Prepend`` + ``Replace``). Any other normalizer is refused by name
+where the file is read (:func:`torch_gpubpe.core.vocab_files.vocab_from_hf_dict`).
 
 NFC runs on the host, per document, and only on documents that hold a non-ASCII byte (ASCII
 text is NFC): Python's :mod:`unicodedata`, whose Unicode version is Python's (tokenizers'
@@ -22,12 +24,39 @@ import numpy as np
 from torch_gpubpe.core.copy_pool import join_parts
 
 
-def normalize_packed(data: np.ndarray | list, offsets: np.ndarray
+METASPACE = "\u2581".encode()
+
+
+def _metaspace(arr: np.ndarray, offsets: np.ndarray, prepend: bool
+               ) -> tuple[np.ndarray, np.ndarray]:
+    spaces = arr == 0x20
+    if not spaces.any() and not prepend:
+        return arr, offsets
+    sizes = np.diff(offsets)
+    grow = np.zeros(len(sizes), np.int64)
+    nonempty = sizes > 0
+    if spaces.any():
+        starts = offsets[:-1][nonempty]
+        grow[nonempty] = 2 * np.add.reduceat(spaces, starts)
+    if prepend:
+        grow[nonempty] += len(METASPACE)
+    new_off = np.zeros(len(offsets), np.int64)
+    np.cumsum(sizes + grow, out=new_off[1:])
+    raw = arr.tobytes()
+    lead = METASPACE if prepend else b""
+    out = b"".join(lead + raw[a:b].replace(b" ", METASPACE) if b > a else b""
+                   for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist()))
+    return np.frombuffer(out, np.uint8), new_off
+
+
+def normalize_packed(data: np.ndarray | list, offsets: np.ndarray, normalizer: str = "nfc"
                      ) -> tuple[np.ndarray | list, np.ndarray]:
-    """NFC of each document of a packed batch (``data``: the UTF-8 array, or parts for
-    ``join_parts``; ``offsets``: int64 document bounds). Returns ``(data, offsets)``, the
-    same objects when nothing changes."""
+    """``normalizer`` (one of :data:`torch_gpubpe.core.vocab.NORMALIZERS`) of each document of
+    a packed batch (``data``: the UTF-8 array, or parts for ``join_parts``; ``offsets``: int64
+    document bounds). Returns ``(data, offsets)``, the same objects when nothing changes."""
     arr = join_parts(data) if isinstance(data, list) else data
+    if normalizer.startswith("metaspace"):
+        return _metaspace(arr, offsets, normalizer == "metaspace-prepend")
     high = arr >= 0x80
     if not high.any():
         return data, offsets

@@ -155,14 +155,26 @@ class Tokenizer(TokenDecoding):
                 "characters: Hugging Face drops them from words, the GPU encoder would refuse "
                 "nearly every non-ASCII text (it never loses text)")
         self.normalizer = vocab.normalizer
+        # The table the GPU encodes with: the vocab's, or for SentencePiece BPE its byte-level
+        # form with prefix tokens that are expanded after the readback (core.sentencepiece).
+        self._units = None
+        walk_vocab = vocab
+        if vocab.units == "chars":
+            if self.mode != "bpe":
+                raise ValueError("a SentencePiece BPE vocab encodes in mode 'bpe' only")
+            from torch_gpubpe.core.sentencepiece import byte_units
+
+            self._units = byte_units(vocab)
+            walk_vocab = self._units.vocab
+        self._walk_vocab = walk_vocab
         self._bpe = None
         if self.mode == "bpe":
             from torch_gpubpe.core.bpe_tables import bpe_tables
 
-            self._bpe = bpe_tables(vocab)
+            self._bpe = bpe_tables(walk_vocab)
         self.vocab = vocab
         self.n_vocab = len(vocab)
-        self.id_dtype = np.uint16 if len(vocab) <= 1 << 16 else np.uint32
+        self.id_dtype = np.uint16 if len(walk_vocab) <= 1 << 16 else np.uint32
         self._chunk, self._max_slice, self._budget = chunk_bytes, max_slice_bytes, budget
         self._profile = profile
         self.pre_tokenizer = resolve(pre_tokenizer)
@@ -189,6 +201,8 @@ class Tokenizer(TokenDecoding):
     def __setstate__(self, state: dict) -> None:
         state.setdefault("_long_word", DEFAULT_LONG_WORD)
         state.setdefault("normalizer", None)
+        state.setdefault("_units", None)
+        state.setdefault("_walk_vocab", state.get("vocab"))
         self.__dict__.update(state)
         self._lock = threading.RLock()
 
@@ -282,7 +296,8 @@ class Tokenizer(TokenDecoding):
         """The compiled trie (DESIGN.md §5), built on first use (or loaded from the disk cache
         of :func:`~torch_gpubpe.core.trie.cached_trie`)."""
         if self._trie is None:
-            self._trie = cached_trie(self.vocab.token_bytes, self.vocab.shadowed_ids)
+            v = self._walk_vocab
+            self._trie = cached_trie(v.token_bytes, v.shadowed_ids)
         return self._trie
 
     @property
@@ -317,7 +332,8 @@ class Tokenizer(TokenDecoding):
             args = (self.trie, np.dtype(self.id_dtype).itemsize, self._chunk, self._max_slice,
                     self._budget, self._profile, self.pre_tokenizer)
             kw = {"long_word_bytes": self._long_word, "bpe": self._bpe,
-                  "num_tokens": self.vocab.num_tokens, "whole_words": self.vocab.ignore_merges,
+                  "num_tokens": self._walk_vocab.num_tokens,
+                  "whole_words": self.vocab.ignore_merges,
                   "missing_bytes": self.vocab.missing_bytes}
             # (imported here: the session module loads the shaders' metadata, kept off the
             # import of this module)
@@ -554,7 +570,7 @@ class Tokenizer(TokenDecoding):
                        specials: tuple[int, int] | None = None) -> PendingEncoding:
         p = PendingEncoding(self, specials)
         if self.normalizer is not None:  # (the vocab's normalizer, before the split)
-            data, offsets = normalize_packed(data, offsets)
+            data, offsets = normalize_packed(data, offsets, self.normalizer)
         total = int(offsets[-1])
         if total == 0:  # before the session: empty input never opens the GPU
             p._result = _add_specials(BatchEncoding(np.zeros(0, self.id_dtype),
@@ -600,7 +616,8 @@ class Tokenizer(TokenDecoding):
                 data = join_parts(data)
             with sess.gpu.operation(f"encoding a batch of {len(offsets) - 1} documents "
                                     f"({total} bytes) in slices of {sess.limit} bytes"):
-                p._result = _add_specials(self._encode_sliced(data, offsets), specials)
+                p._result = _add_specials(self._expanded(self._encode_sliced(data, offsets)),
+                                          specials)
         return p
 
     def _encode_by_documents(self, data: np.ndarray | list[bytes], offsets: np.ndarray,
@@ -667,14 +684,24 @@ class Tokenizer(TokenDecoding):
                 self._inflight.remove(p)
             if seg is None:
                 seg = doc_offsets(doc_tok.astype(np.int64) - 1, len(ids))
-            p._result = BatchEncoding(ids, seg)
+            p._result = self._expanded(BatchEncoding(ids, seg))
             return p._result
+
+    def _expanded(self, be: BatchEncoding) -> BatchEncoding:
+        """SentencePiece BPE: prefix tokens left in ``be`` become their byte tokens (byte
+        fallback, :meth:`torch_gpubpe.core.sentencepiece.ByteUnits.expand`)."""
+        if self._units is None:
+            return be
+        ids, offsets = self._units.expand(be.ids, be.offsets)
+        return be if ids is be.ids else BatchEncoding(ids.astype(self.id_dtype), offsets)
 
     def _encode_sliced(self, data: np.ndarray, offsets: np.ndarray) -> BatchEncoding:
         """Multi-pass encoding of a batch above the slice limit (cut at word starts)."""
         sess = self._session()
         slot = next(s for s in sess.slots if s not in {q._slot for q in self._inflight})
-        return BatchEncoding(*encode_sliced(sess, slot, data, offsets, self._tok_len,
+        tok_len = self._tok_len if self._units is None else np.fromiter(
+            map(len, self._walk_vocab.token_bytes), np.int64)
+        return BatchEncoding(*encode_sliced(sess, slot, data, offsets, tok_len,
                                             self.id_dtype))
 
 
