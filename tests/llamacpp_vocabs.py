@@ -26,7 +26,7 @@ SEP = "\n__ggml_vocab_test__\n"
 # (gguf model "llama"), by the name in their file name.
 BPE_NAMES = ("gpt-2", "llama-bpe", "qwen2", "qwen35", "deepseek-llm", "deepseek-coder", "falcon",
              "starcoder", "refact", "mpt", "command-r")
-SPM_NAMES = ("llama-spm", "phi-3")  # (gemma-4's gguf model "gemma4": not rebuilt here)
+SPM_NAMES = ("llama-spm", "phi-3", "gemma-4")
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -109,23 +109,26 @@ def spm_tokenizer_json(name: str) -> dict:
     pre-tokenizer, byte fallback), merges of every two pieces that make a piece, by score."""
     f = _fields(name)
     toks, types = f["tokenizer.ggml.tokens"], f["tokenizer.ggml.token_type"]
-    scores = f["tokenizer.ggml.scores"]
     vocab = {t: i for i, t in enumerate(toks)}
     merges = []
-    for piece, score in zip(toks, scores):
+    for piece, score in zip(toks, f.get("tokenizer.ggml.scores") or []):
         local = [(piece[:k], piece[k:], score) for k in range(1, len(piece))
                  if piece[:k] in vocab and piece[k:] in vocab]
         merges += sorted(local, key=lambda m: (vocab[m[0]], vocab[m[1]]))
     merges.sort(key=lambda m: m[2], reverse=True)
+    merges = [[a, b] for a, b, _ in merges]
+    normalizer = {"type": "Sequence", "normalizers": [
+        {"type": "Prepend", "prepend": "\u2581"},
+        {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]}
+    if "tokenizer.ggml.merges" in f:  # Gemma: its own merges, no ▁ before the text
+        merges = [m.split(" ") for m in f["tokenizer.ggml.merges"]]
+        normalizer = normalizer["normalizers"][1]
     added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
               "normalized": False, "special": True}
              for i, (t, kind) in enumerate(zip(toks, types)) if kind in (2, 3, 4)]
     return {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-        "normalizer": {"type": "Sequence", "normalizers": [
-            {"type": "Prepend", "prepend": "\u2581"},
-            {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
-        "pre_tokenizer": None, "post_processor": None,
+        "normalizer": normalizer, "pre_tokenizer": None, "post_processor": None,
         "decoder": {"type": "Sequence", "decoders": [
             {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
             {"type": "ByteFallback"}, {"type": "Fuse"},
@@ -133,7 +136,7 @@ def spm_tokenizer_json(name: str) -> dict:
         "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>",
                   "continuing_subword_prefix": None, "end_of_word_suffix": None,
                   "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
-                  "vocab": vocab, "merges": [[a, b] for a, b, _ in merges]},
+                  "vocab": vocab, "merges": merges},
     }
 
 
@@ -141,7 +144,7 @@ def tokenizer_json(name: str) -> dict:
     """The ``tokenizer.json`` object of vocabulary ``name`` (:data:`BPE_NAMES`,
     :data:`SPM_NAMES`)."""
     f = _fields(name)
-    if f["tokenizer.ggml.model"] == "llama":
+    if f["tokenizer.ggml.model"] in ("llama", "gemma4"):
         return spm_tokenizer_json(name)
     if f["tokenizer.ggml.model"] != "gpt2":
         raise ValueError(f"{name} is neither byte-level BPE nor SentencePiece BPE")

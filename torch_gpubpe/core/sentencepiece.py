@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from torch_gpubpe.core.vocab import Vocab
+from torch_gpubpe.core.vocab import MAX_VOCAB_SIZE, Vocab
 from torch_gpubpe.errors import VocabFormatError
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -215,6 +215,10 @@ def byte_units(vocab: Vocab) -> ByteUnits:
         prefixes.update(tb[:k] for k in range(2, len(tb)) if tb[:k] not in lookup)
     first = len(toks)
     ordered = sorted(prefixes, key=lambda p: (len(p), p))
+    if first + len(ordered) > MAX_VOCAB_SIZE:
+        raise ValueError(f"this SentencePiece BPE vocab of {len(vocab):,} ids needs "
+                         f"{len(ordered):,} prefix tokens more on the GPU, above the "
+                         f"{MAX_VOCAB_SIZE:,} ids the merge-order encoder holds")
     for k, p in enumerate(ordered):
         toks.append(p)
         ranks.append(_PREFIX + k)
