@@ -276,8 +276,9 @@ def test_hf_json_round_trip_and_rejects(gpt2, trained):
         vocab_from_hf_dict(other_wp)
     assert "greedy-mode" not in str(e.value)
     obj = hf_tokenizer_dict(trained)
+    assert vocab_from_hf_dict(dict(obj, normalizer={"type": "NFC"})).normalizer == "nfc"
     with pytest.raises(VocabFormatError, match="normalizer"):
-        vocab_from_hf_dict(dict(obj, normalizer={"type": "NFC"}))
+        vocab_from_hf_dict(dict(obj, normalizer={"type": "NFKC"}))
     with pytest.raises(VocabFormatError, match="Unigram"):
         vocab_from_hf_dict(dict(obj, model={"type": "Unigram", "vocab": []}))
     with pytest.raises(VocabFormatError, match="ByteLevel"):
