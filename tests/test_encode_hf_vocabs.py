@@ -321,3 +321,6 @@ def test_llamacpp_vocab_ids_on_corpora(llamacpp_json, name):
     got = tok.encode_batch(docs, allowed_special="all").tolist()  # (HF matches added tokens)
     for d, g in zip(docs, got):
         assert g == hf.encode(d, add_special_tokens=False).ids, d[:80]
+    if tok.vocab.units == "chars":  # SentencePiece: "▁" decodes to spaces, as HF's decoder
+        for d, g in zip(docs[:200], got):
+            assert tok.vocab.decode(g) == hf.decode(g) == d, d[:80]

@@ -461,8 +461,20 @@ class Vocab:
         return b"".join(out)
 
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
-        """``decode_bytes(ids)`` as text (invalid UTF-8 → U+FFFD unless ``errors`` says else)."""
-        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+        """``decode_bytes(ids)`` as text (invalid UTF-8 → U+FFFD unless ``errors`` says else);
+        with a Metaspace normalizer (SentencePiece), ``▁`` back to spaces and the one put
+        before the text dropped, as Hugging Face's decoder does."""
+        return self.undo_normalizer(self.decode_bytes(ids).decode("utf-8", errors=errors))
+
+    def undo_normalizer(self, text: str) -> str:
+        """Decoded ``text`` as the model's decoder gives it: SentencePiece's ``▁`` as spaces
+        (and the leading one of ``"metaspace-prepend"`` dropped); other vocabs: unchanged."""
+        if self.normalizer not in ("metaspace", "metaspace-prepend"):
+            return text
+        text = text.replace("\u2581", " ")
+        if self.normalizer == "metaspace-prepend" and text.startswith(" "):
+            text = text[1:]
+        return text
 
     # -- file format -------------------------------------------------------------------------
     def to_dict(self) -> dict:
