@@ -34,6 +34,7 @@ from torch_gpubpe.core.vocab import Vocab
 from torch_gpubpe.encoding.batch import BatchEncoding
 from torch_gpubpe.encoding.batch_pack import pack_batch
 from torch_gpubpe.encoding.normalizers import normalize_packed
+from torch_gpubpe.encoding.walk_table import walk_table
 from torch_gpubpe.encoding.decoding import TokenDecoding
 from torch_gpubpe.encoding.layout import (DEFAULT_BUDGET, DEFAULT_CHUNK, DEFAULT_LONG_WORD,
                                           HOST_STEPS, MAX_CONTINUATIONS_PER_SUBMIT,
@@ -147,25 +148,8 @@ class Tokenizer(TokenDecoding):
         self.mode = vocab.mode if mode is None else mode
         if self.mode not in ("greedy", "bpe"):
             raise ValueError(f"mode must be 'greedy' or 'bpe', got {mode!r}")
-        inside = [b for b in vocab.missing_bytes if 0x80 <= b <= 0xBF]
-        if inside:
-            raise InputError(
-                f"the vocab has no token for the single bytes "
-                f"{', '.join(f'0x{b:02X}' for b in inside)}, which continue most UTF-8 "
-                "characters: Hugging Face drops them from words, the GPU encoder would refuse "
-                "nearly every non-ASCII text (it never loses text)")
         self.normalizer = vocab.normalizer
-        # The table the GPU encodes with: the vocab's, or for SentencePiece BPE its byte-level
-        # form with prefix tokens that are expanded after the readback (core.sentencepiece).
-        self._units = None
-        walk_vocab = vocab
-        if vocab.units == "chars":
-            if self.mode != "bpe":
-                raise ValueError("a SentencePiece BPE vocab encodes in mode 'bpe' only")
-            from torch_gpubpe.core.sentencepiece import byte_units
-
-            self._units = byte_units(vocab)
-            walk_vocab = self._units.vocab
+        walk_vocab, self._units = walk_table(vocab, self.mode)
         self._walk_vocab = walk_vocab
         self._bpe = None
         if self.mode == "bpe":
