@@ -323,4 +323,4 @@ def test_llamacpp_vocab_ids_on_corpora(llamacpp_json, name):
         assert g == hf.encode(d, add_special_tokens=False).ids, d[:80]
     if tok.vocab.units == "chars":  # SentencePiece: "▁" decodes to spaces, as HF's decoder
         for d, g in zip(docs[:200], got):
-            assert tok.vocab.decode(g) == hf.decode(g) == d, d[:80]
+            assert tok.vocab.decode(g) == tok.decode(g) == hf.decode(g) == d, d[:80]

@@ -34,6 +34,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Tokenizer": "encoding.tokenizer",
     "BatchEncoding": "encoding.tokenizer",
+    "DecodeStream": "encoding.decoding",
     "train": "training.trainer",
     "train_from_word_counts": "training.trainer",
     "train_from_counts_file": "training.counts_file",
