@@ -145,6 +145,47 @@ def test_vocab_without_bytes_text_holds(tmp_path):
     assert tok.encode_batch(texts[:3]).tolist() == want[:3]
 
 
+@pytest.mark.parametrize("drop", [b"\xe0", b"\xf0", b"\xef", b"\xf1", b"\xf4"])
+def test_vocab_without_a_lead_byte(tmp_path, drop):
+    """A missing lead byte: the characters that hold it are refused, in str documents
+    through surrogates too (a pair is its character, a lone one U+FFFD), and ASCII text is
+    not."""
+    tok, hf = both(small_hf(MERGES, ignore_merges=False, drop_bytes=drop), tmp_path)
+    assert tok.encode("hello ab") == hf.encode("hello ab").ids
+    holds = {b"\xe0": ["\u0800", "\u0fff"], b"\xf0": ["\U00010000", "\ud800\udc00"],
+             b"\xef": ["\ufffd", "a\ud800b", "\udfff"], b"\xf1": ["\ud8c0\udc00"],
+             b"\xf4": ["\U0010ffff", "\udbff\udfff"]}[drop]
+    for text in holds:
+        with pytest.raises(InputError, match=f"0x{drop[0]:02X}"):
+            tok.encode_batch(["ab", text])
+    others = ["\u07ff", "\uffff" if drop != b"\xef" else "\ue000", "\U0003ffff"
+              if drop != b"\xf0" else "\U00040000", "\ud7ff"]
+    assert tok.encode_batch(others).tolist() == [hf.encode(t).ids for t in others]
+
+
+def test_raw_token_hides_no_missing_byte(tmp_path):
+    """A raw model.vocab entry for a single byte ("\n" where the byte-level one is "Ċ") is
+    decoded only: text holding that byte is refused, not encoded with a stray id."""
+    obj = small_hf(MERGES, ignore_merges=False)
+    v = obj["model"]["vocab"]
+    v["\n"] = v.pop(byte_level_string(b"\n"))
+    tok, _ = both(obj, tmp_path)
+    assert 0x0A in tok.vocab.missing_bytes
+    with pytest.raises(InputError, match="0x0A"):
+        tok.encode("ab\ncd")
+
+
+@pytest.mark.parametrize("flag", ["lstrip", "rstrip", "single_word"])
+def test_added_token_flags_refused(flag):
+    obj = small_hf(MERGES, ignore_merges=False, added=[("<mask>", 261)])
+    obj["added_tokens"][0][flag] = True
+    with pytest.raises(VocabFormatError, match=flag):
+        vocab_from_hf_dict(obj)
+    del obj["added_tokens"][0]["id"]
+    with pytest.raises(VocabFormatError, match="needs a"):
+        vocab_from_hf_dict(obj)
+
+
 def test_vocab_without_continuation_bytes_refused(tmp_path):
     tok_json = small_hf(MERGES, ignore_merges=False, drop_bytes=b"\x80\xc0")
     path = tmp_path / "tokenizer.json"

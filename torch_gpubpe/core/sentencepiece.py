@@ -57,8 +57,10 @@ def _metaspace_normalizer(obj: dict, source: str) -> str:
                            "(Prepend('▁') + Replace(' ', '▁'), or Replace alone, are)")
 
 
-def vocab_from_spm_hf(obj: dict, source: str = "<tokenizer.json>", mode: str = "bpe") -> Vocab:
-    """The :class:`Vocab` of a SentencePiece BPE ``tokenizer.json`` (``model.byte_fallback``).
+def vocab_from_spm_hf(obj: dict, special: dict[str, int], source: str = "<tokenizer.json>",
+                      mode: str = "bpe") -> Vocab:
+    """The :class:`Vocab` of a SentencePiece BPE ``tokenizer.json`` (``model.byte_fallback``),
+    whose ``added_tokens`` are ``special`` (spelling → id, checked by the caller).
 
     Raises:
         VocabFormatError: another normalizer or a pre-tokenizer, a piece holding a character
@@ -89,8 +91,7 @@ def vocab_from_spm_hf(obj: dict, source: str = "<tokenizer.json>", mode: str = "
     if len(byte_ids) != 256:
         raise VocabFormatError(f"{source}: byte fallback needs the 256 tokens <0x00>..<0xFF> "
                                f"({256 - len(byte_ids)} missing)")
-    added = [a for a in obj.get("added_tokens") or [] if isinstance(a, dict)]
-    special = {a["content"]: a["id"] for a in added}
+
     ranks = [_LATE + i for i in range(n)]
     for b, i in byte_ids.items():
         c = hv.get(chr(b)) if b < 0x80 else None

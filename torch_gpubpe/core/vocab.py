@@ -109,7 +109,8 @@ NORMALIZERS = ("nfc", "metaspace", "metaspace-prepend")
 
 def missing_byte_chars(missing: Sequence[int]) -> re.Pattern | None:
     """A compiled class of the characters whose UTF-8 holds one of the byte values ``missing``
-    (ASCII bytes and lead bytes; ``None`` if no character's does, e.g. 0xC0, 0xC1, 0xF5-0xFF):
+    (ASCII bytes and lead bytes; ``None`` if no character's does, e.g. 0xC0, 0xC1, 0xF5-0xFF),
+    and of the surrogates (a ``str`` holding them is encoded otherwise: check its bytes):
     how text is searched for bytes a vocab has no token for.
 
     Raises:
@@ -123,12 +124,14 @@ def missing_byte_chars(missing: Sequence[int]) -> re.Pattern | None:
             ranges.append((b, b))
         elif 0xC2 <= b <= 0xDF:
             ranges.append(((b & 0x1F) << 6, ((b & 0x1F) << 6) + 0x3F))
-        elif 0xE0 <= b <= 0xEF:
-            ranges.append(((b & 0x0F) << 12, ((b & 0x0F) << 12) + 0xFFF))
-        elif 0xF0 <= b <= 0xF4:
-            ranges.append(((b & 0x07) << 18, min(((b & 0x07) << 18) + 0x3FFFF, 0x10FFFF)))
+        elif 0xE0 <= b <= 0xEF:  # (0xE0: from U+0800, the shortest form)
+            ranges.append((max((b & 0x0F) << 12, 0x800), ((b & 0x0F) << 12) + 0xFFF))
+        elif 0xF0 <= b <= 0xF4:  # (0xF0: from U+10000)
+            ranges.append((max((b & 0x07) << 18, 0x10000),
+                           min(((b & 0x07) << 18) + 0x3FFFF, 0x10FFFF)))
     if not ranges:
         return None
+    ranges.append((0xD800, 0xDFFF))
     return re.compile("[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges) + "]")
 
 
@@ -351,7 +354,9 @@ class Vocab:
         """The byte values no single-byte token spells (empty for every vocab trained here)."""
         if self.tokens is None:
             return ()
-        return tuple(sorted(set(range(256)) - {t[0] for t in self._bytes if len(t) == 1}))
+        dec = set(self.decode_only)
+        return tuple(sorted(set(range(256)) - {t[0] for i, t in enumerate(self._bytes)
+                                               if len(t) == 1 and i not in dec}))
 
     def _outside_specials(self) -> tuple[str, ...]:
         """The special tokens with ids after the table, in id order."""

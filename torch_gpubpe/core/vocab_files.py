@@ -129,6 +129,25 @@ def _has_byte_level(pre: object) -> bool:
     return False
 
 
+def _added_tokens(obj: dict, source: str) -> dict[str, int]:
+    """``added_tokens`` as spelling → id. Raises VocabFormatError for a malformed entry, and
+    for ``lstrip`` / ``rstrip`` / ``single_word`` (whitespace taken with the token, or a match
+    only as a whole word: not how this project matches special tokens)."""
+    out = {}
+    for a in obj.get("added_tokens") or []:
+        if not (isinstance(a, dict) and isinstance(a.get("content"), str) and a["content"]
+                and isinstance(a.get("id"), int)):
+            raise VocabFormatError(f"{source}: added token {a!r} needs a \"content\" string and "
+                                   "an \"id\"")
+        for flag in ("lstrip", "rstrip", "single_word"):
+            if a.get(flag):
+                raise VocabFormatError(f"{source}: added token {a['content']!r} has {flag}: "
+                                       "not supported (special tokens match their spelling "
+                                       "only)")
+        out[a["content"]] = a["id"]
+    return out
+
+
 def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = "bpe") -> Vocab:
     """A merge-order :class:`Vocab` from a parsed Hugging Face ``tokenizer.json`` (see the
     module docstring for what is accepted).
@@ -152,7 +171,7 @@ def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = 
     if model.get("byte_fallback"):
         from torch_gpubpe.core.sentencepiece import vocab_from_spm_hf
 
-        return vocab_from_spm_hf(obj, source, mode)
+        return vocab_from_spm_hf(obj, _added_tokens(obj, source), source, mode)
     if "\u2581" in json.dumps([obj.get("normalizer"), obj.get("pre_tokenizer")],
                               ensure_ascii=False):
         raise VocabFormatError(f"{source}: \"▁\" for spaces without byte fallback: a "
@@ -229,8 +248,7 @@ def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = 
                                             else 0, i))
     if order == list(range(n)):
         ranks = None
-    added = obj.get("added_tokens") or []
-    specials = {a["content"]: a["id"] for a in added if isinstance(a, dict)}
+    specials = _added_tokens(obj, source)
     inside = {s: i for s, i in specials.items() if isinstance(i, int) and i < n}
     for s, i in inside.items():  # Hugging Face files list them in model.vocab too
         if toks[i] != s.encode("utf-8"):

@@ -9,10 +9,11 @@ non-empty text: Llama 2's ``Prepend`` + ``Replace``). Any other normalizer is re
 where the file is read (:func:`torch_gpubpe.core.vocab_files.vocab_from_hf_dict`).
 
 NFC runs on the host, per document, and only on documents that hold a non-ASCII byte (ASCII
-text is NFC): Python's :mod:`unicodedata`, whose Unicode version is Python's (tokenizers'
-``unicode-normalization`` crate may know a newer one: a character composed only in the newer
-version would differ). Bytes that are not UTF-8 pass through unchanged (each is its own code
-point, which composes with nothing).
+text is NFC): Python's :mod:`unicodedata`. Hugging Face tokenizers' NFC (0.23) has older
+combining classes: ~100 marks assigned in Unicode 10-14 (e.g. U+0898-U+089F, U+1AC1-U+1ACE,
+U+1DF6-U+1DFA) are reordered by Python and left in place by it, so text holding one of them
+after another mark can give other ids than HF's. Bytes that are not UTF-8 pass through
+unchanged (each is its own code point, which composes with nothing).
 """
 
 from __future__ import annotations

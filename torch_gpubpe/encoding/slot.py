@@ -66,6 +66,7 @@ from torch_gpubpe.encoding.layout import (DOC_OFF, INFO_BAD_TOKENS, INFO_CONT_HI
                                           TS_OFF, WG)
 from torch_gpubpe.encoding.long_words import LongWordPasses
 from torch_gpubpe.core import str_pack
+from torch_gpubpe.core.reference import to_bytes
 from torch_gpubpe.errors import GPUOperationError, InputError
 from torch_gpubpe.gpu import wgpu_internals as _wi
 
@@ -253,16 +254,14 @@ class Slot(LongWordPasses):
             docs = [data[s:e]]
         for d in docs:
             if isinstance(d, str):
-                m = chars.search(d) if chars is not None else None
-                if m is None:
+                if chars is None or chars.search(d) is None:
                     continue
-                b = next(x for x in m.group().encode("utf-8") if table[x])
-            else:
-                a = d if isinstance(d, np.ndarray) else np.frombuffer(d, np.uint8)
-                hit = table[a]
-                if not hit.any():
-                    continue
-                b = int(a[int(np.argmax(hit))])
+                d = to_bytes(d)  # (the bytes encoded: surrogates as the packer writes them)
+            a = d if isinstance(d, np.ndarray) else np.frombuffer(d, np.uint8)
+            hit = table[a]
+            if not hit.any():
+                continue
+            b = int(a[int(np.argmax(hit))])
             raise InputError(
                 f"a document holds the byte 0x{b:02X}, which no token of this vocab spells (it "
                 f"has none for {', '.join(f'0x{x:02X}' for x in np.flatnonzero(table))}): "
