@@ -142,7 +142,8 @@ def main() -> None:
         g_bad = sum(a != b for a, b in zip(g_ids, ref)) if g_ids is not None else len(docs)
         print(f"\n{name} ({path.name}, pre-tokenizer {tok.pre_tokenizer}): torch_gpubpe ids == "
               f"{ref_name} on {len(docs) - bad} of {len(docs)} documents; gigatoken's on "
-              f"{len(docs) - g_bad}; setup {setup:.1f} s; {mon.summary()}", flush=True)
+              f"{len(docs) - g_bad if g_ids is not None else 'none (refused)'}; setup "
+              f"{setup:.1f} s; {mon.summary()}", flush=True)
         for what, s in rows:
             table.append((name, what, total / s / 1e6, g_s / s))
         if giga is None:
