@@ -124,7 +124,6 @@ def vocab_from_spm_hf(obj: dict, special: dict[str, int], source: str = "<tokeni
                 raise VocabFormatError(f"{source}: piece {s!r} holds {ch!r}, which is no piece: "
                                        "BPE over characters cannot build it")
     names = tuple(special)
-    inside = [special[s] for s in names if special[s] < n]
     outside = sorted(special[s] for s in names if special[s] >= n)
     if outside != list(range(n, n + len(outside))):
         raise VocabFormatError(f"{source}: added token ids must follow the vocab contiguously")
@@ -141,7 +140,6 @@ def vocab_from_spm_hf(obj: dict, special: dict[str, int], source: str = "<tokeni
         t = bpe_tables(units.vocab)
     except ValueError as e:
         raise VocabFormatError(f"{source}: {e}") from e
-    assert inside is not None
     # Hugging Face applies a listed pair by its index, the encoder by the rank of what it makes:
     # they agree when each piece's merges come together, in rank order, and the last merge of
     # BPE of each piece is listed (as tiktoken, vocab_files).
