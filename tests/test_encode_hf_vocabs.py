@@ -295,8 +295,8 @@ def test_sentencepiece_bpe_refusals():
 # Byte-level BPE vocabularies the GPU encodes exactly, and the reason each other one is refused
 # (a pre-tokenizer step or normalizer the GPU split cannot do exactly).
 EXACT = ("gpt-2", "llama-bpe", "qwen2", "qwen35", "mpt", "starcoder", "refact", "command-r",
-         "deepseek-coder", "llama-spm", "phi-3")
-REFUSED = {"deepseek-llm": "pre-tokenizer", "falcon": "pre-tokenizer",
+         "deepseek-coder", "deepseek-llm", "llama-spm", "phi-3")
+REFUSED = {"falcon": "pre-tokenizer",
            "gemma-4": "prefix tokens more on the GPU"}
 assert set(EXACT) | set(REFUSED) == set(llamacpp_vocabs.BPE_NAMES + llamacpp_vocabs.SPM_NAMES)
 llamacpp = pytest.mark.skipif(llamacpp_vocabs.models_dir() is None,

@@ -339,10 +339,22 @@ def test_starcoder_pattern_is_digits_then_byte_level():
         assert [o for _, o in hf.pre_tokenize_str(t)] == [m.span() for m in rx.finditer(t)], t
 
 
-def test_deepseek_coder_steps_split_as_hugging_face():
-    """The oracle of DeepSeek Coder's steps (STAGES_OF) and the GPU split as Hugging Face's
-    Sequence pre-tokenizer does, on every string of up to 4 code points over the classes that
-    matter (letters, digits, punctuation, CJK ranges, spaces, CR/LF, other)."""
+# Per DeepSeek family: one code point of each class its steps tell apart, and longer texts.
+DEEPSEEK_ALPHABETS = {
+    "deepseek-coder": ("a1.中한 \n\u3000、©", ["x\r\n  ab. ., 12 ½ \u0301é 中文abc"]),
+    # ASCII letter (both lists), letter of the list, letter of the list in the CJK ranges,
+    # letter of neither list, ASCII and fullwidth punctuation, punctuation in the CJK ranges,
+    # U+3000 (a space in the punctuation list), other spaces, LF, digit, CJK, other
+    "deepseek-llm": ("aé\u10a0\u01bb!！‘ \t\n\u30001中€",
+                     ["x\r\n  ab. ., 12 ½ \u0301é 中文abc", "héllo wörld", "a  \n b  ",
+                      "!\u3000!", "!\u3000\u3000 x", "€\u3000 \u3000€  \r\n", "ｚ\x85\u2028Ａ"]),
+}
+
+
+@pytest.mark.parametrize("family", sorted(DEEPSEEK_ALPHABETS))
+def test_deepseek_steps_split_as_hugging_face(family):
+    """The oracle of DeepSeek's steps (STAGES_OF) and the GPU split as Hugging Face's Sequence
+    pre-tokenizer does, on every string of up to 4 code points over the classes that matter."""
     import json
 
     from tokenizers import Tokenizer
@@ -350,25 +362,26 @@ def test_deepseek_coder_steps_split_as_hugging_face():
     from torch_gpubpe.core.patterns import DSCODER_CJK, STAGES_OF, from_hf_pre_tokenizer
 
     steps = [{"type": "Split", "pattern": {"Regex": p}, "behavior": "Isolated", "invert": False}
-             for p in STAGES_OF["deepseek-coder"][:-1]]
+             for p in STAGES_OF[family][:-1]]
     steps += [{"type": "Digits", "individual_digits": True},
               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                "use_regex": False}]
     pre = {"type": "Sequence", "pretokenizers": steps}
-    assert from_hf_pre_tokenizer(pre) == "deepseek-coder" and "\u0800" in DSCODER_CJK
+    assert from_hf_pre_tokenizer(pre) == family and "\u0800" in DSCODER_CJK
     hf = Tokenizer.from_str(json.dumps({
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
         "normalizer": None, "pre_tokenizer": pre, "post_processor": None, "decoder": None,
         "model": {"type": "BPE", "vocab": {}, "merges": []}})).pre_tokenizer
-    texts = _all_strings("a1.中한 \n\u3000、©", 4) + ["x\r\n  ab. ., 12 ½ \u0301é 中文abc"]
+    alphabet, extra = DEEPSEEK_ALPHABETS[family]
+    texts = _all_strings(alphabet, 4) + extra
     want = []
     for t in texts:
         cuts = np.cumsum([0] + [len(c.encode()) for c in t])
         w = np.zeros(len(t.encode()), bool)
         w[cuts[[o[0] for _, o in hf.pre_tokenize_str(t)]]] = True
         want.append(w)
-        assert np.array_equal(reference_word_starts(t, "deepseek-coder"), w), t
-    for t, g, w in zip(texts, word_starts(texts, "deepseek-coder"), want):
+        assert np.array_equal(reference_word_starts(t, family), w), t
+    for t, g, w in zip(texts, word_starts(texts, family), want):
         assert np.array_equal(g, w), t
 
 

@@ -57,7 +57,7 @@ struct Params {
     c1: u32,
     f_in: u32,        // F state before byte c0 (unless c0 starts a document)
     b_in: u32,        // B state at byte c1 (unless c1 starts a document)
-    _pad: u32,
+    sets_at: u32,     // word of `table` where DeepSeek LLM's letter and punctuation bitmaps begin
 }
 
 @group(0) @binding(0) var<storage, read> text: array<u32>;
@@ -95,8 +95,15 @@ const PAT_STARCODER: u32 = 6u;
 const PAT_DSCODER: u32 = 7u;
 // No split: a document is one word (SentencePiece BPE, a tokenizer.json without pre-tokenizer).
 const PAT_WHOLE: u32 = 8u;
+// DeepSeek LLM: DeepSeek Coder's way with its own letter and punctuation lists (bitmaps in
+// `table` at params.sets_at), `\s+$` after them (a B automaton of its own), and the same CJK
+// ranges and digits; fold bit 0 is its punctuation, bit 1 the CJK ranges, bit 2 its letters
+// (dl_starts).
+const PAT_DSLLM: u32 = 9u;
 const FOLD_P: u32 = 1u;
 const FOLD_CJK: u32 = 2u;
+const FOLD_DL: u32 = 4u;
+const SETS_LIMIT: u32 = 0x1E960u;  // torch_gpubpe.core.patterns.SETS_LIMIT
 fn gpt2_like() -> bool {
     return params.pattern == PAT_GPT2 || params.pattern == PAT_STARCODER;
 }
@@ -248,6 +255,19 @@ fn cp_code(cp: u32) -> u32 {
         }
     }
     var fold = t >> 4u;
+    if (params.pattern == PAT_DSLLM) {
+        fold = 0u;
+        if (cp < SETS_LIMIT) {
+            let w = params.sets_at + (cp >> 5u);
+            let bit = 1u << (cp & 31u);
+            if ((table[w] & bit) != 0u) { fold |= FOLD_DL; }
+            if ((table[w + (SETS_LIMIT >> 5u)] & bit) != 0u) { fold |= FOLD_P; }
+        }
+        if ((cp >= 0x800u && cp <= 0x9FA5u) || (cp >= 0xAC00u && cp <= 0xD7FFu)) {
+            fold |= FOLD_CJK;
+        }
+        return k | (fold << 3u);
+    }
     if (params.pattern == PAT_DSCODER) {
         fold = select(0u, FOLD_P, fold == 15u);
         if ((cp >= 0x800u && cp <= 0x9FA5u) || (cp >= 0xAC00u && cp <= 0xD7FFu)) {
@@ -305,6 +325,48 @@ fn b_before(k: u32, f: u32) -> u32 {
 fn b_compose(a: u32, b: u32) -> u32 {
     var out = 0u;
     for (var s = 0u; s < 3u; s++) { out |= b_get(a, b_get(b, s)) << (2u * s); }
+    return out;
+}
+
+// DeepSeek LLM's B automaton: whether a run of spaces ends its piece (`\s+$`, dl_starts).
+// States of the text from a position on: DL_T (true), DL_EO / DL_EQ (a non-space that is in
+// neither list / punctuation but no letter), DL_SF (other spaces, then DL_EO), DL_IF (U+3000s,
+// then DL_EQ). A function holds 5 entries of 3 bits.
+const DL_T: u32 = 0u;
+const DL_EO: u32 = 1u;
+const DL_EQ: u32 = 2u;
+const DL_SF: u32 = 3u;
+const DL_IF: u32 = 4u;
+const DLB_ID: u32 = 0x4688u;  // 0 | 1<<3 | 2<<6 | 3<<9 | 4<<12
+// the state at a code point of code c (CONT: none, K_NONE: the end) before state s
+fn dlb_step(c: u32, s: u32) -> u32 {
+    if (c == CONT) { return s; }
+    let k = c & 7u;
+    if (k == K_NONE || k == K_NL) { return DL_T; }
+    let p = (((c >> 3u) & 15u) & FOLD_P) != 0u;
+    if (k != K_SP && k != K_WS) {
+        if ((((c >> 3u) & 15u) & FOLD_DL) != 0u) { return DL_T; }
+        return select(DL_EO, DL_EQ, p);
+    }
+    if (p) {  // U+3000
+        if (s == DL_EQ || s == DL_IF) { return DL_IF; }
+        return DL_T;
+    }
+    if (s == DL_EO || s == DL_SF) { return DL_SF; }
+    return DL_T;
+}
+fn dlb_get(f: u32, s: u32) -> u32 { return (f >> (3u * s)) & 7u; }
+fn dlb_const(s: u32) -> u32 { return s * 0x1249u; }
+// f, then the code point c to its left
+fn dlb_then(f: u32, c: u32) -> u32 {
+    var out = 0u;
+    for (var s = 0u; s < 5u; s++) { out |= dlb_get(f, dlb_step(c, s)) << (3u * s); }
+    return out;
+}
+// a to the left of b
+fn dlb_compose(a: u32, b: u32) -> u32 {
+    var out = 0u;
+    for (var s = 0u; s < 5u; s++) { out |= dlb_get(a, dlb_get(b, s)) << (3u * s); }
     return out;
 }
 
@@ -473,13 +535,17 @@ fn or_compose(a: u32, b: u32) -> u32 {
 
 // The automata of the pattern: o200k's or the others'.
 fn fx_id() -> u32 { return select(F_ID, OF_ID, params.pattern == PAT_O200K); }
-fn bx_id() -> u32 { return select(B_ID, OR_ID, params.pattern == PAT_O200K); }
+fn bx_id() -> u32 {
+    if (params.pattern == PAT_DSLLM) { return DLB_ID; }
+    return select(B_ID, OR_ID, params.pattern == PAT_O200K);
+}
 fn fx_get(f: u32, s: u32) -> u32 {
     if (params.pattern == PAT_O200K) { return of_get(f, s); }
     return f_get(f, s);
 }
 fn bx_get(f: u32, s: u32) -> u32 {
     if (params.pattern == PAT_O200K) { return or_get(f, s); }
+    if (params.pattern == PAT_DSLLM) { return dlb_get(f, s); }
     return b_get(f, s);
 }
 fn fx_compose(a: u32, b: u32) -> u32 {
@@ -488,6 +554,7 @@ fn fx_compose(a: u32, b: u32) -> u32 {
 }
 fn bx_compose(a: u32, b: u32) -> u32 {
     if (params.pattern == PAT_O200K) { return or_compose(a, b); }
+    if (params.pattern == PAT_DSLLM) { return dlb_compose(a, b); }
     return b_compose(a, b);
 }
 
@@ -505,6 +572,7 @@ fn text_next(j: u32) -> u32 { return j + max(seq_len(j), 1u); }
 fn chunk_codes(lo: u32, hi: u32, tiled: bool) -> vec2<u32> {
     let n = params.n;
     let o200k = params.pattern == PAT_O200K;
+    let dsllm = params.pattern == PAT_DSLLM;
     var fa = fx_id();
     var ba = bx_id();
     // valid-sequence lengths of the 3 bytes before the current one (same document)
@@ -563,6 +631,11 @@ fn chunk_codes(lo: u32, hi: u32, tiled: bool) -> vec2<u32> {
         } else {
             if (code != CONT) {
                 if (ds) { fa = f_const(f_step(k, 0u)); } else { fa = f_then(fa, k); }
+            }
+            if (dsllm) {
+                if (end) { ba = dlb_const(dlb_get(ba, dlb_step(code, DL_T))); }
+                else { ba = dlb_then(ba, code); }
+                continue;
             }
             // B: this byte to the left of what follows; a document end is B_END. A space
             // (or no code point) passes the state through; anything else sets it.
@@ -792,12 +865,70 @@ fn ds_starts(i: u32, c: u32, pc: u32) -> bool {
     return pk == K_L || pp;  // other: the end of a letter or punctuation match
 }
 
+// DeepSeek LLM: the classes of a code (K_NONE: none) its rules read.
+fn dl_ws(c: u32) -> bool { let k = c & 7u; return k == K_SP || k == K_WS || k == K_NL; }
+fn dl_nl(c: u32) -> bool { return (c & 7u) == K_NL; }
+fn dl_l(c: u32) -> bool { return (((c >> 3u) & 15u) & FOLD_DL) != 0u; }
+fn dl_p(c: u32) -> bool { return (((c >> 3u) & 15u) & FOLD_P) != 0u; }
+fn dl_cjk(c: u32) -> bool { return (((c >> 3u) & 15u) & FOLD_CJK) != 0u; }
+fn dl_code(j: u32) -> u32 {
+    if (j >= params.n || doc_start(j)) { return K_NONE; }
+    return code_at(j);
+}
+
+// DeepSeek LLM's `\s+$` at the run of spaces from i, after a non-space of the same piece:
+// whether the run reaches the end of its piece (the splits before it end a piece inside the
+// run or right after it), from the B automaton's state at hi (b_hi) and the codes before it.
+fn dl_run_ends_piece(i: u32, hi: u32, b_hi: u32) -> bool {
+    // the first code point at or after i that sets the state, or hi
+    var e = i + 1u;
+    var st = b_hi;
+    loop {
+        if (e >= hi) { if (doc_start(hi)) { st = DL_T; } break; }
+        if (doc_start(e)) { st = DL_T; break; }
+        let c = code_at(e);
+        if (c != CONT && (!dl_ws(c) || dl_nl(c))) { st = dlb_step(c, DL_T); break; }
+        e += 1u;
+    }
+    for (var j = e; j > i; j--) { st = dlb_step(code_at(j - 1u), st); }
+    return st == DL_T;
+}
+
+// DeepSeek LLM: whether code point b at i starts a piece, a = the code point before it (same
+// document). Each Split only adds piece boundaries; the boundaries of `[\r\n]`, `\s?L+` and
+// `\s?P+` (L, P: its lists) at a position are told from the code points a, b, c, d around it
+// (c, d: the two after b) and, for `\s?`, whether the boundaries before mark c; then `\s+$`,
+// the CJK runs and the digits.
+fn dl_starts(i: u32, b: u32, a: u32, hi: u32, b_hi: u32) -> bool {
+    if (dl_nl(a) || dl_nl(b)) { return true; }
+    // \s?L+: a start at a space before L, or at L after neither L nor a space; an end after L
+    let nx = next_cp(i);
+    let c = dl_code(nx);
+    if (dl_ws(b) && !dl_l(b) && dl_l(c)) { return true; }
+    if (dl_l(b) && !dl_l(a) && !dl_ws(a)) { return true; }
+    if (dl_l(a) && !dl_l(b)) { return true; }
+    // \s?P+ on those pieces: the space before P takes it unless a piece starts at P
+    if (dl_ws(b) && !dl_p(b) && dl_p(c)) {
+        var d = K_NONE;
+        if (nx != params.n) { d = dl_code(next_cp(nx)); }
+        let c_starts = dl_ws(c) && !dl_l(c) && dl_l(d);  // (b is a space: no other rule marks c)
+        if (!c_starts) { return true; }
+    }
+    if (dl_p(b) && !dl_p(a) && !dl_ws(a)) { return true; }
+    if (dl_p(a) && !dl_p(b)) { return true; }
+    // \s+$: the trailing spaces of a piece
+    if (dl_cjk(a) != dl_cjk(b)) { return true; }
+    if ((b & 7u) == K_N || (a & 7u) == K_N) { return true; }
+    return dl_ws(b) && !dl_ws(a) && dl_run_ends_piece(i, hi, b_hi);
+}
+
 // Whether the code point at i (code c, history h) starts a match; fs = F state before it,
 // b_hi = B state at hi.
 fn starts_word(i: u32, c: u32, fs: u32, hi: u32, b_hi: u32, h: Hist) -> bool {
     if (h.c1 == K_NONE) { return true; }
     let pat = params.pattern;
     if (pat == PAT_DSCODER) { return ds_starts(i, c, h.c1); }
+    if (pat == PAT_DSLLM) { return dl_starts(i, c, h.c1, hi, b_hi); }
     if (pat == PAT_WHOLE) { return false; }
     let k = c & 7u;
     let pk = h.c1 & 7u;

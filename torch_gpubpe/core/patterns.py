@@ -22,6 +22,10 @@ Families (:data:`FAMILIES`):
   ``\\s?\\p{L}+``, ``\\s?\\p{P}+``, the CJK ranges ``[\\u0800-\\u9FA5\\uAC00-\\uD7FF]+``,
   then ``Digits(individual_digits=True)``, each on the pieces of the one before
   (:data:`STAGES_OF`; no single ``pat_str`` spells it).
+* ``"deepseek-llm"`` — DeepSeek LLM: Hugging Face's ``Split`` steps ``[\\r\\n]``, ``\\s?`` then
+  its own list of letters (:data:`DSLLM_LETTERS`), ``\\s?`` then its own punctuation
+  (:data:`DSLLM_PUNCT`), ``\\s+$`` (a piece's trailing spaces), DeepSeek Coder's CJK ranges, then
+  ``Digits(individual_digits=True)``.
 * ``"whole"`` — no split: each document is one word (SentencePiece BPE; a ``tokenizer.json``
   with no pre-tokenizer).
 * ``"o200k"`` — o200k_base and o200k_harmony (GPT-4o, gpt-oss): letter-case classes
@@ -82,12 +86,30 @@ O200K_PATTERN = "|".join([
 ])
 
 DSCODER_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+# DeepSeek LLM's own letter and punctuation lists (its tokenizer.json, as written there)
+DSLLM_LETTERS = (
+    "[A-Za-z\xb5\xc0-\xd6\xd8-\xf6\xf8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af"
+    "\u0370-\u0373\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1"
+    "\u03a3-\u03f5\u03f7-\u0481\u048a-\u052f\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5"
+    "\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77\u1d79-\u1d9a"
+    "\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d"
+    "\u1f5f-\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3"
+    "\u1fd6-\u1fdb\u1fe0-\u1fec\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115"
+    "\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-\u2134\u2139\u213c-\u213f"
+    "\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3"
+    "\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf"
+    "\ufb00-\ufb06\ufb13-\ufb17\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f"
+    "\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2"
+    "\U000118a0-\U000118df\U0001e900-\U0001e943]")
+DSLLM_PUNCT = "[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]"
 STAGES_OF = {"deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", DSCODER_CJK, r"\p{N}"),
+             "deepseek-llm": (r"[\r\n]", r"\s?" + DSLLM_LETTERS + "+", r"\s?" + DSLLM_PUNCT + "+",
+                              r"\s+$", DSCODER_CJK, r"\p{N}"),
              "whole": ()}
 """Families that are Hugging Face ``Split(..., "Isolated")`` steps applied one after the other,
 each to the pieces of the one before (the last, ``\\p{N}``, is ``Digits(individual_digits)``)."""
 FAMILIES = ("gpt2", "cl100k", "qwen2", "o200k", "llama3", "qwen35", "starcoder",
-            "deepseek-coder", "whole")
+            "deepseek-coder", "whole", "deepseek-llm")
 """Regex families the GPU pre-tokenizer does exactly."""
 DEFAULT = "bytes-classes"
 """DESIGN.md §2's byte-class rule (this project's vocabularies)."""
@@ -101,6 +123,7 @@ _NAMES = {
     "qwen35": "qwen35", "qwen3.5": "qwen35",
     "starcoder": "starcoder", "refact": "starcoder",
     "deepseek-coder": "deepseek-coder", "whole": "whole", "none": "whole",
+    "deepseek-llm": "deepseek-llm",
     "o200k": "o200k", "o200k_base": "o200k", "o200k_harmony": "o200k",
 }
 _BY_PATTERN = {GPT2_PATTERN: "gpt2", R50K_PATTERN: "gpt2", CL100K_PATTERN: "cl100k",
@@ -313,9 +336,40 @@ def table() -> tuple[np.ndarray, np.ndarray, dict]:
 
 
 def table_words() -> np.ndarray:
-    """The table as the GPU reads it: stage1 as u32, then stage2's bytes packed 4 per u32."""
+    """The table as the GPU reads it: stage1 as u32, then stage2's bytes packed 4 per u32, then
+    :func:`set_words` (at :func:`sets_at`)."""
     stage1, stage2, _ = table()
-    return np.concatenate([stage1.astype(np.uint32), stage2.reshape(-1).view(np.uint32)])
+    return np.concatenate([stage1.astype(np.uint32), stage2.reshape(-1).view(np.uint32),
+                           set_words()])
+
+
+def sets_at() -> int:
+    """The word of :func:`table_words` where :func:`set_words` begins."""
+    stage1, stage2, _ = table()
+    return len(stage1) + stage2.size // 4
+
+
+SETS_LIMIT = 0x1E960
+"""Code points past the last of :data:`DSLLM_LETTERS` and :data:`DSLLM_PUNCT` (a multiple of 32)."""
+
+
+@functools.cache
+def set_words() -> np.ndarray:
+    """DeepSeek LLM's letter and punctuation lists as the GPU reads them: a bitmap over code
+    points ``[0, SETS_LIMIT)`` for each, u32 words, letters first (bit ``cp % 32`` of word
+    ``cp // 32``)."""
+    import regex
+
+    cps = np.arange(SETS_LIMIT)
+    ok = (cps < 0xD800) | (cps > 0xDFFF)
+    text = "".join(map(chr, cps[ok].tolist()))
+    out = []
+    for cls in (DSLLM_LETTERS, DSLLM_PUNCT):
+        hit = np.zeros(SETS_LIMIT, bool)
+        at = np.fromiter((m.start() for m in regex.finditer(cls, text)), np.int64)
+        hit[cps[ok][at]] = True
+        out.append(np.packbits(hit, bitorder="little").view(np.uint32))
+    return np.concatenate(out)
 
 
 def classes_of(cps: np.ndarray) -> np.ndarray:

@@ -64,7 +64,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from torch_gpubpe.errors import InputError
-from torch_gpubpe.core.patterns import DEFAULT, FAMILIES, classes_of, resolve, table_words
+from torch_gpubpe.core.patterns import (DEFAULT, FAMILIES, SETS_LIMIT, classes_of, resolve,
+                                        set_words, sets_at, table_words)
 from torch_gpubpe.core.packing import pack_documents
 from torch_gpubpe.encoding.layout import WG
 from torch_gpubpe.gpu.shaders import parse_wgsl, shader_source
@@ -79,6 +80,8 @@ HALO = 64                  # context bytes on each side of a slice cut inside a 
 K_L, K_N, K_O, K_SP, K_WS, K_NL = (_C[k] for k in ("K_L", "K_N", "K_O", "K_SP", "K_WS", "K_NL"))
 if _C["STAGE1_LEN"] * 256 != 0x110000:
     raise ImportError("wgsl/pretokenize_unicode.wgsl STAGE1_LEN does not cover 0x110000 code points")
+if _C["SETS_LIMIT"] != SETS_LIMIT:
+    raise ImportError("wgsl/pretokenize_unicode.wgsl SETS_LIMIT is not torch_gpubpe.core.patterns'")
 
 
 def _ascii_kinds() -> np.ndarray:
@@ -141,6 +144,20 @@ def _o200k_cuts() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return safe, f, b
 
 
+def _dsllm_b_at() -> np.ndarray:
+    """DeepSeek LLM's B state (wgsl ``DL_*``) at each ASCII code point that sets it: its letters
+    ``DL_T``, its other punctuation ``DL_EQ``, the rest ``DL_EO`` (a space never starts a
+    slice's right halo)."""
+    bits = np.unpackbits(set_words()[:4].view(np.uint8), bitorder="little")
+    sets_limit = SETS_LIMIT // 32
+    punct = np.unpackbits(set_words()[sets_limit : sets_limit + 4].view(np.uint8),
+                          bitorder="little")
+    out = np.where(bits[:128] == 1, _C["DL_T"],
+                   np.where(punct[:128] == 1, _C["DL_EQ"], _C["DL_EO"]))
+    out[[0x0A, 0x0D]] = _C["DL_T"]
+    return out
+
+
 class UnicodePreTokenizer:
     """The passes of wgsl/pretokenize_unicode.wgsl for one pattern family (:attr:`PASSES`:
     ``pt_classify → pt_scan_blocks → pt_mark``; GPT-2, whose rules read only the code points
@@ -188,6 +205,8 @@ class UnicodePreTokenizer:
             self._f_after[:128, :] = np.array([_f_state_after(int(x)) for x in k])[:, None]
             self._b_at = np.zeros(256, np.int64)
             self._b_at[:128] = [_b_state_at(int(x)) for x in k]
+            if fam == "deepseek-llm":
+                self._b_at[:128] = _dsllm_b_at()
         self._cap = 0
 
     def scratch(self, cap: int, text, bits, label: str) -> PreTokScratch:
@@ -209,7 +228,7 @@ class UnicodePreTokenizer:
         nb = -(-n // BLOCK)
         c1 = n if c1 is None else c1
         g.device.queue.write_buffer(sc.params, 0, np.array(
-            [n, nb, self.family_id, c0, c1, f_in, b_in, 0], np.uint32))
+            [n, nb, self.family_id, c0, c1, f_in, b_in, sets_at()], np.uint32))
         grids = {"pt_classify": g.grid(nb), "pt_scan_blocks": (1, 1), "pt_mark": g.grid(nb),
                  "pt_local": g.grid(nb)}
         for k, e in enumerate(self.PASSES):
