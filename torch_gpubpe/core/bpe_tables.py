@@ -152,6 +152,42 @@ table_cache_stats: dict = _TABLE_CACHE.stats
 written to it; errors met (the tables were built then)."""
 
 
+def check_merge_list(pairs, rank, split: np.ndarray, spell, skip=lambda c, sp: False) -> None:
+    """Whether a ``tokenizer.json`` merge list gives the ids of BPE by rank (the encoder's).
+
+    Hugging Face applies a listed pair by its index; the encoder merges any pair whose join is a
+    token, by that token's rank. They agree when the merges of each token come in one block, the
+    blocks in rank order (one merge per token, as trained; or every split of a token, as
+    tiktoken vocabularies converted to ``tokenizer.json`` list them), and BPE's last merge of
+    each token is listed.
+
+    Args:
+        pairs: ``(left, right, made)`` ids per merge, in the file's order.
+        rank: rank of each id; split: :attr:`BpeTables.split`; spell: id → what the error shows.
+        skip: ``(made, split pair)`` → True for tokens whose split is not checked (BPE never
+            builds them).
+    Raises:
+        ValueError: the first disagreement, named.
+    """
+    listed: dict[int, set[tuple[int, int]]] = {}
+    last = 0
+    for k, (a, b, c) in enumerate(pairs):
+        if rank[c] < last:
+            raise ValueError(
+                f"merge {k} ({spell(a)!r} + {spell(b)!r}) makes token {c} ({spell(c)!r}) after "
+                "merges of other tokens: Hugging Face gives this pair a later priority than BPE "
+                "by rank does")
+        last = rank[c]
+        listed.setdefault(c, set()).add((a, b))
+    for c, ps in listed.items():
+        sp = (int(split[c, 0]), int(split[c, 1]))
+        if sp[0] != NO_TOKEN and not skip(c, sp) and sp not in ps:
+            raise ValueError(
+                f"no merge of token {c} ({spell(c)!r}) is what BPE by rank of its parts merges "
+                f"last ({[spell(x) for x in sp]}): this merge list cannot be reproduced by BPE "
+                "by rank")
+
+
 def table_cache_dir() -> Path:
     """Where built tables are kept: ``$XDG_CACHE_HOME/torch_gpubpe/bpe_tables`` (default
     ``~/.cache``)."""

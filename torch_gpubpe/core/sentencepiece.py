@@ -66,7 +66,7 @@ def vocab_from_spm_hf(obj: dict, special: dict[str, int], source: str = "<tokeni
         VocabFormatError: another normalizer or a pre-tokenizer, a piece holding a character
             that is no piece, merges that merge-order BPE would not reproduce.
     """
-    from torch_gpubpe.core.bpe_tables import bpe_tables
+    from torch_gpubpe.core.bpe_tables import bpe_tables, check_merge_list
 
     model = obj["model"]
     normalizer = _metaspace_normalizer(obj, source)
@@ -140,23 +140,11 @@ def vocab_from_spm_hf(obj: dict, special: dict[str, int], source: str = "<tokeni
         t = bpe_tables(units.vocab)
     except ValueError as e:
         raise VocabFormatError(f"{source}: {e}") from e
-    # Hugging Face applies a listed pair by its index, the encoder by the rank of what it makes:
-    # they agree when each piece's merges come together, in rank order, and the last merge of
-    # BPE of each piece is listed (as tiktoken, vocab_files).
-    listed: dict[int, set[tuple[int, int]]] = {}
-    last = 0
-    for k, (a, b, c) in enumerate(pairs):
-        if ranks[c] < last:
-            raise VocabFormatError(f"{source}: merge {k} makes piece {c} after merges of other "
-                                   "pieces: Hugging Face gives it a later priority than BPE by "
-                                   "rank")
-        last = ranks[c]
-        listed.setdefault(c, set()).add((a, b))
-    for c, ps in listed.items():
-        sp = (int(t.split[c, 0]), int(t.split[c, 1]))
-        if sp[0] < n and sp[0] != c and sp not in ps:
-            raise VocabFormatError(f"{source}: no merge of piece {c} ({toks[c]!r}) is what BPE "
-                                   "of its characters merges last")
+    try:  # (a split into a prefix token: a character BPE builds from its bytes)
+        check_merge_list(pairs, ranks, t.split, lambda i: toks[i] if i < n else i,
+                         skip=lambda c, sp: sp[0] >= n or sp[0] == c)
+    except ValueError as e:
+        raise VocabFormatError(f"{source}: {e}") from e
     return vocab
 
 

@@ -43,7 +43,6 @@ import os
 from pathlib import Path
 
 from torch_gpubpe.errors import VocabFormatError
-from torch_gpubpe.core.trie import NO_TOKEN
 from torch_gpubpe.core.vocab import FOREIGN_FORMATS, Vocab
 
 
@@ -266,39 +265,24 @@ def vocab_from_hf_dict(obj: dict, source: str = "<tokenizer.json>", mode: str = 
     except ValueError as e:
         raise VocabFormatError(f"{source}: {e}") from e
     # Merge-order by rank (tiktoken) must give back each merge of the file.
-    from torch_gpubpe.core.bpe_tables import bpe_tables
+    from torch_gpubpe.core.bpe_tables import bpe_tables, check_merge_list
 
     try:
         t = bpe_tables(vocab)
     except ValueError as e:
         raise VocabFormatError(f"{source}: {e}") from e
-    # Hugging Face merges a listed pair by its index; tiktoken merges any pair whose bytes are
-    # a token, by that token's rank. They agree when each token's tiktoken split is listed and
-    # the merges come in blocks per token in rank order (one merge per token, as trained; or
-    # every split of a token, as tiktoken vocabularies converted to tokenizer.json list them).
     ids = vocab.bytes_to_id
-    listed: dict[int, set[tuple[int, int]]] = {}
-    last = 0
-    for k, m in enumerate(merges):
+    pairs = []
+    for m in merges:
         pair = m.split(" ") if isinstance(m, str) else m
         a = ids[bytes(u2b[c] for c in pair[0])]
         b = ids[bytes(u2b[c] for c in pair[1])]
-        c = ids[vocab.token_bytes[a] + vocab.token_bytes[b]]
-        r = rank[vocab.token_bytes[c]]
-        if r < last:
-            raise VocabFormatError(
-                f"{source}: merge {k} {m!r} makes token {c} ({vocab.token_bytes[c]!r}), first "
-                f"made by merge {r - 256}, after merges of other tokens: Hugging Face gives this "
-                "pair a later priority than rank-order BPE does")
-        last = r
-        listed.setdefault(c, set()).add((a, b))
-    for c, pairs in listed.items():
-        sp = tuple(int(x) for x in t.split[c])
-        if sp[0] != NO_TOKEN and sp not in pairs:
-            raise VocabFormatError(
-                f"{source}: no merge of token {c} ({vocab.token_bytes[c]!r}) is what merge-order "
-                f"BPE of its bytes merges last ({[vocab.token_bytes[x] for x in sp]}): this "
-                "merge list cannot be reproduced by rank-order BPE")
+        pairs.append((a, b, ids[vocab.token_bytes[a] + vocab.token_bytes[b]]))
+    try:
+        check_merge_list(pairs, {c: rank[vocab.token_bytes[c]] for _, _, c in pairs}, t.split,
+                         lambda i: vocab.token_bytes[i])
+    except ValueError as e:
+        raise VocabFormatError(f"{source}: {e}") from e
     return vocab
 
 
