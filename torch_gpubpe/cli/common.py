@@ -203,7 +203,8 @@ def load_vocab_arg(path: str) -> Vocab:
 
 def implied_pre_tokenizer(path: str) -> str:
     """The word split a ``--vocab`` file implies: a ``*.tiktoken`` file's sidecar pattern
-    (``path.json``), a ``tokenizer.json``'s pre-tokenizer, else DESIGN.md §2's bytes-classes.
+    (``path.json``), a ``tokenizer.json``'s pre-tokenizer, none for a SentencePiece ``*.model``,
+    else DESIGN.md §2's bytes-classes.
 
     Raises:
         InputError: the file implies a split the GPU cannot do exactly (names it).
@@ -219,6 +220,8 @@ def implied_pre_tokenizer(path: str) -> str:
         with open(p, encoding="utf-8") as f:
             pre = json.load(f).get("pre_tokenizer")
         return from_hf_pre_tokenizer(pre)  # (none: each document is one word, as in HF)
+    if p.suffix == ".model":
+        return "whole"
     return "bytes-classes"
 
 

@@ -522,8 +522,9 @@ class Vocab:
     def load(cls, path: str | os.PathLike) -> Vocab:
         """Read a vocab file written by :meth:`save` (or ``path/vocab.json`` when ``path`` is a
         folder, as written by ``python -m torch_gpubpe train --out``). A tiktoken file
-        (``*.tiktoken``) or a Hugging Face ``tokenizer.json`` is read by
-        :func:`torch_gpubpe.core.vocab_files.load_vocab` (mode ``"bpe"``).
+        (``*.tiktoken``), a Hugging Face ``tokenizer.json`` or a SentencePiece BPE model
+        (``*.model``) is read by :func:`torch_gpubpe.core.vocab_files.load_vocab` (mode
+        ``"bpe"``).
 
         Raises:
             VocabFormatError: the file is not valid JSON, not a torch_gpubpe vocab, of another
@@ -535,6 +536,8 @@ class Vocab:
             path = os.path.join(path, "vocab.json")
         if str(path).endswith(".tiktoken"):
             return FOREIGN_FORMATS["tiktoken"](path)
+        if str(path).endswith(".model"):
+            return FOREIGN_FORMATS["sentencepiece"](path)
         with _gc_paused():
             try:
                 with open(path, encoding="utf-8") as f:

@@ -307,9 +307,18 @@ def load_hf_tokenizer(path: str | os.PathLike, mode: str = "bpe") -> Vocab:
 
 
 def load_vocab(path: str | os.PathLike) -> Vocab:
-    """Any vocab file: this project's ``vocab.json`` (or a folder with it), ``*.tiktoken``, or a
-    Hugging Face ``tokenizer.json`` (by content). Raises ``VocabFormatError`` / ``OSError``."""
+    """Any vocab file: this project's ``vocab.json`` (or a folder with it), ``*.tiktoken``, a
+    Hugging Face ``tokenizer.json`` (by content), or a SentencePiece ``*.model``. Raises ``VocabFormatError`` / ``OSError``."""
     return Vocab.load(path)
 
 
-FOREIGN_FORMATS.update({"tiktoken": load_tiktoken, "tokenizer.json": vocab_from_hf_dict})
+def load_sentencepiece(path: str | os.PathLike) -> Vocab:
+    """A SentencePiece BPE ``tokenizer.model`` (:mod:`torch_gpubpe.core.spm_model`; encoded
+    with no split, ``"whole"``). Raises ``VocabFormatError`` (named), ``ImportError``, ``OSError``."""
+    from torch_gpubpe.core.spm_model import hf_dict_from_model
+
+    return vocab_from_hf_dict(hf_dict_from_model(path), str(path))
+
+
+FOREIGN_FORMATS.update({"tiktoken": load_tiktoken, "tokenizer.json": vocab_from_hf_dict,
+                        "sentencepiece": load_sentencepiece})

@@ -32,6 +32,7 @@ from torch_gpubpe.core.copy_pool import copy_parts, join_parts
 from torch_gpubpe.core.trie import Trie, cached_trie
 from torch_gpubpe.core.vocab import Vocab
 from torch_gpubpe.encoding.batch import BatchEncoding
+from torch_gpubpe.encoding import loaders
 from torch_gpubpe.encoding.batch_pack import pack_batch
 from torch_gpubpe.encoding.normalizers import normalize_packed
 from torch_gpubpe.encoding.walk_table import walk_table
@@ -229,50 +230,27 @@ class Tokenizer(TokenDecoding):
     @classmethod
     def from_tiktoken(cls, path: str | os.PathLike, *, pattern: str | None = None,
                       **kwargs) -> Tokenizer:
-        """A model's tokenizer from its tiktoken file: merge-order ranks
-        (:func:`torch_gpubpe.core.vocab_files.load_tiktoken`) and its split, ``pattern`` or else the
-        sidecar's (``path + ".json"``: ``"pattern"``), done exactly on the GPU.
-
-        Example: ``Tokenizer.from_tiktoken("gpt2.tiktoken", pattern="gpt2")`` gives
-        tiktoken's ``encode_ordinary`` ids for GPT-2.
-
-        Raises:
-            InputError: no pattern given nor in a sidecar, or one the GPU cannot split exactly.
-            VocabFormatError, OSError: see :func:`~torch_gpubpe.core.vocab_files.load_tiktoken`.
-        """
-        from torch_gpubpe.core.vocab_files import load_tiktoken, tiktoken_metadata
-
-        vocab = load_tiktoken(path)  # first: a missing file is named as such (OSError)
-        if pattern is None:
-            pattern = tiktoken_metadata(path).get("pattern")
-            if pattern is None:
-                raise InputError(f"{path}: no split pattern (no sidecar {path}.json with "
-                                 "\"pattern\"); pass pattern='gpt2', 'cl100k', 'qwen2', "
-                                 "'o200k' or a pat_str, or 'bytes-classes' for a file that "
-                                 "`train --out` wrote (this project's split, DESIGN.md §2)")
+        """A model's tokenizer from its tiktoken file, split by ``pattern`` or else the
+        sidecar's (:func:`~torch_gpubpe.encoding.loaders.tiktoken_file`); e.g.
+        ``Tokenizer.from_tiktoken("gpt2.tiktoken", pattern="gpt2")`` gives tiktoken's
+        ``encode_ordinary`` ids for GPT-2."""
+        vocab, pattern = loaders.tiktoken_file(path, pattern)
         return cls(vocab, pre_tokenizer=pattern, **kwargs)
 
     @classmethod
     def from_hf(cls, path: str | os.PathLike, *, pattern: str | None = None,
                 **kwargs) -> Tokenizer:
-        """A model's tokenizer from its Hugging Face ``tokenizer.json`` (byte-level BPE,
-        :func:`torch_gpubpe.core.vocab_files.vocab_from_hf_dict`) with the split its pre-tokenizer
-        implies (:func:`torch_gpubpe.core.patterns.from_hf_pre_tokenizer`), or ``pattern``.
+        """A model's tokenizer from its Hugging Face ``tokenizer.json`` (or a folder holding
+        one) with the split its pre-tokenizer implies, or ``pattern``
+        (:func:`~torch_gpubpe.encoding.loaders.hf_file`)."""
+        vocab, pattern = loaders.hf_file(path, pattern)
+        return cls(vocab, pre_tokenizer=pattern, **kwargs)
 
-        Raises:
-            InputError: a pre-tokenizer (or ``pattern``) the GPU cannot split exactly.
-            VocabFormatError, OSError: the file is not a supported ``tokenizer.json``.
-        """
-        import json
-
-        from torch_gpubpe.core.patterns import from_hf_pre_tokenizer
-
-        if os.path.isdir(path):
-            path = os.path.join(path, "tokenizer.json")
-        vocab = Vocab.load(path)
-        if pattern is None:
-            with open(path, encoding="utf-8") as f:
-                pattern = from_hf_pre_tokenizer(json.load(f).get("pre_tokenizer"))
+    @classmethod
+    def from_sentencepiece(cls, path: str | os.PathLike, **kwargs) -> Tokenizer:
+        """A model's tokenizer from its SentencePiece BPE ``tokenizer.model`` (Llama 2, Mistral:
+        byte fallback), SentencePiece's ids (:func:`~torch_gpubpe.encoding.loaders.spm_file`)."""
+        vocab, pattern = loaders.spm_file(path)
         return cls(vocab, pre_tokenizer=pattern, **kwargs)
 
     @property

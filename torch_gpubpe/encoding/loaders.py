@@ -1,0 +1,65 @@
+"""A model's tokenizer files as a :class:`~torch_gpubpe.core.vocab.Vocab` and the split it
+needs: what ``Tokenizer.from_tiktoken``, ``from_hf`` and ``from_sentencepiece`` load."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from torch_gpubpe.core.vocab import Vocab
+from torch_gpubpe.errors import InputError
+
+
+def tiktoken_file(path: str | os.PathLike, pattern: str | None) -> tuple[Vocab, str]:
+    """A tiktoken file's merge-order ranks (:func:`torch_gpubpe.core.vocab_files.load_tiktoken`)
+    and its split: ``pattern``, or else the sidecar's (``path + ".json"``: ``"pattern"``).
+
+    Raises:
+        InputError: no pattern given nor in a sidecar.
+        VocabFormatError, OSError: see :func:`~torch_gpubpe.core.vocab_files.load_tiktoken`.
+    """
+    from torch_gpubpe.core.vocab_files import load_tiktoken, tiktoken_metadata
+
+    vocab = load_tiktoken(path)  # first: a missing file is named as such (OSError)
+    if pattern is None:
+        pattern = tiktoken_metadata(path).get("pattern")
+        if pattern is None:
+            raise InputError(f"{path}: no split pattern (no sidecar {path}.json with "
+                             "\"pattern\"); pass pattern='gpt2', 'cl100k', 'qwen2', "
+                             "'o200k' or a pat_str, or 'bytes-classes' for a file that "
+                             "`train --out` wrote (this project's split, DESIGN.md §2)")
+    return vocab, pattern
+
+
+def hf_file(path: str | os.PathLike, pattern: str | None) -> tuple[Vocab, str]:
+    """A Hugging Face ``tokenizer.json`` (byte-level or SentencePiece BPE,
+    :func:`torch_gpubpe.core.vocab_files.vocab_from_hf_dict`; a folder: its
+    ``tokenizer.json``) and the split its pre-tokenizer implies
+    (:func:`torch_gpubpe.core.patterns.from_hf_pre_tokenizer`), or ``pattern``.
+
+    Raises:
+        InputError: a pre-tokenizer the GPU cannot split exactly.
+        VocabFormatError, OSError: the file is not a supported ``tokenizer.json``.
+    """
+    from torch_gpubpe.core.patterns import from_hf_pre_tokenizer
+
+    if os.path.isdir(path):
+        path = os.path.join(path, "tokenizer.json")
+    vocab = Vocab.load(path)
+    if pattern is None:
+        with open(path, encoding="utf-8") as f:
+            pattern = from_hf_pre_tokenizer(json.load(f).get("pre_tokenizer"))
+    return vocab, pattern
+
+
+def spm_file(path: str | os.PathLike) -> tuple[Vocab, str]:
+    """A SentencePiece BPE ``tokenizer.model`` with byte fallback
+    (:func:`torch_gpubpe.core.vocab_files.load_sentencepiece`), no split (``"whole"``).
+
+    Raises:
+        VocabFormatError: a model this project does not encode exactly, named.
+        ImportError: no ``sentencepiece`` package; OSError.
+    """
+    from torch_gpubpe.core.vocab_files import load_sentencepiece
+
+    return load_sentencepiece(path), "whole"
