@@ -9,7 +9,9 @@ import numpy as np
 
 
 class BatchEncoding:
-    """Token ids of a batch of documents, stored flat.
+    """Token ids of a batch of documents, stored flat. ``enc[k]`` is document k's ids (an
+    array); ``enc["input_ids"]`` and ``enc["attention_mask"]`` are ``transformers``' lists of
+    lists (unpadded; ``tok(texts, padding=True)`` pads).
 
     Attributes:
         ids: 1-D ``np.uint16`` or ``np.uint32`` array of every document's ids, back to back.
@@ -26,7 +28,13 @@ class BatchEncoding:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def __getitem__(self, k: int) -> np.ndarray:
+    def __getitem__(self, k: int | str):
+        if isinstance(k, str):
+            if k == "input_ids":
+                return self.tolist()
+            if k == "attention_mask":
+                return [[1] * int(m) for m in np.diff(self.offsets).tolist()]
+            raise KeyError(f"{k!r}: a BatchEncoding has 'input_ids' and 'attention_mask'")
         n = len(self)
         if not -n <= k < n:
             raise IndexError(f"document {k} out of range for a batch of {n}")
@@ -35,6 +43,10 @@ class BatchEncoding:
 
     def __iter__(self):
         return (self[k] for k in range(len(self)))
+
+    def keys(self) -> tuple[str, str]:
+        """The keys of ``transformers``' encoding: ``("input_ids", "attention_mask")``."""
+        return ("input_ids", "attention_mask")
 
     def tolist(self) -> list[list[int]]:
         """Per-document ids as Python lists."""

@@ -7,6 +7,7 @@ import json
 import os
 
 from torch_gpubpe.core.vocab import Vocab
+from torch_gpubpe.encoding.hf_call import template_of, token_lookup
 from torch_gpubpe.errors import InputError
 
 
@@ -31,11 +32,14 @@ def tiktoken_file(path: str | os.PathLike, pattern: str | None) -> tuple[Vocab, 
     return vocab, pattern
 
 
-def hf_file(path: str | os.PathLike, pattern: str | None) -> tuple[Vocab, str]:
+def hf_file(path: str | os.PathLike, pattern: str | None) -> tuple[Vocab, str, tuple | None,
+                                                                   int | None]:
     """A Hugging Face ``tokenizer.json`` (byte-level or SentencePiece BPE,
     :func:`torch_gpubpe.core.vocab_files.vocab_from_hf_dict`; a folder: its
-    ``tokenizer.json``) and the split its pre-tokenizer implies
-    (:func:`torch_gpubpe.core.patterns.from_hf_pre_tokenizer`), or ``pattern``.
+    ``tokenizer.json``), the split its pre-tokenizer implies
+    (:func:`torch_gpubpe.core.patterns.from_hf_pre_tokenizer`) or ``pattern``, the ids its
+    post-processor puts around a text (:func:`torch_gpubpe.encoding.hf_call.template_of`) and
+    its padding id (None without ``"padding"``).
 
     Raises:
         InputError: a pre-tokenizer the GPU cannot split exactly.
@@ -46,10 +50,14 @@ def hf_file(path: str | os.PathLike, pattern: str | None) -> tuple[Vocab, str]:
     if os.path.isdir(path):
         path = os.path.join(path, "tokenizer.json")
     vocab = Vocab.load(path)
+    with open(path, encoding="utf-8") as f:
+        obj = json.load(f)
     if pattern is None:
-        with open(path, encoding="utf-8") as f:
-            pattern = from_hf_pre_tokenizer(json.load(f).get("pre_tokenizer"))
-    return vocab, pattern
+        pattern = from_hf_pre_tokenizer(obj.get("pre_tokenizer"))
+    template = template_of(obj.get("post_processor"), token_lookup(vocab))
+    pad = obj.get("padding") if isinstance(obj.get("padding"), dict) else {}
+    pad_id = pad.get("pad_id") if isinstance(pad.get("pad_id"), int) else None
+    return vocab, pattern, template, pad_id
 
 
 def spm_file(path: str | os.PathLike) -> tuple[Vocab, str]:

@@ -34,6 +34,7 @@ from torch_gpubpe.core.vocab import Vocab
 from torch_gpubpe.encoding.batch import BatchEncoding
 from torch_gpubpe.encoding import loaders
 from torch_gpubpe.encoding.batch_pack import pack_batch
+from torch_gpubpe.encoding.hf_call import encode_call
 from torch_gpubpe.encoding.normalizers import normalize_packed
 from torch_gpubpe.encoding.walk_table import walk_table
 from torch_gpubpe.encoding.decoding import TokenDecoding
@@ -159,6 +160,10 @@ class Tokenizer(TokenDecoding):
             self._bpe = bpe_tables(walk_vocab)
         self.vocab = vocab
         self.n_vocab = len(vocab)
+        # __call__: the ids put around each text (a tokenizer.json's post-processor; None: one
+        # not read), and the id padding writes (None: padding refused, as in transformers)
+        self.template: tuple | None = ((), ())
+        self.pad_token_id: int | None = None
         self.id_dtype = np.uint16 if len(walk_vocab) <= 1 << 16 else np.uint32
         self._chunk, self._max_slice, self._budget = chunk_bytes, max_slice_bytes, budget
         self._profile = profile
@@ -243,8 +248,26 @@ class Tokenizer(TokenDecoding):
         """A model's tokenizer from its Hugging Face ``tokenizer.json`` (or a folder holding
         one) with the split its pre-tokenizer implies, or ``pattern``
         (:func:`~torch_gpubpe.encoding.loaders.hf_file`)."""
-        vocab, pattern = loaders.hf_file(path, pattern)
-        return cls(vocab, pre_tokenizer=pattern, **kwargs)
+        vocab, pattern, template, pad_id = loaders.hf_file(path, pattern)
+        tok = cls(vocab, pre_tokenizer=pattern, **kwargs)
+        tok.template, tok.pad_token_id = template, pad_id
+        return tok
+
+    def __call__(self, text, **kwargs) -> dict:
+        """``transformers``' call: ``tok(text or texts, padding=, truncation=, max_length=,
+        return_tensors=None|"np"|"pt", add_special_tokens=True, padding_side=,
+        return_attention_mask=, pad_to_multiple_of=, return_length=)`` → ``{"input_ids",
+        "attention_mask"}`` (:func:`torch_gpubpe.encoding.hf_call.encode_call`)."""
+        return encode_call(self, text, **kwargs)
+
+    def __len__(self) -> int:
+        """Every id, added tokens included (``len()`` of a ``transformers`` tokenizer)."""
+        return self.n_vocab
+
+    def __repr__(self) -> str:
+        return (f"Tokenizer(n_vocab={self.n_vocab:,}, mode={self.mode!r}, "
+                f"pre_tokenizer={self.pre_tokenizer!r}, special_tokens="
+                f"{len(self.vocab.special_tokens)})")
 
     @classmethod
     def from_sentencepiece(cls, path: str | os.PathLike, **kwargs) -> Tokenizer:

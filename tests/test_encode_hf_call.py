@@ -1,0 +1,124 @@
+"""``tok(text, padding=..., truncation=..., return_tensors=...)`` gives what ``transformers``'
+``PreTrainedTokenizerFast`` gives on the same ``tokenizer.json``."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from conftest import corpus_docs, shared_vocab
+from torch_gpubpe import InputError
+from torch_gpubpe.core.export import hf_tokenizer_json
+from torch_gpubpe.core.vocab_files import load_tiktoken
+from torch_gpubpe.encoding.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.gpu
+EOT = "<|endoftext|>"
+
+
+def gpt2_json(tmp_path, post_processor) -> str:
+    """GPT-2's ranks as a tokenizer.json with its own split and ``post_processor``."""
+    v = load_tiktoken(shared_vocab("gpt2.tiktoken"), special_tokens={EOT: 50256})
+    d = json.loads(hf_tokenizer_json(v))
+    d["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                          "use_regex": True}
+    d["post_processor"] = post_processor
+    p = tmp_path / "tokenizer.json"
+    p.write_text(json.dumps(d), encoding="utf-8")
+    return str(p)
+
+
+def template(single):
+    return {"type": "TemplateProcessing", "single": single, "pair": single + single,
+            "special_tokens": {EOT: {"id": EOT, "ids": [50256], "tokens": [EOT]}}}
+
+
+BOS = [{"SpecialToken": {"id": EOT, "type_id": 0}}]
+SEQ = [{"Sequence": {"id": "A", "type_id": 0}}]
+POSTS = {"none": None, "bos": template(BOS + SEQ), "bos_eos": template(BOS + SEQ + BOS),
+         "byte_level": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                        "use_regex": True}}
+
+
+@pytest.fixture(scope="module", params=sorted(POSTS))
+def pair(request, tmp_path_factory):
+    from transformers import PreTrainedTokenizerFast
+
+    path = gpt2_json(tmp_path_factory.mktemp(request.param), POSTS[request.param])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = PreTrainedTokenizerFast(tokenizer_file=path, pad_token=EOT)
+    tok = Tokenizer.from_hf(path)
+    tok.pad_token_id = 50256
+    return tok, hf
+
+
+TEXTS = corpus_docs("code_cpython_stdlib", max_bytes=6_000)[:6] + [
+    "Hello world", "", "a<|endoftext|>b", "short", "x " * 40]
+CALLS = [
+    {}, {"add_special_tokens": False}, {"padding": True}, {"padding": "longest"},
+    {"padding": "max_length", "max_length": 64, "truncation": True},
+    {"padding": True, "truncation": True, "max_length": 12},
+    {"truncation": True, "max_length": 5}, {"padding": True, "pad_to_multiple_of": 8},
+    {"padding": True, "return_tensors": "np"}, {"padding": True, "return_tensors": "pt"},
+    {"padding": True, "padding_side": "left"}, {"padding": True, "return_attention_mask": False},
+]
+
+
+@pytest.mark.parametrize("kw", CALLS, ids=[json.dumps(c) for c in CALLS])
+def test_call_equals_transformers(pair, kw):
+    tok, hf = pair
+    for text in (TEXTS, TEXTS[7]):
+        if "return_tensors" in kw and isinstance(text, str):
+            continue
+        want = hf(text, **kw)
+        got = tok(text, **kw)
+        assert set(got) == set(want.keys()), (set(got), set(want.keys()))
+        for key in got:
+            g, w = got[key], want[key]
+            if kw.get("return_tensors") == "pt":
+                assert g.dtype == w.dtype and g.tolist() == w.tolist(), key
+            elif kw.get("return_tensors") == "np":
+                assert np.array_equal(g, w), key
+            else:
+                assert g == w, key
+
+
+def test_padding_needs_a_pad_token(pair):
+    tok, _ = pair
+    was, tok.pad_token_id = tok.pad_token_id, None
+    try:
+        with pytest.raises(InputError, match="pad token"):
+            tok(["a", "bb"], padding=True)
+    finally:
+        tok.pad_token_id = was
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"padding": "sideways"}, "padding"), ({"padding": "max_length"}, "max_length"),
+    ({"truncation": True}, "max_length"), ({"return_tensors": "tf"}, "return_tensors"),
+    ({"return_tensors": "np"}, "padding=True"), ({"padding_side": "up"}, "padding_side"),
+])
+def test_bad_arguments_are_named(pair, kw, match):
+    tok, _ = pair
+    with pytest.raises(InputError, match=match):
+        tok(["a", "bb b"], **kw)
+
+
+def test_batch_encoding_answers_transformers_keys(pair):
+    tok, hf = pair
+    enc = tok.encode_batch(["a b", "", "hello"])
+    want = hf(["a b", "", "hello"], add_special_tokens=False)
+    assert dict(zip(enc.keys(), (enc[k] for k in enc.keys()))) == dict(want)
+    assert enc[0].tolist() == want["input_ids"][0]
+    with pytest.raises(KeyError, match="input_ids"):
+        enc["token_type_ids"]
+
+
+def test_len_and_repr(pair):
+    tok, hf = pair
+    assert len(tok) == len(hf) == 50257
+    assert "n_vocab=50,257" in repr(tok) and "gpt2" in repr(tok)

@@ -1,0 +1,160 @@
+"""``tok(text, padding=..., truncation=..., return_tensors=...)``: the call Hugging Face users
+type, with ``transformers``' results (``input_ids``, ``attention_mask``), padded and truncated
+in one vectorised step over the flat ids of a batch (no Python loop per row).
+
+The special tokens ``add_special_tokens`` puts around each text are the model's: the
+``post_processor`` of its ``tokenizer.json`` (:func:`template_of`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from torch_gpubpe.errors import InputError
+
+PADDING = (False, True, "longest", "max_length", "do_not_pad")
+
+
+def template_of(post_processor: object, token_id) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """``(prefix ids, suffix ids)`` a ``tokenizer.json`` post-processor puts around one text
+    (``TemplateProcessing``'s ``single``, ``RobertaProcessing``, ``BertProcessing``,
+    ``ByteLevel`` (none), a ``Sequence`` of them), or None for one this module does not read.
+    ``token_id``: spelling → id."""
+    if post_processor is None:
+        return (), ()
+    if not isinstance(post_processor, dict):
+        return None
+    kind = post_processor.get("type")
+    if kind == "ByteLevel":
+        return (), ()
+    if kind in ("RobertaProcessing", "BertProcessing"):
+        cls, sep = post_processor.get("cls"), post_processor.get("sep")
+        try:
+            return (int(cls[1]),), (int(sep[1]),)
+        except (TypeError, IndexError, ValueError):
+            return None
+    if kind == "Sequence":
+        pre, post = [], []
+        for p in post_processor.get("processors") or []:
+            t = template_of(p, token_id)
+            if t is None:
+                return None
+            pre += t[0]
+            post = list(t[1]) + post
+        return tuple(pre), tuple(post)
+    if kind == "TemplateProcessing":
+        pre, post, seen = [], [], False
+        for item in post_processor.get("single") or []:
+            if "Sequence" in item:
+                seen = True
+            elif "SpecialToken" in item:
+                tid = token_id(item["SpecialToken"].get("id"))
+                if tid is None:
+                    return None
+                (post if seen else pre).append(tid)
+            else:
+                return None
+        return (tuple(pre), tuple(post)) if seen else None
+    return None
+
+
+def encode_call(tok, text, *, add_special_tokens: bool = True, padding=False,
+                truncation=False, max_length: int | None = None,
+                pad_to_multiple_of: int | None = None, padding_side: str = "right",
+                return_tensors: str | None = None, return_attention_mask: bool = True,
+                return_length: bool = False) -> dict:
+    """:meth:`Tokenizer.__call__` (arguments and results as ``transformers``'
+    ``PreTrainedTokenizerFast.__call__`` for one text or a list of texts).
+
+    Raises:
+        InputError: an argument out of range, or padding asked for without a pad token
+            (``tok.pad_token_id``), or ``add_special_tokens`` with a post-processor not read.
+    """
+    single = isinstance(text, (str, bytes))
+    texts = [text] if single else list(text)
+    if padding not in PADDING:
+        raise InputError(f"padding must be one of {PADDING}, got {padding!r}")
+    if padding == "max_length" and max_length is None:
+        raise InputError("padding='max_length' needs max_length")
+    if truncation not in (False, True, "longest_first", "only_first", "do_not_truncate"):
+        raise InputError(f"truncation={truncation!r} is not supported (one text per row)")
+    truncate = truncation not in (False, "do_not_truncate")
+    if truncate and max_length is None:
+        raise InputError("truncation needs max_length (this tokenizer has no model maximum)")
+    if padding_side not in ("right", "left"):
+        raise InputError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+    if return_tensors not in (None, "np", "pt"):
+        raise InputError(f"return_tensors must be None, 'np' or 'pt', got {return_tensors!r}")
+    pre, post = (), ()
+    if add_special_tokens:
+        if tok.template is None:
+            raise InputError("add_special_tokens=True: this tokenizer's post-processor is not "
+                             "one torch_gpubpe reads; pass add_special_tokens=False")
+        pre, post = tok.template
+    enc = tok.encode_batch(texts, allowed_special="all")   # (HF matches added tokens)
+    ids, offsets = enc.ids.astype(np.int64), enc.offsets
+    body = np.diff(offsets)
+    extra = len(pre) + len(post)
+    if truncate:
+        if max_length < extra:
+            raise InputError(f"max_length={max_length} leaves no room beside the "
+                             f"{extra} special tokens")
+        body = np.minimum(body, max_length - extra)
+    lengths = body + extra
+    width = int(lengths.max()) if len(lengths) else 0
+    pad = padding not in (False, "do_not_pad")
+    if padding == "max_length":
+        width = max(width, int(max_length)) if not truncate else int(max_length)
+    if pad and pad_to_multiple_of:
+        width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
+    if pad and tok.pad_token_id is None:
+        raise InputError("padding needs a pad token: set tok.pad_token_id (e.g. the EOS id, "
+                         "as GPT-2 users do) or pass padding=False")
+    if return_tensors is not None and not pad and len(set(lengths.tolist())) > 1:
+        raise InputError("rows of different lengths cannot be one tensor: pass padding=True")
+    rows = len(texts)
+    width = max(width, int(lengths.max()) if rows else 0)
+    out = np.full((rows, width), tok.pad_token_id if pad else 0, np.int64)
+    mask = np.zeros((rows, width), np.int64)
+    # every kept token's (row, column) at once
+    start = np.where(padding_side == "left", width - lengths, 0) if pad else np.zeros(rows, int)
+    r = np.repeat(np.arange(rows), body)
+    k = np.arange(int(body.sum())) - np.repeat(np.cumsum(body) - body, body)
+    out[r, start[r] + len(pre) + k] = ids[np.repeat(offsets[:-1], body) + k]
+    for j, t in enumerate(pre):
+        out[np.arange(rows), start + j] = t
+    for j, t in enumerate(post):
+        out[np.arange(rows), start + len(pre) + body + j] = t
+    cols = np.arange(width)
+    mask[(cols >= start[:, None]) & (cols < (start + lengths)[:, None])] = 1
+    result = {"input_ids": out}
+    if return_attention_mask:
+        result["attention_mask"] = mask
+    if return_length:
+        result["length"] = lengths
+    if return_tensors == "np":
+        return result
+    if return_tensors == "pt":
+        import torch
+
+        return {key: torch.from_numpy(v) for key, v in result.items()}
+    if not pad:  # ragged lists, as transformers returns them
+        listed = {key: [row[s : s + n] for row, s, n in
+                        zip(v.tolist(), start.tolist(), lengths.tolist())]
+                  for key, v in result.items() if key != "length"}
+        if return_length:
+            listed["length"] = lengths.tolist()
+    else:
+        listed = {key: v.tolist() for key, v in result.items()}
+    return {key: v[0] for key, v in listed.items()} if single else listed
+
+
+def token_lookup(vocab):
+    """Spelling → id for :func:`template_of` (a special token's, or an ordinary token's
+    text), None where no token is spelled so."""
+    def find(s: object):
+        try:
+            return vocab.token_to_id(s) if isinstance(s, str) else None
+        except KeyError:
+            return None
+    return find
