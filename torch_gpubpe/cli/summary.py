@@ -47,8 +47,10 @@ def format_train_summary(s: dict) -> str:
     stopped = ""
     if s["num_merges"] < s["requested_merges"]:
         stopped = f" (stopped early: no pair occurs {min_frequency}+ times)"
+    where = ("the first training documents (--holdout-every K: on held-out ones)"
+             if s.get("heldout_is_training") else "the held-out slice")
     held = (
-        f"{s['heldout_bytes_per_token']:.3f} bytes/token on the held-out slice "
+        f"{s['heldout_bytes_per_token']:.3f} bytes/token on {where} "
         f"({s['heldout_bytes']:,} bytes in {docs(s['heldout_documents'])} → "
         f"{s['heldout_tokens']:,} tokens)"
         if s["heldout_tokens"] else "n/a (no held-out documents; see --holdout-every)"

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # at run time imported where used: pyarrow takes ~0.3 s to im
 
 DEFAULT_VOCAB_SIZE = 2048
 DEFAULT_SPECIAL_TOKENS = ("<|endoftext|>",)
-DEFAULT_HOLDOUT_EVERY = 20
+DEFAULT_HOLDOUT_EVERY = 0   # the same documents give the same vocab as train() by default
 DEFAULT_HOLDOUT_MAX_BYTES = 4_000_000
 
 
@@ -69,7 +69,8 @@ def add_parser(sub) -> None:
                         "documents: the merges of training on the documents counted into it")
     g.add_argument("--holdout-every", type=int, default=DEFAULT_HOLDOUT_EVERY, metavar="K",
                    help="every K-th document is held out of training to measure compression "
-                        f"(default: {DEFAULT_HOLDOUT_EVERY}; 0: none)")
+                        "on text the vocab did not see (default: 0, none: the compression is "
+                        "measured on the first training documents, and the vocab is train()'s)")
     g.add_argument("--holdout-max-bytes", type=parse_size, default=DEFAULT_HOLDOUT_MAX_BYTES,
                    metavar="SIZE", help="held-out slice size limit (default: 4M); later documents "
                                         "all go to training")
@@ -103,6 +104,7 @@ class CorpusReader:
         self.args, self.source = args, source
         self.train_bytes = self.train_docs = self.heldout_bytes = 0
         self.heldout: list[bytes] = []
+        self.heldout_is_training = False   # (holdout off: ``heldout`` is training text)
         self.seconds = 0.0
         self.read_stats: dict = {}
 
@@ -141,6 +143,15 @@ class CorpusReader:
                         data = np.concatenate([data[a:b] for a, b in zip(cut_a, cut_b)])
                         offsets = np.zeros(int(keep.sum()) + 1, np.int64)
                         np.cumsum(lens[keep], out=offsets[1:])
+                elif every == 0 and self.heldout_bytes < cap:
+                    # no documents held out: the compression is reported on the first
+                    # training documents (a copy; they are trained on too)
+                    lens = np.diff(offsets)
+                    k = int(np.searchsorted(self.heldout_bytes + np.cumsum(lens), cap, "right"))
+                    self.heldout += [data[offsets[j] : offsets[j + 1]].tobytes()
+                                     for j in range(k)]
+                    self.heldout_bytes += int(lens[:k].sum())
+                    self.heldout_is_training = True
                 self.train_docs += len(offsets) - 1
                 self.train_bytes += int(offsets[-1])
                 yield data, offsets
@@ -237,6 +248,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         "num_documents": int(stats.get("num_documents") or reader.train_docs),
         "heldout_bytes": held_bytes,
         "heldout_documents": len(held),
+        "heldout_is_training": reader.heldout_is_training,
         **vocab_summary(args, vocab, specials, stats),
         "seconds": {
             "read_and_count": stats.get("seconds_count", reader.seconds),
