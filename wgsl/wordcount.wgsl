@@ -6,6 +6,7 @@
 // pretokenize.wgsl) is counted into a hash table that lives across batches:
 //   wc_starts   one thread per 32 bytes: the word-start bitmap of the batch (the §2 rule of
 //               common.wgsl; bit n set as an end sentinel) and the number of words
+//               (wc_starts_mask: the same from a regex family's word starts)
 //   wc_insert   one thread per byte; at a word start: its length (next set bit, ≤ MAXW bytes,
 //               else the position goes to `longs` for the host), a hash of its bytes, then
 //               open addressing: a free slot is claimed with the word's position + 1 (CAS); an
@@ -42,6 +43,7 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> state: array<atomic<u32>>;
 @group(0) @binding(8) var<storage, read_write> longs: array<u32>;
 @group(0) @binding(9) var<storage, read_write> out: array<u32>;
+@group(0) @binding(10) var<storage, read> pmask: array<u32>;  // wc_starts_mask: regex word starts
 
 const WG: u32 = 256u;
 const EMPTY: u32 = 0u;            // (a cleared buffer is an empty table)
@@ -92,6 +94,39 @@ fn wc_starts(@builtin(workgroup_id) wid: vec3<u32>,
         starts[t] = bits;
         var words = countOneBits(bits);
         if (base + 32u > n) { words -= 1u; }           // the sentinel is not a word
+        if (words != 0u) { atomicAdd(&wg_count, words); }
+    }
+    workgroupBarrier();
+    if (lid == 0u) {
+        let c = atomicLoad(&wg_count);
+        if (c != 0u) { atomicAdd(&state[S_NWORDS], c); }
+    }
+}
+
+// ---- wc_starts_mask: wc_starts for a regex family's split --------------------------------------
+// The word starts computed by wgsl/pretokenize_unicode.wgsl over the same text (`pmask`: bit i of
+// word t set iff byte 32t + i starts a match), with bit n set as the end sentinel, and the number
+// of words.
+@compute @workgroup_size(WG)
+fn wc_starts_mask(@builtin(workgroup_id) wid: vec3<u32>,
+                  @builtin(num_workgroups) nwg: vec3<u32>,
+                  @builtin(local_invocation_index) lid: u32) {
+    if (lid == 0u) { atomicStore(&wg_count, 0u); }
+    workgroupBarrier();
+    let t = linear_workgroup(wid, nwg) * WG + lid;
+    let n = P.n;
+    let base = t * 32u;
+    if (base <= n) {
+        var bits = 0u;
+        if (base < n) { bits = pmask[t]; }
+        var words = 0u;
+        if (base + 32u > n) {
+            bits = (bits & ((1u << (n - base)) - 1u)) | (1u << (n - base));  // end sentinel
+            words = countOneBits(bits) - 1u;
+        } else {
+            words = countOneBits(bits);
+        }
+        starts[t] = bits;
         if (words != 0u) { atomicAdd(&wg_count, words); }
     }
     workgroupBarrier();

@@ -201,7 +201,7 @@ def load_vocab_arg(path: str) -> Vocab:
     return load_vocab_file(path, what="--vocab")
 
 
-def implied_pre_tokenizer(path: str) -> str:
+def implied_pre_tokenizer(path: str) -> str | None:
     """The word split a ``--vocab`` file implies: a ``*.tiktoken`` file's sidecar pattern
     (``path.json``), a ``tokenizer.json``'s pre-tokenizer, none for a SentencePiece ``*.model``,
     else DESIGN.md §2's bytes-classes.
@@ -222,7 +222,7 @@ def implied_pre_tokenizer(path: str) -> str:
         return from_hf_pre_tokenizer(pre)  # (none: each document is one word, as in HF)
     if p.suffix == ".model":
         return "whole"
-    return "bytes-classes"
+    return None   # this project's vocab.json: the split it records, or DESIGN.md §2's
 
 
 def docs(n: int) -> str:

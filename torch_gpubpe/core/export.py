@@ -160,8 +160,8 @@ def hf_tokenizer_dict(vocab: Vocab) -> dict:
         "pre_tokenizer": {
             "type": "Sequence",
             "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": SPLIT_PATTERN}, "behavior": "Isolated",
-                 "invert": False},
+                {"type": "Split", "pattern": {"Regex": split_pattern(vocab, hf=True)},
+                 "behavior": "Isolated", "invert": False},
                 byte_level,
             ],
         },
@@ -230,6 +230,17 @@ def hf_tokenizer_config(vocab: Vocab) -> dict:
     return cfg
 
 
+def split_pattern(vocab: Vocab, hf: bool = False) -> str:
+    """The ``pat_str`` of the vocab's split: its recorded family's
+    (:data:`torch_gpubpe.core.patterns.PATTERN_OF`), else DESIGN.md §2's (spelled for Hugging
+    Face's engine with ``hf``, else for ``regex`` / tiktoken)."""
+    from torch_gpubpe.core.patterns import HF_PATTERN_OF, PATTERN_OF
+
+    if vocab.pre_tokenizer:
+        return (HF_PATTERN_OF if hf else PATTERN_OF)[vocab.pre_tokenizer]
+    return SPLIT_PATTERN if hf else SPLIT_PATTERN_PY
+
+
 def tiktoken_ranks(vocab: Vocab) -> dict[bytes, int]:
     """token bytes → id (tiktoken's "mergeable ranks"); for shared spellings the smallest id.
 
@@ -259,19 +270,23 @@ def save_tiktoken(vocab: Vocab, path: str | os.PathLike) -> Path:
     ranks = tiktoken_ranks(vocab).items()
     lines = [f"{base64.b64encode(tb).decode('ascii')} {i}\n" for tb, i in ranks]
     path.write_text("".join(lines), encoding="ascii")
+    # the sidecar Tokenizer.from_tiktoken reads: the split and the special tokens
+    Path(str(path) + ".json").write_text(json.dumps(
+        {"pattern": split_pattern(vocab), "special_tokens": vocab.special_token_ids},
+        ensure_ascii=False) + "\n", encoding="utf-8")
     return path
 
 
 def tiktoken_encoding(vocab: Vocab, name: str = "torch_gpubpe"):
-    """A ``tiktoken.Encoding`` over this vocab: ``pat_str`` = the §2 pattern
-    (``vocab.SPLIT_PATTERN_PY``), special tokens with their ids. Needs ``pip install tiktoken``.
+    """A ``tiktoken.Encoding`` over this vocab: ``pat_str`` = its split (:func:`split_pattern`),
+    special tokens with their ids. Needs ``pip install tiktoken``.
 
     Its ids may differ from this project's (merge-order BPE vs greedy longest match)."""
     import tiktoken
 
     return tiktoken.Encoding(
         name=name,
-        pat_str=SPLIT_PATTERN_PY,
+        pat_str=split_pattern(vocab),
         mergeable_ranks=tiktoken_ranks(vocab),
         special_tokens=vocab.special_token_ids,
     )
@@ -281,7 +296,8 @@ def export_all(vocab: Vocab, out_dir: str | os.PathLike) -> dict[str, Path]:
     """Write every format into ``out_dir`` (created if missing).
 
     Files: ``vocab.json`` (:meth:`Vocab.save`, the project's own format), ``tokenizer.json`` and
-    ``tokenizer_config.json`` (Hugging Face), ``tokenizer.tiktoken`` (tiktoken).
+    ``tokenizer_config.json`` (Hugging Face), ``tokenizer.tiktoken`` (tiktoken) and its sidecar
+    ``tokenizer.tiktoken.json`` (the split's ``pat_str``, the special tokens).
 
     Returns:
         format name (``"vocab"``, ``"hf"``, ``"hf_config"``, ``"tiktoken"``) → path written.

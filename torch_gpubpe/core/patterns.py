@@ -61,6 +61,7 @@ import numpy as np
 
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.core.reference import to_bytes
+from torch_gpubpe.core.vocab import TRAINED_SPLITS
 
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 R50K_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
@@ -133,6 +134,12 @@ PATTERN_OF = {"gpt2": R50K_PATTERN, "cl100k": CL100K_PATTERN, "qwen2": QWEN2_PAT
               "o200k": O200K_PATTERN, "llama3": LLAMA3_PATTERN, "qwen35": QWEN35_PATTERN,
               "starcoder": STARCODER_PATTERN}
 """The ``pat_str`` of each family (the reference splits with it)."""
+if set(PATTERN_OF) != set(TRAINED_SPLITS):
+    raise ImportError("torch_gpubpe.core.vocab.TRAINED_SPLITS differs from PATTERN_OF")
+HF_PATTERN_OF = {fam: p.replace("{1,3}+", "{1,3}") for fam, p in PATTERN_OF.items()}
+"""The same patterns spelled for Hugging Face's engine (Oniguruma reads ``{1,3}+`` as a
+repeated ``{1,3}``, not a possessive one: Llama 3's ``tokenizer.json`` drops the ``+``)."""
+_BY_PATTERN.update({p: fam for fam, p in HF_PATTERN_OF.items()})
 
 
 def resolve(pattern: str) -> str:

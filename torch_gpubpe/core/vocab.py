@@ -43,6 +43,9 @@ MODES = ("greedy", "bpe")
 PRE_TOKENIZER = "gpubpe-bytes-v1"
 """Name of the DESIGN.md §2 word rule; stored in every vocab file."""
 
+TRAINED_SPLITS = ("gpt2", "cl100k", "qwen2", "o200k", "llama3", "qwen35", "starcoder")
+"""The regex splits a vocab may record as trained with (:attr:`Vocab.pre_tokenizer`): the
+families of :data:`torch_gpubpe.core.patterns.PATTERN_OF` (it checks they are the same)."""
 SPLIT_PATTERN = (
     r" ?[A-Za-z\x{80}-\x{10FFFF}]+| ?[0-9]+| ?[\x00-\x08\x0E-\x1F!-/:-@\[-`{-\x7F]+|[\r\n]+"
     r"|[ \t\x0B\x0C]+?(?= (?:[A-Za-z\x{80}-\x{10FFFF}]|[0-9]|[\x00-\x08\x0E-\x1F!-/:-@\[-`{-\x7F]))"
@@ -175,6 +178,10 @@ class Vocab:
         ignore_merges: a word that is itself a token is that token (tiktoken; Hugging Face's
             ``ignore_merges``, as in Llama 3), else only merges build tokens (Hugging Face's
             default). The same for every vocab whose tokens BPE can all build.
+        pre_tokenizer: the regex family it was trained with (``train(pre_tokenizer=...)``,
+            :data:`torch_gpubpe.core.patterns.PATTERN_OF`), which every ``Tokenizer`` of it
+            uses (another one is refused); ``None``: not recorded (DESIGN.md §2's split for
+            this project's vocabs; a model file's own, as its loader says).
     Raises:
         ValueError: inconsistent merges, tokens, ranks, mode or special tokens.
     """
@@ -189,9 +196,13 @@ class Vocab:
     normalizer: str | None = None
     decode_only: tuple[int, ...] = field(default=(), repr=False)
     units: str = "bytes"
+    pre_tokenizer: str | None = None
     _bytes: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.pre_tokenizer is not None and self.pre_tokenizer not in TRAINED_SPLITS:
+            raise ValueError(f"pre_tokenizer must be None or one of {TRAINED_SPLITS}, got "
+                             f"{self.pre_tokenizer!r}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.normalizer is not None and self.normalizer not in NORMALIZERS:
@@ -486,12 +497,12 @@ class Vocab:
         out = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
-            "pre_tokenizer": PRE_TOKENIZER,
+            "pre_tokenizer": self.pre_tokenizer or PRE_TOKENIZER,
             "vocab_size": len(self),
             "merges": [list(m) for m in self.merges],
             "special_tokens": list(self.special_tokens),
         }
-        if self.mode != "greedy" or self.tokens is not None:
+        if self.mode != "greedy" or self.tokens is not None or self.pre_tokenizer:
             out["version"] = 2
             out["mode"] = self.mode
         if self.tokens is not None:
@@ -562,10 +573,11 @@ class Vocab:
                 f"{source}: unsupported vocab format version {obj.get('version')!r} "
                 f"(this torch_gpubpe reads versions {FORMAT_VERSIONS})"
             )
-        if obj.get("pre_tokenizer") != PRE_TOKENIZER:
+        pre = obj.get("pre_tokenizer")
+        if pre != PRE_TOKENIZER and not (obj["version"] >= 2 and pre in TRAINED_SPLITS):
             raise VocabFormatError(
-                f"{source}: pre-tokenizer {obj.get('pre_tokenizer')!r} is not supported "
-                f"(expected {PRE_TOKENIZER!r})"
+                f"{source}: pre-tokenizer {pre!r} is not supported (expected "
+                f"{PRE_TOKENIZER!r} or, version 2, one of {TRAINED_SPLITS})"
             )
         merges, specials = obj.get("merges"), obj.get("special_tokens", [])
         if not isinstance(merges, list) or not _int_pairs(merges, list):
@@ -591,7 +603,8 @@ class Vocab:
                         ignore_merges=obj.get("ignore_merges", True) is not False,
                         normalizer=obj.get("normalizer"),
                         decode_only=tuple(obj.get("decode_only") or ()),
-                        units=obj.get("units", "bytes"))
+                        units=obj.get("units", "bytes"),
+                        pre_tokenizer=None if pre == PRE_TOKENIZER else pre)
         except (ValueError, TypeError) as e:
             raise VocabFormatError(f"{source}: {e}") from e
         if "vocab_size" in obj and obj["vocab_size"] != len(vocab):

@@ -71,3 +71,20 @@ def spm_file(path: str | os.PathLike) -> tuple[Vocab, str]:
     from torch_gpubpe.core.vocab_files import load_sentencepiece
 
     return load_sentencepiece(path), "whole"
+
+
+def split_of(vocab: Vocab, pre_tokenizer: str | None) -> str:
+    """The family a ``Tokenizer`` of ``vocab`` splits with: ``pre_tokenizer``, else the vocab's
+    recorded one, else ``"bytes-classes"``.
+
+    Raises:
+        InputError: a pattern the GPU cannot split exactly, or one other than the vocab's.
+    """
+    from torch_gpubpe.core.patterns import resolve
+
+    fam = resolve(pre_tokenizer or vocab.pre_tokenizer or "bytes-classes")
+    if vocab.pre_tokenizer and fam != vocab.pre_tokenizer:
+        raise InputError(f"pre_tokenizer={pre_tokenizer!r}, but the vocab was trained with "
+                         f"{vocab.pre_tokenizer!r}: its ids need that split (leave "
+                         "pre_tokenizer out)")
+    return fam

@@ -107,10 +107,10 @@ class Tokenizer(TokenDecoding):
             pointer jumping: same ids). ``None`` walks every word with one thread (slow for
             MB-long words; for tests and comparisons).
         profile: record per-pass GPU times (µs) in :attr:`last_pass_us` (timestamp queries).
-        pre_tokenizer: how text is split into words: ``"bytes-classes"`` (DESIGN.md §2, the
-            default) or a regex family of :mod:`torch_gpubpe.core.patterns` (``"gpt2"``,
-            ``"cl100k"``, ``"qwen2"``, ``"o200k"`` or their ``pat_str``), split exactly on the GPU
-            (:mod:`torch_gpubpe.encoding.regex_pretok`).
+        pre_tokenizer: how text is split into words: ``"bytes-classes"`` (DESIGN.md §2) or a
+            regex family of :mod:`torch_gpubpe.core.patterns` (``"gpt2"``, ``"cl100k"``, ...
+            or their ``pat_str``), split exactly on the GPU; default: the vocab's
+            (:attr:`Vocab.pre_tokenizer`, another is refused) or ``"bytes-classes"``.
         mode: ``"greedy"`` (longest match, DESIGN.md §4) or ``"bpe"`` (exact merge-order BPE,
             ids identical to tiktoken's ``encode_ordinary`` over the same words; the
             backtracking walk of ``wgsl/encode_bpe.wgsl``, tables in :mod:`torch_gpubpe.core.bpe_tables`);
@@ -131,10 +131,9 @@ class Tokenizer(TokenDecoding):
 
     def __init__(self, vocab: Vocab | str | os.PathLike, *, chunk_bytes: int = DEFAULT_CHUNK,
                  max_slice_bytes: int | None = None, thread_budget: int | None = None,
-                 profile: bool = False, pre_tokenizer: str = "bytes-classes",
+                 profile: bool = False, pre_tokenizer: str | None = None,
                  long_word_bytes: int | None = DEFAULT_LONG_WORD,
                  mode: str | None = None) -> None:
-        from torch_gpubpe.core.patterns import resolve
 
         if isinstance(vocab, (str, os.PathLike)):
             vocab = Vocab.load(vocab)
@@ -167,7 +166,7 @@ class Tokenizer(TokenDecoding):
         self.id_dtype = np.uint16 if len(walk_vocab) <= 1 << 16 else np.uint32
         self._chunk, self._max_slice, self._budget = chunk_bytes, max_slice_bytes, budget
         self._profile = profile
-        self.pre_tokenizer = resolve(pre_tokenizer)
+        self.pre_tokenizer = loaders.split_of(vocab, pre_tokenizer)
         if long_word_bytes is not None and (not isinstance(long_word_bytes, int)
                                             or isinstance(long_word_bytes, bool)
                                             or long_word_bytes < 1):

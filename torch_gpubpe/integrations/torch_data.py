@@ -288,7 +288,7 @@ class TokenizedDataset(IterableDataset):
                 from torch_gpubpe.encoding.tokenizer import Tokenizer
 
                 self._tok = Tokenizer(self._tokenizer_arg,
-                                      pre_tokenizer=self._pre_tokenizer or "bytes-classes")
+                                      pre_tokenizer=self._pre_tokenizer)
             else:
                 self._tok = self._tokenizer_arg
         return self._tok

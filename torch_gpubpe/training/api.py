@@ -18,6 +18,8 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
+
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -51,6 +53,7 @@ def train(
     count_on: str = "gpu",
     max_memory: int | None = None,
     prune_below: int = 0,
+    pre_tokenizer: str | None = None,
 ) -> Vocab:
     """Learn a byte-level BPE vocab from documents on the GPU (DESIGN.md §2–§3; seed training
     pipeline).
@@ -132,6 +135,12 @@ def train(
             none; the default keeps training exact). Pruning is how trainers fit corpora with
             very many rare words; the merges can then differ from exact training:
             ``stats["pruned_words"]`` counts them and a ``RuntimeWarning`` says so once.
+        pre_tokenizer: the word split: DESIGN.md §2's (default) or a model's regex split by
+            name or ``pat_str`` (``"gpt2"``, ``"cl100k"``, ``"o200k"``, ``"qwen2"``, ``"llama3"``,
+            ``"qwen35"``, ``"starcoder"``: :data:`torch_gpubpe.core.patterns.PATTERN_OF`), done
+            on the GPU before counting (the words are ``regex.findall``'s; ``count_on="cpu"``:
+            ``regex`` itself). The vocab records it (:attr:`Vocab.pre_tokenizer`): its
+            tokenizers, files and exports use it; the merges are rustbpe's with that pattern.
     Returns:
         the :class:`~torch_gpubpe.core.vocab.Vocab` (merges equal to ``reference.train`` unless
         ``prune_below`` dropped words).
@@ -160,7 +169,8 @@ def train(
             return train(bars.documents(documents), vocab_size, min_frequency=min_frequency,
                          special_tokens=special_tokens, progress=bars.merges, stats=stats,
                          batch=batch, profile=profile, algorithm=algorithm, count_on=count_on,
-                         max_memory=max_memory, prune_below=prune_below)
+                         max_memory=max_memory, prune_below=prune_below,
+                         pre_tokenizer=pre_tokenizer)
         finally:
             bars.close()
     if progress is False:
@@ -168,6 +178,7 @@ def train(
     check_sizes(vocab_size, special_tokens, min_frequency)
     check_algorithm(algorithm)
     check_count_args(documents, count_on, max_memory, prune_below)
+    family = training_split(pre_tokenizer)
     st = {} if stats is None else stats
     t0 = time.perf_counter()
     st["seconds_setup"] = t0 - t_start     # (imports on the first call, argument checks)
@@ -186,7 +197,7 @@ def train(
                                 opener, fut, min_frequency=min_frequency,
                                 special_tokens=special_tokens, progress=progress, batch=batch,
                                 profile=profile, algorithm=algorithm, count_on=count_on,
-                                max_memory=limit, prune_below=prune_below)
+                                max_memory=limit, prune_below=prune_below, family=family)
     finally:
         pool.shutdown(wait=True)
         budget.close()
@@ -194,7 +205,7 @@ def train(
 
 def _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch, opener, fut,
                      *, min_frequency, special_tokens, progress, batch, profile, algorithm,
-                     count_on, max_memory, prune_below) -> Vocab:
+                     count_on, max_memory, prune_below, family) -> Vocab:
     """train() after its checks: count under ``budget``, then merge. ``opener`` (_Opener) is
     opening the device on a thread (``fut``): it compiles the counting pipelines first and says
     so, then the training pipelines while the GPU counts."""
@@ -203,7 +214,7 @@ def _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch,
     counts, gpu_wait = count_budgeted(
         documents, budget, count_on=count_on, info=info, stats=st, count_stats=count_stats,
         gpu_batch=gpu_batch, prefetch=prefetch, open_gpu=lambda: opener.wait_gpu(fut),
-        gpu_ready=opener.ready.is_set, t0=t0)
+        gpu_ready=opener.ready.is_set, t0=t0, family=family)
     t3 = time.perf_counter()
     trainer = fut.result()      # the training pipelines (compiled while counting)
     t4 = time.perf_counter()
@@ -236,8 +247,26 @@ def _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch,
                          special_tokens=special_tokens, progress=progress, stats=st,
                          batch=batch, profile=profile, algorithm=algorithm, trainer=trainer,
                          _stacklevel=4)   # (the caller of train)
+    if family != "bytes-classes":
+        vocab = dataclasses.replace(vocab, pre_tokenizer=family)
     st["seconds_total"] = time.perf_counter() - t0
     return vocab
+
+
+def training_split(pre_tokenizer: str | None) -> str:
+    """The family ``train(pre_tokenizer=...)`` counts words with.
+
+    Raises:
+        InputError: a pattern the GPU cannot split, or one with no ``pat_str`` to record
+            (DeepSeek's and SentencePiece's steps: their vocabularies are not trained here).
+    """
+    from torch_gpubpe.core.patterns import DEFAULT, PATTERN_OF, resolve
+
+    fam = resolve(pre_tokenizer or DEFAULT)
+    if fam != DEFAULT and fam not in PATTERN_OF:
+        raise InputError(f"pre_tokenizer={pre_tokenizer!r}: training takes DESIGN.md §2's split "
+                         f"or one of {sorted(PATTERN_OF)} (a split with a pat_str)")
+    return fam
 
 
 class _Opener:

@@ -331,11 +331,12 @@ class CountBudget:
             self.tmp = None
 
 
-def count_cpu(documents, budget: CountBudget, info: dict):
+def count_cpu(documents, budget: CountBudget, info: dict, family: str = "bytes-classes"):
     """The CPU counter (:func:`torch_gpubpe.training.word_counts.count_words_cpu`'s batches and thread
     pool)
     under ``budget``: partial counts over ``budget.max_cpu_rows`` key rows are grouped and
-    spilled. Returns :class:`~torch_gpubpe.training.word_counts.WordCounts` of what was not spilled."""
+    spilled; words split by ``family`` (:func:`~torch_gpubpe.training.word_counts.split_starts`).
+    Returns :class:`~torch_gpubpe.training.word_counts.WordCounts` of what was not spilled."""
     workers = max(1, min(os.cpu_count() or 1, 32))
     total = PartialCounts()
     limit = budget.max_cpu_rows
@@ -363,7 +364,7 @@ def count_cpu(documents, budget: CountBudget, info: dict):
         pending: deque = deque()
         # (word_counts.DEFAULT_BATCH_BYTES read at call time: tests make it small)
         for data, offsets in document_batches(documents, word_counts.DEFAULT_BATCH_BYTES, info):
-            pending.append(pool.submit(count_batch, data, offsets))
+            pending.append(pool.submit(count_batch, data, offsets, family))
             while len(pending) > workers:
                 take(pending.popleft().result())
         while pending:

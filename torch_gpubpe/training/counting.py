@@ -21,6 +21,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 
+from torch_gpubpe.core.patterns import resolve
 from torch_gpubpe.gpu.device import get_gpu
 import torch_gpubpe.training.budget as count_budget
 import torch_gpubpe.training.count_stream as count_stream
@@ -81,7 +82,8 @@ def plan_budget(max_memory: int, prune_below: int, count_on: str,
 def count_budgeted(documents: Iterable[str | bytes], budget: CountBudget, *, count_on: str,
                    info: dict, stats: dict, count_stats: dict, gpu_batch: int, prefetch: int,
                    open_gpu: Callable, gpu_ready: Callable[[], bool] = lambda: True,
-                   t0: float | None = None) -> tuple[WordCounts, float]:
+                   t0: float | None = None, family: str = "bytes-classes"
+                   ) -> tuple[WordCounts, float]:
     """Count ``documents`` under ``budget`` (tables over its share spilled as sorted runs;
     :meth:`CountBudget.finish` merges them after): ``(counts of what was not spilled, seconds
     waited for the GPU)``.
@@ -94,7 +96,7 @@ def count_budgeted(documents: Iterable[str | bytes], budget: CountBudget, *, cou
     ``count_table_retries``; ``count_stats`` the pipeline's timings.
     """
     if count_on == "cpu":
-        return count_cpu(documents, budget, info), 0.0
+        return count_cpu(documents, budget, info, family), 0.0
     t0 = time.perf_counter() if t0 is None else t0
     batches = document_batches(documents, min(count_stream.PIECE_BYTES, gpu_batch), info)
     ready: list = []
@@ -108,7 +110,7 @@ def count_budgeted(documents: Iterable[str | bytes], budget: CountBudget, *, cou
     stats["seconds_prefetch"], stats["prefetch_bytes"] = t1 - t0, held
     gpu = open_gpu()
     waited = time.perf_counter() - t1
-    counter = gpu_counter.GPUWordCounter(gpu, gpu_batch)
+    counter = gpu_counter.GPUWordCounter(gpu, gpu_batch, family=family)
     counter.spill = budget.spill
     # (a batch adds at most about gpu_batch / 8 new words before the next check)
     counter.max_words = max(budget.max_table_words - gpu_batch // 8,
@@ -137,7 +139,8 @@ def count_budgeted(documents: Iterable[str | bytes], budget: CountBudget, *, cou
 
 def count_words(documents: Iterable[str | bytes], *, count_on: str = "gpu",
                 max_memory: int | None = None, prune_below: int = 0,
-                stats: dict | None = None, gpu=None) -> WordCounts:
+                stats: dict | None = None, gpu=None, pre_tokenizer: str = "bytes-classes"
+                ) -> WordCounts:
     """How often each word (DESIGN.md §2) occurs over all documents, counted as
     :func:`~torch_gpubpe.training.api.train` counts them; words never span documents.
 
@@ -156,6 +159,8 @@ def count_words(documents: Iterable[str | bytes], *, count_on: str = "gpu",
             spilled, the budget's keys (``spilled_runs``, ``spill_bytes``, ...), and
             ``pruned_words`` with ``prune_below``.
         gpu: the :class:`~torch_gpubpe.gpu.device.GPU` to count on (default: the process's).
+        pre_tokenizer: the word split: DESIGN.md §2's (default) or a regex family of
+            :func:`torch_gpubpe.core.patterns.resolve` (its words are ``regex.findall``'s).
     Returns:
         :class:`~torch_gpubpe.training.word_counts.WordCounts` (each word once, in no
         particular order).
@@ -175,7 +180,7 @@ def count_words(documents: Iterable[str | bytes], *, count_on: str = "gpu",
     try:
         counts, _ = count_budgeted(documents, budget, count_on=count_on, info=info, stats=st,
                                    count_stats=count_stats, gpu_batch=gpu_batch,
-                                   prefetch=prefetch, t0=t0,
+                                   prefetch=prefetch, t0=t0, family=resolve(pre_tokenizer),
                                    open_gpu=get_gpu if gpu is None else (lambda: gpu))
         spilled = bool(budget.runs)
         counts = budget.finish(counts)

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from torch_gpubpe.core.patterns import DEFAULT, resolve
 from torch_gpubpe.errors import GPUOperationError, InputError
 from torch_gpubpe.gpu.shaders import shader_info
 import torch_gpubpe.training.count_stream as count_stream
@@ -68,10 +69,14 @@ class GPUWordCounter:
 
     def __init__(self, gpu=None, batch_bytes: int | None = None, *, min_slots: int = 1 << 16,
                  min_store: int = 1 << 16, max_probe: int | None = None,
-                 max_batch_bytes: int | None = None, max_slots: int | None = None) -> None:
+                 max_batch_bytes: int | None = None, max_slots: int | None = None,
+                 family: str = "bytes-classes") -> None:
         """
         Args:
             gpu: the :class:`~torch_gpubpe.gpu.device.GPU` (default: the process's).
+            family: the word split: DESIGN.md §2's, or a regex family
+                (:func:`torch_gpubpe.core.patterns.resolve`), whose word starts
+                wgsl/pretokenize_unicode.wgsl computes on the same text (wc_starts_mask).
             batch_bytes: target bytes per batch that :func:`count_words_gpu` assembles
                 (default 64 MiB; at most half of ``max_batch_bytes``).
         Test hooks (defaults are the real sizes): ``min_slots`` / ``max_slots`` table slots
@@ -82,6 +87,12 @@ class GPUWordCounter:
         from torch_gpubpe.gpu.device import get_gpu
 
         self.g = g = gpu or get_gpu()
+        self.family = resolve(family)
+        self._pre = self._pre_sc = None
+        if self.family != DEFAULT:
+            from torch_gpubpe.encoding.regex_pretok import UnicodePreTokenizer
+
+            self._pre = UnicodePreTokenizer(self.family, gpu=g)
         # The table's counts (8 B per slot) must fit one binding; a batch of b bytes has at most
         # b words and the table is kept at most half full.
         self.max_slots = min(1 << ((g.binding_bytes(4) // 8).bit_length() - 1),
@@ -101,6 +112,7 @@ class GPUWordCounter:
         U = g.wgpu.BufferUsage
         self.U = U
         self.params = g.buffer(16, U.UNIFORM | U.COPY_DST, "wc.params")
+        self._end_word = g.buffer(16, U.COPY_SRC | U.COPY_DST, "wc.end_word")
         self.state = g.buffer(64, U.STORAGE | U.COPY_DST | U.COPY_SRC, "wc.state")
         self.readback = g.buffer(64, U.MAP_READ | U.COPY_DST, "wc.state_read")
         g.device.queue.write_buffer(self.state, 0, np.zeros(16, np.uint32))
@@ -147,6 +159,8 @@ class GPUWordCounter:
         self.longs = self._buf(4 * (cap // MAXW + 2), "wc.longs")
         self.text_cap = cap
         self._bind = None
+        if self._pre is not None:   # its passes over this text, their word starts in .mask
+            self._pre_sc = self._pre.scratch(cap, self.text, self.doc_bits, "wc.pretok")
 
     def gpu_bytes(self) -> int:
         """Bytes of the counter's GPU buffers now (table, backups, compaction output, word
@@ -184,9 +198,11 @@ class GPUWordCounter:
 
     def _bg(self):
         if self._bind is None:
+            pmask = self._pre_sc.mask if self._pre_sc is not None else self.longs  # (unread)
             b = {"P": self.params, "text": self.text, "doc_bits": self.doc_bits,
                  "starts": self.starts, "keys": self.keys, "counts": self.counts,
-                 "store": self.store, "state": self.state, "longs": self.longs, "out": self.out}
+                 "store": self.store, "state": self.state, "longs": self.longs, "out": self.out,
+                 "pmask": pmask}
             info = shader_info("wordcount", self.g.flags)
             self._bind = {
                 name: self.g.bind_group(self.pipes[name], {n: b[v] for v, n in
@@ -262,7 +278,7 @@ class GPUWordCounter:
 
     def _cpu(self, data: np.ndarray, offsets: np.ndarray) -> None:
         """Count a packed batch on the CPU (merged into the result by word)."""
-        self.extra.update(count_batch(data, offsets).to_counter())
+        self.extra.update(count_batch(data, offsets, self.family).to_counter())
         self.cpu_has_short_words = True
 
     def _split(self, data: np.ndarray, offsets: np.ndarray, limit: int) -> None:
@@ -342,6 +358,20 @@ class GPUWordCounter:
                                   4 * ((n + 1 + 31) // 32))
         self._count_uploaded(host, enc, True)
 
+    def _regex_starts(self, enc, host: HostBatch) -> None:
+        """Record the regex family's passes over the batch in ``text`` (its last document ends
+        at byte n: that bit of ``doc_bits`` is set here, after the upload in ``enc``), then
+        wc_starts_mask."""
+        from torch_gpubpe.core.packing import doc_start_bitmap
+
+        n = host.n
+        w = n >> 5
+        word = doc_start_bitmap(host.offsets, n)[w] | np.uint32(1 << (n & 31))
+        self.g.device.queue.write_buffer(self._end_word, 0, np.array([word], np.uint32))
+        enc.copy_buffer_to_buffer(self._end_word, 0, self.doc_bits, 4 * w, 4)
+        self._pre.record(enc, self._pre_sc, n)
+        self._dispatch(enc, "wc_starts_mask", n // 32 + 1)
+
     def _ensure_table(self) -> None:
         if not self.slots:
             self._new_table(self.min_slots)
@@ -358,7 +388,10 @@ class GPUWordCounter:
         self._params(n)
         if enc is None:
             enc = g.device.create_command_encoder(label="wordcount")
-        self._dispatch(enc, "wc_starts", n // 32 + 1)
+        if self._pre is None:
+            self._dispatch(enc, "wc_starts", n // 32 + 1)
+        else:
+            self._regex_starts(enc, host)
         st = self._state(enc, "word starts")
         occ, nwords = int(st[_S_OCC]), int(st[_S_NWORDS])
         if nwords > n:  # every word has a byte: a broken kernel or driver, not the input

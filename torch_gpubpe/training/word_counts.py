@@ -280,14 +280,31 @@ class PartialCounts:
         return concat_counts(parts)
 
 
-def count_batch(data: np.ndarray, offsets: np.ndarray) -> PartialCounts:
-    """The words of one packed batch (``data`` uint8, ``offsets`` int64 document bounds),
-    counted into a :class:`PartialCounts` (keys hold the bytes: exact)."""
+def split_starts(data: np.ndarray, offsets: np.ndarray, family: str) -> np.ndarray:
+    """Word starts (int64, ascending) of a packed batch under a regex family's split
+    (:func:`torch_gpubpe.core.patterns.reference_word_starts` per document: ``regex`` itself,
+    the exact and slow path), or DESIGN.md §2's for ``"bytes-classes"``."""
+    from torch_gpubpe.core.patterns import DEFAULT, reference_word_starts
+
+    if family == DEFAULT:
+        return word_starts_fast(data, offsets)
+    raw = data.tobytes()
+    o = np.asarray(offsets, np.int64).tolist()
+    parts = [np.flatnonzero(reference_word_starts(raw[a:b], family)) + a
+             for a, b in zip(o, o[1:]) if b > a]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def count_batch(data: np.ndarray, offsets: np.ndarray, family: str = "bytes-classes"
+                ) -> PartialCounts:
+    """The words of one packed batch (``data`` uint8, ``offsets`` int64 document bounds) under
+    ``family``'s split (:func:`split_starts`), counted into a :class:`PartialCounts` (keys hold
+    the bytes: exact)."""
     part = PartialCounts()
     n = len(data)
     if n == 0:
         return part
-    starts = word_starts_fast(data, offsets)
+    starts = split_starts(data, offsets, family)
     lens = np.diff(np.append(starts, n))
     padded = np.zeros(n + 32, np.uint8)
     padded[:n] = data
@@ -319,8 +336,10 @@ def count_batch(data: np.ndarray, offsets: np.ndarray) -> PartialCounts:
 
 
 def count_words_cpu(documents: Iterable[str | bytes], *, batch_bytes: int = DEFAULT_BATCH_BYTES,
-                info: dict | None = None, threads: int | None = None) -> Counter[bytes]:
-    """How often each word (DESIGN.md §2) occurs over all documents; words never span documents.
+                info: dict | None = None, threads: int | None = None,
+                family: str = "bytes-classes") -> Counter[bytes]:
+    """How often each word (DESIGN.md §2, or a regex family's split: ``family``, see
+    :func:`split_starts`) occurs over all documents; words never span documents.
 
     Args:
         documents: ``str`` (UTF-8; lone surrogates → U+FFFD) or bytes-like items; consumed once,
@@ -341,7 +360,7 @@ def count_words_cpu(documents: Iterable[str | bytes], *, batch_bytes: int = DEFA
     total = PartialCounts()
     if workers == 1:
         for data, offsets in document_batches(documents, batch_bytes, info):
-            total.add(count_batch(data, offsets))
+            total.add(count_batch(data, offsets, family))
         return total.to_counter()
     # numpy releases the GIL in the heavy steps: batches are counted on a thread pool, with
     # at most workers + 1 batches in flight (bounded memory); the per-batch key arrays are
@@ -349,7 +368,7 @@ def count_words_cpu(documents: Iterable[str | bytes], *, batch_bytes: int = DEFA
     with ThreadPoolExecutor(workers, thread_name_prefix="gpubpe-wordcount") as pool:
         pending: deque = deque()
         for data, offsets in document_batches(documents, batch_bytes, info):
-            pending.append(pool.submit(count_batch, data, offsets))
+            pending.append(pool.submit(count_batch, data, offsets, family))
             while len(pending) > workers:
                 total.add(pending.popleft().result())
         while pending:

@@ -1,0 +1,95 @@
+"""train(pre_tokenizer=...) with the regex splits models use: words counted on the GPU from the
+GPU pre-tokenizer's word starts (and by ``regex`` on the CPU), merges equal to rustbpe's with the
+same pattern, and the split recorded in the vocab, its files and its exports."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from conftest import CORPUS_NAMES, corpus_docs
+from torch_gpubpe import InputError, Tokenizer, Vocab, train
+from torch_gpubpe.core.export import export_all
+from torch_gpubpe.core.patterns import PATTERN_OF, split
+from torch_gpubpe.training.counting import count_words
+
+pytestmark = pytest.mark.gpu
+FAMILIES = ("gpt2", "cl100k", "o200k")
+DOCS = [d for n in CORPUS_NAMES for d in corpus_docs(n, max_bytes=25_000)] + [
+    "don't  stop\r\n", "x" * 600 + " y", "1234567 89", ""]
+
+
+def rustbpe_tokens(docs, vocab_size, pattern) -> list[bytes]:
+    import rustbpe
+
+    r = rustbpe.Tokenizer()
+    r.train_from_iterator(iter(docs), vocab_size, pattern=pattern)
+    return [bytes(t) for t, _ in sorted(r.get_mergeable_ranks(), key=lambda x: x[1])]
+
+
+@pytest.mark.parametrize("count_on", ["gpu", "cpu"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_merges_equal_rustbpe_with_the_same_pattern(family, count_on):
+    v = train(DOCS, 1200, pre_tokenizer=family, count_on=count_on, min_frequency=1)
+    assert v.pre_tokenizer == family
+    assert list(v.token_bytes[:v.num_tokens]) == rustbpe_tokens(DOCS, 1200, PATTERN_OF[family])
+
+
+@pytest.mark.parametrize("family", FAMILIES + ("qwen2", "llama3"))
+def test_words_counted_are_regex_findall(family):
+    want = Counter(w for d in DOCS for w in split(d, family))
+    for count_on in ("gpu", "cpu"):
+        got = count_words(DOCS, count_on=count_on, pre_tokenizer=family).to_dict()
+        assert got == dict(want), count_on
+
+
+@pytest.fixture(scope="module")
+def cl100k_vocab():
+    return train(DOCS, 1000, pre_tokenizer="cl100k", special_tokens=["<|endoftext|>"])
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def trained(request):
+    return train(DOCS, 1000, pre_tokenizer=request.param, special_tokens=["<|endoftext|>"])
+
+
+def test_the_vocab_file_keeps_the_split(cl100k_vocab, tmp_path):
+    cl100k_vocab.save(tmp_path / "v.json")
+    back = Vocab.load(tmp_path / "v.json")
+    assert back == cl100k_vocab and back.pre_tokenizer == "cl100k"
+    assert Tokenizer(back).pre_tokenizer == "cl100k"
+    with pytest.raises(InputError, match="trained with 'cl100k'"):
+        Tokenizer(back, pre_tokenizer="gpt2")
+
+
+def test_exports_give_the_gpu_ids(trained, tmp_path):
+    """tokenizer.json in HF tokenizers and transformers, tokenizer.tiktoken (+ sidecar) in
+    tiktoken and here: the GPU's merge-order ids."""
+    import tiktoken
+    import tokenizers
+    from tiktoken.load import load_tiktoken_bpe
+    from transformers import PreTrainedTokenizerFast
+
+    v = trained.with_mode("bpe")
+    paths = export_all(v, tmp_path)
+    docs = DOCS[::3] + ["a<|endoftext|>b"]
+    ours = Tokenizer(v).encode_batch(docs).tolist()
+    hf = tokenizers.Tokenizer.from_file(str(paths["hf"]))
+    assert [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)] == [
+        Tokenizer(v).encode(d, allowed_special="all") for d in docs]
+    fast = PreTrainedTokenizerFast(tokenizer_file=str(paths["hf"]))
+    assert fast(docs[:-1], add_special_tokens=False)["input_ids"] == ours[:-1]
+    side = json.loads((tmp_path / "tokenizer.tiktoken.json").read_text())
+    assert side["pattern"] == PATTERN_OF[v.pre_tokenizer]
+    enc = tiktoken.Encoding("t", pat_str=side["pattern"], special_tokens=side["special_tokens"],
+                            mergeable_ranks=load_tiktoken_bpe(str(paths["tiktoken"])))
+    assert enc.encode_ordinary_batch(docs) == ours
+    assert Tokenizer.from_tiktoken(paths["tiktoken"]).encode_batch(docs).tolist() == ours
+
+
+@pytest.mark.parametrize("bad", ["deepseek-llm", "whole", r"\w+"])
+def test_splits_without_a_pat_str_are_refused_by_name(bad):
+    with pytest.raises(InputError, match="pre_tokenizer|cannot be split"):
+        train(DOCS[:3], 300, pre_tokenizer=bad)
