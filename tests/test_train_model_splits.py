@@ -93,3 +93,24 @@ def test_exports_give_the_gpu_ids(trained, tmp_path):
 def test_splits_without_a_pat_str_are_refused_by_name(bad):
     with pytest.raises(InputError, match="pre_tokenizer|cannot be split"):
         train(DOCS[:3], 300, pre_tokenizer=bad)
+
+
+def test_train_cli_takes_the_split(tmp_path):
+    """`train --pre-tokenizer cl100k`: the API's merges; the vocab and tiktoken sidecar record
+    the split; `encode --vocab` then uses it."""
+    import subprocess
+    import sys
+
+    from conftest import subprocess_env
+
+    src = tmp_path / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS), encoding="utf-8")
+    r = subprocess.run([sys.executable, "-m", "torch_gpubpe", "train", "--data-files", str(src),
+                        "--vocab-size", "700", "--pre-tokenizer", "cl100k", "--out",
+                        str(tmp_path / "v"), "--no-progress"], env=subprocess_env(),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    v = Vocab.load(tmp_path / "v")
+    assert v.pre_tokenizer == "cl100k"
+    api = train(DOCS, 700, pre_tokenizer="cl100k", special_tokens=["<|endoftext|>"])
+    assert v.merges == api.merges

@@ -53,6 +53,10 @@ def add_parser(sub) -> None:
                    metavar="TOKEN",
                    help="special tokens, ids after the last merge (default: <|endoftext|>; "
                         "give the option with no value for none)")
+    g.add_argument("--pre-tokenizer", default=None, metavar="NAME",
+                   help="the word split: this project's byte classes (default) or a model's "
+                        "regex split, done on the GPU: gpt2, cl100k, o200k, qwen2, llama3, "
+                        "qwen35, starcoder (or a pat_str); the vocab and its exports record it")
     g.add_argument("--count-on", choices=("gpu", "cpu"), default="gpu",
                    help="where the words are counted before the merges (default: gpu; cpu: "
                         "vectorised numpy on all cores, for corpora with more distinct words "
@@ -180,6 +184,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InputError(f"--holdout-every must be >= 0, got {args.holdout_every}")
     out = prepare_out_dir(args.out) if args.out else None
     if args.counts:
+        if args.pre_tokenizer:
+            raise InputError("--pre-tokenizer with --counts: a counts file holds words already "
+                             "split (by `count`, which uses this project's split)")
         return cmd_train_counts(args, out)
     source = source_from_args(args)
     from torch_gpubpe.training.trainer import train  # the GPU trainer (DESIGN.md §3)
@@ -203,7 +210,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             vocab = train(reader, args.vocab_size, min_frequency=args.min_frequency,
                           special_tokens=specials, progress=on_progress, stats=stats,
                           count_on=args.count_on, max_memory=args.max_memory,
-                          prune_below=args.prune_below)
+                          prune_below=args.prune_below, pre_tokenizer=args.pre_tokenizer)
     except InputError as e:
         if reader.train_bytes or not str(e).startswith("empty corpus"):
             raise
