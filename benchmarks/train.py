@@ -78,6 +78,17 @@ def peak_rss_mb() -> float:
 
 
 # -- methods (run inside a child process) --------------------------------------------------------
+PRE_TOKENIZER = None   # --pre-tokenizer: the split of every method (None: DESIGN.md §2's)
+
+
+def split_pattern() -> str:
+    """The pat_str the peers split with: the family's, else DESIGN.md §2's."""
+    from torch_gpubpe.core.patterns import PATTERN_OF, resolve
+    from torch_gpubpe.core.vocab import SPLIT_PATTERN
+
+    return PATTERN_OF[resolve(PRE_TOKENIZER)] if PRE_TOKENIZER else SPLIT_PATTERN
+
+
 def run_gpubpe(docs, vocab_size, min_frequency, profile, algorithm="wordlist", count_on="gpu"):
     """A first training in a fresh process (includes opening the device and compiling the
     pipelines), then a second one in the same process ("warm": the device is open)."""
@@ -88,7 +99,8 @@ def run_gpubpe(docs, vocab_size, min_frequency, profile, algorithm="wordlist", c
         stats: dict = {}
         t = time.perf_counter()
         vocab = train(docs, vocab_size, min_frequency=min_frequency, stats=stats,
-                      profile=profile, algorithm=algorithm, count_on=count_on)
+                      profile=profile, algorithm=algorithm, count_on=count_on,
+                      pre_tokenizer=PRE_TOKENIZER)
         wall = time.perf_counter() - t
         out[run] = {"wall_s": wall, "count_s": stats.get("seconds_count"),
                     "merge_s": stats.get("seconds_merge"), "num_merges": len(vocab.merges),
@@ -108,11 +120,10 @@ def run_gpubpe(docs, vocab_size, min_frequency, profile, algorithm="wordlist", c
 def run_rustbpe(docs, vocab_size, min_frequency, profile):
     import rustbpe
 
-    from torch_gpubpe.core.vocab import SPLIT_PATTERN
 
     t = time.perf_counter()
     tok = rustbpe.Tokenizer()
-    tok.train_from_iterator(iter(docs), vocab_size, pattern=SPLIT_PATTERN)
+    tok.train_from_iterator(iter(docs), vocab_size, pattern=split_pattern())
     wall = time.perf_counter() - t
     ranks = [bytes(b) for b, _ in sorted(tok.get_mergeable_ranks(), key=lambda kv: kv[1])]
     return {"wall_s": wall, "num_merges": len(ranks) - 256, "token_bytes": [b.hex() for b in ranks]}
@@ -122,11 +133,10 @@ def run_rustbpe_count(docs, vocab_size, min_frequency, profile):
     """rustbpe's own counting (pre-tokenize + count), measured as a training to 257 tokens."""
     import rustbpe
 
-    from torch_gpubpe.core.vocab import SPLIT_PATTERN
 
     t = time.perf_counter()
     tok = rustbpe.Tokenizer()
-    tok.train_from_iterator(iter(docs), 257, pattern=SPLIT_PATTERN)
+    tok.train_from_iterator(iter(docs), 257, pattern=split_pattern())
     return {"wall_s": time.perf_counter() - t, "num_merges": 1}
 
 
@@ -208,6 +218,8 @@ METHODS = {"gpubpe_warmup": run_warmup, "gpubpe": run_gpubpe, "gpubpe_seed": run
 
 
 def child(args) -> None:
+    global PRE_TOKENIZER
+    PRE_TOKENIZER = args.pre_tokenizer
     docs = load_docs(args.corpus, args.max_bytes, args.jsonl, args.repeat)
     res = METHODS[args.worker](docs, args.vocab_size, args.min_frequency, args.profile)
     res["peak_rss_mb"] = peak_rss_mb()
@@ -226,6 +238,8 @@ def run_child(method: str, args) -> dict:
     if args.jsonl:
         cmd += ["--jsonl", args.jsonl]
     cmd += ["--repeat", str(args.repeat)]
+    if args.pre_tokenizer:
+        cmd += ["--pre-tokenizer", args.pre_tokenizer]
     if args.profile:
         cmd += ["--profile"]
     print(f"running {method} ...", file=sys.stderr, flush=True)
@@ -288,6 +302,9 @@ def main() -> None:
     ap.add_argument("--min-frequency", type=int, default=1,
                     help="1 (default) is what rustbpe does, so merges can be compared")
     ap.add_argument("--skip-hf", action="store_true", help="skip Hugging Face tokenizers")
+    ap.add_argument("--pre-tokenizer", default=None, metavar="NAME",
+                    help="a model's regex split for this product (train(pre_tokenizer=)) and "
+                         "rustbpe (its pat_str); default: DESIGN.md §2's")
     ap.add_argument("--skip-rustbpe", action="store_true")
     ap.add_argument("--skip-count", action="store_true", help="skip the counting-only rows")
     ap.add_argument("--skip-seed", action="store_true",
