@@ -16,7 +16,7 @@ from torch_gpubpe.core.patterns import PATTERN_OF, split
 from torch_gpubpe.training.counting import count_words
 
 pytestmark = pytest.mark.gpu
-FAMILIES = ("gpt2", "cl100k", "o200k")
+FAMILIES = ("gpt2", "cl100k", "o200k", "nanochat")
 DOCS = [d for n in CORPUS_NAMES for d in corpus_docs(n, max_bytes=25_000)] + [
     "don't  stop\r\n", "x" * 600 + " y", "1234567 89", ""]
 

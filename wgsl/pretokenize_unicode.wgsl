@@ -100,6 +100,8 @@ const PAT_WHOLE: u32 = 8u;
 // ranges and digits; fold bit 0 is its punctuation, bit 1 the CJK ranges, bit 2 its letters
 // (dl_starts).
 const PAT_DSLLM: u32 = 9u;
+// nanochat: Llama 3's rules with digits in groups of 2 (`\p{N}{1,2}`).
+const PAT_NANOCHAT: u32 = 10u;
 const FOLD_P: u32 = 1u;
 const FOLD_CJK: u32 = 2u;
 const FOLD_DL: u32 = 4u;
@@ -107,10 +109,13 @@ const SETS_LIMIT: u32 = 0x1E960u;  // torch_gpubpe.core.patterns.SETS_LIMIT
 fn gpt2_like() -> bool {
     return params.pattern == PAT_GPT2 || params.pattern == PAT_STARCODER;
 }
-// \p{N}{1,3}: digit runs split in groups of 3 from the left (else one digit per match)
+// \p{N}{1,3} (nanochat: {1,2}): digit runs split in groups from the left (else one digit
+// per match)
 fn digits_by_three() -> bool {
-    return params.pattern == PAT_CL100K || params.pattern == PAT_LLAMA3;
+    return params.pattern == PAT_CL100K || params.pattern == PAT_LLAMA3
+        || params.pattern == PAT_NANOCHAT;
 }
+fn digit_group() -> u32 { return select(3u, 2u, params.pattern == PAT_NANOCHAT); }
 
 // Byte code: bits 0-2 class K_*, bits 3-6 fold (1 + index in "sdmtlvre" of the contraction
 // letter it matches under (?i); FOLD_APOS for U+0027), bit 7 the code point is that letter in
@@ -282,10 +287,11 @@ fn cp_code(cp: u32) -> u32 {
 }
 
 // ---- the automata -----------------------------------------------------------------------
-// F state s = d + 3 p: d = digits since the digit run began, mod 3; p = the last code point
-// before, CR/LF skipped, is "other". A function on F states holds 6 entries of 3 bits.
+// F state s = d + 3 p: d = digits since the digit run began, mod the group (3; nanochat 2);
+// p = the last code point before, CR/LF skipped, is "other". A function on F states holds 6
+// entries of 3 bits.
 fn f_step(k: u32, s: u32) -> u32 {
-    if (k == K_N) { return (s % 3u + 1u) % 3u; }
+    if (k == K_N) { return (s % 3u + 1u) % digit_group(); }
     if (k == K_NL) { return (s / 3u) * 3u; }
     if (k == K_O) { return F_OTHER; }
     return 0u;
@@ -970,7 +976,7 @@ fn starts_word(i: u32, c: u32, fs: u32, hi: u32, b_hi: u32, h: Hist) -> bool {
         if (pk != K_N || digit_pieces) { return true; }
         if (pat == PAT_GPT2) { return false; }
         if (!digits_by_three()) { return true; }
-        return fs % 3u == 0u;  // \p{N}{1,3}+ from the left of the run
+        return fs % 3u == 0u;  // \p{N}{1,3}+ ({1,2}) from the left of the run
     }
     // a letter: inside or right after a contraction?
     if (h.t1 >= 2u || h.t2 == 3u) { return false; }

@@ -28,6 +28,8 @@ Families (:data:`FAMILIES`):
   ``Digits(individual_digits=True)``.
 * ``"whole"`` — no split: each document is one word (SentencePiece BPE; a ``tokenizer.json``
   with no pre-tokenizer).
+* ``"nanochat"`` — nanochat's GPT-4-style split (rustbpe's default there): Llama 3's with digits
+  in groups of 2 (``\\p{N}{1,2}``).
 * ``"o200k"`` — o200k_base and o200k_harmony (GPT-4o, gpt-oss): letter-case classes
   (``[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+`` and the other
   way round, with backtracking between the two classes), case-insensitive contractions attached
@@ -71,6 +73,9 @@ QWEN2_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}
                  r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 LLAMA3_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"""
                   r""" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
+# nanochat's (GPT-4's, digits in groups of 2): split as Llama 3's with {1,2}
+NANOCHAT_PATTERN = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,2}|"""
+                    r""" ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+""")
 QWEN35_PATTERN = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|"""
                   r""" ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+""")
 # One regex for Digits(individual_digits) then GPT-2's regex on each piece: a digit is a match
@@ -110,7 +115,7 @@ STAGES_OF = {"deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", DSCODER_C
 """Families that are Hugging Face ``Split(..., "Isolated")`` steps applied one after the other,
 each to the pieces of the one before (the last, ``\\p{N}``, is ``Digits(individual_digits)``)."""
 FAMILIES = ("gpt2", "cl100k", "qwen2", "o200k", "llama3", "qwen35", "starcoder",
-            "deepseek-coder", "whole", "deepseek-llm")
+            "deepseek-coder", "whole", "deepseek-llm", "nanochat")
 """Regex families the GPU pre-tokenizer does exactly."""
 DEFAULT = "bytes-classes"
 """DESIGN.md §2's byte-class rule (this project's vocabularies)."""
@@ -124,15 +129,16 @@ _NAMES = {
     "qwen35": "qwen35", "qwen3.5": "qwen35",
     "starcoder": "starcoder", "refact": "starcoder",
     "deepseek-coder": "deepseek-coder", "whole": "whole", "none": "whole",
-    "deepseek-llm": "deepseek-llm",
+    "deepseek-llm": "deepseek-llm", "nanochat": "nanochat",
     "o200k": "o200k", "o200k_base": "o200k", "o200k_harmony": "o200k",
 }
 _BY_PATTERN = {GPT2_PATTERN: "gpt2", R50K_PATTERN: "gpt2", CL100K_PATTERN: "cl100k",
                QWEN2_PATTERN: "qwen2", O200K_PATTERN: "o200k", LLAMA3_PATTERN: "llama3",
-               QWEN35_PATTERN: "qwen35", STARCODER_PATTERN: "starcoder"}
+               QWEN35_PATTERN: "qwen35", STARCODER_PATTERN: "starcoder",
+               NANOCHAT_PATTERN: "nanochat"}
 PATTERN_OF = {"gpt2": R50K_PATTERN, "cl100k": CL100K_PATTERN, "qwen2": QWEN2_PATTERN,
               "o200k": O200K_PATTERN, "llama3": LLAMA3_PATTERN, "qwen35": QWEN35_PATTERN,
-              "starcoder": STARCODER_PATTERN}
+              "starcoder": STARCODER_PATTERN, "nanochat": NANOCHAT_PATTERN}
 """The ``pat_str`` of each family (the reference splits with it)."""
 if set(PATTERN_OF) != set(TRAINED_SPLITS):
     raise ImportError("torch_gpubpe.core.vocab.TRAINED_SPLITS differs from PATTERN_OF")

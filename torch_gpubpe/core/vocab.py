@@ -43,7 +43,7 @@ MODES = ("greedy", "bpe")
 PRE_TOKENIZER = "gpubpe-bytes-v1"
 """Name of the DESIGN.md §2 word rule; stored in every vocab file."""
 
-TRAINED_SPLITS = ("gpt2", "cl100k", "qwen2", "o200k", "llama3", "qwen35", "starcoder")
+TRAINED_SPLITS = ("gpt2", "cl100k", "qwen2", "o200k", "llama3", "qwen35", "starcoder", "nanochat")
 """The regex splits a vocab may record as trained with (:attr:`Vocab.pre_tokenizer`): the
 families of :data:`torch_gpubpe.core.patterns.PATTERN_OF` (it checks they are the same)."""
 SPLIT_PATTERN = (
