@@ -190,8 +190,9 @@ def test_bad_counts_files_are_named(tmp_path):
         assert not out.exists()
     with pytest.raises(InputError, match="at least one"):
         merge_counts([], out)
-    with pytest.raises(InputError, match="pre-tokenizer 'gpt2'"):
-        train_from_counts_file(other, 300)
+    unknown = write("unknown.parquet", [b"a"], [1], {**head, "pre_tokenizer": "mystery"})
+    with pytest.raises(InputError, match="pre-tokenizer 'mystery'"):
+        train_from_counts_file(unknown, 300)
     with pytest.raises(InputError, match="twice"):
         write_counts(WordCounts(np.frombuffer(b"aa", np.uint8), np.array([1, 1]),
                                 np.array([1, 1], np.uint64)), tmp_path / "x.parquet")

@@ -114,3 +114,21 @@ def test_train_cli_takes_the_split(tmp_path):
     assert v.pre_tokenizer == "cl100k"
     api = train(DOCS, 700, pre_tokenizer="cl100k", special_tokens=["<|endoftext|>"])
     assert v.merges == api.merges
+
+
+def test_counts_files_carry_the_split(tmp_path):
+    """`count_to_file(pre_tokenizer=)` records the split; merging files of different splits is
+    refused; training from the file gives train()'s merges and records the split."""
+    from torch_gpubpe.training.counts_file import (count_to_file, merge_counts,
+                                                   train_from_counts_file)
+
+    a = count_to_file(DOCS[::2], tmp_path / "a.parquet", pre_tokenizer="cl100k")
+    b = count_to_file(DOCS[1::2], tmp_path / "b.parquet", pre_tokenizer="cl100k")
+    c = count_to_file(DOCS[1::2], tmp_path / "c.parquet")
+    merged = merge_counts([a, b], tmp_path / "ab.parquet")
+    v = train_from_counts_file(merged, 800, special_tokens=["<|endoftext|>"])
+    assert v.pre_tokenizer == "cl100k"
+    assert v.merges == train(DOCS, 800, pre_tokenizer="cl100k",
+                             special_tokens=["<|endoftext|>"]).merges
+    with pytest.raises(Exception, match="pre-tokenizer|pre_tokenizer"):
+        merge_counts([a, c], tmp_path / "ac.parquet")

@@ -35,6 +35,9 @@ def add_parsers(sub) -> None:
     )
     add_source_args(c, default_note="default: the corpus shipped in the package")
     c.add_argument("--out", required=True, metavar="FILE", help="counts file to write (.parquet)")
+    c.add_argument("--pre-tokenizer", default=None, metavar="NAME",
+                   help="the word split, as train's (default: this project's byte classes); "
+                        "the file records it, and `train --counts` gives its vocab that split")
     c.add_argument("--count-on", choices=("gpu", "cpu"), default="gpu",
                    help="count on the GPU (default) or the CPU (vectorised numpy); same counts")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -85,7 +88,8 @@ def cmd_count(args: argparse.Namespace) -> int:
                     bar.update(p.nbytes)
                     yield p.data, p.offsets
 
-        count_to_file(_Read(), out, count_on=args.count_on, stats=stats)
+        count_to_file(_Read(), out, count_on=args.count_on, stats=stats,
+                      pre_tokenizer=args.pre_tokenizer)
     if stats["num_documents"] == 0:
         out.unlink()
         raise InputError(f"empty corpus: {source.describe()} gave no documents to count")

@@ -31,7 +31,8 @@ from torch_gpubpe.errors import InputError
 from torch_gpubpe.gpu.device import get_gpu
 from torch_gpubpe.gpu.shaders import shader_info
 from torch_gpubpe.training.batches import str_packer
-from torch_gpubpe.training.counting import check_count_args, count_budgeted, plan_budget
+from torch_gpubpe.training.counting import (check_count_args, count_budgeted, plan_budget,
+                                            training_split)
 from torch_gpubpe.training.from_counts import check_sizes, train_counts
 from torch_gpubpe.training.gpu_trainer import GPUTrainer, get_trainer
 from torch_gpubpe.training.memory import check_merge_memory, default_max_memory, prune_words
@@ -251,23 +252,6 @@ def _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch,
         vocab = dataclasses.replace(vocab, pre_tokenizer=family)
     st["seconds_total"] = time.perf_counter() - t0
     return vocab
-
-
-def training_split(pre_tokenizer: str | None) -> str:
-    """The family ``train(pre_tokenizer=...)`` counts words with.
-
-    Raises:
-        InputError: a pattern the GPU cannot split, or one with no ``pat_str`` to record
-            (DeepSeek's and SentencePiece's steps: their vocabularies are not trained here).
-    """
-    from torch_gpubpe.core.patterns import DEFAULT, PATTERN_OF, resolve
-
-    fam = resolve(pre_tokenizer or DEFAULT)
-    if fam != DEFAULT and fam not in PATTERN_OF:
-        raise InputError(f"pre_tokenizer={pre_tokenizer!r}: training takes DESIGN.md §2's split "
-                         f"or one of {sorted(PATTERN_OF)} (a split with a pat_str)")
-    return fam
-
 
 class _Opener:
     """train()'s device opening on a thread, in the order the run needs it: the device, the

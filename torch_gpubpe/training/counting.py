@@ -21,7 +21,8 @@ import os
 import time
 from collections.abc import Callable, Iterable
 
-from torch_gpubpe.core.patterns import resolve
+from torch_gpubpe.core.patterns import DEFAULT, PATTERN_OF, resolve
+from torch_gpubpe.errors import InputError
 from torch_gpubpe.gpu.device import get_gpu
 import torch_gpubpe.training.budget as count_budget
 import torch_gpubpe.training.count_stream as count_stream
@@ -198,4 +199,19 @@ def count_words(documents: Iterable[str | bytes], *, count_on: str = "gpu",
     return counts
 
 
-__all__ = ["PREFETCH_BYTES", "check_count_on", "count_budgeted", "count_words", "plan_budget"]
+__all__ = ["PREFETCH_BYTES", "check_count_on", "count_budgeted", "count_words", "plan_budget",
+           "training_split"]
+
+
+def training_split(pre_tokenizer: str | None) -> str:
+    """The family ``train(pre_tokenizer=...)`` counts words with.
+
+    Raises:
+        InputError: a pattern the GPU cannot split, or one with no ``pat_str`` to record
+            (DeepSeek's and SentencePiece's steps: their vocabularies are not trained here).
+    """
+    fam = resolve(pre_tokenizer or DEFAULT)
+    if fam != DEFAULT and fam not in PATTERN_OF:
+        raise InputError(f"pre_tokenizer={pre_tokenizer!r}: training takes DESIGN.md §2's split "
+                         f"or one of {sorted(PATTERN_OF)} (a split with a pat_str)")
+    return fam

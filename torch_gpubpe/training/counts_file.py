@@ -29,16 +29,18 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from torch_gpubpe.core.vocab import PRE_TOKENIZER
+from torch_gpubpe.core.patterns import DEFAULT
+from torch_gpubpe.core.vocab import PRE_TOKENIZER, TRAINED_SPLITS
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.training.count_stream import count_stream
-from torch_gpubpe.training.counting import count_words
+from torch_gpubpe.training.counting import count_words, training_split
 from torch_gpubpe.training.counts_format import (DEFAULT_BATCH_ROWS, DEFAULT_FAN_IN, FORMAT_NAME,
                                                  FORMAT_VERSION, META_KEY, ROW_GROUP_ROWS,
                                                  PathLike, iter_count_batches, read_counts,
@@ -89,7 +91,7 @@ def count_packed(batches: Iterable[tuple[np.ndarray, np.ndarray]], *, count_on: 
 
 
 def count_to_file(documents: Iterable[str | bytes], path: PathLike, *, count_on: str = "gpu",
-                  stats: dict | None = None) -> Path:
+                  stats: dict | None = None, pre_tokenizer: str | None = None) -> Path:
     """Count the words of ``documents`` (one shard of a corpus) into a counts file
     (:func:`~torch_gpubpe.training.counting.count_words`, no memory limit: a shard's counts are
     not trained on here).
@@ -101,6 +103,8 @@ def count_to_file(documents: Iterable[str | bytes], path: PathLike, *, count_on:
         count_on: "gpu" (default) or "cpu"; same counts.
         stats: if a dict, filled with ``num_documents``, ``corpus_bytes``, ``num_words``,
             ``seconds_count``, ``seconds_write``.
+        pre_tokenizer: the word split, as :func:`~torch_gpubpe.training.api.train`'s; the file
+            records it (merging files of different splits is refused).
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
     Raises:
@@ -108,11 +112,13 @@ def count_to_file(documents: Iterable[str | bytes], path: PathLike, *, count_on:
         ValueError: ``count_on`` is neither "gpu" nor "cpu".
     """
     t0 = time.perf_counter()
+    fam = training_split(pre_tokenizer)
     cst: dict = {}
-    wc = count_words(documents, count_on=count_on, stats=cst)
+    wc = count_words(documents, count_on=count_on, stats=cst, pre_tokenizer=fam)
     t1 = time.perf_counter()
     out = write_counts(wc, path, num_documents=cst["num_documents"],
-                       corpus_bytes=cst["corpus_bytes"])
+                       corpus_bytes=cst["corpus_bytes"],
+                       pre_tokenizer=PRE_TOKENIZER if fam == DEFAULT else fam)
     if stats is not None:
         stats.update(num_documents=cst["num_documents"], corpus_bytes=cst["corpus_bytes"],
                      num_words=len(wc), seconds_count=t1 - t0,
@@ -137,17 +143,18 @@ def train_from_counts_file(path: PathLike, vocab_size: int, *, min_frequency: in
     Returns:
         the :class:`~torch_gpubpe.core.vocab.Vocab`.
     Raises:
-        InputError: not a valid counts file, or one of another pre-tokenizer than this
-            package's (:data:`~torch_gpubpe.core.vocab.PRE_TOKENIZER`).
+        InputError: not a valid counts file, or one of a pre-tokenizer this package does not
+            know (the vocab records the file's split).
         ValueError: ``vocab_size``/``min_frequency`` out of range.
         NoAdapterError, GPUOperationError: no usable GPU / a GPU operation failed.
     """
     check_sizes(vocab_size, special_tokens, min_frequency)
     t0 = time.perf_counter()
     meta = read_metadata(path)
-    if meta.get("pre_tokenizer") != PRE_TOKENIZER:
-        raise InputError(f"{str(path)!r}: counts of pre-tokenizer {meta.get('pre_tokenizer')!r}; "
-                         f"this trainer's vocabularies use {PRE_TOKENIZER!r}")
+    split = meta.get("pre_tokenizer")
+    if split != PRE_TOKENIZER and split not in TRAINED_SPLITS:
+        raise InputError(f"{str(path)!r}: counts of pre-tokenizer {split!r}; this trainer's "
+                         f"vocabularies use {PRE_TOKENIZER!r} or one of {TRAINED_SPLITS}")
     wc = read_counts(path)
     st = {} if stats is None else stats
     st.update(num_documents=int(meta.get("num_documents", 0)),
@@ -156,5 +163,7 @@ def train_from_counts_file(path: PathLike, vocab_size: int, *, min_frequency: in
     vocab = train_counts(wc, vocab_size, min_frequency=min_frequency,
                          special_tokens=special_tokens, progress=progress, stats=st,
                          batch=batch, profile=False, algorithm=algorithm)
+    if split != PRE_TOKENIZER:   # (the split the words were counted with)
+        vocab = dataclasses.replace(vocab, pre_tokenizer=split)
     st["seconds_total"] = time.perf_counter() - t0
     return vocab
