@@ -544,3 +544,14 @@ def test_sources_docstring_example():
 
     res = doctest.testmod(sources)
     assert res.attempted >= 2 and res.failed == 0
+
+
+@pytest.mark.gpu
+def test_summary_says_tiktoken_applies_merge_order_to_a_greedy_vocab(tmp_path):
+    env = subprocess_env(HF_HUB_OFFLINE="1")
+    r = subprocess.run([sys.executable, "-m", "torch_gpubpe", "train", "--max-bytes", "30K",
+                        "--vocab-size", "300", "--out", str(tmp_path / "v"), "--no-progress"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "tiktoken applies merge order" in r.stdout
+    assert (tmp_path / "v" / "tokenizer.tiktoken.json").exists()

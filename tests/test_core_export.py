@@ -250,3 +250,14 @@ def test_save_into_an_existing_folder(tmp_path, mixed):
     doc = next(iter(test_docs.values()))[0]
     assert tokenizers.Tokenizer.from_file(str(p)).encode(doc).ids == _reference_ids(vocab, [doc])[0]
     assert save_tiktoken(vocab, tmp_path) == tmp_path / "tokenizer.tiktoken"
+
+
+def test_config_names_the_pad_token(tmp_path):
+    """A ``<|pad|>`` special token becomes ``pad_token`` of the exported config."""
+    from transformers import AutoTokenizer
+
+    vocab = Vocab.from_merges([(97, 98)], ["<|endoftext|>", "<|pad|>"])
+    export_all(vocab, tmp_path)
+    auto = AutoTokenizer.from_pretrained(str(tmp_path))
+    assert auto.pad_token == "<|pad|>" and auto.pad_token_id == vocab.token_to_id("<|pad|>")
+    assert auto("ab<|pad|>", padding=False)["input_ids"] == [256, vocab.token_to_id("<|pad|>")]

@@ -25,6 +25,8 @@ def vocab_summary(args: argparse.Namespace, vocab: Vocab, specials: tuple[str, .
         "requested_merges": args.vocab_size - 256 - len(specials),
         "min_frequency": args.min_frequency,
         "special_tokens": list(vocab.special_tokens),
+        "mode": vocab.mode,
+        "pre_tokenizer": vocab.pre_tokenizer or "bytes-classes",
     }
 
 
@@ -70,7 +72,11 @@ def format_train_summary(s: dict) -> str:
                  f"held-out encode {t(sec['heldout_encode'])} | all {t(sec['total'])}"),
         ("peak memory", f"{fmt_bytes(s['peak_rss_bytes'])} (host RSS)"),
         ("compression", held),
-        ("written", ", ".join(s["written"].values()) or "nothing (pass --out DIR to save)"),
+        ("written", (", ".join(s["written"].values()) + (
+            " (tokenizer.tiktoken: tiktoken applies merge order, so its ids differ from this "
+            "greedy vocab's; train --mode bpe for identical ids)"
+            if s.get("mode") == "greedy" and "tiktoken" in s["written"] else ""))
+         or "nothing (pass --out DIR to save)"),
         ("date", s["date"]),
     ]
     width = max(len(k) for k, _ in rows)

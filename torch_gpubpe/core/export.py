@@ -214,19 +214,22 @@ def save_hf_tokenizer(vocab: Vocab, path: str | os.PathLike) -> Path:
 def hf_tokenizer_config(vocab: Vocab) -> dict:
     """``tokenizer_config.json`` for ``transformers.AutoTokenizer.from_pretrained(dir)``.
 
-    ``<|endoftext|>``, when among the special tokens, is declared as ``eos_token``;
-    ``clean_up_tokenization_spaces`` is off (it would change decoded text such as ``" ."``);
-    ``split_special_tokens`` is on (not the Hugging Face default): text that spells a special
-    token is encoded as text, as this project does (DESIGN.md §1; module docstring).
+    ``<|endoftext|>``, when among the special tokens, is declared as ``eos_token``, and a
+    padding token (``<|pad|>``, ``<pad>``, ``[PAD]``) as ``pad_token``;
+    ``clean_up_tokenization_spaces`` is off (it would change decoded text such as ``" ."``).
+    Text that spells a special token gives its id, as GPT-2's Hugging Face tokenizer does (and
+    ``Tokenizer.encode(..., allowed_special="all")`` and ``tok(...)`` here).
     """
     cfg: dict = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "clean_up_tokenization_spaces": False,
-        "split_special_tokens": True,
         "model_input_names": ["input_ids", "attention_mask"],
     }
     if "<|endoftext|>" in vocab.special_tokens:
         cfg["eos_token"] = "<|endoftext|>"
+    pads = [s for s in ("<|pad|>", "<pad>", "[PAD]") if s in vocab.special_tokens]
+    if pads:
+        cfg["pad_token"] = pads[0]
     return cfg
 
 
