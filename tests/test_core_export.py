@@ -261,3 +261,15 @@ def test_config_names_the_pad_token(tmp_path):
     auto = AutoTokenizer.from_pretrained(str(tmp_path))
     assert auto.pad_token == "<|pad|>" and auto.pad_token_id == vocab.token_to_id("<|pad|>")
     assert auto("ab<|pad|>", padding=False)["input_ids"] == [256, vocab.token_to_id("<|pad|>")]
+
+
+def test_tiktoken_export_loads_back_without_naming_its_split(tmp_path, mixed):
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
+
+    vocab, test_docs = mixed
+    v = vocab.with_mode("bpe")
+    paths = export_all(v, tmp_path)
+    docs = [d for docs in test_docs.values() for d in docs[:2]]
+    back = Tokenizer.from_tiktoken(paths["tiktoken"])
+    assert back.pre_tokenizer == "bytes-classes"
+    assert back.encode_batch(docs).tolist() == Tokenizer(v).encode_batch(docs).tolist()
