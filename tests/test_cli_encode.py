@@ -154,3 +154,15 @@ def test_encode_reads_at_lower_priority_by_default():
     assert cli.source_from_args(p.parse_args(
         ["encode", "--vocab", "v", "--out", "o", "--data-files", __file__, "--format", "text"])
     ).reader().nice == cli.ENCODE_READ_NICE
+
+
+@pytest.mark.gpu
+def test_only_a_validation_shard_is_said(tmp_path, vocab_dir, files, capsys):
+    """A corpus smaller than --shard-tokens gives llm.c's validation shard alone: the summary
+    says so and names --shard-tokens; with a smaller one there are training shards."""
+    assert cli.main(_argv(vocab_dir, files, tmp_path / "one")[:-2] + ["--shard-tokens",
+                                                                     "100000000"]) == 0
+    out = capsys.readouterr().out
+    assert "only the validation shard was written" in out and "--shard-tokens" in out
+    assert cli.main(_argv(vocab_dir, files, tmp_path / "many")) == 0
+    assert "only the validation shard" not in capsys.readouterr().out

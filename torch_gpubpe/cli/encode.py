@@ -296,6 +296,10 @@ def _encode_run(args, opener, device, source, batches, read_stats, stages, t0,
         + (f"\n  resumed an unfinished run after its first {writer.resume_documents:,} "
            f"documents ({writer.resume_tokens:,} tokens); the figures above are this run's"
            if writer.resume_documents else "")
+        + (f"\n  note: only the validation shard was written (llm.c's first shard; the "
+           f"{n_tokens:,} tokens are fewer than --shard-tokens {args.shard_tokens:,}): pass a "
+           "smaller --shard-tokens to size the validation split and get training shards"
+           if args.output_format == "llmc" and len(meta.get("shards") or ()) == 1 else "")
     )
     if getattr(args, "debug", False):
         since = seconds_since_process_start()
