@@ -296,7 +296,15 @@ fn f_step(k: u32, s: u32) -> u32 {
     if (k == K_O) { return F_OTHER; }
     return 0u;
 }
-fn f_get(f: u32, s: u32) -> u32 { return (f >> (3u * s)) & 7u; }
+// A transition function in a u32: entry s (w bits) is the image of state s.
+fn tf_entry(f: u32, s: u32, w: u32) -> u32 { return (f >> (w * s)) & ((1u << w) - 1u); }
+// f, then g, over n states of w bits
+fn tf_chain(f: u32, g: u32, n: u32, w: u32) -> u32 {
+    var out = 0u;
+    for (var s = 0u; s < n; s++) { out |= tf_entry(g, tf_entry(f, s, w), w) << (w * s); }
+    return out;
+}
+fn f_get(f: u32, s: u32) -> u32 { return tf_entry(f, s, 3u); }
 fn f_const(s: u32) -> u32 { return s * 0x9249u; }  // s in all 6 entries
 // f, then the code point of class k
 fn f_then(f: u32, k: u32) -> u32 {
@@ -306,11 +314,7 @@ fn f_then(f: u32, k: u32) -> u32 {
     return out;
 }
 // a, then b
-fn f_compose(a: u32, b: u32) -> u32 {
-    var out = 0u;
-    for (var s = 0u; s < 6u; s++) { out |= f_get(b, f_get(a, s)) << (3u * s); }
-    return out;
-}
+fn f_compose(a: u32, b: u32) -> u32 { return tf_chain(a, b, 6u, 3u); }
 
 // B state: what ends the run of non-CR/LF spaces at a position: B_NL, B_WORD or B_END.
 // A function on B states holds 3 entries of 2 bits; B(i) = e_i(B(i + 1)).
@@ -319,7 +323,7 @@ fn b_step(k: u32, s: u32) -> u32 {
     if (k == K_NL) { return B_NL; }
     return B_WORD;
 }
-fn b_get(f: u32, s: u32) -> u32 { return (f >> (2u * s)) & 3u; }
+fn b_get(f: u32, s: u32) -> u32 { return tf_entry(f, s, 2u); }
 fn b_const(s: u32) -> u32 { return s * 0x15u; }
 // the code point of class k, before (to the left of) f
 fn b_before(k: u32, f: u32) -> u32 {
@@ -328,11 +332,7 @@ fn b_before(k: u32, f: u32) -> u32 {
     return out;
 }
 // a to the left of b: apply b, then a
-fn b_compose(a: u32, b: u32) -> u32 {
-    var out = 0u;
-    for (var s = 0u; s < 3u; s++) { out |= b_get(a, b_get(b, s)) << (2u * s); }
-    return out;
-}
+fn b_compose(a: u32, b: u32) -> u32 { return tf_chain(b, a, 3u, 2u); }
 
 // DeepSeek LLM's B automaton: whether a run of spaces ends its piece (`\s+$`, dl_starts).
 // States of the text from a position on: DL_T (true), DL_EO / DL_EQ (a non-space that is in
@@ -361,7 +361,7 @@ fn dlb_step(c: u32, s: u32) -> u32 {
     if (s == DL_EO || s == DL_SF) { return DL_SF; }
     return DL_T;
 }
-fn dlb_get(f: u32, s: u32) -> u32 { return (f >> (3u * s)) & 7u; }
+fn dlb_get(f: u32, s: u32) -> u32 { return tf_entry(f, s, 3u); }
 fn dlb_const(s: u32) -> u32 { return s * 0x1249u; }
 // f, then the code point c to its left
 fn dlb_then(f: u32, c: u32) -> u32 {
@@ -370,11 +370,7 @@ fn dlb_then(f: u32, c: u32) -> u32 {
     return out;
 }
 // a to the left of b
-fn dlb_compose(a: u32, b: u32) -> u32 {
-    var out = 0u;
-    for (var s = 0u; s < 5u; s++) { out |= dlb_get(a, dlb_get(b, s)) << (3u * s); }
-    return out;
-}
+fn dlb_compose(a: u32, b: u32) -> u32 { return tf_chain(b, a, 5u, 3u); }
 
 // ---- o200k ------------------------------------------------------------------------------
 // F main state: which match of `regex.finditer` the previous code point is in.

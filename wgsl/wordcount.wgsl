@@ -6,7 +6,7 @@
 // pretokenize.wgsl) is counted into a hash table that lives across batches:
 //   wc_starts   one thread per 32 bytes: the word-start bitmap of the batch (the §2 rule of
 //               common.wgsl; bit n set as an end sentinel) and the number of words
-//               (wc_starts_mask: the same from a regex family's word starts)
+//               (P.from_mask: from a regex family's word starts, `pmask`)
 //   wc_insert   one thread per byte; at a word start: its length (next set bit, ≤ MAXW bytes,
 //               else the position goes to `longs` for the host), a hash of its bytes, then
 //               open addressing: a free slot is claimed with the word's position + 1 (CAS); an
@@ -30,7 +30,7 @@ struct Params {
     n: u32,          // bytes in the batch
     slots: u32,      // table slots (a power of two)
     nout: u32,       // wc_rehash: entries of `out`
-    _pad: u32,
+    from_mask: u32,  // wc_starts: 1 = the word starts are a regex family's, in `pmask`
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
@@ -43,7 +43,9 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> state: array<atomic<u32>>;
 @group(0) @binding(8) var<storage, read_write> longs: array<u32>;
 @group(0) @binding(9) var<storage, read_write> out: array<u32>;
-@group(0) @binding(10) var<storage, read> pmask: array<u32>;  // wc_starts_mask: regex word starts
+// wc_starts with P.from_mask: the word starts wgsl/pretokenize_unicode.wgsl computed over the
+// same text (bit i of word t set iff byte 32t + i starts a match of the family's regex)
+@group(0) @binding(10) var<storage, read> pmask: array<u32>;
 
 const WG: u32 = 256u;
 const EMPTY: u32 = 0u;            // (a cleared buffer is an empty table)
@@ -78,7 +80,10 @@ fn wc_starts(@builtin(workgroup_id) wid: vec3<u32>,
     let n = P.n;
     let base = t * 32u;
     var bits = 0u;
-    if (base <= n) {
+    if (base <= n && P.from_mask == 1u) {
+        if (base < n) { bits = pmask[t]; }
+        if (base + 32u > n) { bits = (bits & ((1u << (n - base)) - 1u)) | (1u << (n - base)); }
+    } else if (base <= n) {
         for (var k = 0u; k < 32u; k++) {
             let i = base + k;
             if (i == n) { bits |= 1u << k; break; }     // end sentinel
@@ -91,42 +96,11 @@ fn wc_starts(@builtin(workgroup_id) wid: vec3<u32>,
             if (has_next) { next = text_byte(i + 1u); }
             if (is_word_start(prev, cur, next, has_prev, has_next)) { bits |= 1u << k; }
         }
+    }
+    if (base <= n) {
         starts[t] = bits;
         var words = countOneBits(bits);
         if (base + 32u > n) { words -= 1u; }           // the sentinel is not a word
-        if (words != 0u) { atomicAdd(&wg_count, words); }
-    }
-    workgroupBarrier();
-    if (lid == 0u) {
-        let c = atomicLoad(&wg_count);
-        if (c != 0u) { atomicAdd(&state[S_NWORDS], c); }
-    }
-}
-
-// ---- wc_starts_mask: wc_starts for a regex family's split --------------------------------------
-// The word starts computed by wgsl/pretokenize_unicode.wgsl over the same text (`pmask`: bit i of
-// word t set iff byte 32t + i starts a match), with bit n set as the end sentinel, and the number
-// of words.
-@compute @workgroup_size(WG)
-fn wc_starts_mask(@builtin(workgroup_id) wid: vec3<u32>,
-                  @builtin(num_workgroups) nwg: vec3<u32>,
-                  @builtin(local_invocation_index) lid: u32) {
-    if (lid == 0u) { atomicStore(&wg_count, 0u); }
-    workgroupBarrier();
-    let t = linear_workgroup(wid, nwg) * WG + lid;
-    let n = P.n;
-    let base = t * 32u;
-    if (base <= n) {
-        var bits = 0u;
-        if (base < n) { bits = pmask[t]; }
-        var words = 0u;
-        if (base + 32u > n) {
-            bits = (bits & ((1u << (n - base)) - 1u)) | (1u << (n - base));  // end sentinel
-            words = countOneBits(bits) - 1u;
-        } else {
-            words = countOneBits(bits);
-        }
-        starts[t] = bits;
         if (words != 0u) { atomicAdd(&wg_count, words); }
     }
     workgroupBarrier();

@@ -76,7 +76,7 @@ class GPUWordCounter:
             gpu: the :class:`~torch_gpubpe.gpu.device.GPU` (default: the process's).
             family: the word split: DESIGN.md §2's, or a regex family
                 (:func:`torch_gpubpe.core.patterns.resolve`), whose word starts
-                wgsl/pretokenize_unicode.wgsl computes on the same text (wc_starts_mask).
+                wgsl/pretokenize_unicode.wgsl computes on the same text (wc_starts reads them).
             batch_bytes: target bytes per batch that :func:`count_words_gpu` assembles
                 (default 64 MiB; at most half of ``max_batch_bytes``).
         Test hooks (defaults are the real sizes): ``min_slots`` / ``max_slots`` table slots
@@ -213,8 +213,9 @@ class GPUWordCounter:
 
     # -- GPU steps -------------------------------------------------------------------------------
     def _params(self, n: int, nout: int = 0) -> None:
+        from_mask = int(self._pre is not None)   # (wc_starts reads the regex word starts)
         self.g.device.queue.write_buffer(self.params, 0,
-                                         np.array([n, self.slots, nout, 0], np.uint32))
+                                         np.array([n, self.slots, nout, from_mask], np.uint32))
 
     def _dispatch(self, enc, name: str, threads: int) -> None:
         cp = enc.begin_compute_pass(label=name)
@@ -360,8 +361,8 @@ class GPUWordCounter:
 
     def _regex_starts(self, enc, host: HostBatch) -> None:
         """Record the regex family's passes over the batch in ``text`` (its last document ends
-        at byte n: that bit of ``doc_bits`` is set here, after the upload in ``enc``), then
-        wc_starts_mask."""
+        at byte n: that bit of ``doc_bits`` is set here, after the upload in ``enc``); wc_starts
+        then reads their word starts."""
         from torch_gpubpe.core.packing import doc_start_bitmap
 
         n = host.n
@@ -370,7 +371,6 @@ class GPUWordCounter:
         self.g.device.queue.write_buffer(self._end_word, 0, np.array([word], np.uint32))
         enc.copy_buffer_to_buffer(self._end_word, 0, self.doc_bits, 4 * w, 4)
         self._pre.record(enc, self._pre_sc, n)
-        self._dispatch(enc, "wc_starts_mask", n // 32 + 1)
 
     def _ensure_table(self) -> None:
         if not self.slots:
@@ -388,10 +388,9 @@ class GPUWordCounter:
         self._params(n)
         if enc is None:
             enc = g.device.create_command_encoder(label="wordcount")
-        if self._pre is None:
-            self._dispatch(enc, "wc_starts", n // 32 + 1)
-        else:
+        if self._pre is not None:
             self._regex_starts(enc, host)
+        self._dispatch(enc, "wc_starts", n // 32 + 1)
         st = self._state(enc, "word starts")
         occ, nwords = int(st[_S_OCC]), int(st[_S_NWORDS])
         if nwords > n:  # every word has a byte: a broken kernel or driver, not the input
