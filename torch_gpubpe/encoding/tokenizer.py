@@ -35,6 +35,7 @@ from torch_gpubpe.encoding.batch import BatchEncoding
 from torch_gpubpe.encoding import loaders
 from torch_gpubpe.encoding.batch_pack import pack_batch
 from torch_gpubpe.encoding.hf_call import encode_call
+from torch_gpubpe.encoding.tiktoken_compat import TiktokenEncoding
 from torch_gpubpe.encoding.normalizers import normalize_packed
 from torch_gpubpe.encoding.walk_table import walk_table
 from torch_gpubpe.encoding.decoding import TokenDecoding
@@ -253,20 +254,21 @@ class Tokenizer(TokenDecoding):
         return tok
 
     def __call__(self, text, **kwargs) -> dict:
-        """``transformers``' call: ``tok(text or texts, padding=, truncation=, max_length=,
-        return_tensors=None|"np"|"pt", add_special_tokens=True, padding_side=,
-        return_attention_mask=, pad_to_multiple_of=, return_length=)`` → ``{"input_ids",
-        "attention_mask"}`` (:func:`torch_gpubpe.encoding.hf_call.encode_call`)."""
+        """``transformers``' call: ``tok(texts, padding=, truncation=, max_length=,
+        return_tensors=, add_special_tokens=, ...)`` → ``{"input_ids", "attention_mask"}``
+        (:func:`torch_gpubpe.encoding.hf_call.encode_call`)."""
         return encode_call(self, text, **kwargs)
 
-    def __len__(self) -> int:
-        """Every id, added tokens included (``len()`` of a ``transformers`` tokenizer)."""
+    def as_tiktoken(self, name: str = "torch_gpubpe") -> TiktokenEncoding:
+        """``tiktoken.Encoding``'s methods and defaults on this tokenizer."""
+        return TiktokenEncoding(self, name)
+
+    def __len__(self) -> int:  # (every id, added tokens included, as transformers' len())
         return self.n_vocab
 
     def __repr__(self) -> str:
-        return (f"Tokenizer(n_vocab={self.n_vocab:,}, mode={self.mode!r}, "
-                f"pre_tokenizer={self.pre_tokenizer!r}, special_tokens="
-                f"{len(self.vocab.special_tokens)})")
+        return (f"Tokenizer(n_vocab={self.n_vocab:,}, mode={self.mode!r}, pre_tokenizer="
+                f"{self.pre_tokenizer!r}, special_tokens={len(self.vocab.special_tokens)})")
 
     @classmethod
     def from_sentencepiece(cls, path: str | os.PathLike, **kwargs) -> Tokenizer:
