@@ -365,6 +365,20 @@ fn region_of_tile(t: u32) -> u32 {
     return lo;
 }
 
+// Long-word tile t: its region, the region's end, the tile's first byte and first entry (base).
+struct LongTile {
+    r: u32,
+    first: u32,   // the region's first tile
+    end: u32,
+    cs: u32,
+    base: u32,
+}
+fn long_tile(t: u32) -> LongTile {
+    let r = region_of_tile(t);
+    let first = ltab[4u * r + 2u];
+    return LongTile(r, first, ltab[4u * r + 1u], ltab[4u * r] + (t - first) * LC, t * LC);
+}
+
 fn global_id(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
     return linear_workgroup(wid, nwg) * WG + lid;
 }
@@ -382,11 +396,11 @@ fn long_periods(@builtin(workgroup_id) wid: vec3<u32>,
                 @builtin(local_invocation_index) lid: u32) {
     let t = global_id(wid, nwg, lid);
     if (t >= lparams.ntiles) { return; }
-    let r = region_of_tile(t);
-    let end = ltab[4u * r + 1u];
-    let cs = ltab[4u * r] + (t - ltab[4u * r + 2u]) * LC;
+    let tile = long_tile(t);
+    let end = tile.end;
+    let cs = tile.cs;
     let ce = min(cs + LC, end);
-    let base = t * LC;
+    let base = tile.base;
     var run = vec4<u32>(0u);
     for (var q = min(ce + LDW, end); q > cs; q--) {
         let i = q - 1u;
@@ -452,12 +466,12 @@ fn long_exits(@builtin(workgroup_id) wid: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     let t = global_id(wid, nwg, lid);
     if (t >= lparams.ntiles) { return; }
-    let r = region_of_tile(t);
-    let end = ltab[4u * r + 1u];
-    let t0 = ltab[4u * r + 2u];
-    let cs = ltab[4u * r] + (t - t0) * LC;
+    let tile = long_tile(t);
+    let end = tile.end;
+    let t0 = tile.first;
+    let cs = tile.cs;
     let len = min(cs + LC, end) - cs;
-    let base = t * LC;
+    let base = tile.base;
     for (var o = 0u; o < len; o++) {
         let v = llen[base + o];
         if (v >= COPY) {
@@ -511,12 +525,12 @@ fn long_emit(@builtin(workgroup_id) wid: vec3<u32>,
              @builtin(local_invocation_index) lid: u32) {
     let t = global_id(wid, nwg, lid);
     if (t >= lparams.ntiles) { return; }
-    let r = region_of_tile(t);
-    let end = ltab[4u * r + 1u];
-    let t0 = ltab[4u * r + 2u];
-    let cs = ltab[4u * r] + (t - t0) * LC;
+    let tile = long_tile(t);
+    let end = tile.end;
+    let t0 = tile.first;
+    let cs = tile.cs;
     let ce = min(cs + LC, end);
-    let base = t * LC;
+    let base = tile.base;
     var e = NO_TOKEN;
     for (var o = 0u; o < LDW && cs + o < ce; o++) {
         if (atomicLoad(&lmark[t * LDW + o]) != 0u) {
