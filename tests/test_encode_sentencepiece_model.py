@@ -105,3 +105,11 @@ def test_a_model_file_is_a_vocab_file_the_cli_reads(tmp_path):
     docs = ["hello world", "  x\ny  ", "中文 😀"]
     assert implied_pre_tokenizer(path) == "whole"
     assert tok.encode_batch(docs).tolist() == sp.encode(docs)
+
+
+def test_a_model_files_path_gives_no_split(tmp_path):
+    path, sp = train(tmp_path)
+    tok = Tokenizer(path)
+    assert tok.pre_tokenizer == "whole"
+    assert tok.encode_batch(["a  b c", "héllo wörld"]).tolist() == sp.encode(["a  b c",
+                                                                                "héllo wörld"])

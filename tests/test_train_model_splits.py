@@ -132,3 +132,15 @@ def test_counts_files_carry_the_split(tmp_path):
                              special_tokens=["<|endoftext|>"]).merges
     with pytest.raises(Exception, match="pre-tokenizer|pre_tokenizer"):
         merge_counts([a, c], tmp_path / "ac.parquet")
+
+
+def test_a_model_files_path_gives_its_split(trained, tmp_path):
+    """``Tokenizer(path)`` of an exported ``tokenizer.json`` or ``tokenizer.tiktoken`` (with its
+    sidecar) splits as the file says, as ``from_hf`` / ``from_tiktoken`` do."""
+    v = trained.with_mode("bpe")
+    paths = export_all(v, tmp_path)
+    want = Tokenizer(v).encode_batch(DOCS[::4]).tolist()
+    for p in (paths["hf"], paths["tiktoken"]):
+        tok = Tokenizer(p)
+        assert tok.pre_tokenizer == v.pre_tokenizer, p
+        assert tok.encode_batch(DOCS[::4]).tolist() == want, p

@@ -6,7 +6,6 @@ argument, and the figures of a summary (peak memory, adapter, sizes).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
@@ -202,27 +201,15 @@ def load_vocab_arg(path: str) -> Vocab:
 
 
 def implied_pre_tokenizer(path: str) -> str | None:
-    """The word split a ``--vocab`` file implies: a ``*.tiktoken`` file's sidecar pattern
-    (``path.json``), a ``tokenizer.json``'s pre-tokenizer, none for a SentencePiece ``*.model``,
-    else DESIGN.md §2's bytes-classes.
+    """The word split a ``--vocab`` file implies
+    (:func:`torch_gpubpe.encoding.loaders.implied_split`).
 
     Raises:
         InputError: the file implies a split the GPU cannot do exactly (names it).
     """
-    p = vocab_path(path)
-    if p.suffix == ".tiktoken":
-        from torch_gpubpe.core.vocab_files import tiktoken_metadata
+    from torch_gpubpe.encoding.loaders import implied_split
 
-        return tiktoken_metadata(p).get("pattern") or "bytes-classes"
-    if p.name.endswith(".json") and p.name != "vocab.json":
-        from torch_gpubpe.core.patterns import from_hf_pre_tokenizer
-
-        with open(p, encoding="utf-8") as f:
-            pre = json.load(f).get("pre_tokenizer")
-        return from_hf_pre_tokenizer(pre)  # (none: each document is one word, as in HF)
-    if p.suffix == ".model":
-        return "whole"
-    return None   # this project's vocab.json: the split it records, or DESIGN.md §2's
+    return implied_split(vocab_path(path))
 
 
 def docs(n: int) -> str:

@@ -88,3 +88,31 @@ def split_of(vocab: Vocab, pre_tokenizer: str | None) -> str:
                          f"{vocab.pre_tokenizer!r}: its ids need that split (leave "
                          "pre_tokenizer out)")
     return fam
+
+
+def implied_split(path: str | os.PathLike) -> str | None:
+    """The word split a vocab file implies: a ``*.tiktoken`` file's sidecar pattern
+    (``path.json``), a ``tokenizer.json``'s pre-tokenizer, none for a SentencePiece
+    ``*.model`` (``"whole"``); ``None`` for this project's ``vocab.json`` (the split it records,
+    or DESIGN.md §2's) and a tiktoken file without a sidecar.
+
+    Raises:
+        InputError: the file implies a split the GPU cannot do exactly (names it).
+    """
+    from pathlib import Path
+
+    from torch_gpubpe.core.patterns import from_hf_pre_tokenizer
+    from torch_gpubpe.core.vocab import vocab_file
+    from torch_gpubpe.core.vocab_files import tiktoken_metadata
+
+    p = vocab_file(path)
+    if p.suffix == ".tiktoken":
+        return tiktoken_metadata(p).get("pattern")
+    if p.suffix == ".model":
+        return "whole"
+    if p.name.endswith(".json") and p.name != "vocab.json" and Path(p).is_file():
+        with open(p, encoding="utf-8") as f:
+            obj = json.load(f)
+        if isinstance(obj, dict) and "model" in obj and "format" not in obj:
+            return from_hf_pre_tokenizer(obj.get("pre_tokenizer"))
+    return None

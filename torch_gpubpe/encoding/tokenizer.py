@@ -136,8 +136,8 @@ class Tokenizer(TokenDecoding):
                  long_word_bytes: int | None = DEFAULT_LONG_WORD,
                  mode: str | None = None) -> None:
 
-        if isinstance(vocab, (str, os.PathLike)):
-            vocab = Vocab.load(vocab)
+        if isinstance(vocab, (str, os.PathLike)):  # (a model's file: its own split)
+            vocab, pre_tokenizer = Vocab.load(vocab), pre_tokenizer or loaders.implied_split(vocab)
         if not isinstance(vocab, Vocab):
             raise TypeError(f"vocab must be a torch_gpubpe.Vocab or the path of a vocab file, "
                             f"got {type(vocab).__name__}")
