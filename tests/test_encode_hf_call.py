@@ -122,3 +122,32 @@ def test_len_and_repr(pair):
     tok, hf = pair
     assert len(tok) == len(hf) == 50257
     assert "n_vocab=50,257" in repr(tok) and "gpt2" in repr(tok)
+
+
+def test_save_pretrained_and_from_pretrained(tmp_path, monkeypatch):
+    """A trained vocab round-trips through save_pretrained / from_pretrained (its folder, its
+    files), its split kept; a folder with only a tokenizer.json loads it with its
+    post-processor; a Hub name that cannot be reached is named."""
+    import os
+
+    from torch_gpubpe import train
+
+    docs = corpus_docs("code_cpython_stdlib", max_bytes=20_000)
+    tok = Tokenizer(train(docs, 600, pre_tokenizer="gpt2", special_tokens=[EOT]))
+    written = tok.save_pretrained(tmp_path / "saved")
+    assert {os.path.basename(p) for p in written} >= {"vocab.json", "tokenizer.json"}
+    want = tok.encode_batch(docs).tolist()
+    for src in (tmp_path / "saved", tmp_path / "saved" / "vocab.json"):
+        back = Tokenizer.from_pretrained(src)
+        assert back.pre_tokenizer == "gpt2" and back.encode_batch(docs).tolist() == want
+    only = tmp_path / "only"
+    only.mkdir()
+    path = gpt2_json(only, template(BOS + SEQ))
+    assert Tokenizer.from_pretrained(only)("hi")["input_ids"][0] == 50256
+    assert Tokenizer.from_pretrained(path).template == ((50256,), ())
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no vocab.json"):
+        Tokenizer.from_pretrained(tmp_path / "empty")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")   # (no network here: the Hub's error is named)
+    with pytest.raises(InputError, match="no-such-org/no-such-model"):
+        Tokenizer.from_pretrained("no-such-org/no-such-model")

@@ -158,3 +158,85 @@ def token_lookup(vocab):
         except KeyError:
             return None
     return find
+
+
+class HFCompat:
+    """What users of ``transformers`` and tiktoken reach for on a tokenizer (a mixin of
+    :class:`~torch_gpubpe.encoding.tokenizer.Tokenizer`): the call, ``len``, ``repr``,
+    ``save_pretrained`` / ``from_pretrained`` and :meth:`as_tiktoken`."""
+
+    def __call__(self, text, **kwargs) -> dict:
+        """``transformers``' call: ``tok(texts, padding=, truncation=, max_length=,
+        return_tensors=, add_special_tokens=, ...)`` → ``{"input_ids", "attention_mask"}``
+        (:func:`encode_call`)."""
+        return encode_call(self, text, **kwargs)
+
+    def as_tiktoken(self, name: str = "torch_gpubpe"):
+        """``tiktoken.Encoding``'s methods and defaults on this tokenizer
+        (:class:`~torch_gpubpe.encoding.tiktoken_compat.TiktokenEncoding`)."""
+        from torch_gpubpe.encoding.tiktoken_compat import TiktokenEncoding
+
+        return TiktokenEncoding(self, name)
+
+    def __len__(self) -> int:  # (every id, added tokens included, as transformers' len())
+        return self.n_vocab
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(n_vocab={self.n_vocab:,}, mode={self.mode!r}, "
+                f"pre_tokenizer={self.pre_tokenizer!r}, special_tokens="
+                f"{len(self.vocab.special_tokens)})")
+
+    def save_pretrained(self, save_directory) -> tuple[str, ...]:
+        """Write the vocab in every format (:func:`torch_gpubpe.core.export.export_all`:
+        ``vocab.json``, ``tokenizer.json`` + ``tokenizer_config.json``, ``tokenizer.tiktoken``
+        + sidecar) into ``save_directory``; the paths written, as ``transformers`` returns."""
+        from torch_gpubpe.core.export import export_all
+
+        return tuple(str(p) for p in export_all(self.vocab, save_directory).values())
+
+    @classmethod
+    def from_pretrained(cls, name_or_path, **kwargs):
+        """A tokenizer from a folder (its ``vocab.json``, else ``tokenizer.json``, else
+        ``tokenizer.model``, else one ``*.tiktoken``), a file, or a Hugging Face Hub model name
+        (its ``tokenizer.json``, else ``tokenizer.model``, through ``huggingface_hub``).
+        ``kwargs`` go to the constructor.
+
+        Raises:
+            InputError: nothing loadable there (names what was looked for), or the Hub did not
+                answer (names the model and the reason).
+        """
+        import glob
+        import os
+
+        def load(path: str):   # (a tokenizer.json: its post-processor and padding too)
+            if os.path.basename(path) == "tokenizer.json":
+                return cls.from_hf(path, **kwargs)
+            return cls(path, **kwargs)
+
+        p = str(name_or_path)
+        if os.path.isfile(p):
+            return load(p)
+        if os.path.isdir(p):
+            for name in ("vocab.json", "tokenizer.json", "tokenizer.model"):
+                if os.path.isfile(os.path.join(p, name)):
+                    return load(os.path.join(p, name))
+            found = sorted(glob.glob(os.path.join(p, "*.tiktoken")))
+            if len(found) == 1:
+                return load(found[0])
+            raise InputError(f"{p}: no vocab.json, tokenizer.json, tokenizer.model or one "
+                             "*.tiktoken file in this folder")
+        try:
+            from huggingface_hub import hf_hub_download
+        except ImportError as e:
+            raise InputError(f"{p!r} is no file or folder here, and reading it from the Hub "
+                             "needs huggingface_hub (pip install huggingface_hub)") from e
+        errors = []
+        for name in ("tokenizer.json", "tokenizer.model"):
+            try:
+                return load(hf_hub_download(p, name))
+            except InputError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the Hub's errors, named below
+                errors.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+        raise InputError(f"{p!r} is no file or folder here, and the Hugging Face Hub gave "
+                         f"neither file ({'; '.join(errors)})")

@@ -34,8 +34,7 @@ from torch_gpubpe.core.vocab import Vocab
 from torch_gpubpe.encoding.batch import BatchEncoding
 from torch_gpubpe.encoding import loaders
 from torch_gpubpe.encoding.batch_pack import pack_batch
-from torch_gpubpe.encoding.hf_call import encode_call
-from torch_gpubpe.encoding.tiktoken_compat import TiktokenEncoding
+from torch_gpubpe.encoding.hf_call import HFCompat
 from torch_gpubpe.encoding.normalizers import normalize_packed
 from torch_gpubpe.encoding.walk_table import walk_table
 from torch_gpubpe.encoding.decoding import TokenDecoding
@@ -88,7 +87,7 @@ class PendingEncoding:
         return self._result if self._result is not None else self._tok._complete(self)
 
 
-class Tokenizer(TokenDecoding):
+class Tokenizer(TokenDecoding, HFCompat):
     """Greedy longest-match BPE encoder on the GPU, exact w.r.t. ``reference.encode``
     (DESIGN.md §4), with a persistent GPU session opened on the first encode.
 
@@ -252,23 +251,6 @@ class Tokenizer(TokenDecoding):
         tok = cls(vocab, pre_tokenizer=pattern, **kwargs)
         tok.template, tok.pad_token_id = template, pad_id
         return tok
-
-    def __call__(self, text, **kwargs) -> dict:
-        """``transformers``' call: ``tok(texts, padding=, truncation=, max_length=,
-        return_tensors=, add_special_tokens=, ...)`` → ``{"input_ids", "attention_mask"}``
-        (:func:`torch_gpubpe.encoding.hf_call.encode_call`)."""
-        return encode_call(self, text, **kwargs)
-
-    def as_tiktoken(self, name: str = "torch_gpubpe") -> TiktokenEncoding:
-        """``tiktoken.Encoding``'s methods and defaults on this tokenizer."""
-        return TiktokenEncoding(self, name)
-
-    def __len__(self) -> int:  # (every id, added tokens included, as transformers' len())
-        return self.n_vocab
-
-    def __repr__(self) -> str:
-        return (f"Tokenizer(n_vocab={self.n_vocab:,}, mode={self.mode!r}, pre_tokenizer="
-                f"{self.pre_tokenizer!r}, special_tokens={len(self.vocab.special_tokens)})")
 
     @classmethod
     def from_sentencepiece(cls, path: str | os.PathLike, **kwargs) -> Tokenizer:
