@@ -120,7 +120,7 @@ def test_batch_encoding_answers_transformers_keys(pair):
 
 def test_len_and_repr(pair):
     tok, hf = pair
-    assert len(tok) == len(hf) == 50257
+    assert len(tok) == len(hf) == 50257 and tok.vocab_size == hf.vocab_size
     assert "n_vocab=50,257" in repr(tok) and "gpt2" in repr(tok)
 
 

@@ -181,6 +181,11 @@ class HFCompat:
     def __len__(self) -> int:  # (every id, added tokens included, as transformers' len())
         return self.n_vocab
 
+    @property
+    def vocab_size(self) -> int:
+        """The ordinary tokens, added ones not counted (``transformers``' ``vocab_size``)."""
+        return self.vocab.num_ordinary_tokens
+
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(n_vocab={self.n_vocab:,}, mode={self.mode!r}, "
                 f"pre_tokenizer={self.pre_tokenizer!r}, special_tokens="
