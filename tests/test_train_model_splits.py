@@ -8,6 +8,8 @@ import json
 from collections import Counter
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import CORPUS_NAMES, corpus_docs
 from torch_gpubpe import InputError, Tokenizer, Vocab, train
@@ -144,3 +146,14 @@ def test_a_model_files_path_gives_its_split(trained, tmp_path):
         tok = Tokenizer(p)
         assert tok.pre_tokenizer == v.pre_tokenizer, p
         assert tok.encode_batch(DOCS[::4]).tolist() == want, p
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.text(alphabet="ab 1\n\t'.中😀é") | st.text(), min_size=1, max_size=12))
+def test_gpu_word_counts_on_any_text_and_boundary_sizes(docs):
+    """Random text, plus runs that end at thread-chunk and workgroup-block edges (32, 8192
+    bytes): the GPU's regex word counts equal ``regex``'s."""
+    docs = docs + ["x" * 31 + " 12345", " " * 8191 + "a", "1" * 8193, "ab " * 2731]
+    for family in ("cl100k", "nanochat"):
+        want = Counter(w for d in docs for w in split(d, family))
+        assert count_words(docs, pre_tokenizer=family).to_dict() == dict(want), family
