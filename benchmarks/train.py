@@ -211,20 +211,81 @@ def run_warmup(docs, vocab_size, min_frequency, profile):
     return {"warmup_s": out}
 
 
-METHODS = {"gpubpe_warmup": run_warmup, "gpubpe": run_gpubpe, "gpubpe_seed": run_gpubpe_seed, "rustbpe": run_rustbpe,
+def _parquet_files() -> list[str]:
+    d = Path(os.environ["GPUBPE_PARQUET_DIR"])
+    return [str(f) for f in sorted(d.glob("*.parquet"))]
+
+
+def run_gpubpe_cli(docs, vocab_size, min_frequency, profile):
+    """The ``train`` CLI on the parquet files (``--parquet``): a fresh ``python -m
+    torch_gpubpe`` process, timed from outside, as a user runs it."""
+    import resource
+    import tempfile
+
+    from torch_gpubpe.core.vocab import Vocab
+
+    out = tempfile.mkdtemp()
+    cmd = [sys.executable, "-m", "torch_gpubpe", "train", "--data-files", *_parquet_files(),
+           "--vocab-size", str(vocab_size), "--min-frequency", str(min_frequency),
+           "--out", out, "--no-progress", "--special-tokens"]  # none, as the API and peers
+    if PRE_TOKENIZER:
+        cmd += ["--pre-tokenizer", PRE_TOKENIZER]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if p.returncode:
+        raise RuntimeError(p.stderr[-1500:])
+    vocab = Vocab.load(out)
+    return {"wall_s": wall, "num_merges": len(vocab.merges),
+            "token_bytes": [b.hex() for b in vocab.token_bytes],
+            "child_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+
+
+def run_gigatoken(docs, vocab_size, min_frequency, profile):
+    """gigatoken's trainer (``train_bpe``) on the same parquet files (``--parquet``), or on the
+    JSON Lines file; its own GPT-2-style split, whatever ``--pre-tokenizer`` says."""
+    import gigatoken
+
+    jsonl = os.environ.get("GPUBPE_JSONL")
+    src = (gigatoken.ParquetFileSource(_parquet_files(), column="text")
+           if os.environ.get("GPUBPE_PARQUET_DIR") else gigatoken.JsonlFileSource([jsonl]))
+    t = time.perf_counter()
+    _vocab, merges = gigatoken.train_bpe(src, vocab_size, [])
+    return {"wall_s": time.perf_counter() - t, "num_merges": len(merges)}
+
+
+def write_parquet(docs: list[str], folder: Path, files: int = 16) -> None:
+    """The documents as ``files`` parquet files (column ``text``), in order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    per = -(-len(docs) // files)
+    for i in range(files):
+        part = docs[i * per:(i + 1) * per]
+        if part:
+            pq.write_table(pa.table({"text": part}), folder / f"part-{i:03d}.parquet")
+
+
+METHODS = {"gpubpe_cli": run_gpubpe_cli, "gigatoken": run_gigatoken, "gpubpe_warmup": run_warmup, "gpubpe": run_gpubpe, "gpubpe_seed": run_gpubpe_seed, "rustbpe": run_rustbpe,
            "hf_tokenizers": run_hf,
            "gpubpe_count_only": run_gpubpe_count, "gpubpe_cpu_count_only": run_cpu_count,
            "rustbpe_count_only": run_rustbpe_count}
 
 
+FILE_METHODS = ("gpubpe_cli", "gigatoken")   # read the files themselves: no documents loaded
+
+
 def child(args) -> None:
     global PRE_TOKENIZER
     PRE_TOKENIZER = args.pre_tokenizer
-    docs = load_docs(args.corpus, args.max_bytes, args.jsonl, args.repeat)
+    docs = ([] if args.worker in FILE_METHODS
+            else load_docs(args.corpus, args.max_bytes, args.jsonl, args.repeat))
     res = METHODS[args.worker](docs, args.vocab_size, args.min_frequency, args.profile)
-    res["peak_rss_mb"] = peak_rss_mb()
-    res["corpus_bytes"] = sum(len(d.encode()) for d in docs)
-    res["num_documents"] = len(docs)
+    res["peak_rss_mb"] = max(peak_rss_mb(), res.pop("child_peak_rss_mb", 0))
+    if docs:
+        res["corpus_bytes"] = sum(len(d.encode()) for d in docs)
+        res["num_documents"] = len(docs)
     print("@@RESULT@@" + json.dumps(res))
 
 
@@ -318,6 +379,10 @@ def main() -> None:
     ap.add_argument("--no-driver-warmup", action="store_true",
                     help="time the first GPU process too (the driver compiles the pipelines "
                          "into its cache there)")
+    ap.add_argument("--parquet", metavar="DIR",
+                    help="also run the train CLI and gigatoken's train_bpe on the documents "
+                         "as parquet files in DIR (written there first if DIR has none)")
+    ap.add_argument("--skip-gigatoken", action="store_true")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.corpus = args.corpus or DEFAULT_CORPORA
@@ -327,7 +392,17 @@ def main() -> None:
         child(args)
         return
 
-    methods = ["gpubpe"] + ([] if args.skip_seed else ["gpubpe_seed"])
+    if args.parquet:
+        os.environ["GPUBPE_PARQUET_DIR"] = os.path.abspath(args.parquet)
+        if not list(Path(args.parquet).glob("*.parquet")):
+            write_parquet(load_docs(args.corpus, args.max_bytes, args.jsonl, args.repeat),
+                          Path(args.parquet))
+    if args.jsonl:
+        os.environ["GPUBPE_JSONL"] = os.path.abspath(args.jsonl)
+    methods = ["gpubpe"] + (["gpubpe_cli"] if args.parquet else []) + (
+        [] if args.skip_seed else ["gpubpe_seed"])
+    if not args.skip_gigatoken and (args.parquet or args.jsonl):
+        methods.append("gigatoken")
     if not args.skip_rustbpe:
         methods.append("rustbpe")
     if not args.skip_hf:

@@ -173,6 +173,8 @@ EDGE_CASES = [
     # before an apostrophe, alone at the end
     "!\u0301a", "!!\u0301", " \u0301", "\u0301!", "x\u0301's", "'\u0301s", "\n\u0301\u0301 1\u0301",
     "a  \n\n\t", "x\n \t",
+    # SentencePiece's ▁ (U+2581): runs after other code points, at the start, at the end
+    "\u2581a\u2581\u2581b", "a\u2581", "\u2581", "\u2581\u2581 \u2581x\u2581.\u2581\n\u2581",
 ]
 BYTE_CASES = [b"a\xff\xe2\x82b \xed\xa0\x80z", b"\x80\x80\x80", b"\xf0\x9f\x98", b"\xc0\xaf'S",
               b" \xe2\x80\x80\xe2\x80\x80x", b"1\xef\xbc\x912", b"\xf4\x90\x80\x80", b"'\xc5\xbf"]
@@ -194,7 +196,8 @@ BOUNDARY = (CHUNK - 2, CHUNK - 1, CHUNK, CHUNK + 1, BLOCK - 1, BLOCK, BLOCK + 1,
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("unit", [" ", "\n", "7", "\u0663", "a", ".", " \n", "\n ", "\t", "\u3000",
-                                  "A", "中", "\u0301", "\n/", "aA", "A\u0301"])
+                                  "A", "中", "\u0301", "\n/", "aA", "A\u0301", "\u2581",
+                                  "\u2581a"])
 def test_long_runs_across_chunks_and_blocks(family, unit):
     """Runs that cross thread chunks and workgroup blocks (the scanned rules)."""
     assert_same(_runs(unit, BOUNDARY), family)
@@ -255,7 +258,8 @@ def test_names_and_pat_strs():
 PIECES = ["'s", "'S", "'ll", "'Ve", "'", " ", "  ", "\t", "\n", "\r\n", "\r", "\u3000", "\x85",
           "\xa0", "7", "12345", "\u0663\u0664", "a", "Zz", "ı", "ſ", "\u0301", "\x00", ".", "..",
           "😀", "ก", "\u200d", "\ufeff", "K",
-          "HelloWORLDFoo", "ǅ", "DON'T", "A", "中", "ʰ", "/", "\u0903", "ΣΑΣ", "re", "LL"]
+          "HelloWORLDFoo", "ǅ", "DON'T", "A", "中", "ʰ", "/", "\u0903", "ΣΑΣ", "re", "LL",
+          "\u2581", "\u2581\u2581"]
 surrogates = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)  # str: → U+FFFD
 texts = st.lists(st.sampled_from(PIECES) | st.text(max_size=3) | surrogates,
                  max_size=60).map("".join)

@@ -113,3 +113,25 @@ def test_a_model_files_path_gives_no_split(tmp_path):
     assert tok.pre_tokenizer == "whole"
     assert tok.encode_batch(["a  b c", "héllo wörld"]).tolist() == sp.encode(["a  b c",
                                                                                 "héllo wörld"])
+
+
+def test_documents_are_cut_into_words_only_where_the_ids_stay_the_same(tmp_path, model):
+    """A vocab whose pieces never join a character to a following ``▁`` is encoded as words
+    (``gpu_split == "metaspace-words"``); one trained across whitespace (pieces such as
+    ``a▁k``) keeps each document whole and says so once. Both give SentencePiece's ids, on
+    documents longer than the long-word threshold too."""
+    import warnings
+
+    tok, sp = model
+    assert tok.gpu_split == "metaspace-words"
+    path, sp_joined = train(tmp_path, "joined", split_by_whitespace=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        joined = Tokenizer.from_sentencepiece(path)
+    assert joined.gpu_split == "whole"
+    assert any("one document per word" in str(w.message) for w in caught)
+    docs = [d for n in CORPUS_NAMES for d in corpus_docs(n, max_bytes=20_000)] + EDGES
+    docs.append(" ".join(docs)[:300_000])
+    for t, p in ((tok, sp), (joined, sp_joined)):
+        for d, g in zip(docs, t.encode_batch(docs).tolist()):
+            assert g == p.encode(to_bytes(d).decode()), repr(d[:80])

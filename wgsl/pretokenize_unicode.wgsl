@@ -102,6 +102,12 @@ const PAT_WHOLE: u32 = 8u;
 const PAT_DSLLM: u32 = 9u;
 // nanochat: Llama 3's rules with digits in groups of 2 (`\p{N}{1,2}`).
 const PAT_NANOCHAT: u32 = 10u;
+// SentencePiece words: a word starts at a run of U+2581 (▁) after another code point. No
+// split for the ids (a document is one word), but a vocab without a token that joins a code
+// point to a following ▁ never merges across such a start, so the words give the same ids.
+const PAT_METASPACE: u32 = 11u;
+const FOLD_META: u32 = 12u;
+const META_CODE: u32 = K_O | (FOLD_META << 3u);  // U+2581
 const FOLD_P: u32 = 1u;
 const FOLD_CJK: u32 = 2u;
 const FOLD_DL: u32 = 4u;
@@ -243,6 +249,7 @@ fn cp_class(cp: u32) -> u32 {
 
 // Byte code of a code point (see the K_* constants).
 fn cp_code(cp: u32) -> u32 {
+    if (params.pattern == PAT_METASPACE) { return select(K_O, META_CODE, cp == 0x2581u); }
     let t = cp_class(cp);
     if (params.pattern == PAT_O200K) { return o_code(cp, t); }
     var k = K_O;
@@ -932,6 +939,7 @@ fn starts_word(i: u32, c: u32, fs: u32, hi: u32, b_hi: u32, h: Hist) -> bool {
     if (pat == PAT_DSCODER) { return ds_starts(i, c, h.c1); }
     if (pat == PAT_DSLLM) { return dl_starts(i, c, h.c1, hi, b_hi); }
     if (pat == PAT_WHOLE) { return false; }
+    if (pat == PAT_METASPACE) { return c == META_CODE && h.c1 != META_CODE; }
     let k = c & 7u;
     let pk = h.c1 & 7u;
     let gpt2 = gpt2_like();

@@ -28,6 +28,11 @@ Families (:data:`FAMILIES`):
   ``Digits(individual_digits=True)``.
 * ``"whole"`` — no split: each document is one word (SentencePiece BPE; a ``tokenizer.json``
   with no pre-tokenizer).
+* ``"metaspace-words"`` — SentencePiece's words: a word starts at each run of ``▁`` (U+2581)
+  that follows another code point (``▁+[^▁]*|[^▁]+``, :data:`METASPACE_WORDS_PATTERN`). The
+  encoder cuts a SentencePiece vocab's documents there when no token of the vocab joins a code
+  point to a following ``▁`` (the ids are those of no split: BPE never merges across such a
+  start), so that long documents are many short words.
 * ``"nanochat"`` — nanochat's GPT-4-style split (rustbpe's default there): Llama 3's with digits
   in groups of 2 (``\\p{N}{1,2}``).
 * ``"o200k"`` — o200k_base and o200k_harmony (GPT-4o, gpt-oss): letter-case classes
@@ -115,7 +120,7 @@ STAGES_OF = {"deepseek-coder": (r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", DSCODER_C
 """Families that are Hugging Face ``Split(..., "Isolated")`` steps applied one after the other,
 each to the pieces of the one before (the last, ``\\p{N}``, is ``Digits(individual_digits)``)."""
 FAMILIES = ("gpt2", "cl100k", "qwen2", "o200k", "llama3", "qwen35", "starcoder",
-            "deepseek-coder", "whole", "deepseek-llm", "nanochat")
+            "deepseek-coder", "whole", "deepseek-llm", "nanochat", "metaspace-words")
 """Regex families the GPU pre-tokenizer does exactly."""
 DEFAULT = "bytes-classes"
 """DESIGN.md §2's byte-class rule (this project's vocabularies)."""
@@ -129,7 +134,7 @@ _NAMES = {
     "qwen35": "qwen35", "qwen3.5": "qwen35",
     "starcoder": "starcoder", "refact": "starcoder",
     "deepseek-coder": "deepseek-coder", "whole": "whole", "none": "whole",
-    "deepseek-llm": "deepseek-llm", "nanochat": "nanochat",
+    "deepseek-llm": "deepseek-llm", "nanochat": "nanochat", "metaspace-words": "metaspace-words",
     "o200k": "o200k", "o200k_base": "o200k", "o200k_harmony": "o200k",
 }
 _BY_PATTERN = {GPT2_PATTERN: "gpt2", R50K_PATTERN: "gpt2", CL100K_PATTERN: "cl100k",
@@ -142,6 +147,8 @@ PATTERN_OF = {"gpt2": R50K_PATTERN, "cl100k": CL100K_PATTERN, "qwen2": QWEN2_PAT
 """The ``pat_str`` of each family (the reference splits with it)."""
 if set(PATTERN_OF) != set(TRAINED_SPLITS):
     raise ImportError("torch_gpubpe.core.vocab.TRAINED_SPLITS differs from PATTERN_OF")
+METASPACE_WORDS_PATTERN = "\u2581+[^\u2581]*|[^\u2581]+"
+"""The ``"metaspace-words"`` split as a regex (the reference; not a model's ``pat_str``)."""
 HF_PATTERN_OF = {fam: p.replace("{1,3}+", "{1,3}") for fam, p in PATTERN_OF.items()}
 """The same patterns spelled for Hugging Face's engine (Oniguruma reads ``{1,3}+`` as a
 repeated ``{1,3}``, not a possessive one: Llama 3's ``tokenizer.json`` drops the ``+``)."""
@@ -253,7 +260,8 @@ def _stage_starts(text: str, stages: tuple[str, ...]) -> list[int]:
 def _compiled(family: str):
     import regex
 
-    return regex.compile(PATTERN_OF[family])
+    return regex.compile(METASPACE_WORDS_PATTERN if family == "metaspace-words"
+                         else PATTERN_OF[family])
 
 
 @functools.cache

@@ -32,6 +32,18 @@ from torch_gpubpe.errors import VocabFormatError
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 METASPACE = "\u2581"
+_JOINED = re.compile(rb"(?<!\xe2\x96\x81)\xe2\x96\x81")  # a ▁ after anything but ▁
+
+
+def joined_to_metaspace(vocab: Vocab) -> bytes | None:
+    """The first token of a SentencePiece vocab (``units="chars"``) that holds a code point
+    followed by ``▁`` (Gemma's ``>▁</``), or ``None``. Without one, no merge joins the two
+    sides of a ``▁`` run's start after another code point, so a document cut there
+    (:mod:`torch_gpubpe.core.patterns` ``"metaspace-words"``) gives the ids of the whole."""
+    for t in vocab.token_bytes:
+        if _JOINED.search(t, 1):
+            return t
+    return None
 
 # Ranks (any distinct ints order them): single bytes, prefix tokens (byte_units), characters,
 # merges, then what no merge builds.

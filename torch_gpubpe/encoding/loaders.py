@@ -90,6 +90,27 @@ def split_of(vocab: Vocab, pre_tokenizer: str | None) -> str:
     return fam
 
 
+def gpu_split(vocab: Vocab, family: str) -> tuple[str, str | None]:
+    """The split the GPU walks with for ``family`` (:func:`split_of`): the same, except that a
+    SentencePiece vocab (no split, ``"whole"``) is cut into ``"metaspace-words"`` where that
+    gives the same ids (no token joins a code point to a following ``▁``; no
+    ``ignore_merges``), so that a long document is many short words. Returns ``(split, note)``;
+    ``note`` says why a SentencePiece vocab stays whole (its long documents take the long-word
+    path), else ``None``."""
+    if family != "whole" or vocab.units != "chars":
+        return family, None
+    from torch_gpubpe.core.sentencepiece import joined_to_metaspace
+
+    if vocab.ignore_merges:
+        why = "its ignore_merges looks each whole document up"
+    elif (t := joined_to_metaspace(vocab)) is not None:
+        why = f"its token {t.decode('utf-8', 'replace')!r} joins a character to the \u2581 after it"
+    else:
+        return "metaspace-words", None
+    return "whole", (f"this SentencePiece vocab is encoded one document per word on the GPU "
+                     f"({why}): long documents take the slower long-word path")
+
+
 def implied_split(path: str | os.PathLike) -> str | None:
     """The word split a vocab file implies: a ``*.tiktoken`` file's sidecar pattern
     (``path.json``), a ``tokenizer.json``'s pre-tokenizer, none for a SentencePiece

@@ -182,8 +182,8 @@ class UnicodePreTokenizer:
         self.family_id = FAMILIES.index(fam)
         self.gpu = g = gpu or get_gpu()
         # GPT-2's rules are local (no automata): one pass, pt_local; the others scan.
-        self.PASSES = (("pt_local",) if fam in ("gpt2", "starcoder", "deepseek-coder", "whole")
-                       else self.PASSES)
+        self.PASSES = (("pt_local",) if fam in ("gpt2", "starcoder", "deepseek-coder", "whole",
+                                                "metaspace-words") else self.PASSES)
         self.pipes = {e: g.pipeline(_SHADER, e, constants={"WG": WG}) for e in self.PASSES}
         U = g.wgpu.BufferUsage
         tw = table_words()

@@ -48,6 +48,7 @@ from torch_gpubpe.encoding.specials import (EOT, SpecialSet, insert_special_toke
 from torch_gpubpe.encoding.stream import encode_stream
 from torch_gpubpe.errors import GPUOperationError, InputError
 from torch_gpubpe.gpu.device import current_gpu
+from torch_gpubpe.notices import warn_once
 
 if TYPE_CHECKING:  # (annotations only; imported when a session opens)
     from torch_gpubpe.encoding.session import Session
@@ -167,6 +168,10 @@ class Tokenizer(TokenDecoding, HFCompat):
         self._chunk, self._max_slice, self._budget = chunk_bytes, max_slice_bytes, budget
         self._profile = profile
         self.pre_tokenizer = loaders.split_of(vocab, pre_tokenizer)
+        # (the GPU's own split: the same ids, shorter words where the vocab allows it)
+        self.gpu_split, note = loaders.gpu_split(vocab, self.pre_tokenizer)
+        if note:
+            warn_once(note)
         if long_word_bytes is not None and (not isinstance(long_word_bytes, int)
                                             or isinstance(long_word_bytes, bool)
                                             or long_word_bytes < 1):
@@ -192,6 +197,7 @@ class Tokenizer(TokenDecoding, HFCompat):
         state.setdefault("normalizer", None)
         state.setdefault("_units", None)
         state.setdefault("_walk_vocab", state.get("vocab"))
+        state.setdefault("gpu_split", state.get("pre_tokenizer"))
         self.__dict__.update(state)
         self._lock = threading.RLock()
 
@@ -298,7 +304,7 @@ class Tokenizer(TokenDecoding, HFCompat):
             self._inflight.clear()
             self._sess = None
             args = (self.trie, np.dtype(self.id_dtype).itemsize, self._chunk, self._max_slice,
-                    self._budget, self._profile, self.pre_tokenizer)
+                    self._budget, self._profile, self.gpu_split)
             kw = {"long_word_bytes": self._long_word, "bpe": self._bpe,
                   "num_tokens": self._walk_vocab.num_tokens,
                   "whole_words": self.vocab.ignore_merges,
