@@ -812,3 +812,25 @@ def test_gpu_word_bits_sliced(gpt2, gpt2_tt):
     sess = tok._session()
     assert sess.bpe_bits_pipeline is not None and sess.slices > 20
     assert sess.continuation_dispatches > 0
+
+
+@gpu
+def test_gpu_call_above_one_slice_equals_small_calls(gpt2_tok, gpt2_tt):
+    """One call holding more than a slice (documents in groups, two in flight; a document above
+    the slice alone, in slices) == tiktoken, with ids put around each document by the GPU."""
+    from torch_gpubpe.encoding.layout import GROUP_BYTES
+    from torch_gpubpe.encoding.slicing import group_bounds
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
+
+    docs = [d for n in CORPUS_NAMES for d in corpus_docs(n, 40_000, max_doc_bytes=3_000)]
+    docs.insert(len(docs) // 2, " ".join(docs[:40]))  # longer than a slice
+    docs += ["", "x"]
+    small = Tokenizer(gpt2_tok.vocab, max_slice_bytes=20_000)
+    want = [gpt2_tt.encode_ordinary(d) for d in docs]
+    assert_same(small.encode_batch(docs).tolist(), want, "grouped")
+    got = small.submit(docs, bos_id=7, eos_id=9).result().tolist()
+    assert_same(got, [[7, *w, 9] for w in want], "grouped, bos and eos")
+    offsets = np.array([0, 5, 10, 10, 40, 41, 60])
+    assert group_bounds(offsets, 10, 100) == [0, 3, 4, 5, 6]
+    assert group_bounds(offsets, 10, 1) == [0, 1, 2, 3, 4, 5, 6]
+    assert GROUP_BYTES >= 1 << 20

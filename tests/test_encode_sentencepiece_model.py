@@ -135,3 +135,12 @@ def test_documents_are_cut_into_words_only_where_the_ids_stay_the_same(tmp_path,
     for t, p in ((tok, sp), (joined, sp_joined)):
         for d, g in zip(docs, t.encode_batch(docs).tolist()):
             assert g == p.encode(to_bytes(d).decode()), repr(d[:80])
+
+
+def test_a_call_above_one_slice_is_normalized_once(tmp_path):
+    """Documents in groups (a call above the slice limit): each normalized once (one ``▁``
+    prepended), SentencePiece's ids."""
+    path, sp = train(tmp_path)
+    small = Tokenizer.from_sentencepiece(path, max_slice_bytes=8_000)
+    docs = [d for n in CORPUS_NAMES for d in corpus_docs(n, max_bytes=20_000)][:60] + EDGES
+    assert small.encode_batch(docs).tolist() == [sp.encode(to_bytes(d).decode()) for d in docs]

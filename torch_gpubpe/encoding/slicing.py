@@ -1,5 +1,7 @@
-"""A batch larger than one slice (DESIGN.md §6): cut at word starts into slices of at most the
-session's limit, encoded one after the other on one slot. One word longer than a slice is cut
+"""A batch larger than one slice (DESIGN.md §6). Several documents are encoded in groups of whole
+documents (:func:`group_bounds`, two groups in flight); one document larger than a slice is cut
+at word starts into slices of at most the session's limit, encoded one after the other on one
+slot. One word longer than a slice is cut
 inside it: greedy mode keeps the tokens the cut cannot have changed and restarts at a token
 boundary; merge-order mode checks the join (:func:`torch_gpubpe.encoding.merge_walk.junction_ok`)
 and, where it is not a valid pair, drops the token before the cut and encodes again from there.
@@ -108,3 +110,15 @@ def cut(data: np.ndarray, offsets: np.ndarray, s: int, limit: int,
         if a == s + 1:
             return hi, True
         width *= 4
+
+
+def group_bounds(offsets: np.ndarray, target: int, max_docs: int) -> list[int]:
+    """Document indices that cut a packed batch (``offsets``) into consecutive groups of at
+    most ``max_docs`` documents and, where a group has more than one, at most ``target``
+    bytes."""
+    out, a, n = [0], 0, len(offsets) - 1
+    while a < n:
+        b = int(np.searchsorted(offsets, offsets[a] + target, side="right")) - 1
+        a = min(max(b, a + 1), a + max_docs, n)
+        out.append(a)
+    return out

@@ -40,8 +40,9 @@ from torch_gpubpe.encoding.walk_table import walk_table
 from torch_gpubpe.encoding.decoding import TokenDecoding
 from torch_gpubpe.encoding.layout import (DEFAULT_BUDGET, DEFAULT_CHUNK, DEFAULT_LONG_WORD,
                                           HOST_STEPS, MAX_CONTINUATIONS_PER_SUBMIT,
-                                          MAX_LONG_TILE, MAX_SLICE_POSITIONS, NO_TOKEN, WG)
-from torch_gpubpe.encoding.slicing import encode_sliced
+                                          GROUP_BYTES, MAX_LONG_TILE, MAX_SLICE_POSITIONS, NO_TOKEN,
+                                          WG)
+from torch_gpubpe.encoding.slicing import encode_sliced, group_bounds
 from torch_gpubpe.encoding.slot import Slot, doc_offsets
 from torch_gpubpe.encoding.specials import (EOT, SpecialSet, insert_special_tokens,
                                             special_sets, split_at_specials)
@@ -541,9 +542,10 @@ class Tokenizer(TokenDecoding, HFCompat):
         return self.submit_arrow(values, bos_id=bos_id, eos_id=eos_id).result()
 
     def _submit_packed(self, data: np.ndarray | list[bytes], offsets: np.ndarray,
-                       specials: tuple[int, int] | None = None) -> PendingEncoding:
+                       specials: tuple[int, int] | None = None, normalized: bool = False
+                       ) -> PendingEncoding:
         p = PendingEncoding(self, specials)
-        if self.normalizer is not None:  # (the vocab's normalizer, before the split)
+        if self.normalizer is not None and not normalized:  # (before the split)
             data, offsets = normalize_packed(data, offsets, self.normalizer)
         total = int(offsets[-1])
         if total == 0:  # before the session: empty input never opens the GPU
@@ -552,6 +554,9 @@ class Tokenizer(TokenDecoding, HFCompat):
             return p
         sess = self._session()
         ndocs = len(offsets) - 1
+        if ndocs > 1 and (ndocs > sess.max_docs or total > sess.limit):
+            p._result = self._encode_in_groups(data, offsets, sess, specials)
+            return p
         staged = None
         if len(self._inflight) >= 2 and ndocs <= sess.max_docs and total <= sess.limit \
                 and self._inflight[0]._slot.can_stage(total, ndocs):
@@ -568,10 +573,6 @@ class Tokenizer(TokenDecoding, HFCompat):
         while len(self._inflight) >= 2:
             old = self._inflight[0]
             old.result()  # removes itself from _inflight
-        if ndocs > sess.max_docs:  # more documents than one slice can index
-            p._result = _add_specials(self._encode_by_documents(data, offsets, sess.max_docs),
-                                      specials)
-            return p
         # Any wgpu error (validation, lost device) becomes a GPUOperationError naming the step
         # and marks a lost device, so that the next call opens a fresh session.
         if total <= sess.limit:
@@ -594,20 +595,22 @@ class Tokenizer(TokenDecoding, HFCompat):
                                           specials)
         return p
 
-    def _encode_by_documents(self, data: np.ndarray | list[bytes], offsets: np.ndarray,
-                             max_docs: int) -> BatchEncoding:
-        """Encode a batch of more than ``max_docs`` documents as consecutive sub-batches."""
+    def _encode_in_groups(self, data: np.ndarray | list[bytes], offsets: np.ndarray,
+                          sess: Session, specials: tuple[int, int] | None) -> BatchEncoding:
+        """A batch above one slice or its document limit: consecutive groups of whole
+        documents (about ``GROUP_BYTES``, at most ``sess.max_docs`` documents; a document
+        above the slice limit alone, encoded in slices), two in flight as in :meth:`stream`."""
         if isinstance(data, list):
             data = join_parts(data)
-        ids, offs, base = [], [np.zeros(1, np.int64)], 0
-        for a in range(0, len(offsets) - 1, max_docs):
-            b = min(a + max_docs, len(offsets) - 1)
-            be = self._submit_packed(data[offsets[a] : offsets[b]],
-                                     offsets[a : b + 1] - offsets[a]).result()
-            ids.append(be.ids)
-            offs.append(be.offsets[1:] + base)
-            base += len(be.ids)
-        return BatchEncoding(np.concatenate(ids), np.concatenate(offs))
+        bounds = group_bounds(offsets, min(GROUP_BYTES, sess.limit), sess.max_docs)
+        done = [self._submit_packed(data[offsets[a]:offsets[b]], offsets[a:b + 1] - offsets[a],
+                                    specials, normalized=True)
+                for a, b in zip(bounds, bounds[1:])]
+        parts = [q.result() for q in done]
+        sizes = np.array([len(be.ids) for be in parts], np.int64)
+        base = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        offs = [np.zeros(1, np.int64)] + [be.offsets[1:] + b for be, b in zip(parts, base)]
+        return BatchEncoding(np.concatenate([be.ids for be in parts]), np.concatenate(offs))
 
     def _queue_readbacks(self) -> None:
         """Queue the id readback of each batch in flight before the next batch's passes are
