@@ -181,15 +181,23 @@ class ByteUnits:
         at = np.flatnonzero(ids >= self.first_prefix)
         if not len(at):
             return ids, offsets
+        width = max(map(len, self.expansion))
+        table = np.zeros((len(self.expansion), width), ids.dtype)
+        for k, e in enumerate(self.expansion):
+            table[k, :len(e)] = e
         lens = np.fromiter(map(len, self.expansion), np.int64, len(self.expansion))
-        counts = np.ones(len(ids), np.int64)
-        counts[at] = lens[ids[at].astype(np.int64) - self.first_prefix]
-        starts = np.zeros(len(ids) + 1, np.int64)
-        np.cumsum(counts, out=starts[1:])
+        which = ids[at].astype(np.int64) - self.first_prefix
+        extra = lens[which] - 1
+        counts = np.ones(len(ids), np.uint8)
+        counts[at] += extra.astype(np.uint8)
         out = np.repeat(ids, counts)
-        for p in at.tolist():
-            out[starts[p] : starts[p + 1]] = self.expansion[int(ids[p]) - self.first_prefix]
-        return out, starts[offsets]
+        shift = np.zeros(len(at) + 1, np.int64)
+        np.cumsum(extra, out=shift[1:])
+        pos = at + shift[:-1]   # where each prefix token's bytes go
+        for j in range(width):
+            m = lens[which] > j
+            out[pos[m] + j] = table[which[m], j]
+        return out, offsets + shift[np.searchsorted(at, offsets, side="left")]
 
 
 def byte_units(vocab: Vocab) -> ByteUnits:
