@@ -260,3 +260,29 @@ def test_a_wrong_layout_fails_the_self_test(monkeypatch):
     with pytest.warns(GPUBPEWarning, match="compiled str → UTF-8 packer is off"):
         assert not str_pack.available()
     assert "differs from to_bytes" in str_pack.fallbacks()["str_native"]
+
+
+@pytest.mark.parametrize("prepend", [False, True])
+def test_metaspace_gives_sentencepieces_text(prepend, monkeypatch):
+    """SentencePiece's Metaspace (every space → ▁, with ``prepend`` one ▁ before each non-empty
+    document) on the packing threads, on one thread, and without the compiler (the normalizer's
+    own path): the same bytes and document bounds as ``str.replace`` per document."""
+    from torch_gpubpe.encoding.normalizers import normalize_packed
+
+    docs = [d.encode() for n in CORPUS_NAMES for d in corpus_docs(n, 400_000)] * 3
+    docs += [b"", b" ", b"  a b ", b"\xe2\x96\x81 x", b"\xff \xe2", b""]
+    data, offsets = pack_documents(docs)
+    meta = "\u2581".encode()
+    want = [(meta if prepend and d else b"") + d.replace(b" ", meta) for d in docs]
+
+    def check(out, off):
+        assert [out[off[k]:off[k + 1]].tobytes() for k in range(len(docs))] == want
+        assert off[-1] == len(out)
+
+    check(*str_pack.metaspace(data, offsets, prepend, threads=4))
+    check(*str_pack.metaspace(data, offsets, prepend, threads=1))
+    assert len(data) >= 4 * str_pack.MIN_WORK   # (four threads take a range each)
+    name = "metaspace-prepend" if prepend else "metaspace"
+    check(*normalize_packed(data, offsets, name))
+    monkeypatch.setattr(str_pack, "metaspace", lambda *a, **k: None)
+    check(*normalize_packed(data, offsets, name))

@@ -402,3 +402,32 @@ EXPORT int64_t gpubpe_encode(int64_t n, const uint64_t *src, const int64_t *len,
     }
     return o - dst;
 }
+
+/* ---- SentencePiece's Metaspace normalizer --------------------------------------------------- */
+
+/* The spaces (0x20) in src[0..n). */
+EXPORT int64_t gpubpe_count_spaces(const uint8_t *src, int64_t n)
+{
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++) c += src[i] == 0x20;
+    return c;
+}
+
+/* Documents k = 0..ndocs-1, bytes src[off[k]..off[k+1]), written to dst with every space as
+   U+2581's UTF-8 (E2 96 81), and with `prepend` one more U+2581 before each non-empty one;
+   dst_off[k] = where document k begins in dst. Returns the bytes written. */
+EXPORT int64_t gpubpe_metaspace(const uint8_t *src, const int64_t *off, int64_t ndocs,
+                                int64_t prepend, uint8_t *dst, int64_t *dst_off)
+{
+    uint8_t *o = dst;
+    for (int64_t k = 0; k < ndocs; k++) {
+        dst_off[k] = o - dst;
+        const uint8_t *s = src + off[k], *end = src + off[k + 1];
+        if (prepend && s < end) { o[0] = 0xE2; o[1] = 0x96; o[2] = 0x81; o += 3; }
+        for (; s < end; s++) {
+            if (*s == 0x20) { o[0] = 0xE2; o[1] = 0x96; o[2] = 0x81; o += 3; }
+            else *o++ = *s;
+        }
+    }
+    return o - dst;
+}

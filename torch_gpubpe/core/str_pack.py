@@ -279,6 +279,43 @@ def pool_for(threads: int):
     return p[2]
 
 
+# -- SentencePiece's Metaspace ------------------------------------------------------------------
+def metaspace(data: np.ndarray, offsets: np.ndarray, prepend: bool, *,
+              threads: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The packed batch ``data`` / ``offsets`` (int64) with every space as ``▁`` (U+2581) and,
+    with ``prepend``, one ``▁`` before each non-empty document, on the packing threads; None
+    where the compiled packer is off (recorded and warned by :func:`library`)."""
+    lib = library()
+    if lib is None:
+        return None
+    data = np.ascontiguousarray(data, np.uint8)
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    ndocs = len(offsets) - 1
+    ranges = _ranges(offsets[1:], THREADS if threads is None else threads)
+    src = data.ctypes.data
+
+    def grow(lo: int, hi: int) -> int:
+        a, b = int(offsets[lo]), int(offsets[hi])
+        extra = 2 * lib.gpubpe_count_spaces(src + a, b - a)
+        return extra + (3 * int(np.count_nonzero(np.diff(offsets[lo:hi + 1]))) if prepend else 0)
+
+    sizes = [int(offsets[hi] - offsets[lo]) + g for (lo, hi), g in zip(ranges, _run(grow, ranges))]
+    starts = np.cumsum([0, *sizes])
+    out = np.empty(int(starts[-1]), np.uint8)
+    new_off = np.empty(ndocs + 1, np.int64)
+    new_off[-1] = len(out)
+    dst, dst_off = out.ctypes.data, new_off.ctypes.data
+
+    def write(j: int, _=None) -> None:
+        lo, hi = ranges[j]
+        lib.gpubpe_metaspace(src, offsets.ctypes.data + 8 * lo, hi - lo, int(prepend),
+                             dst + int(starts[j]), dst_off + 8 * lo)
+        new_off[lo:hi] += starts[j]
+
+    _run(write, [(j, j + 1) for j in range(len(ranges))])
+    return out, new_off
+
+
 # -- one array -------------------------------------------------------------------------------------
 def _pack_arrays(lib, docs: Sequence, first: int, threads: int, mode: int
                  ) -> tuple[np.ndarray, np.ndarray]:

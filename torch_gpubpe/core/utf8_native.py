@@ -74,7 +74,10 @@ def _typed(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.gpubpe_scan.argtypes = [i64, vp, ctypes.c_uint64, ctypes.c_uint64, vp, vp, vp, i8p]
     lib.gpubpe_measure.argtypes = [i64, vp, vp, vp, vp]
     lib.gpubpe_encode.argtypes = [i64, vp, vp, vp, vp, i64, vp, vp, i64, i64]
-    for f in (lib.gpubpe_scan, lib.gpubpe_measure, lib.gpubpe_encode):
+    lib.gpubpe_count_spaces.argtypes = [vp, i64]
+    lib.gpubpe_metaspace.argtypes = [vp, vp, i64, i64, vp, vp]
+    for f in (lib.gpubpe_scan, lib.gpubpe_measure, lib.gpubpe_encode, lib.gpubpe_count_spaces,
+              lib.gpubpe_metaspace):
         f.restype = i64
     return lib
 

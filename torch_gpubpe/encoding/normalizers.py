@@ -22,6 +22,7 @@ import unicodedata
 
 import numpy as np
 
+from torch_gpubpe.core import str_pack
 from torch_gpubpe.core.copy_pool import join_parts
 
 
@@ -30,22 +31,26 @@ METASPACE = "\u2581".encode()
 
 def _metaspace(arr: np.ndarray, offsets: np.ndarray, prepend: bool
                ) -> tuple[np.ndarray, np.ndarray]:
-    """Every space → ``▁`` (and one ``▁`` before each non-empty document with ``prepend``), in
-    a few whole-array steps: the spaces are inserted first, then each becomes three bytes."""
-    nonempty = np.diff(offsets) > 0
-    if prepend and nonempty.any():
-        arr = np.insert(arr, offsets[:-1][nonempty], 0x20)
-        offsets = offsets + np.concatenate([[0], np.cumsum(nonempty)])
-    sp = np.flatnonzero(arr == 0x20)
-    if not len(sp):
+    if not prepend and not (arr == 0x20).any():
         return arr, offsets
-    counts = np.ones(len(arr), np.uint8)
-    counts[sp] = len(METASPACE)
-    out = np.repeat(arr, counts)
-    at = sp + 2 * np.arange(len(sp))
-    for k, b in enumerate(METASPACE):
-        out[at + k] = b
-    return out, offsets + 2 * np.searchsorted(sp, offsets, side="left")
+    done = str_pack.metaspace(arr, offsets, prepend)
+    if done is not None:  # (the compiled packer's threads)
+        return done
+    sizes = np.diff(offsets)
+    nonempty = sizes > 0
+    grow = np.zeros(len(sizes), np.int64)
+    starts = offsets[:-1][nonempty]
+    if len(starts):
+        grow[nonempty] = 2 * np.add.reduceat(arr == 0x20, starts)
+    if prepend:
+        grow[nonempty] += len(METASPACE)
+    new_off = np.zeros(len(offsets), np.int64)
+    np.cumsum(sizes + grow, out=new_off[1:])
+    raw = arr.tobytes()
+    lead = METASPACE if prepend else b""
+    out = b"".join(lead + raw[a:b].replace(b" ", METASPACE) if b > a else b""
+                   for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist()))
+    return np.frombuffer(out, np.uint8), new_off
 
 
 def normalize_packed(data: np.ndarray | list, offsets: np.ndarray, normalizer: str = "nfc"
