@@ -286,3 +286,34 @@ def test_metaspace_gives_sentencepieces_text(prepend, monkeypatch):
     check(*normalize_packed(data, offsets, name))
     monkeypatch.setattr(str_pack, "metaspace", lambda *a, **k: None)
     check(*normalize_packed(data, offsets, name))
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
+def test_byte_fallback_expansion_compiled_and_not(dtype, monkeypatch):
+    """ByteUnits.expand (each prefix token → its byte tokens; document offsets moved) gives
+    the same ids and offsets compiled and in numpy, where a prefix token opens or ends a
+    document, at the ends of the ids, and between empty documents."""
+    from torch_gpubpe.core.sentencepiece import ByteUnits
+
+    units = ByteUnits(vocab=None, first_prefix=100, expansion=((7, 8), (9, 10, 11), (12,)))
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 103, 50_000).astype(dtype)
+    ids[[0, -1]] = 101
+    cuts = np.sort(rng.choice(np.arange(1, len(ids)), 300, replace=False))
+    offsets = np.concatenate([[0, 0], cuts, cuts[:5], [len(ids), len(ids)]]).astype(np.int64)
+    offsets.sort()
+    want = []
+    for k in range(len(offsets) - 1):
+        doc = []
+        for t in ids[offsets[k]:offsets[k + 1]].tolist():
+            doc += list(units.expansion[t - 100]) if t >= 100 else [t]
+        want.append(doc)
+
+    def check(out, off):
+        assert out.dtype == dtype and off[-1] == len(out)
+        assert [out[off[k]:off[k + 1]].tolist() for k in range(len(want))] == want
+
+    assert str_pack.available()
+    check(*units.expand(ids, offsets))
+    monkeypatch.setattr(str_pack, "library", lambda: None)
+    check(*units.expand(ids, offsets))

@@ -431,3 +431,32 @@ EXPORT int64_t gpubpe_metaspace(const uint8_t *src, const int64_t *off, int64_t 
     }
     return o - dst;
 }
+
+/* ---- SentencePiece's byte fallback ---------------------------------------------------------- */
+
+/* Token ids ids[0..n) (elem = 2 or 4 bytes each) to out (the same size), each id >= first
+   replaced by its lens[id - first] byte tokens table[(id - first) * width ...] (uint32);
+   off[0..noff) are indices into ids, new_off the same positions in out. Returns the ids
+   written. */
+EXPORT int64_t gpubpe_expand(const void *ids, int64_t n, int64_t elem, int64_t first,
+                             const uint32_t *table, int64_t width, const uint8_t *lens,
+                             void *out, const int64_t *off, int64_t noff, int64_t *new_off)
+{
+    int64_t o = 0, k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        while (k < noff && off[k] == i) new_off[k++] = o;
+        uint32_t t = elem == 2 ? ((const uint16_t *)ids)[i] : ((const uint32_t *)ids)[i];
+        if (t < (uint64_t)first) {
+            if (elem == 2) ((uint16_t *)out)[o++] = (uint16_t)t;
+            else ((uint32_t *)out)[o++] = t;
+            continue;
+        }
+        const uint32_t *e = table + (int64_t)(t - first) * width;
+        for (int64_t j = 0; j < lens[t - first]; j++) {
+            if (elem == 2) ((uint16_t *)out)[o++] = (uint16_t)e[j];
+            else ((uint32_t *)out)[o++] = e[j];
+        }
+    }
+    while (k < noff) new_off[k++] = o;
+    return o;
+}

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from torch_gpubpe.core import str_pack
 from torch_gpubpe.core.vocab import MAX_VOCAB_SIZE, Vocab
 from torch_gpubpe.errors import VocabFormatError
 
@@ -182,12 +183,23 @@ class ByteUnits:
         if not len(at):
             return ids, offsets
         width = max(map(len, self.expansion))
-        table = np.zeros((len(self.expansion), width), ids.dtype)
+        table = np.zeros((len(self.expansion), width), np.uint32)
         for k, e in enumerate(self.expansion):
             table[k, :len(e)] = e
-        lens = np.fromiter(map(len, self.expansion), np.int64, len(self.expansion))
+        lens = np.fromiter(map(len, self.expansion), np.uint8, len(self.expansion))
         which = ids[at].astype(np.int64) - self.first_prefix
-        extra = lens[which] - 1
+        size = len(ids) + int(lens[which].sum()) - len(at)
+        lib = str_pack.library()
+        if lib is not None and ids.dtype in (np.uint16, np.uint32):  # (compiled: one pass)
+            ids = np.ascontiguousarray(ids)
+            offsets = np.ascontiguousarray(offsets, np.int64)
+            out = np.empty(size, ids.dtype)
+            new_off = np.empty(len(offsets), np.int64)
+            lib.gpubpe_expand(ids.ctypes.data, len(ids), ids.itemsize, self.first_prefix,
+                              table.ctypes.data, width, lens.ctypes.data, out.ctypes.data,
+                              offsets.ctypes.data, len(offsets), new_off.ctypes.data)
+            return out, new_off
+        extra = lens[which].astype(np.int64) - 1
         counts = np.ones(len(ids), np.uint8)
         counts[at] += extra.astype(np.uint8)
         out = np.repeat(ids, counts)
