@@ -163,13 +163,20 @@ def token_lookup(vocab):
 class HFCompat:
     """What users of ``transformers`` and tiktoken reach for on a tokenizer (a mixin of
     :class:`~torch_gpubpe.encoding.tokenizer.Tokenizer`): the call, ``len``, ``repr``,
-    ``save_pretrained`` / ``from_pretrained`` and :meth:`as_tiktoken`."""
+    ``save_pretrained`` / ``from_pretrained``, :meth:`as_hf` and :meth:`as_tiktoken`."""
 
     def __call__(self, text, **kwargs) -> dict:
         """``transformers``' call: ``tok(texts, padding=, truncation=, max_length=,
         return_tensors=, add_special_tokens=, ...)`` → ``{"input_ids", "attention_mask"}``
         (:func:`encode_call`)."""
         return encode_call(self, text, **kwargs)
+
+    def as_hf(self):
+        """This tokenizer as a ``transformers.PreTrainedTokenizerFast`` encoding on the GPU
+        (:func:`torch_gpubpe.encoding.hf_tokenizer.as_hf`)."""
+        from torch_gpubpe.encoding.hf_tokenizer import as_hf
+
+        return as_hf(self)
 
     def as_tiktoken(self, name: str = "torch_gpubpe"):
         """``tiktoken.Encoding``'s methods and defaults on this tokenizer
