@@ -45,13 +45,17 @@ def as_hf(tok):
     """``tok`` as a ``transformers.PreTrainedTokenizerFast`` (module docs).
 
     Raises:
-        InputError: transformers is not installed, or the split has no ``tokenizer.json``.
+        InputError: transformers 5 or later is not installed, or the split has no
+            ``tokenizer.json``.
     """
     try:
-        cls = _fast_class()
+        import transformers
     except ImportError as e:
-        raise InputError("as_hf() needs transformers (pip install transformers)") from e
-    return cls(tok)
+        raise InputError("as_hf() needs transformers (pip install 'transformers>=5')") from e
+    if int(transformers.__version__.split(".")[0]) < 5:  # (4.x encodes batches elsewhere)
+        raise InputError(f"as_hf() needs transformers 5 or later (installed: "
+                         f"{transformers.__version__}); pip install -U transformers")
+    return _fast_class()(tok)
 
 
 @functools.cache
