@@ -834,3 +834,18 @@ def test_gpu_call_above_one_slice_equals_small_calls(gpt2_tok, gpt2_tt):
     assert group_bounds(offsets, 10, 100) == [0, 3, 4, 5, 6]
     assert group_bounds(offsets, 10, 1) == [0, 1, 2, 3, 4, 5, 6]
     assert GROUP_BYTES >= 1 << 20
+
+
+@gpu
+def test_gpu_documents_in_text_groups_equal_one_call(gpt2_tok, gpt2_tt):
+    """A large list is cut into groups of about a target size before packing (each group
+    packed while the one before runs); the groups' encodings joined == tiktoken."""
+    from torch_gpubpe.encoding.slicing import encode_in_groups, text_groups
+
+    docs = [d for n in CORPUS_NAMES for d in corpus_docs(n, 30_000, max_doc_bytes=3_000)]
+    docs += ["", "x"]
+    groups = text_groups(docs, 10_000)
+    assert len(groups) > 3 and [d for g in groups for d in g] == docs
+    assert text_groups(docs, 10 ** 9) is None and text_groups(["a", 5], 0) is None
+    got = encode_in_groups(gpt2_tok.submit, groups).tolist()
+    assert_same(got, [gpt2_tt.encode_ordinary(d) for d in docs], "text groups")

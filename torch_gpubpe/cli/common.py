@@ -90,6 +90,63 @@ def add_source_args(p: argparse.ArgumentParser, *, default_note: str) -> None:
     g.add_argument("--max-docs", type=positive_int, metavar="N", help="read at most N documents")
 
 
+# The keyword arguments that messages of the Python API name, and the options that set them
+# here: a message that reaches the command line names what its user can type.
+CLI_OPTIONS = {
+    "max_memory": "--max-memory", "prune_below": "--prune-below", "max_bytes": "--max-bytes",
+    "max_docs": "--max-docs", "vocab_size": "--vocab-size", "min_frequency": "--min-frequency",
+    "special_tokens": "--special-tokens", "text_column": "--text-column",
+    "file_format": "--format", "format": "--format", "sample_by": "--sample-by",
+    "count_on": "--count-on", "pre_tokenizer": "--pre-tokenizer", "batch_bytes": "--batch-bytes",
+    "nice": "--read-nice",
+}
+_NAME = (r"(?<![\w'\"-])(?P<name>"
+         + "|".join(sorted(map(re.escape, CLI_OPTIONS), key=len, reverse=True)) + r")")
+_VALUE = r"'[^']*'|\"[^\"]*\"|\[[^\]]*\]|[^\s,;)]+"
+_OPT = r"--[a-z][a-z-]*"
+# keyword (=value) followed by its option: "max_memory (--max-memory)",
+# "prune_below=2 (--prune-below 2; the merges can differ)"
+_KW_THEN_OPT = re.compile(_NAME + rf"(?:=(?P<val>{_VALUE}))?\s*\((?P<opt>{_OPT})"
+                          r"(?P<oval>[^;)]*)(?:;\s*(?P<rest>[^)]*))?\)")
+# option followed by its keywords: "--format binary (format='binary' / file_format='binary')"
+_KW = r"(?<![\w'\"-])(?:" + _NAME[len(r"(?<![\w'\"-])(?P<name>"):-1] + rf")=(?:{_VALUE})?"
+_OPT_THEN_KW = re.compile(rf"(?P<opt>{_OPT}(?: [^\s(]+)?)\s*\(\s*{_KW}(?:\s*/\s*{_KW})*\s*\)")
+# keyword or option: "max_bytes / --max-bytes"
+_KW_OR_OPT = re.compile(_NAME + rf"\s*/\s*(?P<opt>{_OPT})")
+_KW_VALUE = re.compile(_NAME + rf"=(?P<val>{_VALUE})?")
+
+
+def _plain(value: str | None) -> str:
+    """A value as typed after its option: ``'cpu'`` → ``cpu`` (quotes kept where needed)."""
+    if not value:
+        return ""
+    if value[0] in "'\"" and re.fullmatch(r"[\w.+-]+", value[1:-1]):
+        value = value[1:-1]
+    return " " + value
+
+
+def cli_names(message: str) -> str:
+    """``message`` of the Python API with the command line's option names for its keyword
+    arguments (:data:`CLI_OPTIONS`): ``max_memory=0.50 GB`` → ``--max-memory 0.50 GB``,
+    ``raise max_memory (--max-memory)`` → ``raise --max-memory``, ``--format (format=)`` →
+    ``--format``.
+
+    Example::
+
+        >>> cli_names("above max_memory=0.50 GB; raise max_memory (--max-memory), or read "
+        ...           "fewer documents (max_bytes / --max-bytes)")
+        'above --max-memory 0.50 GB; raise --max-memory, or read fewer documents (--max-bytes)'
+    """
+    def kw_then_opt(m: re.Match) -> str:
+        val = m["oval"].rstrip() or _plain(m["val"])
+        return m["opt"] + val + (f" ({m['rest']})" if m["rest"] else "")
+
+    message = _KW_THEN_OPT.sub(kw_then_opt, message)
+    message = _OPT_THEN_KW.sub(lambda m: m["opt"], message)
+    message = _KW_OR_OPT.sub(lambda m: m["opt"], message)
+    return _KW_VALUE.sub(lambda m: CLI_OPTIONS[m["name"]] + _plain(m["val"]), message)
+
+
 def add_debug(p: argparse.ArgumentParser) -> None:
     """``--debug`` on a subcommand too (``torch_gpubpe train --debug``), as on the main parser."""
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,

@@ -193,7 +193,7 @@ def offsets_mapping(tok, texts: Sequence[str | bytes], enc: BatchEncoding, *,
     doc_of = np.repeat(np.arange(n), ntok)
     base = units_before(doc_bytes)
     out = np.empty((len(ids), 2), np.int64)
-    out[:, 0] = units_before(starts + 1) - 1 - base[doc_of]
+    out[:, 0] = units_before(starts) - base[doc_of]
     out[:, 1] = units_before(ends) - base[doc_of]
     out[tok_len == 0] = 0
 
@@ -213,4 +213,4 @@ def offsets_mapping(tok, texts: Sequence[str | bytes], enc: BatchEncoding, *,
         trail = _vocab_table(vocab, "trail")[ids[keep]]
         e = np.where(e >= trail, np.maximum(e - trail, s), e)
         out[keep, 0], out[keep, 1] = s, e
-    return np.split(out, tok_offsets[1:-1])
+    return np.split(out, tok_offsets[1:-1]) if n else []

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from torch_gpubpe.core.packing import word_start_mask
+from torch_gpubpe.encoding.batch import BatchEncoding
 from torch_gpubpe.encoding.merge_walk import junction_ok
 from torch_gpubpe.encoding.slot import Slot, doc_offsets
 
@@ -122,3 +123,31 @@ def group_bounds(offsets: np.ndarray, target: int, max_docs: int) -> list[int]:
         a = min(max(b, a + 1), a + max_docs, n)
         out.append(a)
     return out
+
+
+def text_groups(texts, target: int) -> list | None:
+    """``texts`` (a list of documents) cut into consecutive groups of about ``target``
+    characters (bytes for bytes-like items), or None when they hold less than two groups'
+    worth, or an item has no length (the packer names it)."""
+    try:
+        sizes = np.fromiter(map(len, texts), np.int64, len(texts))
+    except TypeError:
+        return None
+    offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    if len(texts) < 2 or offsets[-1] <= 2 * target:
+        return None
+    bounds = group_bounds(offsets, target, len(texts))
+    return [texts[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def encode_in_groups(submit, groups) -> BatchEncoding:
+    """One :class:`~torch_gpubpe.encoding.batch.BatchEncoding` of consecutive groups of
+    documents, each handed to ``submit`` (which keeps two in flight, completing the oldest)
+    as the one before it runs."""
+    done = [submit(g) for g in groups]
+    parts = [q.result() for q in done]
+    sizes = np.array([len(be.ids) for be in parts], np.int64)
+    base = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    offs = [np.zeros(1, np.int64)] + [be.offsets[1:] + b for be, b in zip(parts, base)]
+    return BatchEncoding(np.concatenate([be.ids for be in parts]), np.concatenate(offs))

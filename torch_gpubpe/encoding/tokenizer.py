@@ -42,7 +42,8 @@ from torch_gpubpe.encoding.layout import (DEFAULT_BUDGET, DEFAULT_CHUNK, DEFAULT
                                           HOST_STEPS, MAX_CONTINUATIONS_PER_SUBMIT,
                                           GROUP_BYTES, MAX_LONG_TILE, MAX_SLICE_POSITIONS, NO_TOKEN,
                                           WG)
-from torch_gpubpe.encoding.slicing import encode_sliced, group_bounds
+from torch_gpubpe.encoding.slicing import (encode_in_groups, encode_sliced, group_bounds,
+                                           text_groups)
 from torch_gpubpe.encoding.slot import Slot, doc_offsets
 from torch_gpubpe.encoding.specials import (EOT, SpecialSet, insert_special_tokens,
                                             special_sets, split_at_specials)
@@ -460,8 +461,14 @@ class Tokenizer(TokenDecoding, HFCompat):
         """
         if not isinstance(texts, (list, tuple)):
             texts = list(texts) if not isinstance(texts, (str, bytes, bytearray)) else texts
-        data, offsets = pack_batch(texts, keep_parts=True)
         specials = self._specials_arg(bos_id, eos_id)
+        if (groups := text_groups(texts, GROUP_BYTES)) is not None:  # (packed group by group)
+            with self._lock:
+                p = PendingEncoding(self, specials)
+                p._result = encode_in_groups(lambda g: self._submit_packed(
+                    *pack_batch(g, keep_parts=True), specials), groups)
+                return p
+        data, offsets = pack_batch(texts, keep_parts=True)
         with self._lock:
             return self._submit_packed(data, offsets, specials)
 
@@ -608,14 +615,9 @@ class Tokenizer(TokenDecoding, HFCompat):
         if isinstance(data, list):
             data = join_parts(data)
         bounds = group_bounds(offsets, min(GROUP_BYTES, sess.limit), sess.max_docs)
-        done = [self._submit_packed(data[offsets[a]:offsets[b]], offsets[a:b + 1] - offsets[a],
-                                    specials, normalized=True)
-                for a, b in zip(bounds, bounds[1:])]
-        parts = [q.result() for q in done]
-        sizes = np.array([len(be.ids) for be in parts], np.int64)
-        base = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-        offs = [np.zeros(1, np.int64)] + [be.offsets[1:] + b for be, b in zip(parts, base)]
-        return BatchEncoding(np.concatenate([be.ids for be in parts]), np.concatenate(offs))
+        return encode_in_groups(lambda ab: self._submit_packed(
+            data[offsets[ab[0]]:offsets[ab[1]]], offsets[ab[0]:ab[1] + 1] - offsets[ab[0]],
+            specials, normalized=True), zip(bounds, bounds[1:]))
 
     def _queue_readbacks(self) -> None:
         """Queue the id readback of each batch in flight before the next batch's passes are

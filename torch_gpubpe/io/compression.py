@@ -122,7 +122,9 @@ def open_raw(path: str, stats: dict | None = None):
 def read_failed(path: str, e: BaseException) -> InputError:
     comp = split_ext(path)[1]
     how = f"decompressed as {comp}" if comp else "read"
-    return InputError(f"{path}: cannot be {how} ({type(e).__name__}: {e})")
+    # an OSError's text ends with the file name, which the message begins with already
+    why = e.strerror if isinstance(e, OSError) and e.filename and e.strerror else e
+    return InputError(f"{path}: cannot be {how} ({type(e).__name__}: {why})")
 
 
 def decompress_errors() -> tuple[type[BaseException], ...]:

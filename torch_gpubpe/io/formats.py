@@ -48,6 +48,8 @@ _MAGICS = ((b"PAR1", "parquet"), (b"ARROW1\x00\x00", "arrow"), (b"\x1f\x8b\x08",
            (b"PK\x03\x04", "zip"), (b"\x7fELF", "ELF executable"), (b"%PDF-", "PDF"),
            (b"\x89PNG\r\n\x1a\n", "PNG"), (b"\xff\xd8\xff", "JPEG"), (b"GIF8", "GIF"),
            (b"SQLite format 3\x00", "SQLite"), (b"\x93NUMPY", "numpy .npy"))
+# The kinds above said with "an" (their first sound is a vowel: "an ELF", "an xz").
+_AN = frozenset({"arrow", "xz", "lz4", "ELF executable", "SQLite"})
 
 
 def infer_format(path: str) -> str:
@@ -61,7 +63,7 @@ def infer_format(path: str) -> str:
     if ext not in _EXTENSIONS:
         raise InputError(
             f"{path}: cannot tell the file format from the extension {ext or '(none)'!r}; "
-            f"pass --format (file_format=) one of {', '.join(FORMATS)}")
+            f"pass --format (format=) one of {', '.join(FORMATS)}")
     return _EXTENSIONS[ext]
 
 
@@ -121,8 +123,8 @@ def sniff(path: str, fmt: str) -> None:
             hit = hit and tail == b"PAR1" and split_ext(path)[1] is None  # uncompressed
         if hit:
             raise InputError(
-                f"{path}: read as {fmt} but it is a {kind} file; name it by its format or pass "
-                f"--format (file_format=) one of {', '.join(FORMATS)} (compressed files need "
+                f"{path}: read as {fmt} but it is {'an' if kind in _AN else 'a'} {kind} file; "
+                f"name it by its format or pass --format (format=) one of {', '.join(FORMATS)} (compressed files need "
                 f"their suffix: {', '.join(sorted(set(COMPRESSION)))})")
 
 
@@ -172,5 +174,5 @@ def check_text(path: str, raw: bytes) -> None:
         raise NotTextError(
             f"{path}: read as text but it looks like binary data ({why} in its first "
             f"{min(len(raw), TEXT_CHECK_BYTES):,} bytes); to tokenize its bytes as they are, "
-            "pass --format binary (format='binary' / file_format='binary'), or give the bytes "
+            "pass --format binary (format='binary'), or give the bytes "
             "to Tokenizer.encode / encode_batch directly")

@@ -72,7 +72,11 @@ def train(
         progress: ``True`` shows tqdm progress bars on stderr (documents counted, then
             merges), like Hugging Face's trainers (``show_progress``); a callable is called
             with a :class:`~torch_gpubpe.training.progress.TrainProgress` after each batch of merges; ``None``/``False``:
-            nothing.
+            nothing. Each report's ``last_count`` is the count of the last merge learned so
+            far and its ``merge_counts`` (uint64 array) the counts of the merges learned since
+            the previous report, in order: concatenated over the reports, every merge's count
+            (the pair's frequency when it was merged), e.g.
+            ``np.concatenate([p.merge_counts for p in reports])``.
         stats: if a dict, filled with ``corpus_bytes``, ``num_documents``, ``unique_words``,
             ``stream_symbols``, ``num_merges``, ``count_on``, the time breakdown (seconds, in
             the order they happen): ``seconds_setup`` (before ``seconds_total`` starts:

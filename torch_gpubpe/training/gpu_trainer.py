@@ -22,7 +22,7 @@ from torch_gpubpe.training.merge_loop import (ALGORITHMS, MergeLoop, algorithm_m
                                               check_algorithm, notice_once, pow2_at_least)
 import torch_gpubpe.training.pair_table as pair_table
 from torch_gpubpe.training.pair_table import local_slots, training_shader
-from torch_gpubpe.training.progress import ProgressFn
+from torch_gpubpe.training.progress import ProgressFn, ProgressReporter
 
 _trainers: dict[int, GPUTrainer] = {}
 _trainers_lock = threading.Lock()
@@ -105,6 +105,9 @@ class GPUTrainer:
         Args:
             algorithm: "wordlist" (default, :mod:`~torch_gpubpe.training.wordlist_loop`) or "seed"
                 (:mod:`~torch_gpubpe.training.seed_loop`). Same merges.
+            progress: called with a :class:`~torch_gpubpe.training.progress.TrainProgress`
+                after each batch (``last_count``; ``merge_counts``: each merge's count, once,
+                also through restarts).
             batch: most merges per submit (batches start at 16 and double up to it).
             rows: initial pair-table rows (power of two; default from the distinct pairs).
             profile: (adapters with timestamp queries) sampled batches are recorded one pass
@@ -180,10 +183,12 @@ class GPUTrainer:
         st.update(stream_symbols=n, distinct_initial_pairs=distinct, adapter=g.adapter_name,
                   merges_per_submit=batch, wide_counts=wide)
         st["seconds_upload_host"] = time.perf_counter() - t0   # the arrays built (numpy)
+        # (one reporter through the restarts: their merges are reported once)
+        reporter = None if progress is None else ProgressReporter(progress, num_merges)
         while True:
             loop = MergeLoop(self, algorithm, wide, sym, wid, starts, lens, wts,
                               num_merges, min_frequency, rows, batch, st, profile, budget)
-            res = loop.run(progress, t0)
+            res = loop.run(reporter, t0)
             if res is not None:
                 return res
             if rows >= max_rows:

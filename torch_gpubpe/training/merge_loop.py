@@ -8,8 +8,8 @@ shared :class:`~torch_gpubpe.training.pair_table.PairTable`):
 2. per merge the algorithm's dispatches, batches of 16, 32, … up to ``batch`` merges recorded
    into one command buffer and one submit (native calls through
    :mod:`~torch_gpubpe.gpu.wgpu_internals`); the merge list stays on the GPU and only the state
-   words (+ the batch's merges, for progress) are read back per batch, while the next batch
-   already runs;
+   words (+ for progress, the merges the batch may have learned) are read back per
+   batch, while the next batch already runs;
 3. between batches: the pair table recounted (and grown) when half full; a probe sequence that
    ran out ends the run (the caller restarts with a 4× table: same result); carried walks
    continued.
@@ -27,7 +27,7 @@ import torch_gpubpe.training.seed_loop as seed_loop
 import torch_gpubpe.training.wordlist_loop as wordlist_loop
 from torch_gpubpe.training.pair_table import PairTable
 from torch_gpubpe.training.profiler import KernelProfiler
-from torch_gpubpe.training.progress import ProgressFn, TrainProgress
+from torch_gpubpe.training.progress import ProgressReporter
 
 ALGORITHMS = ("wordlist", "seed")    # the default first
 MAX_CONTINUATIONS_PER_SUBMIT = 64    # wl_continue dispatches per submit (doubling from 1)
@@ -71,7 +71,8 @@ class MergeLoop:
 
     Flow: clear_table + pair_count once; batches of 16, 32, … up to ``batch`` merges recorded
     into one command buffer and one submit each, two in flight; per batch only the state
-    words and the batch's merges are read back (the merge list stays on the GPU). Between
+    words (and, for progress, the merges the batch may have learned: their counts) are read
+    back (the merge list stays on the GPU). Between
     batches: when half the pair table is taken (keys whose count fell to 0 stay) it is
     recounted from the current stream, grown when the live pairs fill a quarter; a probe
     sequence that ran out (S_OVERFLOW) ends the run (the caller retrains with a 4× table: same
@@ -223,10 +224,20 @@ class MergeLoop:
         cp.end()
         self._submit(enc, "count")
 
-    def _record(self, k0: int, cnt: int, buf, slot: int = 0):
-        """Submit merges k0 .. k0+cnt-1 and the copy of state + their merges (+ the pass's
-        two timestamps, query slot ``slot``) into ``buf``; the map's promise, and whether the
-        timestamps were written (not in a profiled batch)."""
+    def _window(self, recorded: int, done: int, cnt: int) -> int:
+        """The merges, from merge ``recorded`` on, that a batch of ``cnt`` steps copies back
+        for progress (``done``: the merges read back so far): every merge it can learn. Each
+        step learns at least one merge (until training stops) and at most
+        ``merges_per_step``, so the steps queued before it (``recorded - done`` of them) end
+        at merge ``recorded`` or later and it ends by ``done + merges_per_step × (recorded -
+        done + cnt)``. Seed (one merge per step): ``cnt``."""
+        per = self.k.merges_per_step
+        return min(self.num_merges, done + per * (recorded - done + cnt)) - recorded
+
+    def _record(self, k0: int, cnt: int, buf, slot: int = 0, window: int = 0):
+        """Submit ``cnt`` steps from merge k0 on and the copy of state + merges k0 ..
+        k0+window-1 (+ the pass's two timestamps, query slot ``slot``) into ``buf``; the map's
+        promise, and whether the timestamps were written (not in a profiled batch)."""
         g, b = self.g, self.table.buffers
         enc = g.device.create_command_encoder(label="train.merges")
         prof = self.profiler is not None and self.profiler.wants(k0)
@@ -243,14 +254,15 @@ class MergeLoop:
             cp.end()
         nbytes = 4 * self.words
         enc.copy_buffer_to_buffer(b["state"], 0, buf, 0, nbytes)
-        enc.copy_buffer_to_buffer(b["merges"], 16 * k0, buf, nbytes, 16 * cnt)
+        if window:
+            enc.copy_buffer_to_buffer(b["merges"], 16 * k0, buf, nbytes, 16 * window)
         if not prof:
-            self._copy_ts(enc, slot, buf, nbytes + 16 * cnt)
+            self._copy_ts(enc, slot, buf, nbytes + 16 * window)
         self._submit(enc, "merges")
         self.st["merge_submits"] = self.st.get("merge_submits", 0) + 1
         if prof:
             self.profiler.collect()
-        return buf.map_async(map_read_mode(), 0, nbytes + 16 * cnt + 16), not prof
+        return buf.map_async(map_read_mode(), 0, nbytes + 16 * window + 16), not prof
 
     def _timed_pass(self, enc, label: str, slot: int):
         """A compute pass, with start/end timestamps into query slot ``slot`` when the
@@ -323,8 +335,10 @@ class MergeLoop:
             b2.unmap()
         inflight.clear()
 
-    def run(self, progress: ProgressFn | None, t0: float) -> list[tuple[int, int]] | None:
-        """The merge loop; None when the pair table overflowed (caller restarts larger)."""
+    def run(self, progress: ProgressReporter | None, t0: float) -> list[tuple[int, int]] | None:
+        """The merge loop; None when the pair table overflowed (caller restarts larger).
+        ``progress`` is told each batch's merges (their counts: the merges read back with the
+        state words)."""
         g, st, c = self.g, self.st, self.c
         t_c = time.perf_counter()
         self._count(0, self.n, setup=True)
@@ -335,10 +349,15 @@ class MergeLoop:
         st["seconds_upload_gpu"] = t_up - t_c     # set-up + first pair count, waited for
         U = g.wgpu.BufferUsage
         nbytes = 4 * self.words
-        staging = [g.buffer(nbytes + 16 * self.batch + 16, U.MAP_READ | U.COPY_DST,
+        # The merges read back per batch, for progress only (none without): at most one batch
+        # is queued when one is recorded, so a window (_window) spans ≤ 2 batches' merges.
+        most = (0 if progress is None else
+                min(self.num_merges, (2 * self.k.merges_per_step - 1) * self.batch))
+        staging = [g.buffer(nbytes + 16 * most + 16, U.MAP_READ | U.COPY_DST,
                             f"train.readback{i}") for i in (0, 1)]
-        inflight: list = []   # (buffer, promise, timed, k0, cnt, submitted at), oldest first, ≤ 2
-        recorded = done = last_count = nbatches = n_now = 0
+        # (buffer, promise, timed, k0, cnt, submitted at, window), oldest first, ≤ 2
+        inflight: list = []
+        recorded = done = nbatches = n_now = 0
         stopped = need_rebuild = False
         size = 1                # doubles per batch (to self.batch) while the GPU time allows
         cap = self.batch        # merges per batch the GPU time per merge allows
@@ -351,9 +370,12 @@ class MergeLoop:
                     and len(inflight) < 2):
                 cnt = min(size, cap, self.num_merges - recorded)
                 buf = staging[nbatches % 2]
+                win = 0 if progress is None else self._window(recorded, done, cnt)
+                if win > most:
+                    raise RuntimeError(f"a batch's merges ({win}) overrun the readback ({most})")
                 t_sub = time.perf_counter()
-                inflight.append((buf, *self._record(recorded, cnt, buf, nbatches % 2),
-                                 recorded, cnt, t_sub))
+                inflight.append((buf, *self._record(recorded, cnt, buf, nbatches % 2, win),
+                                 recorded, cnt, t_sub, win))
                 recorded += cnt
                 nbatches += 1
                 size = min(self.batch, size * 2)
@@ -361,19 +383,20 @@ class MergeLoop:
                     continue        # keep one batch queued behind the one being read
             if not inflight:
                 break
-            buf, promise, timed, k0, cnt, t_sub = inflight.pop(0)
+            buf, promise, timed, k0, cnt, t_sub, win = inflight.pop(0)
             self._wait(promise, "training state readback")
             t_done = time.perf_counter()
             # the batch's GPU time: from its submit, or from the end of the one before it
             # (batches queue back to back), to its readback
             gpu_s = t_done - max(t_sub, prev_done)
             prev_done = t_done
-            raw = np.frombuffer(buf.read_mapped(0, nbytes + 16 * cnt + 16), np.uint32).copy()
+            raw = np.frombuffer(buf.read_mapped(0, nbytes + 16 * win + 16), np.uint32).copy()
             buf.unmap()
-            ts = self._ts_seconds(raw, self.words + 4 * cnt) if timed else None
+            ts = self._ts_seconds(raw, self.words + 4 * win) if timed else None
             if ts is not None:     # (CPU adapters: the wall estimate far from the timestamps)
                 gpu_s = max(gpu_s, ts)
-            raw = raw[:self.words + 4 * cnt]
+            raw = raw[:self.words + 4 * win]
+            done_before = done
             stv = raw[:self.words]
             if stv[c["S_OVERFLOW"]]:
                 self._drain(inflight)
@@ -406,13 +429,10 @@ class MergeLoop:
                                                       per)
                 cap = max(1, min(self.batch, int(TARGET_SUBMIT_S / per) if per > 0
                                  else self.batch))
-            if got:
-                mm = raw[self.words:].reshape(-1, 4)[got - 1]
-                last_count = int(mm[2]) | (int(mm[3]) << 32)
             if progress is not None:
                 el = time.perf_counter() - t_up
-                progress(TrainProgress(done, self.num_merges, last_count,
-                                       done / el if el > 0 else 0.0))
+                progress.batch(done_before, done, k0, raw[self.words:].reshape(-1, 4),
+                               done / el if el > 0 else 0.0)
             n_now = int(stv[c["S_N"]])
             occ = int(stv[c["S_OCC"]])
             # New keys per step, over the last batch read. Before a rebuild can take effect

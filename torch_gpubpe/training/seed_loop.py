@@ -41,6 +41,7 @@ class SeedKernels:
 
     STEP = STEP
     name = "seed"
+    merges_per_step = 1
 
     def __init__(self, gpu, pipes: dict, info, table: PairTable, sym: np.ndarray,
                  wid: np.ndarray) -> None:

@@ -37,8 +37,8 @@ Host flow:
 4. per merge the algorithm's dispatches, batches of 16, 32, … up to ``batch`` merges recorded
    into one command buffer and one submit (native calls through
    :mod:`~torch_gpubpe.gpu.wgpu_internals`); the merge list stays on the GPU and only the state
-   words (+ the batch's merges, for progress) are read back per batch, while the next batch
-   already runs;
+   words (+ for progress, the merges the batch may have learned) are read back per
+   batch, while the next batch already runs;
 5. between batches: the pair table recounted (and grown) when half full; a probe sequence that
    ran out restarts training with a 4× table (same result); carried walks continued.
 

@@ -224,7 +224,9 @@ class WordListKernels:
         self.table.set_param("scatter_cap", min(self.scratch,
                                                 groups * c["WG"] * c["SCATTER_ITEMS"]))
         most = MAX_MERGES_PER_STEP or c["BATCH_MAX"]
-        self.table.set_param("batch_max", max(1, min(int(most), c["BATCH_MAX"])))
+        # (the merge loop sizes the merges it reads back per batch by it)
+        self.merges_per_step = max(1, min(int(most), c["BATCH_MAX"]))
+        self.table.set_param("batch_max", self.merges_per_step)
         self.g.device.queue.write_buffer(self.table.buffers["state"], 4 * self.info.consts["S_DLEN"],
                                          np.zeros(2, np.uint32))
 

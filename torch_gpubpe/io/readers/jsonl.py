@@ -252,11 +252,6 @@ class JsonLinesFormat:
         kept[0] = chunk = bytes(chunk)
         # pyarrow refused the chunk (lone surrogate escapes, a value that is not a string,
         # invalid UTF-8, a broken line): parse it line by line, each row treated as before.
-        self.stats["jsonl_python_chunks"] = self.stats.get("jsonl_python_chunks", 0) + 1
-        notices.warn_once("torch_gpubpe.io.readers: a JSON Lines chunk that pyarrow cannot parse "
-                          "(lone surrogate escapes, non-text values, invalid UTF-8) is read line "
-                          "by line with the json module (slower; counted in "
-                          "stats['jsonl_python_chunks'])", stacklevel=2)
         parts: list[bytes] = []
         valid: list[bool] = []
         bad: dict[int, str] = {}
@@ -268,7 +263,9 @@ class JsonLinesFormat:
             try:
                 obj = json.loads(ln)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise InputError(f"{path}:{line0 + i}: not a JSON Lines record ({e})") from e
+                # (json's own "line 1 column 9" counts within this one line: the column alone)
+                why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else e
+                raise InputError(f"{path}:{line0 + i}: not a JSON Lines record ({why})") from e
             if not isinstance(obj, dict):
                 raise InputError(f"{path}:{line0 + i}: no {col!r} field (found "
                                  f"{type(obj).__name__}); pass text_column= to name the field "
@@ -285,4 +282,10 @@ class JsonLinesFormat:
             elif v is not None:
                 bad[r] = type(v).__name__
         values = pack_parts(parts, valid)
+        # said once the chunk is read: a broken line's error is the news, not the slower path
+        self.stats["jsonl_python_chunks"] = self.stats.get("jsonl_python_chunks", 0) + 1
+        notices.warn_once("torch_gpubpe.io.readers: a JSON Lines chunk that pyarrow cannot parse "
+                          "(lone surrogate escapes, non-text values, invalid UTF-8) is read line "
+                          "by line with the json module (slower; counted in "
+                          "stats['jsonl_python_chunks'])", stacklevel=2)
         return path, values, Origin(describe, bad, miss.get), lines

@@ -102,16 +102,19 @@ def documents(reader: Any, *,   # a Reader (io.readers.base, which imports this 
             valid = valid_mask(vals)
             for j in np.flatnonzero(~valid).tolist():
                 kind, detail = b.problem(j)
-                loc = b.where(j) if names_files else f"row {b.indices[j]}"
+                # "file:line" names the file already: the source's description would repeat it
+                loc = b.where(j) if names_files else f"{what}: row {b.indices[j]}"
                 if kind == "type":
-                    if detail == "dict" and b.origin.missing is not None:
-                        raise InputError(f"{what}: row {b.indices[j]} {b.origin.missing(b.rows[j])}"
-                                         f"; pass --text-column (text_column=) with one of them")
-                    raise InputError(f"{what}: {loc}: column {reader.text_column!r} holds "
-                                     f"{detail}, not text")
+                    # a row (dict) without the column, or a row whose column holds a dict
+                    why = (b.origin.missing(b.rows[j])
+                           if detail == "dict" and b.origin.missing is not None else None)
+                    if why is not None:
+                        raise InputError(f"{loc}: {why}; pass --text-column (text_column=) "
+                                         "with one of them")
+                    raise InputError(f"{loc}: column {reader.text_column!r} holds {detail}, "
+                                     "not text")
                 if not skip_none:
-                    raise InputError(f"{what}: {loc}: column {reader.text_column!r} is "
-                                     f"None (missing)")
+                    raise InputError(f"{loc}: column {reader.text_column!r} is None (missing)")
                 stats["skipped_none"] += 1
                 if len(stats["skipped_none_rows"]) < 100:
                     stats["skipped_none_rows"].append(int(b.indices[j]))
