@@ -333,6 +333,27 @@ def test_count_batches_writes_one_counts_file(tmp_path, docs):
     assert read_metadata(row["counts_file"])["num_documents"] == len(docs) == row["num_documents"]
 
 
+@pytest.mark.parametrize("count_on", ["cpu", "gpu"])
+def test_count_batches_with_a_model_split_records_it(tmp_path, docs, count_on):
+    """Counts with cl100k's split (GPU or CPU) == the regex's words; the file records the
+    split, and merging it with byte-class counts is refused by name."""
+    from collections import Counter
+
+    from torch_gpubpe.core.patterns import split
+    from torch_gpubpe.training.counts_file import merge_counts
+
+    t = pa.table({"text": docs})
+    row = CountBatches(tmp_path, count_on=count_on, pre_tokenizer="cl100k")(t).to_pylist()[0]
+    want = Counter(w for d in docs for w in split(d, "cl100k"))
+    assert read_counts(row["counts_file"]).to_dict() == dict(want)
+    assert read_metadata(row["counts_file"])["pre_tokenizer"] == "cl100k"
+    other = CountBatches(tmp_path, count_on="cpu")(t).to_pylist()[0]["counts_file"]
+    with pytest.raises(InputError, match="pre-tokenizer"):
+        merge_counts([row["counts_file"], other], tmp_path / "mixed.parquet")
+    with pytest.raises(InputError):
+        CountBatches(tmp_path, pre_tokenizer="deepseek-llm")   # no pat_str to record
+
+
 # -- on a local Ray instance ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ray_local():
@@ -408,6 +429,9 @@ def test_ray_count_dataset_equals_whole_corpus_counts(ray_local, tmp_path, docs,
     assert read_counts(out).to_dict() == dict(reference.count_words(docs))
     assert st["num_batches"] >= 3 and read_metadata(out)["num_documents"] == len(docs)
     assert [p.name for p in tmp_path.iterdir()] == ["all.parquet"]   # block files removed
+    out = count_dataset(ds, tmp_path / "cl100k.parquet", count_on="cpu", batch_size=6,
+                        pre_tokenizer="cl100k")
+    assert read_metadata(out)["pre_tokenizer"] == "cl100k"
 
 
 def test_actor_with_a_ray_gpu_pins_its_adapter_by_uuid(monkeypatch):

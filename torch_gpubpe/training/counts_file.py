@@ -61,7 +61,7 @@ __all__ = [
 
 # -- counting -----------------------------------------------------------------------------------
 def count_packed(batches: Iterable[tuple[np.ndarray, np.ndarray]], *, count_on: str = "gpu",
-                 gpu=None):
+                 gpu=None, pre_tokenizer: str | None = None):
     """Word counts of packed document batches (DESIGN.md §2), GPU or CPU; same counts.
 
     Args:
@@ -70,6 +70,7 @@ def count_packed(batches: Iterable[tuple[np.ndarray, np.ndarray]], *, count_on: 
             ``data[offsets[k]:offsets[k+1]]`` (offsets[0] == 0).
         count_on: "gpu" (:class:`~torch_gpubpe.training.gpu_counter.GPUWordCounter`) or "cpu"
             (the vectorised numpy counter of :mod:`torch_gpubpe.training.word_counts`).
+        pre_tokenizer: the word split, as :func:`~torch_gpubpe.training.api.train`'s.
     Returns:
         :class:`~torch_gpubpe.training.word_counts.WordCounts` (words in no particular order).
     Raises:
@@ -78,12 +79,14 @@ def count_packed(batches: Iterable[tuple[np.ndarray, np.ndarray]], *, count_on: 
     """
     if count_on not in ("gpu", "cpu"):
         raise ValueError(f"count_on must be 'gpu' or 'cpu', got {count_on!r}")
+    fam = training_split(pre_tokenizer)
     if count_on == "cpu":
         total = PartialCounts()
         for data, offsets in batches:
-            total.add(count_batch(np.asarray(data, np.uint8), np.asarray(offsets, np.int64)))
+            total.add(count_batch(np.asarray(data, np.uint8), np.asarray(offsets, np.int64),
+                                  fam))
         return WordCounts.from_dict(total.to_counter())
-    counter = GPUWordCounter(gpu)
+    counter = GPUWordCounter(gpu, family=fam)
     with counter.g.operation("counting words"):   # through mapped staging (count_stream)
         count_stream(counter, ((np.asarray(d, np.uint8), np.asarray(o, np.int64))
                                for d, o in batches))
