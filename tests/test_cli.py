@@ -256,8 +256,8 @@ def test_error_max_memory_names_what_to_change(capsys):
     code, _, err = _run(capsys, "train", "--max-memory", "1M", "--no-progress")
     assert code == 2
     line = _one_line_error(err)
-    assert "max_memory=0.00 GB cannot work" in line and "--max-memory" in line
-    assert "to at least" in line
+    assert "--max-memory 0.00 GB cannot work" in line and "max_memory" not in line
+    assert "raise --max-memory to at least" in line
 
 
 def test_error_vocab_size_too_small(capsys):

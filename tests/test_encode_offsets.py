@@ -70,13 +70,13 @@ def qwen2():
     return tok, tokenizers.Tokenizer.from_str(byte_level_tokenizer_json(tok))
 
 
-def assert_offsets_equal_hf(tok, hf, texts, **hf_kwargs):
+def assert_offsets_equal_hf(tok, hf, texts):
     """Same ids as Hugging Face (else the offsets could not agree), then the same offsets."""
     enc = tok.encode_batch(texts, allowed_special="all")  # (HF matches added tokens in text)
     got = offsets_mapping(tok, texts, enc)
     assert len(got) == len(texts)
     for k, (text, ids, offs) in enumerate(zip(texts, enc.tolist(), got)):
-        want = hf.encode(text, **hf_kwargs)
+        want = hf.encode(text)
         assert ids == want.ids, f"document {k}: ids differ from Hugging Face's"
         assert offs.dtype == np.int64 and offs.shape == (len(ids), 2)
         assert [tuple(o) for o in offs.tolist()] == want.offsets, f"document {k}: {text[:80]!r}"

@@ -260,7 +260,7 @@ def test_refuses_files_it_cannot_read(tmp_path):
     import sys
 
     shutil.copy(sys.executable, tmp_path / "python.txt")
-    with pytest.raises(InputError, match="python.txt: read as text but it is a ELF"):
+    with pytest.raises(InputError, match="python.txt: read as text but it is an ELF"):
         list(FileReader(tmp_path / "python.txt").batches())
     (tmp_path / "img.txt").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
     with pytest.raises(InputError, match="it is a PNG file"):

@@ -124,3 +124,13 @@ def test_no_private_name_crosses_modules():
 def test_module_is_a_few_hundred_lines(name):
     lines = len(_modules()[name].read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{name}: {lines} lines (split it by concept; STYLE.md)"
+
+
+def test_dir_lists_the_public_api():
+    """``dir(torch_gpubpe)`` is what a user may use: the lazily imported API included, the
+    module's own helpers (``annotations``, ``importlib``, submodules) not."""
+    import torch_gpubpe
+
+    names = set(dir(torch_gpubpe))
+    assert {"train", "Tokenizer", "Vocab", "InputError", "TokenizedDataset"} <= names
+    assert names - {"__version__"} == set(torch_gpubpe.__all__)

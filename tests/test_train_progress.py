@@ -4,9 +4,9 @@ report's ``last_count`` is the count of the last merge learned so far and its
 them concatenated are every merge's count in order. The oracle: merge k's count is its pair's
 frequency in the word counts after merges 0 .. k-1 (what the reference trainer ranks by).
 
-The word list learns several merges per GPU step: the tests check that such steps happened
-(a report whose last merge is not its batch's first step's), on both algorithms, both word
-counters, walks carried past their budget, rebuilt tables and restarts after an overflow."""
+The word list learns several merges per GPU step: the tests check that such steps happened (a
+report with more merges than its batch has steps), on both algorithms, both word counters,
+walks carried past their budget, rebuilt tables and restarts after an overflow."""
 
 from __future__ import annotations
 
@@ -145,8 +145,8 @@ def test_progress_counts_with_one_merge_per_step(monkeypatch):
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_progress_after_training_stops_early_keeps_the_last_count(algorithm):
-    """Fewer merges than asked (no pair left): the reports after the stop bring no merge and
-    keep the last merge's count."""
+    """Fewer merges than asked (no pair left): a report after the stop brings no merge and
+    keeps the last merge's count."""
     docs = ["aaaaa aaaaa", "abab"]
     reports: list[TrainProgress] = []
     with pytest.warns(RuntimeWarning, match="stopped after"):

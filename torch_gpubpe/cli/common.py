@@ -100,16 +100,16 @@ CLI_OPTIONS = {
     "count_on": "--count-on", "pre_tokenizer": "--pre-tokenizer", "batch_bytes": "--batch-bytes",
     "nice": "--read-nice",
 }
-_NAME = (r"(?<![\w'\"-])(?P<name>"
-         + "|".join(sorted(map(re.escape, CLI_OPTIONS), key=len, reverse=True)) + r")")
+_NAMES = "|".join(sorted(map(re.escape, CLI_OPTIONS), key=len, reverse=True))
+_NAME = rf"(?<![\w'\"-])(?P<name>{_NAMES})"     # (not inside another name or a quoted key)
 _VALUE = r"'[^']*'|\"[^\"]*\"|\[[^\]]*\]|[^\s,;)]+"
+_KW = rf"(?<![\w'\"-])(?:{_NAMES})=(?:{_VALUE})?"
 _OPT = r"--[a-z][a-z-]*"
 # keyword (=value) followed by its option: "max_memory (--max-memory)",
 # "prune_below=2 (--prune-below 2; the merges can differ)"
 _KW_THEN_OPT = re.compile(_NAME + rf"(?:=(?P<val>{_VALUE}))?\s*\((?P<opt>{_OPT})"
                           r"(?P<oval>[^;)]*)(?:;\s*(?P<rest>[^)]*))?\)")
 # option followed by its keywords: "--format binary (format='binary' / file_format='binary')"
-_KW = r"(?<![\w'\"-])(?:" + _NAME[len(r"(?<![\w'\"-])(?P<name>"):-1] + rf")=(?:{_VALUE})?"
 _OPT_THEN_KW = re.compile(rf"(?P<opt>{_OPT}(?: [^\s(]+)?)\s*\(\s*{_KW}(?:\s*/\s*{_KW})*\s*\)")
 # keyword or option: "max_bytes / --max-bytes"
 _KW_OR_OPT = re.compile(_NAME + rf"\s*/\s*(?P<opt>{_OPT})")

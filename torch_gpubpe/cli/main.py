@@ -36,13 +36,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from torch_gpubpe import __version__
 from torch_gpubpe.cli import counts, doctor, encode, train
-from torch_gpubpe.cli.common import (DEFAULT_BATCH_BYTES, PROG, add_debug, implied_pre_tokenizer,
-                                     load_vocab_arg, parse_size, prepare_out_dir,
-                                     seconds_since_process_start, source_from_args)
+from torch_gpubpe.cli.common import (DEFAULT_BATCH_BYTES, PROG, add_debug, cli_names,
+                                     implied_pre_tokenizer, load_vocab_arg, parse_size,
+                                     prepare_out_dir, seconds_since_process_start,
+                                     source_from_args)
 from torch_gpubpe.cli.doctor import cmd_doctor
 from torch_gpubpe.cli.encode import (DEFAULT_SHARD_TOKENS, IDS_BIN, IDS_NPY, META_JSON,
                                      OFFSETS_NPY, cmd_encode)
@@ -52,6 +54,7 @@ from torch_gpubpe.cli.train import (DEFAULT_HOLDOUT_EVERY, DEFAULT_HOLDOUT_MAX_B
                                     cmd_train)
 from torch_gpubpe.encoding.stream import ENCODE_READ_NICE
 from torch_gpubpe.errors import GPUBPEError, NoAdapterError
+from torch_gpubpe.notices import GPUBPEWarning
 
 # (the readers — pyarrow, ~0.3 s to import — are imported once the GPU has begun to open)
 
@@ -123,7 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = {"train": cmd_train, "encode": cmd_encode, "doctor": cmd_doctor,
                **counts.HANDLERS}[args.command]
     try:
-        return handler(args)
+        with warnings.catch_warnings():   # (restores the warnings' printer afterwards)
+            warnings.showwarning = _with_cli_names(warnings.showwarning)
+            return handler(args)
     except KeyboardInterrupt:
         if args.debug:
             raise
@@ -138,8 +143,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             msg = " ".join(str(e).split()) or type(e).__name__
         if not isinstance(e, GPUBPEError):
             msg = f"{type(e).__name__}: {msg}"
-        print(f"{PROG}: error: {msg}", file=sys.stderr)
+        print(f"{PROG}: error: {cli_names(msg)}", file=sys.stderr)
         return 2
+
+
+def _with_cli_names(show):
+    """``warnings.showwarning`` that prints the package's notices with the command line's
+    option names (:func:`cli_names`), as the errors are."""
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if isinstance(category, type) and issubclass(category, GPUBPEWarning):
+            message = category(cli_names(str(message)))
+        show(message, category, filename, lineno, file, line)
+
+    return showwarning
 
 
 def run() -> None:

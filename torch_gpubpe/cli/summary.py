@@ -42,6 +42,7 @@ def print_train_summary(args: argparse.Namespace, summary: dict) -> None:
 def format_train_summary(s: dict) -> str:
     """The human-readable end-of-training table (one ``name  value`` line per item)."""
     sec, min_frequency = s["seconds"], s.get("min_frequency", 2)
+    nulls = s.get("skipped_none_rows", 0)
 
     def t(x):
         return "-" if x is None else f"{x:.2f} s"
@@ -61,7 +62,9 @@ def format_train_summary(s: dict) -> str:
         ("source", s["source"]),
         ("adapter", s["adapter"]),
         ("corpus", f"{s['corpus_bytes']:,} bytes ({fmt_bytes(s['corpus_bytes'])}) in "
-                   f"{docs(s['num_documents'])}"),
+                   f"{docs(s['num_documents'])}" + (
+                       f"; skipped {nulls:,} null row{'s' * (nulls != 1)} (text None)"
+                       if nulls else "")),
         ("unique words", "-" if s["unique_words"] is None else f"{s['unique_words']:,}"),
         ("merges", f"{s['num_merges']:,} of {s['requested_merges']:,}{stopped}"),
         ("vocab size", f"{s['vocab_size']:,} (256 bytes + {s['num_merges']:,} merges + "

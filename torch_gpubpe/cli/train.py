@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torch_gpubpe.cli.common import (DEFAULT_BATCH_BYTES, PROG, adapter_name, add_debug,
-                                     add_source_args, parse_size, peak_rss_bytes,
+                                     add_source_args, cli_names, parse_size, peak_rss_bytes,
                                      positive_int, prepare_out_dir, progress, source_from_args)
 from torch_gpubpe.cli.counts import cmd_train_counts
 from torch_gpubpe.cli.summary import print_train_summary, vocab_summary
@@ -111,6 +111,12 @@ class CorpusReader:
         self.heldout_is_training = False   # (holdout off: ``heldout`` is training text)
         self.seconds = 0.0
         self.read_stats: dict = {}
+
+    @property
+    def stats(self) -> dict:
+        """What reading counted (``skipped_none``: rows whose text is None), under a
+        :class:`~torch_gpubpe.io.readers.Reader`'s name: ``train()`` records it."""
+        return self.read_stats
 
     def packed_batches(self, batch_bytes: int):
         import numpy as np
@@ -220,12 +226,13 @@ def cmd_train(args: argparse.Namespace) -> int:
             bar.close()
     t_train = time.perf_counter() - t0
     if stats.get("stopped_early"):
-        print(f"{PROG}: note: {stats['stopped_early']}", file=sys.stderr)
+        print(f"{PROG}: note: {cli_names(stats['stopped_early'])}", file=sys.stderr)
     if reader.train_bytes == 0:
+        nulls = reader.read_stats.get("skipped_none", 0)
         raise InputError(
             f"empty corpus: {source.describe()} gave no text to train on ({reader.train_docs} "
-            f"documents, 0 bytes); check --text-column, --split, --max-docs/--max-bytes and "
-            f"the files"
+            f"documents, 0 bytes" + (f"; skipped {nulls:,} null rows" if nulls else "")
+            + "); check --text-column, --split, --max-docs/--max-bytes and the files"
         )
     if not isinstance(vocab, Vocab):  # tolerate a trainer that returns merges
         vocab = Vocab.from_merges(vocab, specials)
@@ -253,6 +260,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         "adapter": stats.get("adapter") or adapter_name(),
         "corpus_bytes": int(stats.get("corpus_bytes") or reader.train_bytes),
         "num_documents": int(stats.get("num_documents") or reader.train_docs),
+        # rows whose text is None (null, a missing field): not documents, skipped (as encode's)
+        "skipped_none_rows": int(reader.read_stats.get("skipped_none", 0)),
         "heldout_bytes": held_bytes,
         "heldout_documents": len(held),
         "heldout_is_training": reader.heldout_is_training,

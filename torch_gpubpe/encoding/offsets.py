@@ -62,7 +62,7 @@ def _vocab_table(vocab: Vocab, name: str) -> np.ndarray:
     key = id(vocab)
     entry = _TABLES.get(key)
     if entry is None or entry[0]() is not vocab:
-        for k in [k for k, (ref, _) in _TABLES.items() if ref() is None]:
+        for k in [k for k, (ref, _) in list(_TABLES.items()) if ref() is None]:
             del _TABLES[k]
         entry = (weakref.ref(vocab), {})
         _TABLES[key] = entry
@@ -128,9 +128,10 @@ def offsets_mapping(tok, texts: Sequence[str | bytes], enc: BatchEncoding, *,
     """
     vocab = tok.vocab
     if tok.normalizer is not None or vocab.units != "bytes":
-        raise InputError(f"offsets are not supported for normalized vocabularies yet (this "
-                         f"vocab normalizes text: {tok.normalizer or vocab.units!r}), whose "
-                         "tokens hold normalized text; use a byte-level vocab")
+        raise InputError(f"offsets are not supported for normalized vocabularies yet: this "
+                         f"vocab's normalizer ({tok.normalizer or 'SentencePiece'!r}) changes "
+                         "the text before it is tokenized, so its tokens do not spell spans of "
+                         "the text given; use a byte-level vocab without a normalizer")
     if not isinstance(texts, (list, tuple)):
         texts = list(texts) if not isinstance(texts, (str, bytes, bytearray)) else texts
     data, doc_bytes = pack_batch(texts)
@@ -193,7 +194,7 @@ def offsets_mapping(tok, texts: Sequence[str | bytes], enc: BatchEncoding, *,
     doc_of = np.repeat(np.arange(n), ntok)
     base = units_before(doc_bytes)
     out = np.empty((len(ids), 2), np.int64)
-    out[:, 0] = units_before(starts) - base[doc_of]
+    out[:, 0] = units_before(starts + 1) - 1 - base[doc_of]
     out[:, 1] = units_before(ends) - base[doc_of]
     out[tok_len == 0] = 0
 
@@ -210,7 +211,7 @@ def offsets_mapping(tok, texts: Sequence[str | bytes], enc: BatchEncoding, *,
         keep = tok_len > 0
         s, e = out[keep, 0], out[keep, 1]
         s = np.minimum(s + _vocab_table(vocab, "lead")[ids[keep]], e)
-        trail = _vocab_table(vocab, "trail")[ids[keep]]
-        e = np.where(e >= trail, np.maximum(e - trail, s), e)
+        # (HF also asks end >= trailing spaces: always so, the spaces lie before the end)
+        e = np.maximum(e - _vocab_table(vocab, "trail")[ids[keep]], s)
         out[keep, 0], out[keep, 1] = s, e
     return np.split(out, tok_offsets[1:-1]) if n else []

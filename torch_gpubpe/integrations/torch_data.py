@@ -49,6 +49,7 @@ from torch_gpubpe._util import prefetch
 from torch_gpubpe.encoding.stream import in_flight
 from torch_gpubpe.errors import GPUForkError, InputError
 from torch_gpubpe.gpu.device import check_fork, touched_pid
+from torch_gpubpe.integrations.even_batches import distributed_ranks, even_loader_class
 from torch_gpubpe.integrations.collate import (IGNORE_INDEX, PadCollator, accelerator_available,
                                                packed_collate, pad_collate, warn_once)
 from torch_gpubpe.integrations.dataset_source import (ShardInfo, distributed_rank, load_vocab_path,
@@ -611,6 +612,7 @@ def make_dataloader(
     multiprocessing_context: Any = None,
     pin_memory: bool | None = None,
     stateful: bool = False,
+    even_batches: bool | None = None,
     **kwargs: Any,
 ) -> DataLoader:
     """A DataLoader over ``dataset`` with a safe worker start method.
@@ -624,6 +626,9 @@ def make_dataloader(
         pin_memory: default ``dataset.pin_memory`` (honoured only with an accelerator).
         stateful: build ``torchdata.stateful_dataloader.StatefulDataLoader`` (resumable with
             workers: ``state_dict()`` / ``load_state_dict()``).
+        even_batches: every DDP rank yields as many batches as the rank with the most (a
+            shorter shard repeats its first batches: :mod:`torch_gpubpe.integrations.even_batches`);
+            default: on when ``torch.distributed`` runs more than one rank.
         kwargs: passed to the DataLoader (``prefetch_factor``, ``persistent_workers``, ...).
     Raises:
         GPUForkError: ``multiprocessing_context="fork"`` after this process opened the GPU.
@@ -641,6 +646,8 @@ def make_dataloader(
     cls = DataLoader
     if stateful:
         from torchdata.stateful_dataloader import StatefulDataLoader as cls  # noqa: N813
+    if even_batches or (even_batches is None and distributed_ranks() > 1):
+        cls = even_loader_class(cls)
     return cls(
         dataset,
         batch_size=batch_size,

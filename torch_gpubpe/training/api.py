@@ -77,7 +77,9 @@ def train(
             the previous report, in order: concatenated over the reports, every merge's count
             (the pair's frequency when it was merged), e.g.
             ``np.concatenate([p.merge_counts for p in reports])``.
-        stats: if a dict, filled with ``corpus_bytes``, ``num_documents``, ``unique_words``,
+        stats: if a dict, filled with ``corpus_bytes``, ``num_documents`` (and, from a
+            :class:`~torch_gpubpe.io.readers.Reader`, ``skipped_none``: its rows whose text is
+            None, skipped, not counted as documents), ``unique_words``,
             ``stream_symbols``, ``num_merges``, ``count_on``, the time breakdown (seconds, in
             the order they happen): ``seconds_setup`` (before ``seconds_total`` starts:
             imports on the first call, argument checks), ``seconds_count`` (word counting, including
@@ -178,6 +180,8 @@ def train(
                          pre_tokenizer=pre_tokenizer)
         finally:
             bars.close()
+            if stats is not None:   # (the bars' wrapper hides the reader's own stats)
+                _note_skipped(documents, stats)
     if progress is False:
         progress = None
     check_sizes(vocab_size, special_tokens, min_frequency)
@@ -228,10 +232,12 @@ def _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch,
     st.update(opener.times)
     st.update(info)
     st["str_packer"] = str_packer(documents)
+    nulls = _note_skipped(documents, st)
     if not info["corpus_bytes"]:
         raise InputError(
-            f"empty corpus: {info['num_documents']} documents and 0 bytes of text; nothing to "
-            "train on (check the source, its text column and any max_docs/max_bytes limit)")
+            f"empty corpus: {info['num_documents']} documents and 0 bytes of text"
+            + (f" ({nulls:,} null rows skipped)" if nulls else "") + "; nothing to train on "
+            "(check the source, its text column and any max_docs/max_bytes limit)")
     st["seconds_gpu_init_wait"] = gpu_wait
     st["seconds_compile_wait"] = t4 - t3
     st["seconds_count"] = t3 - t0 - gpu_wait
@@ -256,6 +262,17 @@ def _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch,
         vocab = dataclasses.replace(vocab, pre_tokenizer=family)
     st["seconds_total"] = time.perf_counter() - t0
     return vocab
+
+def _note_skipped(documents, st: dict) -> int:
+    """``st["skipped_none"]``: the rows a reader source skipped because their text is None
+    (null, a missing field; :func:`~torch_gpubpe.io.readers.documents` counts them in the
+    reader's ``stats``), when the source counts them; returns that count (0 otherwise)."""
+    src = getattr(documents, "stats", None)
+    if not isinstance(src, dict) or "skipped_none" not in src:
+        return 0
+    st["skipped_none"] = int(src["skipped_none"])
+    return st["skipped_none"]
+
 
 class _Opener:
     """train()'s device opening on a thread, in the order the run needs it: the device, the

@@ -72,12 +72,11 @@ class MergeLoop:
     Flow: clear_table + pair_count once; batches of 16, 32, … up to ``batch`` merges recorded
     into one command buffer and one submit each, two in flight; per batch only the state
     words (and, for progress, the merges the batch may have learned: their counts) are read
-    back (the merge list stays on the GPU). Between
-    batches: when half the pair table is taken (keys whose count fell to 0 stay) it is
-    recounted from the current stream, grown when the live pairs fill a quarter; a probe
-    sequence that ran out (S_OVERFLOW) ends the run (the caller retrains with a 4× table: same
-    merges); word list: walks carried past their budget (S_PAUSE) are continued
-    (wl_continue) before the next batch.
+    back (the merge list stays on the GPU). Between batches: when half the pair table is
+    taken (keys whose count fell to 0 stay) it is recounted from the current stream, grown
+    when the live pairs fill a quarter; a probe sequence that ran out (S_OVERFLOW) ends the
+    run (the caller retrains with a 4× table: same merges); word list: walks carried past
+    their budget (S_PAUSE) are continued (wl_continue) before the next batch.
     """
 
     def __init__(self, trainer, algorithm: str, wide: bool, sym, wid, starts, lens,

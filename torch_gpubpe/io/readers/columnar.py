@@ -98,9 +98,12 @@ class ColumnarFormats:
             try:
                 rd = pcsv.open_csv(p, parse_options=popts, convert_options=copts,
                                    read_options=pcsv.ReadOptions(block_size=self.chunk_bytes))
-            except pa.ArrowInvalid as e:
+            except (pa.ArrowInvalid, pa.ArrowKeyError) as e:  # (a missing column: KeyError)
                 if "include_columns" in str(e) or "does not exist" in str(e):
-                    hdr = pcsv.open_csv(p, parse_options=popts).schema.names
+                    try:
+                        hdr = pcsv.open_csv(p, parse_options=popts).schema.names
+                    except pa.ArrowException as e2:
+                        raise InputError(f"{p}: cannot be read as CSV ({e2})") from e2
                     raise self._missing_column(p, hdr) from e
                 raise InputError(f"{p}: cannot be read as CSV ({e})") from e
             base = 0

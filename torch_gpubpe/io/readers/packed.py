@@ -109,7 +109,7 @@ def documents(reader: Any, *,   # a Reader (io.readers.base, which imports this 
                     why = (b.origin.missing(b.rows[j])
                            if detail == "dict" and b.origin.missing is not None else None)
                     if why is not None:
-                        raise InputError(f"{loc}: {why}; pass --text-column (text_column=) "
+                        raise InputError(f"{loc} {why}; pass --text-column (text_column=) "
                                          "with one of them")
                     raise InputError(f"{loc}: column {reader.text_column!r} holds {detail}, "
                                      "not text")
