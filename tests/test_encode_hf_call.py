@@ -65,6 +65,10 @@ CALLS = [
     {"truncation": True, "max_length": 5}, {"padding": True, "pad_to_multiple_of": 8},
     {"padding": True, "return_tensors": "np"}, {"padding": True, "return_tensors": "pt"},
     {"padding": True, "padding_side": "left"}, {"padding": True, "return_attention_mask": False},
+    {"return_offsets_mapping": True},
+    {"padding": True, "padding_side": "left", "return_offsets_mapping": True},
+    {"truncation": True, "max_length": 5, "return_offsets_mapping": True},
+    {"padding": True, "return_tensors": "pt", "return_offsets_mapping": True},
 ]
 
 

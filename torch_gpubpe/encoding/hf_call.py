@@ -62,13 +62,18 @@ def encode_call(tok, text, *, add_special_tokens: bool = True, padding=False,
                 truncation=False, max_length: int | None = None,
                 pad_to_multiple_of: int | None = None, padding_side: str = "right",
                 return_tensors: str | None = None, return_attention_mask: bool = True,
-                return_length: bool = False) -> dict:
+                return_length: bool = False, return_offsets_mapping: bool = False) -> dict:
     """:meth:`Tokenizer.__call__` (arguments and results as ``transformers``'
     ``PreTrainedTokenizerFast.__call__`` for one text or a list of texts).
 
+    ``return_offsets_mapping``: each token's span (characters of a ``str``, bytes of a
+    ``bytes`` text; ``(0, 0)`` for the template's ids and the padding) from the GPU's token
+    boundaries (:func:`torch_gpubpe.encoding.offsets.offsets_mapping`).
+
     Raises:
         InputError: an argument out of range, or padding asked for without a pad token
-            (``tok.pad_token_id``), or ``add_special_tokens`` with a post-processor not read.
+            (``tok.pad_token_id``), or ``add_special_tokens`` with a post-processor not read,
+            or offsets of a vocab with a normalizer.
     """
     single = isinstance(text, (str, bytes))
     texts = [text] if single else list(text)
@@ -130,6 +135,14 @@ def encode_call(tok, text, *, add_special_tokens: bool = True, padding=False,
     result = {"input_ids": out}
     if return_attention_mask:
         result["attention_mask"] = mask
+    if return_offsets_mapping:
+        from torch_gpubpe.encoding.offsets import offsets_mapping
+
+        spans = np.concatenate([np.zeros((0, 2), np.int64), *offsets_mapping(
+            tok, texts, enc, trim_offsets=tok.trim_offsets)])
+        om = np.zeros((rows, width, 2), np.int64)
+        om[r, start[r] + len(pre) + k] = spans[np.repeat(offsets[:-1], body) + k]
+        result["offset_mapping"] = om
     if return_length:
         result["length"] = lengths
     if return_tensors == "np":
@@ -139,13 +152,15 @@ def encode_call(tok, text, *, add_special_tokens: bool = True, padding=False,
 
         return {key: torch.from_numpy(v) for key, v in result.items()}
     if not pad:  # ragged lists, as transformers returns them
-        listed = {key: [row[s : s + n] for row, s, n in
-                        zip(v.tolist(), start.tolist(), lengths.tolist())]
+        listed = {key: [[tuple(x) for x in row[s:s + n]] if key == "offset_mapping"
+                        else row[s:s + n]
+                        for row, s, n in zip(v.tolist(), start.tolist(), lengths.tolist())]
                   for key, v in result.items() if key != "length"}
         if return_length:
             listed["length"] = lengths.tolist()
     else:
-        listed = {key: v.tolist() for key, v in result.items()}
+        listed = {key: [[tuple(x) for x in row] for row in v.tolist()] if key == "offset_mapping"
+                  else v.tolist() for key, v in result.items()}
     return {key: v[0] for key, v in listed.items()} if single else listed
 
 

@@ -32,14 +32,15 @@ def tiktoken_file(path: str | os.PathLike, pattern: str | None) -> tuple[Vocab, 
     return vocab, pattern
 
 
-def hf_file(path: str | os.PathLike, pattern: str | None) -> tuple[Vocab, str, tuple | None,
-                                                                   int | None]:
+def hf_file(path: str | os.PathLike, pattern: str | None
+            ) -> tuple[Vocab, str, tuple | None, int | None, bool]:
     """A Hugging Face ``tokenizer.json`` (byte-level or SentencePiece BPE,
     :func:`torch_gpubpe.core.vocab_files.vocab_from_hf_dict`; a folder: its
     ``tokenizer.json``), the split its pre-tokenizer implies
     (:func:`torch_gpubpe.core.patterns.from_hf_pre_tokenizer`) or ``pattern``, the ids its
     post-processor puts around a text (:func:`torch_gpubpe.encoding.hf_call.template_of`) and
-    its padding id (None without ``"padding"``).
+    its padding id (None without ``"padding"``) and whether the post-processor trims offsets
+    (``ByteLevel`` / ``RobertaProcessing`` with ``trim_offsets``).
 
     Raises:
         InputError: a pre-tokenizer the GPU cannot split exactly.
@@ -57,7 +58,11 @@ def hf_file(path: str | os.PathLike, pattern: str | None) -> tuple[Vocab, str, t
     template = template_of(obj.get("post_processor"), token_lookup(vocab))
     pad = obj.get("padding") if isinstance(obj.get("padding"), dict) else {}
     pad_id = pad.get("pad_id") if isinstance(pad.get("pad_id"), int) else None
-    return vocab, pattern, template, pad_id
+    pp = obj.get("post_processor") if isinstance(obj.get("post_processor"), dict) else {}
+    steps = pp.get("processors", []) if pp.get("type") == "Sequence" else [pp]
+    trim = any(isinstance(d, dict) and d.get("type") in ("ByteLevel", "RobertaProcessing")
+               and d.get("trim_offsets", True) for d in steps)
+    return vocab, pattern, template, pad_id, trim
 
 
 def spm_file(path: str | os.PathLike) -> tuple[Vocab, str]:

@@ -167,6 +167,7 @@ class Tokenizer(TokenDecoding, HFCompat):
         self.template: tuple | None = ((), ())
         self.pad_token_id: int | None = None
         self.hf_source: str | None = None  # a model's tokenizer.json read with its own split
+        self.trim_offsets = False          # (its post-processor's: offsets without end spaces)
         self.id_dtype = np.uint16 if len(walk_vocab) <= 1 << 16 else np.uint32
         self._chunk, self._max_slice, self._budget = chunk_bytes, max_slice_bytes, budget
         self._profile = profile
@@ -202,6 +203,7 @@ class Tokenizer(TokenDecoding, HFCompat):
         state.setdefault("_walk_vocab", state.get("vocab"))
         state.setdefault("gpu_split", state.get("pre_tokenizer"))
         state.setdefault("hf_source", None)
+        state.setdefault("trim_offsets", False)
         self.__dict__.update(state)
         self._lock = threading.RLock()
 
@@ -258,9 +260,9 @@ class Tokenizer(TokenDecoding, HFCompat):
         one) with the split its pre-tokenizer implies, or ``pattern``
         (:func:`~torch_gpubpe.encoding.loaders.hf_file`)."""
         own = pattern is None
-        vocab, pattern, template, pad_id = loaders.hf_file(path, pattern)
+        vocab, pattern, template, pad_id, trim = loaders.hf_file(path, pattern)
         tok = cls(vocab, pre_tokenizer=pattern, **kwargs)
-        tok.template, tok.pad_token_id = template, pad_id
+        tok.template, tok.pad_token_id, tok.trim_offsets = template, pad_id, trim
         if own:
             tok.hf_source = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else str(path)
         return tok
