@@ -104,3 +104,18 @@ def test_csv_without_the_column_names_its_columns(tmp_path):
     p.write_text("a,b\n1,2\n", encoding="utf-8")
     msg = _error(FileReader(p))
     assert msg.startswith(f"{p}: no column 'text' (columns: a, b)")
+
+
+@pytest.mark.parametrize("load", ["Vocab.load", "Tokenizer", "Tokenizer.from_hf",
+                                  "Tokenizer.from_tiktoken"])
+def test_a_missing_vocab_path_in_python_gets_the_clis_message(tmp_path, load):
+    """The CLI's ``--vocab`` message for a path that holds no vocab, from Python too; the error
+    is also a FileNotFoundError."""
+    from torch_gpubpe import Tokenizer, Vocab, VocabNotFoundError
+
+    path = str(tmp_path / "no" / "such")
+    fn = {"Vocab.load": Vocab.load, "Tokenizer": Tokenizer, "Tokenizer.from_hf": Tokenizer.from_hf,
+          "Tokenizer.from_tiktoken": Tokenizer.from_tiktoken}[load]
+    with pytest.raises(VocabNotFoundError, match="no such vocab file") as e:
+        fn(path)
+    assert isinstance(e.value, FileNotFoundError) and path in str(e.value)

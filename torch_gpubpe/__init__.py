@@ -24,6 +24,7 @@ from torch_gpubpe.errors import (
     InputError,
     NoAdapterError,
     VocabFormatError,
+    VocabNotFoundError,
 )
 from torch_gpubpe import _moved
 from torch_gpubpe.core import vocab_files  # noqa: F401  (registers the formats Vocab.load reads)
@@ -53,6 +54,7 @@ __all__ = [
     "NoAdapterError",
     "Vocab",
     "VocabFormatError",
+    "VocabNotFoundError",
     *_LAZY,
 ]
 

@@ -36,6 +36,12 @@ class InputError(GPUBPEError, ValueError):
     """A document or argument cannot be processed; the message names which and where."""
 
 
+class VocabNotFoundError(InputError, FileNotFoundError):
+    """No vocab file at the path given (``Vocab.load``, ``Tokenizer(path)``, ``--vocab``); the
+    message says what is expected there. Also a ``FileNotFoundError``, for code that catches
+    ``OSError``."""
+
+
 class NotTextError(InputError):
     """A file read as text looks like binary data (:func:`torch_gpubpe.io.readers.looks_binary`);
     the message names the file, what was found, and the opt-out (``format="binary"``)."""

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from torch_gpubpe.errors import InputError, VocabFormatError
+from torch_gpubpe.errors import VocabFormatError, VocabNotFoundError
 from torch_gpubpe.core.reference import token_bytes
 
 FORMAT_NAME = "torch_gpubpe.core.vocab"
@@ -538,11 +538,13 @@ class Vocab:
         ``"bpe"``).
 
         Raises:
+            VocabNotFoundError: no file there (the message says what is expected).
             VocabFormatError: the file is not valid JSON, not a torch_gpubpe vocab, of another
                 version or pre-tokenizer, or its merges are inconsistent; the message names the
                 file and what is wrong.
             OSError: the file cannot be read.
         """
+        missing(path)
         if os.path.isdir(path):
             path = os.path.join(path, "vocab.json")
         if str(path).endswith(".tiktoken"):
@@ -639,9 +641,14 @@ def load_vocab_file(path: str | os.PathLike, *, what: str = "vocab path") -> Voc
         InputError: no such file (the message says what is expected).
         VocabFormatError, OSError: see :meth:`Vocab.load`.
     """
-    f = vocab_file(path)
-    if not f.is_file():
-        raise InputError(f"{what} {os.fspath(path)!r}: no such vocab file (expected a vocab.json "
-                         "or the folder holding one, as `python -m torch_gpubpe train --out` "
-                         "writes, a *.tiktoken file or a tokenizer.json)")
-    return Vocab.load(f)
+    missing(path, what)
+    return Vocab.load(vocab_file(path))
+
+
+def missing(path: str | os.PathLike, what: str = "vocab path") -> None:
+    """VocabNotFoundError where ``path`` (or its folder's ``vocab.json``) is no file."""
+    if not vocab_file(path).is_file():
+        raise VocabNotFoundError(
+            f"{what} {os.fspath(path)!r}: no such vocab file (expected a vocab.json or the "
+            "folder holding one, as `python -m torch_gpubpe train --out` writes, a *.tiktoken "
+            "file, a tokenizer.json or a tokenizer.model)")

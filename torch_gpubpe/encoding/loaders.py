@@ -16,12 +16,14 @@ def tiktoken_file(path: str | os.PathLike, pattern: str | None) -> tuple[Vocab, 
     and its split: ``pattern``, or else the sidecar's (``path + ".json"``: ``"pattern"``).
 
     Raises:
-        InputError: no pattern given nor in a sidecar.
+        InputError: no pattern given nor in a sidecar; VocabNotFoundError: no file there.
         VocabFormatError, OSError: see :func:`~torch_gpubpe.core.vocab_files.load_tiktoken`.
     """
+    from torch_gpubpe.core.vocab import missing
     from torch_gpubpe.core.vocab_files import load_tiktoken, tiktoken_metadata
 
-    vocab = load_tiktoken(path)  # first: a missing file is named as such (OSError)
+    missing(path)  # first: a missing file is named as such
+    vocab = load_tiktoken(path)
     if pattern is None:
         pattern = tiktoken_metadata(path).get("pattern")
         if pattern is None:
