@@ -116,3 +116,16 @@ def test_train_counts_skipped_null_rows(tmp_path, capsys):
     pq.write_table(pa.table({"text": pa.array([None, None], pa.string())}), nulls)
     assert cli.main(["train", "--data-files", str(nulls), "--no-progress"]) == 2
     assert "skipped 2 null rows" in _one_line_error(capsys.readouterr().err)
+
+
+def test_count_says_how_many_null_rows_it_skipped(tmp_path, capsys):
+    data = tmp_path / "nulls.parquet"
+    pq.write_table(pa.table({"text": ["aa bb", None, "aa cc", None]}), data)
+    assert cli.main(["count", "--data-files", str(data), "--out", str(tmp_path / "c.parquet"),
+                     "--count-on", "cpu", "--no-progress"]) == 0
+    assert "2 documents" in (out := capsys.readouterr().out) and "skipped 2 null rows" in out
+    nulls = tmp_path / "all_null.parquet"
+    pq.write_table(pa.table({"text": pa.array([None], pa.string())}), nulls)
+    assert cli.main(["count", "--data-files", str(nulls), "--out", str(tmp_path / "d.parquet"),
+                     "--no-progress"]) == 2
+    assert "skipped 1 null row " in _one_line_error(capsys.readouterr().err)

@@ -70,6 +70,7 @@ def cmd_count(args: argparse.Namespace) -> int:
     prepare_out_dir(out.parent if str(out.parent) else ".", "--out")
     source = source_from_args(args)
     stats: dict = {}
+    read_stats: dict = {}
     t0 = time.perf_counter()
     with progress(args, desc="read + count", unit="B", unit_scale=True,
                        unit_divisor=1000, total=args.max_bytes) as bar:
@@ -83,19 +84,23 @@ def cmd_count(args: argparse.Namespace) -> int:
 
             def packed_batches(self, batch_bytes: int):
                 stream = documents(source.reader(), max_docs=args.max_docs,
-                                   max_bytes=args.max_bytes, batch_bytes=batch_bytes)
+                                   max_bytes=args.max_bytes, batch_bytes=batch_bytes,
+                                   stats=read_stats)
                 for p in prefetch(stream, 2, "torch_gpubpe count read"):
                     bar.update(p.nbytes)
                     yield p.data, p.offsets
 
         count_to_file(_Read(), out, count_on=args.count_on, stats=stats,
                       pre_tokenizer=args.pre_tokenizer)
+    nulls = read_stats.get("skipped_none", 0)
+    skipped = f"; skipped {nulls:,} null row{'s' * (nulls != 1)} (text None)" if nulls else ""
     if stats["num_documents"] == 0:
         out.unlink()
-        raise InputError(f"empty corpus: {source.describe()} gave no documents to count")
+        raise InputError(f"empty corpus: {source.describe()} gave no documents to count"
+                         f"{skipped}")
     print(f"{PROG} count: {stats['num_documents']:,} documents, {stats['corpus_bytes']:,} "
           f"bytes → {stats['num_words']:,} distinct words in {time.perf_counter() - t0:.2f} s "
-          f"(count on {args.count_on})\n  wrote {out}")
+          f"(count on {args.count_on}){skipped}\n  wrote {out}")
     return 0
 
 
