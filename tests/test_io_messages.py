@@ -119,3 +119,16 @@ def test_a_missing_vocab_path_in_python_gets_the_clis_message(tmp_path, load):
     with pytest.raises(VocabNotFoundError, match="no such vocab file") as e:
         fn(path)
     assert isinstance(e.value, FileNotFoundError) and path in str(e.value)
+
+
+def test_a_non_text_value_is_the_only_message(tmp_path, monkeypatch):
+    """A chunk refused for a value that is not text says so, without the slow-path notice
+    before it."""
+    monkeypatch.setattr(notices, "said", set())   # the slow-path notice not said yet
+    js = tmp_path / "rows.jsonl"
+    js.write_text('{"text": "ok"}\n{"text": 5}\n', encoding="utf-8")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        msg = _error(FileReader(js))
+    assert msg == f"{js}:2: column 'text' holds int, not text"
+    assert [str(w.message) for w in caught] == []

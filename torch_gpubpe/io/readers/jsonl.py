@@ -282,10 +282,12 @@ class JsonLinesFormat:
             elif v is not None:
                 bad[r] = type(v).__name__
         values = pack_parts(parts, valid)
-        # said once the chunk is read: a broken line's error is the news, not the slower path
+        # said once the chunk is read, and not for a chunk with non-text values: a broken line's
+        # or a bad value's error is the news, not the slower path (still counted)
         self.stats["jsonl_python_chunks"] = self.stats.get("jsonl_python_chunks", 0) + 1
-        notices.warn_once("torch_gpubpe.io.readers: a JSON Lines chunk that pyarrow cannot parse "
-                          "(lone surrogate escapes, non-text values, invalid UTF-8) is read line "
-                          "by line with the json module (slower; counted in "
-                          "stats['jsonl_python_chunks'])", stacklevel=2)
+        if not bad:
+            notices.warn_once("torch_gpubpe.io.readers: a JSON Lines chunk that pyarrow cannot "
+                              "parse (lone surrogate escapes, non-text values, invalid UTF-8) is "
+                              "read line by line with the json module (slower; counted in "
+                              "stats['jsonl_python_chunks'])", stacklevel=2)
         return path, values, Origin(describe, bad, miss.get), lines
