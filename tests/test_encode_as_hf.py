@@ -121,3 +121,23 @@ def test_a_split_without_a_tokenizer_json_form_is_refused():
     tok = Tokenizer.from_tiktoken(shared_vocab("gpt2.tiktoken"), pattern="deepseek-coder")
     with pytest.raises(InputError, match="no tokenizer.json"):
         tok.as_hf()
+
+
+def test_added_tokens_that_are_not_special_and_short_truncation(tmp_path):
+    """``split_special_tokens=True`` still matches added tokens that are not special; a
+    ``max_length`` that leaves no room beside the template truncates nothing (as transformers)."""
+    import json
+
+    path = gpt2_json(tmp_path, template(BOS + SEQ))
+    d = json.loads(open(path, encoding="utf-8").read())
+    d["added_tokens"].append({"id": 50257, "content": "[PLAIN]", "single_word": False,
+                              "lstrip": False, "rstrip": False, "normalized": False,
+                              "special": False})
+    open(path, "w", encoding="utf-8").write(json.dumps(d))
+    ours = Tokenizer.from_hf(path).as_hf()
+    ref = transformers.PreTrainedTokenizerFast(tokenizer_file=path,
+                                               clean_up_tokenization_spaces=False)
+    texts = [f"a [PLAIN] b {EOT} c", "x"]
+    for kw in ({"split_special_tokens": True}, {}, {"truncation": True, "max_length": 1},
+               {"truncation": True, "max_length": 2}, {"truncation": True, "max_length": 0}):
+        same(ours(texts, **kw), ref(texts, **kw))

@@ -117,14 +117,17 @@ def _fast_class():
             gpu = self.gpu_tokenizer
             split = self.split_special_tokens if split_special_tokens is None \
                 else split_special_tokens
-            enc = (gpu.encode_ordinary_batch(texts) if split
-                   else gpu.encode_batch(texts, allowed_special="all"))
+            # split_special_tokens: the special ones are text; added tokens that are not
+            # special are still matched (as transformers does)
+            allowed = ({t.content for t in self.added_tokens_decoder.values()
+                        if not t.special} if split else "all")
+            enc = gpu.encode_batch(texts, allowed_special=allowed)
             pre, post = gpu.template if add_special_tokens else ((), ())
             rows = []
             truncate = truncation_strategy not in (None, TruncationStrategy.DO_NOT_TRUNCATE)
             room = None
-            if truncate and max_length is not None:
-                room = max(max_length - len(pre) - len(post), 0)
+            if truncate and max_length and max_length >= len(pre) + len(post):
+                room = max_length - len(pre) - len(post)   # (else transformers keeps all)
             for ids in enc.tolist():
                 if room is not None and len(ids) > room:
                     ids = ids[:room] if self.truncation_side == "right" else ids[len(ids) - room:]
@@ -160,6 +163,8 @@ def _backend_reason(args: dict, tok) -> str | None:
         return "return_special_tokens_mask"
     if args["return_token_type_ids"]:
         return "return_token_type_ids"
+    if str(getattr(args["truncation_strategy"], "value", "")) == "only_second":
+        return "truncation='only_second'"
     if args.get("sanitize_control_tokens"):
         return "a chat template's control tokens"
     if args["add_special_tokens"] and tok.template is None:
