@@ -21,13 +21,15 @@ from torch_gpubpe.integrations.torch_data import TokenizedDataset, make_dataload
 
 
 def main() -> None:
-    even = sys.argv[1] == "even"
+    even = sys.argv[1] in ("even", "fail")
     ndocs = int(sys.argv[2])
     workers = int(sys.argv[3])
     out = open(Path(sys.argv[4]) / f"rank{os.environ['RANK']}.jsonl", "w")   # (one per rank)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    docs = [f"document {k} " * (k + 1) for k in range(ndocs)]   # rank 0: 0, 2, 4...; rank 1: 1, 3...
+    docs = [f"document {k} " * (k + 1) for k in range(ndocs)]
+    if sys.argv[1] == "fail":
+        docs[3] = None   # rank 1's second document: an error on that rank only   # rank 0: 0, 2, 4...; rank 1: 1, 3...
     vocab = Vocab.load(Path(__file__).parent / "data" / "vocabs" / "gpt2.tiktoken")
     loader = make_dataloader(TokenizedDataset(docs, vocab, with_index=True), batch_size=1,
                              num_workers=workers, **({} if even else {"even_batches": False}))

@@ -45,3 +45,11 @@ def test_a_rank_with_no_document_stops_every_rank_with_a_named_error(tmp_path):
     rows = run(tmp_path, "even", "1", "0")            # rank 1 has no document at all
     assert sorted(r["rank"] for r in rows) == [0, 1]
     assert all("a rank has no batch" in r.get("error", "") for r in rows), rows
+
+
+def test_a_rank_that_fails_to_read_stops_every_rank(tmp_path):
+    """A bad document on one rank: that rank raises its error, the other a named one, at the
+    same step (no hang in the next collective)."""
+    rows = run(tmp_path, "fail", "7", "0")
+    errors = {r["rank"]: r.get("error", "") for r in rows}
+    assert "document 3" in errors[1] and "another rank failed" in errors[0], rows

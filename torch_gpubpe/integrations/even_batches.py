@@ -32,37 +32,72 @@ def distributed_ranks() -> int:
 
 def even_iter(start: Callable[[], Iterator], stats: dict) -> Iterator:
     """The batches of ``start()`` (called again when they run out before another rank's),
-    as many as the rank with the most (module docs)."""
+    as many as the rank with the most (module docs). Every rank learns of a failure to read a
+    batch before any rank yields one more, so all stop together with the error."""
     import torch
     import torch.distributed as dist
 
+    # (NCCL reduces CUDA tensors only; gloo and the others take CPU ones)
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if dist.get_backend() == "nccl" else torch.device("cpu"))
+
+    def agree(*flags: int):
+        t = torch.tensor(flags, dtype=torch.int64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t.tolist()
+
+    def fail(err):
+        raise err if err is not None else InputError(
+            "even_batches: another rank failed to read its next batch; every rank stops with it")
+
+    err = None
     it = start()
-    nxt = next(it, _END)
-    empty = nxt is _END
+    try:
+        nxt = next(it, _END)
+    except Exception as e:  # noqa: BLE001 - said to every rank, then raised here
+        err, nxt = e, _END
+    empty = nxt is _END and err is None
     own = True   # still in this rank's own pass (not repeating)
     stats["repeated_batches"] = 0
     while True:
         own = own and nxt is not _END
-        flags = torch.tensor([int(own), int(empty)], dtype=torch.int64)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-        if not int(flags[0]):   # every rank's own pass is done
+        more, any_empty, repeating, failed = agree(int(own), int(empty), int(not own),
+                                                   int(err is not None))
+        if failed:
+            fail(err)
+        if not more:   # every rank's own pass is done
             return
-        if int(flags[1]):
+        if any_empty:
             raise InputError(
                 "even_batches: a rank has no batch in this epoch (fewer documents than ranks × "
                 "workers, or a batch larger than its shard), so it cannot repeat one to match "
                 "the others; give more documents, or pass even_batches=False and stop every "
                 "rank at the same step yourself")
-        if nxt is _END:   # this rank's shard is done, another's is not: its batches again
-            it = start()
-            nxt = next(it, _END)
+        if repeating:   # read only now, once every rank goes on (no batch read and not used)
+            if not own:
+                try:
+                    nxt = next(it, _END)
+                    if nxt is _END:   # its shard again
+                        it = start()
+                        nxt = next(it, _END)
+                    if nxt is _END:
+                        raise InputError("even_batches: this rank's shard gave no batch when "
+                                         "read again (a source that can be read only once?)")
+                except Exception as e:  # noqa: BLE001 - said to every rank, then raised here
+                    err = e
+            if agree(int(err is not None))[0]:
+                fail(err)
         if not own:
             stats["repeated_batches"] += 1
             warn_once("even_batches repeats", "torch_gpubpe: a DDP rank ran out of batches "
                       "before another and repeats its first ones so that every rank takes the "
                       "same number of steps (counted in loader.even_stats)")
         yield nxt
-        nxt = next(it, _END)
+        if own:
+            try:
+                nxt = next(it, _END)
+            except Exception as e:  # noqa: BLE001 - said to every rank at the next step
+                err, nxt = e, _END
 
 
 @functools.cache
