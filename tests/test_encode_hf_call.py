@@ -155,3 +155,17 @@ def test_save_pretrained_and_from_pretrained(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")   # (no network here: the Hub's error is named)
     with pytest.raises(InputError, match="no-such-org/no-such-model"):
         Tokenizer.from_pretrained("no-such-org/no-such-model")
+
+
+def test_offsets_keep_an_added_prefix_space_as_transformers(tmp_path):
+    """A ``ByteLevel`` post-processor with ``trim_offsets`` and ``add_prefix_space``: the first
+    token keeps its one leading space (RoBERTa's rule), others are trimmed."""
+    from transformers import PreTrainedTokenizerFast
+
+    path = gpt2_json(tmp_path, {"type": "ByteLevel", "add_prefix_space": True,
+                                "trim_offsets": True, "use_regex": True})
+    hf = PreTrainedTokenizerFast(tokenizer_file=path)
+    tok = Tokenizer.from_hf(path)
+    texts = [" hello world", "  two  spaces ", "x  y", " ", ""]
+    want = hf(texts, return_offsets_mapping=True)["offset_mapping"]
+    assert tok(texts, return_offsets_mapping=True)["offset_mapping"] == want

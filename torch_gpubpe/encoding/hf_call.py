@@ -139,7 +139,7 @@ def encode_call(tok, text, *, add_special_tokens: bool = True, padding=False,
         from torch_gpubpe.encoding.offsets import offsets_mapping
 
         spans = np.concatenate([np.zeros((0, 2), np.int64), *offsets_mapping(
-            tok, texts, enc, trim_offsets=tok.trim_offsets)])
+            tok, texts, enc, trim_offsets=tok.trim_offsets, prefix_space=tok.prefix_space)])
         om = np.zeros((rows, width, 2), np.int64)
         om[r, start[r] + len(pre) + k] = spans[np.repeat(offsets[:-1], body) + k]
         result["offset_mapping"] = om

@@ -35,14 +35,14 @@ def tiktoken_file(path: str | os.PathLike, pattern: str | None) -> tuple[Vocab, 
 
 
 def hf_file(path: str | os.PathLike, pattern: str | None
-            ) -> tuple[Vocab, str, tuple | None, int | None, bool]:
+            ) -> tuple[Vocab, str, tuple | None, int | None, tuple[bool, bool]]:
     """A Hugging Face ``tokenizer.json`` (byte-level or SentencePiece BPE,
     :func:`torch_gpubpe.core.vocab_files.vocab_from_hf_dict`; a folder: its
     ``tokenizer.json``), the split its pre-tokenizer implies
     (:func:`torch_gpubpe.core.patterns.from_hf_pre_tokenizer`) or ``pattern``, the ids its
     post-processor puts around a text (:func:`torch_gpubpe.encoding.hf_call.template_of`) and
-    its padding id (None without ``"padding"``) and whether the post-processor trims offsets
-    (``ByteLevel`` / ``RobertaProcessing`` with ``trim_offsets``).
+    its padding id (None without ``"padding"``) and the post-processor's offset rule:
+    ``(trim_offsets, add_prefix_space)`` of a ``ByteLevel`` / ``RobertaProcessing`` step.
 
     Raises:
         InputError: a pre-tokenizer the GPU cannot split exactly.
@@ -62,8 +62,10 @@ def hf_file(path: str | os.PathLike, pattern: str | None
     pad_id = pad.get("pad_id") if isinstance(pad.get("pad_id"), int) else None
     pp = obj.get("post_processor") if isinstance(obj.get("post_processor"), dict) else {}
     steps = pp.get("processors", []) if pp.get("type") == "Sequence" else [pp]
-    trim = any(isinstance(d, dict) and d.get("type") in ("ByteLevel", "RobertaProcessing")
-               and d.get("trim_offsets", True) for d in steps)
+    rule = [d for d in steps if isinstance(d, dict)
+            and d.get("type") in ("ByteLevel", "RobertaProcessing")]
+    trim = (any(d.get("trim_offsets", True) for d in rule),
+            any(d.get("add_prefix_space", True) for d in rule))
     return vocab, pattern, template, pad_id, trim
 
 

@@ -105,7 +105,8 @@ def _surrogate_pair_spans(text: str) -> tuple[np.ndarray, np.ndarray]:
 
 def offsets_mapping(tok, texts: Sequence[str | bytes], enc: BatchEncoding, *,
                     bos_id: int | None = None, eos_id: int | None = None,
-                    trim_offsets: bool = False) -> list[np.ndarray]:
+                    trim_offsets: bool = False, prefix_space: bool = False
+                    ) -> list[np.ndarray]:
     """Each token's ``[start, end)`` span in its document, as Hugging Face's
     ``encode(text).offsets`` (module docstring).
 
@@ -117,6 +118,8 @@ def offsets_mapping(tok, texts: Sequence[str | bytes], enc: BatchEncoding, *,
             document (their spans are ``(0, 0)``); None: none was put.
         trim_offsets: cut leading and trailing spaces from each span (Hugging Face's
             post-processor option of that name).
+        prefix_space: that post-processor's ``add_prefix_space``: a document's first token (or
+            one starting at 0) keeps a single leading space, as the one it would have added.
     Returns:
         Per document an ``np.int64`` array of shape ``(num_tokens, 2)``: characters (code
         points) for ``str`` documents, bytes for bytes documents.
@@ -210,7 +213,11 @@ def offsets_mapping(tok, texts: Sequence[str | bytes], enc: BatchEncoding, *,
     if trim_offsets:
         keep = tok_len > 0
         s, e = out[keep, 0], out[keep, 1]
-        s = np.minimum(s + _vocab_table(vocab, "lead")[ids[keep]], e)
+        lead = _vocab_table(vocab, "lead")[ids[keep]]
+        if prefix_space:   # (Hugging Face keeps the one space it would have added)
+            first = (np.arange(len(ids)) == tok_offsets[doc_of])[keep] | (s == 0)
+            lead = np.where(first & (lead == 1), 0, lead)
+        s = np.minimum(s + lead, e)
         # (HF also asks end >= trailing spaces: always so, the spaces lie before the end)
         e = np.maximum(e - _vocab_table(vocab, "trail")[ids[keep]], s)
         out[keep, 0], out[keep, 1] = s, e

@@ -167,7 +167,7 @@ class Tokenizer(TokenDecoding, HFCompat):
         self.template: tuple | None = ((), ())
         self.pad_token_id: int | None = None
         self.hf_source: str | None = None  # a model's tokenizer.json read with its own split
-        self.trim_offsets = False          # (its post-processor's: offsets without end spaces)
+        self.trim_offsets = self.prefix_space = False   # (its post-processor's offset rule)
         self.id_dtype = np.uint16 if len(walk_vocab) <= 1 << 16 else np.uint32
         self._chunk, self._max_slice, self._budget = chunk_bytes, max_slice_bytes, budget
         self._profile = profile
@@ -197,13 +197,11 @@ class Tokenizer(TokenDecoding, HFCompat):
         return state
 
     def __setstate__(self, state: dict) -> None:
-        state.setdefault("_long_word", DEFAULT_LONG_WORD)
-        state.setdefault("normalizer", None)
-        state.setdefault("_units", None)
-        state.setdefault("_walk_vocab", state.get("vocab"))
-        state.setdefault("gpu_split", state.get("pre_tokenizer"))
-        state.setdefault("hf_source", None)
-        state.setdefault("trim_offsets", False)
+        # (pickles of earlier releases: the fields added since)
+        defaults = {"_long_word": DEFAULT_LONG_WORD, "normalizer": None, "_units": None,
+                    "_walk_vocab": state.get("vocab"), "gpu_split": state.get("pre_tokenizer"),
+                    "hf_source": None, "trim_offsets": False, "prefix_space": False}
+        state = {**defaults, **state}
         self.__dict__.update(state)
         self._lock = threading.RLock()
 
@@ -262,7 +260,7 @@ class Tokenizer(TokenDecoding, HFCompat):
         own = pattern is None
         vocab, pattern, template, pad_id, trim = loaders.hf_file(path, pattern)
         tok = cls(vocab, pre_tokenizer=pattern, **kwargs)
-        tok.template, tok.pad_token_id, tok.trim_offsets = template, pad_id, trim
+        tok.template, tok.pad_token_id, (tok.trim_offsets, tok.prefix_space) = template, pad_id, trim
         if own:
             tok.hf_source = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else str(path)
         return tok
