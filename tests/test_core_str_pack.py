@@ -317,3 +317,12 @@ def test_byte_fallback_expansion_compiled_and_not(dtype, monkeypatch):
     check(*units.expand(ids, offsets))
     monkeypatch.setattr(str_pack, "library", lambda: None)
     check(*units.expand(ids, offsets))
+
+
+def test_pack_batch_names_a_bad_item_by_its_index_in_the_callers_list():
+    """A group of a larger list (``first``): the error names the item's index in the list."""
+    from torch_gpubpe.encoding.batch_pack import pack_batch
+
+    for keep_parts in (False, True):
+        with pytest.raises(InputError, match="document 11"):
+            pack_batch(["ok", ["not text"]], keep_parts=keep_parts, first=10)

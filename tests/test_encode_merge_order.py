@@ -845,7 +845,8 @@ def test_gpu_documents_in_text_groups_equal_one_call(gpt2_tok, gpt2_tt):
     docs = [d for n in CORPUS_NAMES for d in corpus_docs(n, 30_000, max_doc_bytes=3_000)]
     docs += ["", "x"]
     groups = text_groups(docs, 10_000)
-    assert len(groups) > 3 and [d for g in groups for d in g] == docs
+    assert len(groups) > 3 and [d for _, g in groups for d in g] == docs
+    assert [a for a, _ in groups] == [0, *np.cumsum([len(g) for _, g in groups])[:-1]]
     assert text_groups(docs, 10 ** 9) is None and text_groups(["a", 5], 0) is None
-    got = encode_in_groups(gpt2_tok.submit, groups).tolist()
+    got = encode_in_groups(lambda ag: gpt2_tok.submit(ag[1]), groups).tolist()
     assert_same(got, [gpt2_tt.encode_ordinary(d) for d in docs], "text groups")

@@ -17,8 +17,8 @@ from torch_gpubpe.errors import InputError
 PARTS_MIN_AVG_BYTES = 4096
 
 
-def pack_batch(texts: Sequence[str | bytes], *, keep_parts: bool = False, defer: bool | None = None
-               ) -> tuple[np.ndarray | list[str | bytes | str_pack.Packed], np.ndarray]:
+def pack_batch(texts: Sequence[str | bytes], *, keep_parts: bool = False, defer: bool | None = None,
+               first: int = 0) -> tuple[np.ndarray | list[str | bytes | str_pack.Packed], np.ndarray]:
     """``pack_documents`` of a sequence: the UTF-8 of ``str`` made by several threads without
     the GIL (:mod:`torch_gpubpe.core.str_pack`).
 
@@ -33,6 +33,8 @@ def pack_batch(texts: Sequence[str | bytes], *, keep_parts: bool = False, defer:
     at least 4 KiB on average the parts are returned unjoined (ASCII ``str`` and ``bytes`` read
     in place by the copy).
 
+    ``first``: the index of ``texts[0]`` in the caller's list (errors name the item by it).
+
     Raises:
         InputError: ``texts`` is one document, or an item is neither ``str`` nor bytes-like
             (naming its index).
@@ -42,10 +44,10 @@ def pack_batch(texts: Sequence[str | bytes], *, keep_parts: bool = False, defer:
                          "use encode() for one document")
     if str_pack.available():   # (the compiled packer: one task per thread, no Python per document)
         if keep_parts and defer is not False:
-            packed = str_pack.Packed(texts)   # (measured; transcoded by copy_parts into the upload)
+            packed = str_pack.Packed(texts, first)   # (transcoded by copy_parts into the upload)
             return [packed], packed.offsets
-        return str_pack.pack(texts)
-    parts, offsets = str_pack.encode_each(texts)
+        return str_pack.pack(texts, first)
+    parts, offsets = str_pack.encode_each(texts, first)
     if (keep_parts and str_address is not None and len(parts)
             and offsets[-1] >= PARTS_MIN_AVG_BYTES * len(parts)):
         return parts, offsets

@@ -125,10 +125,11 @@ def group_bounds(offsets: np.ndarray, target: int, max_docs: int) -> list[int]:
     return out
 
 
-def text_groups(texts, target: int) -> list | None:
+def text_groups(texts, target: int) -> list[tuple[int, list]] | None:
     """``texts`` (a list of documents) cut into consecutive groups of about ``target``
-    characters (bytes for bytes-like items), or None when they hold less than two groups'
-    worth, or an item has no length (the packer names it)."""
+    characters (bytes for bytes-like items), each with the index of its first document, or
+    None when they hold less than two groups' worth, or an item has no length (the packer
+    names it)."""
     try:
         sizes = np.fromiter(map(len, texts), np.int64, len(texts))
     except TypeError:
@@ -138,7 +139,7 @@ def text_groups(texts, target: int) -> list | None:
     if len(texts) < 2 or offsets[-1] <= 2 * target:
         return None
     bounds = group_bounds(offsets, target, len(texts))
-    return [texts[a:b] for a, b in zip(bounds, bounds[1:])]
+    return [(a, texts[a:b]) for a, b in zip(bounds, bounds[1:])]
 
 
 def encode_in_groups(submit, groups) -> BatchEncoding:

@@ -465,8 +465,8 @@ class Tokenizer(TokenDecoding, HFCompat):
         if (groups := text_groups(texts, GROUP_BYTES)) is not None:  # (packed group by group)
             with self._lock:
                 p = PendingEncoding(self, specials)
-                p._result = encode_in_groups(lambda g: self._submit_packed(
-                    *pack_batch(g, keep_parts=True), specials), groups)
+                p._result = encode_in_groups(lambda ag: self._submit_packed(
+                    *pack_batch(ag[1], keep_parts=True, first=ag[0]), specials), groups)
                 return p
         data, offsets = pack_batch(texts, keep_parts=True)
         with self._lock:
