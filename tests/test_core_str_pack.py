@@ -319,6 +319,29 @@ def test_byte_fallback_expansion_compiled_and_not(dtype, monkeypatch):
     check(*units.expand(ids, offsets))
 
 
+def test_byte_fallback_expansion_over_several_threads_equals_numpys():
+    """The compiled expansion cut into ranges of documents (several threads) gives numpy's
+    ids and offsets; no prefix token at all gives back the same arrays."""
+    from torch_gpubpe.core.sentencepiece import ByteUnits
+
+    units = ByteUnits(vocab=None, first_prefix=1000, expansion=((7, 8), (9, 10, 11), (12,)))
+    rng = np.random.default_rng(9)
+    ids = rng.integers(0, 1000, 3_000_000).astype(np.uint32)
+    ids[rng.random(len(ids)) < 0.01] = rng.integers(1000, 1003)
+    offsets = np.unique(np.concatenate([[0, len(ids)], rng.integers(0, len(ids), 2000)]))
+    offsets = offsets.astype(np.int64)
+    table, lens = units.tables
+    got = str_pack.expand_ids(ids, offsets, 1000, table, lens, threads=8)
+    assert got is not None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(str_pack, "library", lambda: None)
+        want = units.expand(ids, offsets)
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    plain = ids % 1000
+    same = str_pack.expand_ids(plain, offsets, 1000, table, lens, threads=8)
+    assert same[0] is plain and same[1] is offsets
+
+
 def test_pack_batch_names_a_bad_item_by_its_index_in_the_callers_list():
     """A group of a larger list (``first``): the error names the item's index in the list."""
     from torch_gpubpe.encoding.batch_pack import pack_batch

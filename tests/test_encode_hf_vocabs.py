@@ -133,7 +133,7 @@ def test_vocab_without_some_bytes(tmp_path):
 
 def test_vocab_without_bytes_text_holds(tmp_path):
     """A vocab without 0x03 (a control character) and 0xF1 (the lead byte of U+40000..U+7FFFF;
-    StarCoder, Falcon): text is searched for them, by character in ``str`` documents."""
+    StarCoder, Falcon): the packed UTF-8 is searched for them, from ``str`` and bytes alike."""
     tok, hf = both(small_hf(MERGES, ignore_merges=False, drop_bytes=b"\x03\xf1"), tmp_path)
     texts = corpus_docs("multi_emoji", 20_000)[:30] + TEXTS + ["\x04 \U00080000 \U0003ffff"]
     want = [hf.encode(t, add_special_tokens=False).ids for t in texts]

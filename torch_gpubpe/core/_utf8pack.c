@@ -432,31 +432,68 @@ EXPORT int64_t gpubpe_metaspace(const uint8_t *src, const int64_t *off, int64_t 
     return o - dst;
 }
 
-/* ---- SentencePiece's byte fallback ---------------------------------------------------------- */
-
-/* Token ids ids[0..n) (elem = 2 or 4 bytes each) to out (the same size), each id >= first
-   replaced by its lens[id - first] byte tokens table[(id - first) * width ...] (uint32);
-   off[0..noff) are indices into ids, new_off the same positions in out. Returns the ids
-   written. */
-EXPORT int64_t gpubpe_expand(const void *ids, int64_t n, int64_t elem, int64_t first,
-                             const uint32_t *table, int64_t width, const uint8_t *lens,
-                             void *out, const int64_t *off, int64_t noff, int64_t *new_off)
+/* The first i in [0, n) with table[src[i]] set, or -1. With `high_only` (every set entry is
+   >= 0x80) eight ASCII bytes at a time are passed over with one test. */
+EXPORT int64_t gpubpe_find_bytes(const uint8_t *src, int64_t n, const uint8_t *table,
+                                 int64_t high_only)
 {
-    int64_t o = 0, k = 0;
-    for (int64_t i = 0; i < n; i++) {
-        while (k < noff && off[k] == i) new_off[k++] = o;
-        uint32_t t = elem == 2 ? ((const uint16_t *)ids)[i] : ((const uint32_t *)ids)[i];
-        if (t < (uint64_t)first) {
-            if (elem == 2) ((uint16_t *)out)[o++] = (uint16_t)t;
-            else ((uint32_t *)out)[o++] = t;
-            continue;
-        }
-        const uint32_t *e = table + (int64_t)(t - first) * width;
-        for (int64_t j = 0; j < lens[t - first]; j++) {
-            if (elem == 2) ((uint16_t *)out)[o++] = (uint16_t)e[j];
-            else ((uint32_t *)out)[o++] = e[j];
+    int64_t i = 0;
+    if (high_only) {
+        for (; i + 8 <= n; i += 8) {
+            uint64_t w;
+            memcpy(&w, src + i, 8);
+            if (!(w & 0x8080808080808080ULL)) continue;
+            for (int64_t j = i; j < i + 8; j++) if (table[src[j]]) return j;
         }
     }
-    while (k < noff) new_off[k++] = o;
+    for (; i < n; i++) if (table[src[i]]) return i;
+    return -1;
+}
+
+/* ---- SentencePiece's byte fallback ---------------------------------------------------------- */
+
+/* Byte-fallback expansion over documents, run by several threads on ranges of documents. A
+   token id t >= first is a prefix token: it stands for lens[t - first] byte tokens, listed in
+   table[(t - first) * width ...] (uint32). Ids are elem = 2 or 4 bytes each. */
+
+/* The ids that expanding ids[0..n) adds. */
+EXPORT int64_t gpubpe_expand_count(const void *ids, int64_t n, int64_t elem, int64_t first,
+                                   const uint8_t *lens)
+{
+    int64_t c = 0;
+    if (elem == 2) {
+        const uint16_t *p = (const uint16_t *)ids;
+        for (int64_t i = 0; i < n; i++) if (p[i] >= first) c += lens[p[i] - first] - 1;
+    } else {
+        const uint32_t *p = (const uint32_t *)ids;
+        for (int64_t i = 0; i < n; i++) if (p[i] >= first) c += lens[p[i] - first] - 1;
+    }
+    return c;
+}
+
+#define GPUBPE_EXPAND_DOCS(T)                                                              \
+    do {                                                                                   \
+        const T *in = (const T *)ids;                                                      \
+        T *dst = (T *)out;                                                                 \
+        for (int64_t k = 0; k < ndocs; k++) {                                              \
+            new_off[k] = o;                                                                \
+            for (int64_t i = off[k]; i < off[k + 1]; i++) {                                \
+                uint32_t t = in[i];                                                        \
+                if (t < (uint64_t)first) { dst[o++] = (T)t; continue; }                    \
+                const uint32_t *e = table + (int64_t)(t - first) * width;                  \
+                for (int64_t j = 0; j < lens[t - first]; j++) dst[o++] = (T)e[j];          \
+            }                                                                              \
+        }                                                                                  \
+    } while (0)
+
+/* Documents k = 0..ndocs-1, ids[off[k]..off[k+1]), expanded into out; new_off[k] = where
+   document k begins in out. Returns the ids written. */
+EXPORT int64_t gpubpe_expand(const void *ids, int64_t elem, int64_t first, const uint32_t *table,
+                             int64_t width, const uint8_t *lens, const int64_t *off,
+                             int64_t ndocs, void *out, int64_t *new_off)
+{
+    int64_t o = 0;
+    if (elem == 2) GPUBPE_EXPAND_DOCS(uint16_t);
+    else GPUBPE_EXPAND_DOCS(uint32_t);
     return o;
 }

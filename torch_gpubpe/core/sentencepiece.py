@@ -22,6 +22,8 @@ byte token is decoded only.
 
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass
 
@@ -176,29 +178,29 @@ class ByteUnits:
     first_prefix: int
     expansion: tuple[tuple[int, ...], ...]
 
-    def expand(self, ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``ids`` (and document ``offsets``) with each prefix token replaced by its byte
-        tokens; the same arrays when there is none."""
-        at = np.flatnonzero(ids >= self.first_prefix)
-        if not len(at):
-            return ids, offsets
-        width = max(map(len, self.expansion))
+    @functools.cached_property
+    def tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(table, lens)``: row k of the uint32 ``table`` holds prefix token k's byte
+        tokens, ``lens[k]`` (uint8) how many."""
+        width = max(map(len, self.expansion), default=1)
         table = np.zeros((len(self.expansion), width), np.uint32)
         for k, e in enumerate(self.expansion):
             table[k, :len(e)] = e
-        lens = np.fromiter(map(len, self.expansion), np.uint8, len(self.expansion))
+        return table, np.fromiter(map(len, self.expansion), np.uint8, len(self.expansion))
+
+    def expand(self, ids: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``ids`` (and document ``offsets``) with each prefix token replaced by its byte
+        tokens; the same arrays when there is none."""
+        table, lens = self.tables
+        if ids.dtype in (np.uint16, np.uint32) and len(ids) == int(offsets[-1]):
+            done = str_pack.expand_ids(ids, offsets, self.first_prefix, table, lens)
+            if done is not None:  # (compiled, on the packing threads)
+                return done
+        at = np.flatnonzero(ids >= self.first_prefix)
+        if not len(at):
+            return ids, offsets
+        width = table.shape[1]
         which = ids[at].astype(np.int64) - self.first_prefix
-        size = len(ids) + int(lens[which].sum()) - len(at)
-        lib = str_pack.library()
-        if lib is not None and ids.dtype in (np.uint16, np.uint32):  # (compiled: one pass)
-            ids = np.ascontiguousarray(ids)
-            offsets = np.ascontiguousarray(offsets, np.int64)
-            out = np.empty(size, ids.dtype)
-            new_off = np.empty(len(offsets), np.int64)
-            lib.gpubpe_expand(ids.ctypes.data, len(ids), ids.itemsize, self.first_prefix,
-                              table.ctypes.data, width, lens.ctypes.data, out.ctypes.data,
-                              offsets.ctypes.data, len(offsets), new_off.ctypes.data)
-            return out, new_off
         extra = lens[which].astype(np.int64) - 1
         counts = np.ones(len(ids), np.uint8)
         counts[at] += extra.astype(np.uint8)

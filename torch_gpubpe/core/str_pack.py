@@ -316,6 +316,74 @@ def metaspace(data: np.ndarray, offsets: np.ndarray, prepend: bool, *,
     return out, new_off
 
 
+def find_bytes(data: np.ndarray, table: np.ndarray, *, threads: int | None = None) -> int:
+    """The first index of ``data`` (uint8) whose byte value ``table`` (256 bools) marks, or -1;
+    on the packing threads where the compiled packer is available, else in numpy."""
+    data = np.ascontiguousarray(data, np.uint8)
+    lib = library()
+    if lib is None:
+        hit = table[data]
+        return int(np.argmax(hit)) if hit.any() else -1
+    t = np.ascontiguousarray(table, np.uint8)
+    high = int(not t[:0x80].any())
+    n = len(data)
+    parts = max(1, min(THREADS if threads is None else threads, n // MIN_WORK))
+    cuts = [n * j // parts for j in range(parts + 1)]
+
+    def find(lo: int, hi: int) -> int:
+        a, b = cuts[lo], cuts[hi]
+        k = lib.gpubpe_find_bytes(data.ctypes.data + a, b - a, t.ctypes.data, high)
+        return -1 if k < 0 else a + k
+
+    found = [k for k in _run(find, [(j, j + 1) for j in range(parts)]) if k >= 0]
+    return min(found) if found else -1
+
+
+def expand_ids(ids: np.ndarray, offsets: np.ndarray, first: int, table: np.ndarray,
+               lens: np.ndarray, *, threads: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray] | None:
+    """SentencePiece's byte fallback on the packing threads: every id ``t >= first`` of the
+    flat ``ids`` (uint16/uint32; document bounds ``offsets``, int64) replaced by its
+    ``lens[t - first]`` byte tokens ``table[t - first, :lens[t - first]]`` (uint32 rows).
+    Returns ``(ids, offsets)`` (the same objects when no id is expanded), or None where the
+    compiled packer is off (recorded and warned by :func:`library`)."""
+    lib = library()
+    if lib is None:
+        return None
+    ids = np.ascontiguousarray(ids)
+    offsets = np.ascontiguousarray(offsets, np.int64)
+    table = np.ascontiguousarray(table, np.uint32)
+    lens = np.ascontiguousarray(lens, np.uint8)
+    el = ids.itemsize
+    ndocs = len(offsets) - 1
+    # (ids count double as work: expanding one costs about what packing two bytes does)
+    ranges = _ranges(offsets[1:] * 2, THREADS if threads is None else threads)
+    src = ids.ctypes.data
+
+    def count(lo: int, hi: int) -> int:
+        a, b = int(offsets[lo]), int(offsets[hi])
+        return b - a + lib.gpubpe_expand_count(src + el * a, b - a, el, first, lens.ctypes.data)
+
+    sizes = _run(count, ranges)
+    if sum(sizes) == len(ids):
+        return ids, offsets
+    starts = np.cumsum([0, *sizes])
+    out = np.empty(int(starts[-1]), ids.dtype)
+    new_off = np.empty(ndocs + 1, np.int64)
+    new_off[-1] = len(out)
+    dst, dst_off = out.ctypes.data, new_off.ctypes.data
+
+    def write(j: int, _=None) -> None:
+        lo, hi = ranges[j]
+        lib.gpubpe_expand(src, el, first, table.ctypes.data, table.shape[1], lens.ctypes.data,
+                          offsets.ctypes.data + 8 * lo, hi - lo, dst + el * int(starts[j]),
+                          dst_off + 8 * lo)
+        new_off[lo:hi] += starts[j]
+
+    _run(write, [(j, j + 1) for j in range(len(ranges))])
+    return out, new_off
+
+
 # -- one array -------------------------------------------------------------------------------------
 def _pack_arrays(lib, docs: Sequence, first: int, threads: int, mode: int
                  ) -> tuple[np.ndarray, np.ndarray]:

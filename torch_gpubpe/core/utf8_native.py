@@ -76,9 +76,11 @@ def _typed(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.gpubpe_encode.argtypes = [i64, vp, vp, vp, vp, i64, vp, vp, i64, i64]
     lib.gpubpe_count_spaces.argtypes = [vp, i64]
     lib.gpubpe_metaspace.argtypes = [vp, vp, i64, i64, vp, vp]
-    lib.gpubpe_expand.argtypes = [vp, i64, i64, i64, vp, i64, vp, vp, vp, i64, vp]
+    lib.gpubpe_find_bytes.argtypes = [vp, i64, vp, i64]
+    lib.gpubpe_expand_count.argtypes = [vp, i64, i64, i64, vp]
+    lib.gpubpe_expand.argtypes = [vp, i64, i64, vp, i64, vp, vp, i64, vp, vp]
     for f in (lib.gpubpe_scan, lib.gpubpe_measure, lib.gpubpe_encode, lib.gpubpe_count_spaces,
-              lib.gpubpe_metaspace, lib.gpubpe_expand):
+              lib.gpubpe_metaspace, lib.gpubpe_find_bytes, lib.gpubpe_expand_count, lib.gpubpe_expand):
         f.restype = i64
     return lib
 

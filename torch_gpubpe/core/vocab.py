@@ -25,7 +25,6 @@ import contextlib
 import gc
 import json
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -108,34 +107,6 @@ def _checked_merges(merges: Iterable) -> tuple[tuple[int, int], ...]:
 
 NORMALIZERS = ("nfc", "metaspace", "metaspace-prepend")
 """Text normalizers a vocab may name (:attr:`Vocab.normalizer`)."""
-
-
-def missing_byte_chars(missing: Sequence[int]) -> re.Pattern | None:
-    """A compiled class of the characters whose UTF-8 holds one of the byte values ``missing``
-    (ASCII bytes and lead bytes; ``None`` if no character's does, e.g. 0xC0, 0xC1, 0xF5-0xFF),
-    and of the surrogates (a ``str`` holding them is encoded otherwise: check its bytes):
-    how text is searched for bytes a vocab has no token for.
-
-    Raises:
-        ValueError: a continuation byte (0x80-0xBF), which most non-ASCII characters hold.
-    """
-    ranges = []
-    for b in sorted(missing):
-        if 0x80 <= b <= 0xBF:
-            raise ValueError(f"byte 0x{b:02X} continues most UTF-8 characters")
-        if b < 0x80:
-            ranges.append((b, b))
-        elif 0xC2 <= b <= 0xDF:
-            ranges.append(((b & 0x1F) << 6, ((b & 0x1F) << 6) + 0x3F))
-        elif 0xE0 <= b <= 0xEF:  # (0xE0: from U+0800, the shortest form)
-            ranges.append((max((b & 0x0F) << 12, 0x800), ((b & 0x0F) << 12) + 0xFFF))
-        elif 0xF0 <= b <= 0xF4:  # (0xF0: from U+10000)
-            ranges.append((max((b & 0x07) << 18, 0x10000),
-                           min(((b & 0x07) << 18) + 0x3FFFF, 0x10FFFF)))
-    if not ranges:
-        return None
-    ranges.append((0xD800, 0xDFFF))
-    return re.compile("[" + "".join(f"\\U{lo:08x}-\\U{hi:08x}" for lo, hi in ranges) + "]")
 
 
 # Readers of the other vocabulary files :meth:`Vocab.load` takes, registered by the module that

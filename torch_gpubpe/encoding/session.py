@@ -13,7 +13,6 @@ import time
 import numpy as np
 
 from torch_gpubpe.core.trie import Trie
-from torch_gpubpe.core.vocab import missing_byte_chars
 from torch_gpubpe.encoding.layout import (DEFAULT_LONG_WORD, HOST_STEPS, MAX_LONG_TILE,
                                           MAX_SLICE_POSITIONS, WG)
 from torch_gpubpe.encoding.merge_walk import bpe_session_setup
@@ -63,11 +62,10 @@ class Session:
         self.whole_words = whole_words
         # byte values with no token (the vocab never saw them): a slice holding one is
         # refused before upload (Slot.stage)
-        self.missing_bytes = self.missing_chars = None
+        self.missing_bytes = None
         if missing_bytes:
             self.missing_bytes = np.zeros(256, bool)
             self.missing_bytes[list(missing_bytes)] = True
-            self.missing_chars = missing_byte_chars(missing_bytes)
         self.progress_factor = 1
         self.chunked_bindings = (0, 1, 2, 3, 4, 5, 6, 7, 8)
         if self.budget > 65535 - chunk - 64:

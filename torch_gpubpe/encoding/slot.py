@@ -58,7 +58,7 @@ from typing import Any
 import numpy as np
 
 from torch_gpubpe.core.copy_pool import parallel_copy
-from torch_gpubpe.core.copy_pool import copy_parts
+from torch_gpubpe.core.copy_pool import copy_parts, join_parts
 from torch_gpubpe.encoding.layout import (DOC_OFF, INFO_BAD_TOKENS, INFO_CONT_HI, INFO_CONT_LO,
                                           INFO_HEAD, INFO_LONG_ERRORS, INFO_REGIONS, INFO_TOKENS,
                                           INFO_UNFINISHED, MAX_CONTINUATIONS_PER_SUBMIT,
@@ -66,7 +66,6 @@ from torch_gpubpe.encoding.layout import (DOC_OFF, INFO_BAD_TOKENS, INFO_CONT_HI
                                           TS_OFF, WG)
 from torch_gpubpe.encoding.long_words import LongWordPasses
 from torch_gpubpe.core import str_pack
-from torch_gpubpe.core.reference import to_bytes
 from torch_gpubpe.errors import GPUOperationError, InputError
 from torch_gpubpe.gpu import wgpu_internals as _wi
 
@@ -240,28 +239,14 @@ class Slot(LongWordPasses):
         return view
 
     # -- one slice -----------------------------------------------------------------------
-    def refuse_missing_bytes(self, data, s: int, e: int) -> None:
-        """InputError if the slice holds a byte value no token spells (vocabularies that lack
-        some single bytes): the walk would find no token there. ``str`` documents are searched
-        for the characters whose UTF-8 holds one (:func:`missing_byte_chars`), others byte by
-        byte."""
-        table, chars = self.sess.missing_bytes, self.sess.missing_chars
-        if isinstance(data, list):
-            docs = []
-            for p in data:
-                docs += p.documents() if isinstance(p, str_pack.Packed) else [p]
-        else:
-            docs = [data[s:e]]
-        for d in docs:
-            if isinstance(d, str):
-                if chars is None or chars.search(d) is None:
-                    continue
-                d = to_bytes(d)  # (the bytes encoded: surrogates as the packer writes them)
-            a = d if isinstance(d, np.ndarray) else np.frombuffer(d, np.uint8)
-            hit = table[a]
-            if not hit.any():
-                continue
-            b = int(a[int(np.argmax(hit))])
+    def refuse_missing_bytes(self, data: np.ndarray, s: int, e: int) -> None:
+        """InputError if bytes ``data[s:e]`` hold a byte value no token spells (vocabularies
+        that lack some single bytes): the walk would find no token there. Searched in the
+        packed UTF-8 (what the GPU would get) on the packing threads."""
+        table = self.sess.missing_bytes
+        k = str_pack.find_bytes(data[s:e], table)
+        if k >= 0:
+            b = int(data[s + k])
             raise InputError(
                 f"a document holds the byte 0x{b:02X}, which no token of this vocab spells (it "
                 f"has none for {', '.join(f'0x{x:02X}' for x in np.flatnonzero(table))}): "
@@ -300,6 +285,8 @@ class Slot(LongWordPasses):
         :meth:`can_stage` says the buffers are big enough; :meth:`launch` submits it."""
         sess = self.sess
         if sess.missing_bytes is not None:
+            if isinstance(data, list):  # (the check reads the bytes: made here, copied below)
+                data = join_parts(data)
             self.refuse_missing_bytes(data, s, e)
         n = e - s
         ndocs = len(doc_rel)
