@@ -22,7 +22,7 @@ from conftest import (CORPUS_NAMES, TEST_VOCABS, benchmark_module, corpus_docs, 
 from torch_gpubpe import Vocab
 from torch_gpubpe.core import reference
 from torch_gpubpe.core.bpe_tables import backtrack_encode, bpe_tables, valid_pair
-from torch_gpubpe.errors import VocabFormatError
+from torch_gpubpe.errors import InputError, VocabFormatError
 from torch_gpubpe.core.vocab import SPLIT_PATTERN_PY
 from torch_gpubpe.core.vocab_files import load_hf_tokenizer, load_tiktoken, vocab_from_hf_dict
 
@@ -837,9 +837,11 @@ def test_gpu_call_above_one_slice_equals_small_calls(gpt2_tok, gpt2_tt):
 
 
 @gpu
-def test_gpu_documents_in_text_groups_equal_one_call(gpt2_tok, gpt2_tt):
+def test_gpu_documents_in_text_groups_equal_one_call(gpt2_tok, gpt2_tt, monkeypatch):
     """A large list is cut into groups of about a target size before packing (each group
-    packed while the one before runs); the groups' encodings joined == tiktoken."""
+    packed on a thread while the ones before run); the groups' encodings joined == tiktoken,
+    with ids around each document, and a bad item is named by its index in the whole list."""
+    from torch_gpubpe.encoding import tokenizer as tokenizer_module
     from torch_gpubpe.encoding.slicing import encode_in_groups, text_groups
 
     docs = [d for n in CORPUS_NAMES for d in corpus_docs(n, 30_000, max_doc_bytes=3_000)]
@@ -848,5 +850,14 @@ def test_gpu_documents_in_text_groups_equal_one_call(gpt2_tok, gpt2_tt):
     assert len(groups) > 3 and [d for _, g in groups for d in g] == docs
     assert [a for a, _ in groups] == [0, *np.cumsum([len(g) for _, g in groups])[:-1]]
     assert text_groups(docs, 10 ** 9) is None and text_groups(["a", 5], 0) is None
+    want = [gpt2_tt.encode_ordinary(d) for d in docs]
     got = encode_in_groups(lambda ag: gpt2_tok.submit(ag[1]), groups).tolist()
-    assert_same(got, [gpt2_tt.encode_ordinary(d) for d in docs], "text groups")
+    assert_same(got, want, "text groups")
+    monkeypatch.setattr(tokenizer_module, "GROUP_BYTES", 10_000)  # the call's own groups
+    assert_same(gpt2_tok.encode_batch(docs).tolist(), want, "one call in groups")
+    got = gpt2_tok.submit(docs, bos_id=7, eos_id=9).result().tolist()
+    assert_same(got, [[7, *w, 9] for w in want], "one call in groups, bos and eos")
+    bad = len(docs) - 5
+    with pytest.raises(InputError, match=f"(item|document) {bad}\\b"):
+        gpt2_tok.encode_batch(docs[:bad] + [["not", "text"]] + docs[bad + 1:])
+    assert gpt2_tok.encode_batch(docs[:3]).tolist() == want[:3]  # the session goes on

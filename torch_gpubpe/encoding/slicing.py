@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from torch_gpubpe.core.copy_pool import parallel_copy
 from torch_gpubpe.core.packing import word_start_mask
 from torch_gpubpe.encoding.batch import BatchEncoding
 from torch_gpubpe.encoding.merge_walk import junction_ok
@@ -126,19 +127,22 @@ def group_bounds(offsets: np.ndarray, target: int, max_docs: int) -> list[int]:
 
 
 def text_groups(texts, target: int) -> list[tuple[int, list]] | None:
-    """``texts`` (a list of documents) cut into consecutive groups of about ``target``
-    characters (bytes for bytes-like items), each with the index of its first document, or
-    None when they hold less than two groups' worth, or an item has no length (the packer
-    names it)."""
+    """``texts`` (a list of documents) cut into consecutive groups of at most ``target``
+    characters (bytes for bytes-like items) and at least a quarter of that, about four groups
+    where the call holds less than four times ``target`` (so that a mid-sized call still has
+    groups packing, uploading, encoding and being read back at once), each with the index of
+    its first document; None when they hold less than two of the smallest groups, or an item
+    has no length (the packer names it)."""
     try:
         sizes = np.fromiter(map(len, texts), np.int64, len(texts))
     except TypeError:
         return None
     offsets = np.zeros(len(sizes) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    if len(texts) < 2 or offsets[-1] <= 2 * target:
+    size = min(target, max(target // 4, int(offsets[-1]) // 4))
+    if len(texts) < 2 or offsets[-1] <= 2 * size:
         return None
-    bounds = group_bounds(offsets, target, len(texts))
+    bounds = group_bounds(offsets, size, len(texts))
     return [(a, texts[a:b]) for a, b in zip(bounds, bounds[1:])]
 
 
@@ -147,8 +151,17 @@ def encode_in_groups(submit, groups) -> BatchEncoding:
     documents, each handed to ``submit`` (which keeps two in flight, completing the oldest)
     as the one before it runs."""
     done = [submit(g) for g in groups]
-    parts = [q.result() for q in done]
+    return concat_encodings([q.result() for q in done])
+
+
+def concat_encodings(parts: list[BatchEncoding]) -> BatchEncoding:
+    """Consecutive groups' encodings as one: ids copied by the copy pool's threads (one thread
+    copying hundreds of MB of ids, and faulting in the pages, was a tenth of a large call)."""
     sizes = np.array([len(be.ids) for be in parts], np.int64)
-    base = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    base = np.zeros(len(parts) + 1, np.int64)
+    np.cumsum(sizes, out=base[1:])
     offs = [np.zeros(1, np.int64)] + [be.offsets[1:] + b for be, b in zip(parts, base)]
-    return BatchEncoding(np.concatenate([be.ids for be in parts]), np.concatenate(offs))
+    ids = np.empty(int(base[-1]), parts[0].ids.dtype if parts else np.uint16)
+    for be, a, b in zip(parts, base, base[1:]):
+        parallel_copy(ids[a:b], be.ids)
+    return BatchEncoding(ids, np.concatenate(offs))

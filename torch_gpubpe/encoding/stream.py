@@ -109,6 +109,15 @@ def _pack(batch) -> tuple:
     return pack_batch(_texts(batch), keep_parts=True, defer=False)
 
 
+def encode_groups(submit_parts: Callable[..., Any], groups: list[tuple[int, list]]) -> list:
+    """The encoding of each group ``(first, documents)`` of one large call, in order: each
+    group packed on a thread ahead (``first``: the index of its first document in the call,
+    which errors name), submitted with ``submit_parts(parts, offsets)``, two in flight."""
+    packed = Pump(((a, *pack_batch(g, keep_parts=True, defer=False, first=a)) for a, g in groups),
+                  1, "torch_gpubpe pack")
+    return [enc for _, enc in in_flight(lambda item: submit_parts(item[1], item[2]), packed)]
+
+
 def encode_stream(tok, batches: Iterable, submit_parts: Callable[..., Any], *,
                   bos_id: int | None = None, eos_id: int | None = None,
                   stages: dict | None = None, t0: float | None = None,

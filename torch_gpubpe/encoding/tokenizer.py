@@ -42,12 +42,12 @@ from torch_gpubpe.encoding.layout import (DEFAULT_BUDGET, DEFAULT_CHUNK, DEFAULT
                                           HOST_STEPS, MAX_CONTINUATIONS_PER_SUBMIT,
                                           GROUP_BYTES, MAX_LONG_TILE, MAX_SLICE_POSITIONS, NO_TOKEN,
                                           WG)
-from torch_gpubpe.encoding.slicing import (encode_in_groups, encode_sliced, group_bounds,
-                                           text_groups)
+from torch_gpubpe.encoding.slicing import (concat_encodings, encode_in_groups, encode_sliced,
+                                           group_bounds, text_groups)
 from torch_gpubpe.encoding.slot import Slot, doc_offsets
 from torch_gpubpe.encoding.specials import (EOT, SpecialSet, insert_special_tokens,
                                             special_sets, split_at_specials)
-from torch_gpubpe.encoding.stream import encode_stream
+from torch_gpubpe.encoding.stream import encode_groups, encode_stream
 from torch_gpubpe.errors import GPUOperationError, InputError
 from torch_gpubpe.gpu.device import current_gpu
 from torch_gpubpe.notices import warn_once
@@ -462,11 +462,11 @@ class Tokenizer(TokenDecoding, HFCompat):
         if not isinstance(texts, (list, tuple)):
             texts = list(texts) if not isinstance(texts, (str, bytes, bytearray)) else texts
         specials = self._specials_arg(bos_id, eos_id)
-        if (groups := text_groups(texts, GROUP_BYTES)) is not None:  # (packed group by group)
+        if (groups := text_groups(texts, GROUP_BYTES)) is not None:  # (packed on a thread)
             with self._lock:
                 p = PendingEncoding(self, specials)
-                p._result = encode_in_groups(lambda ag: self._submit_packed(
-                    *pack_batch(ag[1], keep_parts=True, first=ag[0]), specials), groups)
+                p._result = concat_encodings(encode_groups(
+                    lambda data, offsets: self._submit_packed(data, offsets, specials), groups))
                 return p
         data, offsets = pack_batch(texts, keep_parts=True)
         with self._lock:
