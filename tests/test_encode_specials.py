@@ -116,3 +116,24 @@ def test_parallel_copy_equals_a_plain_copy(n):
     out = np.zeros_like(ids)
     parallel_copy(out, ids)
     assert np.array_equal(out, ids)
+
+
+@pytest.mark.parametrize("n_specials", [2, 20])
+def test_split_at_specials_passes_over_documents_without_a_spelling(n_specials):
+    """Documents that spell no special token come back as they are (no plan); those that do
+    are split, also where the spellings' first characters are too many to pre-check (then
+    every document goes through the regex); a disallowed spelling is still refused."""
+    from torch_gpubpe.encoding.specials import split_at_specials
+
+    names = [f"{chr(0x41 + k)}|sp{k}|" for k in range(n_specials)]
+    ids_of = {t: 100 + k for k, t in enumerate(names)}
+    allowed = frozenset(names[1:])
+    plain = ["no special <| here", b"bytes A| too", "", bytearray(b"x")]
+    pieces, plan = split_at_specials(plain, ids_of, allowed, frozenset(names[:1]))
+    assert plan is None and pieces == plain
+    docs = plain + [f"a{names[1]}b", names[-1].encode() + b"c"]
+    pieces, plan = split_at_specials(docs, ids_of, allowed, frozenset())
+    assert pieces == ["no special <| here", b"bytes A| too", b"x", "a", "b", b"c"]
+    assert plan == [[-1], [-1], [], [-1], [-1, 101, -1], [100 + n_specials - 1, -1]]
+    with pytest.raises(InputError, match="disallowed_special"):
+        split_at_specials(["ok", "x" + names[0]], ids_of, allowed, frozenset(names[:1]))

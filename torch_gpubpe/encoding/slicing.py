@@ -126,20 +126,20 @@ def group_bounds(offsets: np.ndarray, target: int, max_docs: int) -> list[int]:
     return out
 
 
-def text_groups(texts, target: int) -> list[tuple[int, list]] | None:
-    """``texts`` (a list of documents) cut into consecutive groups of at most ``target``
-    characters (bytes for bytes-like items) and at least a quarter of that, about four groups
-    where the call holds less than four times ``target`` (so that a mid-sized call still has
-    groups packing, uploading, encoding and being read back at once), each with the index of
-    its first document; None when they hold less than two of the smallest groups, or an item
-    has no length (the packer names it)."""
+def text_groups(texts, target: int, *, small: bool = False) -> list[tuple[int, list]] | None:
+    """``texts`` (a list of documents) cut into consecutive groups of about ``target``
+    characters (bytes for bytes-like items), each with the index of its first document; None
+    when they hold less than two groups' worth, or an item has no length (the packer names
+    it). ``small``: groups of down to a quarter of ``target``, about four where the call holds
+    less than four times ``target`` (a call its caller waits for: packing, GPU and readback
+    of its groups overlap)."""
     try:
         sizes = np.fromiter(map(len, texts), np.int64, len(texts))
     except TypeError:
         return None
     offsets = np.zeros(len(sizes) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    size = min(target, max(target // 4, int(offsets[-1]) // 4))
+    size = min(target, max(target // 4, int(offsets[-1]) // 4)) if small else target
     if len(texts) < 2 or offsets[-1] <= 2 * size:
         return None
     bounds = group_bounds(offsets, size, len(texts))

@@ -15,6 +15,7 @@ from typing import Literal, Union
 
 import numpy as np
 
+from torch_gpubpe.encoding.batch import BatchEncoding
 from torch_gpubpe.errors import InputError
 
 EOT = "<|endoftext|>"
@@ -51,12 +52,13 @@ def special_sets(known: frozenset[str], allowed: SpecialSet, disallowed: Special
 
 
 def split_at_specials(texts, ids_of: dict[str, int], allowed: frozenset[str],
-                      disallowed: frozenset[str]) -> tuple[list, list[list[int]]]:
+                      disallowed: frozenset[str]) -> tuple[list, list[list[int]] | None]:
     """Split each document at its allowed special spellings.
 
     Returns:
         ``(pieces, plan)``: the text pieces of every document, in order, and per document its
-        steps: ``>= 0`` a special id (``ids_of`` of its spelling), ``-1`` the next text piece.
+        steps: ``>= 0`` a special id (``ids_of`` of its spelling), ``-1`` the next text piece;
+        ``(texts, None)`` when no document spells a special token (each is its own piece).
     Raises:
         InputError: ``texts`` is one str/bytes, an item is neither, or a document spells a
             special token of ``disallowed`` (names it and its position).
@@ -70,8 +72,14 @@ def split_at_specials(texts, ids_of: dict[str, int], allowed: frozenset[str],
     bad_s = re.compile("|".join(map(re.escape, sorted(disallowed, key=len, reverse=True))))
     bad_b = re.compile(b"|".join(re.escape(t.encode()) for t in sorted(disallowed, key=len,
                                                                        reverse=True)))
+    # A document holding none of the spellings' first characters is passed over without a
+    # regex (str.__contains__ scans far faster than an alternation of literals).
+    heads = next((h for h in ({t[:n] for t in allowed | disallowed} for n in (2, 1))
+                  if len(h) <= 8), None)
+    heads_b = None if heads is None else [h.encode() for h in heads]
     pieces: list = []
     plan: list[list[int]] = []  # per document: >= 0 a special id, -1 the next text piece
+    found = False
     for k, text in enumerate(texts):
         if isinstance(text, (bytearray, memoryview)):
             text = bytes(text)
@@ -79,6 +87,11 @@ def split_at_specials(texts, ids_of: dict[str, int], allowed: frozenset[str],
             raise InputError(f"document {k}: text must be str or bytes, got "
                              f"{type(text).__name__}")
         is_str = isinstance(text, str)
+        if heads is not None and not any(h in text for h in (heads if is_str else heads_b)):
+            if text:
+                pieces.append(text)
+            plan.append([-1] if text else [])
+            continue
         pat, bad = (pat_s, bad_s) if is_str else (pat_b, bad_b)
         steps: list[int] = []
         pos = 0
@@ -89,6 +102,7 @@ def split_at_specials(texts, ids_of: dict[str, int], allowed: frozenset[str],
                 pieces.append(text[pos : m.start()])
                 steps.append(-1)
             steps.append(ids_of[m.group() if is_str else m.group().decode()])
+            found = True
             pos = m.end()
         if disallowed:
             refuse(bad, text, pos, len(text), k)
@@ -96,7 +110,34 @@ def split_at_specials(texts, ids_of: dict[str, int], allowed: frozenset[str],
             pieces.append(text[pos:])
             steps.append(-1)
         plan.append(steps)
-    return pieces, plan
+    return (pieces, plan) if found else (list(texts), None)
+
+
+def encode_with_specials(encode, texts, ids_of: dict[str, int], allowed: frozenset[str],
+                         disallowed: frozenset[str], id_dtype) -> BatchEncoding:
+    """Split each document at its allowed special spellings (:func:`split_at_specials`), encode
+    the text pieces in one batch (``encode(pieces)``, a BatchEncoding), and put the special ids
+    between them; the batch as one piece each where no document spells a special token."""
+    pieces, plan = split_at_specials(texts, ids_of, allowed, disallowed)
+    if plan is None:
+        return encode(pieces)
+    be = encode(pieces)
+    out: list[np.ndarray] = []
+    offsets = np.zeros(len(plan) + 1, np.int64)
+    j = 0
+    for k, steps in enumerate(plan):
+        n = 0
+        for st in steps:
+            if st < 0:
+                a = be[j]
+                j += 1
+            else:
+                a = np.array([st], id_dtype)
+            out.append(a)
+            n += len(a)
+        offsets[k + 1] = offsets[k] + n
+    ids = np.concatenate(out) if out else np.zeros(0, id_dtype)
+    return BatchEncoding(ids.astype(id_dtype, copy=False), offsets)
 
 
 def refuse(bad, text, lo: int, hi: int, k: int) -> None:

@@ -45,8 +45,9 @@ from torch_gpubpe.encoding.layout import (DEFAULT_BUDGET, DEFAULT_CHUNK, DEFAULT
 from torch_gpubpe.encoding.slicing import (concat_encodings, encode_in_groups, encode_sliced,
                                            group_bounds, text_groups)
 from torch_gpubpe.encoding.slot import Slot, doc_offsets
-from torch_gpubpe.encoding.specials import (EOT, SpecialSet, insert_special_tokens,
-                                            special_sets, split_at_specials)
+from torch_gpubpe.encoding.specials import (EOT, SpecialSet, encode_with_specials,
+                                            insert_special_tokens,
+                                            special_sets)
 from torch_gpubpe.encoding.stream import encode_groups, encode_stream
 from torch_gpubpe.errors import GPUOperationError, InputError
 from torch_gpubpe.gpu.device import current_gpu
@@ -395,12 +396,14 @@ class Tokenizer(TokenDecoding, HFCompat):
         allowed, disallowed = special_sets(frozenset(self.vocab.special_tokens),
                                            allowed_special, disallowed_special)
         if not allowed and not disallowed:
-            return self.submit(texts).result()
-        return self._encode_with_specials(texts, allowed, disallowed)
+            return self._submit(texts, sync=True).result()
+        return encode_with_specials(lambda pieces: self._submit(pieces, sync=True).result(),
+                                    texts, self.vocab.special_token_ids, allowed, disallowed,
+                                    self.id_dtype)
 
     def encode_ordinary_batch(self, texts: Sequence[str | bytes]) -> BatchEncoding:
         """:meth:`encode_batch` with special spellings taken as text (tiktoken's name)."""
-        return self.submit(texts).result()
+        return self._submit(texts, sync=True).result()
 
     # -- special tokens (tiktoken's names) ---------------------------------------------------
     @property
@@ -422,29 +425,6 @@ class Tokenizer(TokenDecoding, HFCompat):
         """The largest id (``n_vocab - 1``; tiktoken's ``max_token_value``)."""
         return self.n_vocab - 1
 
-    def _encode_with_specials(self, texts, allowed: frozenset[str], disallowed: frozenset[str]
-                              ) -> BatchEncoding:
-        """Split each document at its allowed special spellings, encode the text pieces in one
-        batch, and put the special ids between them."""
-        pieces, plan = split_at_specials(texts, self.vocab.special_token_ids, allowed, disallowed)
-        be = self.submit(pieces).result()
-        out: list[np.ndarray] = []
-        offsets = np.zeros(len(plan) + 1, np.int64)
-        j = 0
-        for k, steps in enumerate(plan):
-            n = 0
-            for st in steps:
-                if st < 0:
-                    a = be[j]
-                    j += 1
-                else:
-                    a = np.array([st], self.id_dtype)
-                out.append(a)
-                n += len(a)
-            offsets[k + 1] = offsets[k] + n
-        ids = np.concatenate(out) if out else np.zeros(0, self.id_dtype)
-        return BatchEncoding(ids.astype(self.id_dtype, copy=False), offsets)
-
     def submit(self, texts: Sequence[str | bytes], *, bos_id: int | None = None,
                eos_id: int | None = None) -> PendingEncoding:
         """Pack, upload and submit a batch; return at once (at most 2 batches in flight).
@@ -459,10 +439,15 @@ class Tokenizer(TokenDecoding, HFCompat):
         Raises:
             InputError: a bad document, or a ``bos_id``/``eos_id`` outside the id range.
         """
+        return self._submit(texts, self._specials_arg(bos_id, eos_id))
+
+    def _submit(self, texts, specials: tuple[int, int] | None = None, *, sync: bool = False
+                ) -> PendingEncoding:
+        """:meth:`submit`; ``sync``: the caller waits for the result at once (then a call of a
+        few groups' size is cut into groups too, to overlap packing, GPU and readback)."""
         if not isinstance(texts, (list, tuple)):
             texts = list(texts) if not isinstance(texts, (str, bytes, bytearray)) else texts
-        specials = self._specials_arg(bos_id, eos_id)
-        if (groups := text_groups(texts, GROUP_BYTES)) is not None:  # (packed on a thread)
+        if (groups := text_groups(texts, GROUP_BYTES, small=sync)) is not None:  # (on a thread)
             with self._lock:
                 p = PendingEncoding(self, specials)
                 p._result = concat_encodings(encode_groups(
