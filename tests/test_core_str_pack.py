@@ -288,6 +288,27 @@ def test_metaspace_gives_sentencepieces_text(prepend, monkeypatch):
     check(*normalize_packed(data, offsets, name))
 
 
+def test_metaspace_of_tiny_documents_over_several_threads():
+    """Metaspace over ranges of tiny documents (0-3 bytes, mostly spaces): every range's last
+    bytes, documents ending at a range's end, empty ones between: str.replace's bytes."""
+    rng = np.random.default_rng(3)
+    alphabet = np.frombuffer(b"  a\xe2", np.uint8)
+    sizes = rng.integers(0, 4, 1_500_000)
+    offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    data = alphabet[rng.integers(0, len(alphabet), int(offsets[-1]))]
+    meta = "\u2581".encode()
+    raw = data.tobytes()
+    for prepend in (False, True):
+        out, off = str_pack.metaspace(data, offsets, prepend, threads=8)
+        want = b"".join((meta if prepend and b > a else b"") + raw[a:b].replace(b" ", meta)
+                        for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist()))
+        assert out.tobytes() == want and off[-1] == len(out)
+        ends = np.cumsum([0] + [len(meta) * prepend * (b > a) + (b - a) + 2 * raw[a:b].count(b" ")
+                                for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())])
+        assert np.array_equal(off, ends)
+
+
 @pytest.mark.parametrize("dtype", [np.uint16, np.uint32])
 def test_byte_fallback_expansion_compiled_and_not(dtype, monkeypatch):
     """ByteUnits.expand (each prefix token → its byte tokens; document offsets moved) gives

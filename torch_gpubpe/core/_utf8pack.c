@@ -415,18 +415,51 @@ EXPORT int64_t gpubpe_count_spaces(const uint8_t *src, int64_t n)
 
 /* Documents k = 0..ndocs-1, bytes src[off[k]..off[k+1]), written to dst with every space as
    U+2581's UTF-8 (E2 96 81), and with `prepend` one more U+2581 before each non-empty one;
-   dst_off[k] = where document k begins in dst. Returns the bytes written. */
+   dst_off[k] = where document k begins in dst. Returns the bytes written. All but the range's
+   last three bytes are written without a branch, one 4-byte store each (the byte, or E2 96 81),
+   the output advanced by one or three; the extra bytes are overwritten by the bytes that
+   follow (at least three more), so nothing is written past this range's output (another
+   thread's). Little-endian machines only; others take the plain loop. */
 EXPORT int64_t gpubpe_metaspace(const uint8_t *src, const int64_t *off, int64_t ndocs,
                                 int64_t prepend, uint8_t *dst, int64_t *dst_off)
 {
     uint8_t *o = dst;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    const int64_t fast_end = off[ndocs] - 3;   /* input index: the branch-free part ends here */
+#else
+    const int64_t fast_end = 0;                /* (other byte orders: the plain loop only) */
+#endif
     for (int64_t k = 0; k < ndocs; k++) {
         dst_off[k] = o - dst;
-        const uint8_t *s = src + off[k], *end = src + off[k + 1];
-        if (prepend && s < end) { o[0] = 0xE2; o[1] = 0x96; o[2] = 0x81; o += 3; }
-        for (; s < end; s++) {
-            if (*s == 0x20) { o[0] = 0xE2; o[1] = 0x96; o[2] = 0x81; o += 3; }
-            else *o++ = *s;
+        int64_t i = off[k], end = off[k + 1];
+        if (prepend && i < end) { o[0] = 0xE2; o[1] = 0x96; o[2] = 0x81; o += 3; }
+        int64_t stop = end < fast_end ? end : fast_end;
+#ifdef GPUBPE_SSE2
+        /* 16 bytes at a time: each byte's place from the spaces before it in the block (no
+           chain from one byte's place to the next) */
+        for (; i + 16 <= stop; i += 16) {
+            __m128i v = _mm_loadu_si128((const __m128i *)(src + i));
+            unsigned m = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(0x20)));
+            if (!m) { _mm_storeu_si128((__m128i *)o, v); o += 16; continue; }
+            uint8_t *p = o;
+            for (int j = 0; j < 16; j++) {
+                uint32_t sp = (m >> j) & 1;
+                uint32_t w = sp ? 0x8196E2u : src[i + j];   /* (little-endian: E2 96 81) */
+                memcpy(p, &w, 4);
+                p += 1 + 2 * sp;
+            }
+            o = p;
+        }
+#endif
+        for (; i < stop; i++) {
+            uint32_t sp = src[i] == 0x20;
+            uint32_t w = sp ? 0x8196E2u : src[i];
+            memcpy(o, &w, 4);
+            o += 1 + 2 * sp;
+        }
+        for (; i < end; i++) {
+            if (src[i] == 0x20) { o[0] = 0xE2; o[1] = 0x96; o[2] = 0x81; o += 3; }
+            else *o++ = src[i];
         }
     }
     return o - dst;
