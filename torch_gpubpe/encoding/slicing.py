@@ -126,23 +126,20 @@ def group_bounds(offsets: np.ndarray, target: int, max_docs: int) -> list[int]:
     return out
 
 
-def text_groups(texts, target: int, *, small: bool = False) -> list[tuple[int, list]] | None:
+def text_groups(texts, target: int) -> list[tuple[int, list]] | None:
     """``texts`` (a list of documents) cut into consecutive groups of about ``target``
-    characters (bytes for bytes-like items), each with the index of its first document; None
-    when they hold less than two groups' worth, or an item has no length (the packer names
-    it). ``small``: groups of down to a quarter of ``target``, about four where the call holds
-    less than four times ``target`` (a call its caller waits for: packing, GPU and readback
-    of its groups overlap)."""
+    characters (bytes for bytes-like items), each with the index of its first document, or
+    None when they hold less than two groups' worth, or an item has no length (the packer
+    names it)."""
     try:
         sizes = np.fromiter(map(len, texts), np.int64, len(texts))
     except TypeError:
         return None
     offsets = np.zeros(len(sizes) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
-    size = min(target, max(target // 4, int(offsets[-1]) // 4)) if small else target
-    if len(texts) < 2 or offsets[-1] <= 2 * size:
+    if len(texts) < 2 or offsets[-1] <= 2 * target:
         return None
-    bounds = group_bounds(offsets, size, len(texts))
+    bounds = group_bounds(offsets, target, len(texts))
     return [(a, texts[a:b]) for a, b in zip(bounds, bounds[1:])]
 
 

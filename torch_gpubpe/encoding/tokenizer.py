@@ -396,14 +396,14 @@ class Tokenizer(TokenDecoding, HFCompat):
         allowed, disallowed = special_sets(frozenset(self.vocab.special_tokens),
                                            allowed_special, disallowed_special)
         if not allowed and not disallowed:
-            return self._submit(texts, sync=True).result()
-        return encode_with_specials(lambda pieces: self._submit(pieces, sync=True).result(),
+            return self.submit(texts).result()
+        return encode_with_specials(lambda pieces: self.submit(pieces).result(),
                                     texts, self.vocab.special_token_ids, allowed, disallowed,
                                     self.id_dtype)
 
     def encode_ordinary_batch(self, texts: Sequence[str | bytes]) -> BatchEncoding:
         """:meth:`encode_batch` with special spellings taken as text (tiktoken's name)."""
-        return self._submit(texts, sync=True).result()
+        return self.submit(texts).result()
 
     # -- special tokens (tiktoken's names) ---------------------------------------------------
     @property
@@ -439,15 +439,10 @@ class Tokenizer(TokenDecoding, HFCompat):
         Raises:
             InputError: a bad document, or a ``bos_id``/``eos_id`` outside the id range.
         """
-        return self._submit(texts, self._specials_arg(bos_id, eos_id))
-
-    def _submit(self, texts, specials: tuple[int, int] | None = None, *, sync: bool = False
-                ) -> PendingEncoding:
-        """:meth:`submit`; ``sync``: the caller waits for the result at once (then a call of a
-        few groups' size is cut into groups too, to overlap packing, GPU and readback)."""
         if not isinstance(texts, (list, tuple)):
             texts = list(texts) if not isinstance(texts, (str, bytes, bytearray)) else texts
-        if (groups := text_groups(texts, GROUP_BYTES, small=sync)) is not None:  # (on a thread)
+        specials = self._specials_arg(bos_id, eos_id)
+        if (groups := text_groups(texts, GROUP_BYTES)) is not None:  # (packed on a thread)
             with self._lock:
                 p = PendingEncoding(self, specials)
                 p._result = concat_encodings(encode_groups(
