@@ -290,7 +290,6 @@ def metaspace(data: np.ndarray, offsets: np.ndarray, prepend: bool, *,
         return None
     data = np.ascontiguousarray(data, np.uint8)
     offsets = np.ascontiguousarray(offsets, np.int64)
-    ndocs = len(offsets) - 1
     ranges = _ranges(offsets[1:], THREADS if threads is None else threads)
     src = data.ctypes.data
 
@@ -300,19 +299,28 @@ def metaspace(data: np.ndarray, offsets: np.ndarray, prepend: bool, *,
         return extra + (3 * int(np.count_nonzero(np.diff(offsets[lo:hi + 1]))) if prepend else 0)
 
     sizes = [int(offsets[hi] - offsets[lo]) + g for (lo, hi), g in zip(ranges, _run(grow, ranges))]
-    starts = np.cumsum([0, *sizes])
-    out = np.empty(int(starts[-1]), np.uint8)
-    new_off = np.empty(ndocs + 1, np.int64)
-    new_off[-1] = len(out)
-    dst, dst_off = out.ctypes.data, new_off.ctypes.data
+    return _write_by_ranges(ranges, sizes, np.uint8, lambda lo, hi, dst, dst_off: (
+        lib.gpubpe_metaspace(src, offsets.ctypes.data + 8 * lo, hi - lo, int(prepend), dst,
+                             dst_off)))
 
-    def write(j: int, _=None) -> None:
+
+def _write_by_ranges(ranges: list[tuple[int, int]], sizes: list[int], dtype, write
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """One output of ``sum(sizes)`` items and its document offsets (``ranges`` of documents,
+    ``sizes[j]`` items from range ``j``): ``write(lo, hi, dst, dst_off)`` writes range ``j``'s
+    items at address ``dst`` and its documents' offsets, from 0, at ``dst_off``, on the
+    packing threads; each range's offsets are then moved to where its items begin."""
+    starts = np.cumsum([0, *sizes])
+    out = np.empty(int(starts[-1]), dtype)
+    new_off = np.empty(ranges[-1][1] + 1, np.int64)
+    new_off[-1] = len(out)
+
+    def one(j: int, _=None) -> None:
         lo, hi = ranges[j]
-        lib.gpubpe_metaspace(src, offsets.ctypes.data + 8 * lo, hi - lo, int(prepend),
-                             dst + int(starts[j]), dst_off + 8 * lo)
+        write(lo, hi, out.ctypes.data + out.itemsize * int(starts[j]), new_off.ctypes.data + 8 * lo)
         new_off[lo:hi] += starts[j]
 
-    _run(write, [(j, j + 1) for j in range(len(ranges))])
+    _run(one, [(j, j + 1) for j in range(len(ranges))])
     return out, new_off
 
 
@@ -355,7 +363,6 @@ def expand_ids(ids: np.ndarray, offsets: np.ndarray, first: int, table: np.ndarr
     table = np.ascontiguousarray(table, np.uint32)
     lens = np.ascontiguousarray(lens, np.uint8)
     el = ids.itemsize
-    ndocs = len(offsets) - 1
     # (ids count double as work: expanding one costs about what packing two bytes does)
     ranges = _ranges(offsets[1:] * 2, THREADS if threads is None else threads)
     src = ids.ctypes.data
@@ -367,21 +374,9 @@ def expand_ids(ids: np.ndarray, offsets: np.ndarray, first: int, table: np.ndarr
     sizes = _run(count, ranges)
     if sum(sizes) == len(ids):
         return ids, offsets
-    starts = np.cumsum([0, *sizes])
-    out = np.empty(int(starts[-1]), ids.dtype)
-    new_off = np.empty(ndocs + 1, np.int64)
-    new_off[-1] = len(out)
-    dst, dst_off = out.ctypes.data, new_off.ctypes.data
-
-    def write(j: int, _=None) -> None:
-        lo, hi = ranges[j]
+    return _write_by_ranges(ranges, sizes, ids.dtype, lambda lo, hi, dst, dst_off: (
         lib.gpubpe_expand(src, el, first, table.ctypes.data, table.shape[1], lens.ctypes.data,
-                          offsets.ctypes.data + 8 * lo, hi - lo, dst + el * int(starts[j]),
-                          dst_off + 8 * lo)
-        new_off[lo:hi] += starts[j]
-
-    _run(write, [(j, j + 1) for j in range(len(ranges))])
-    return out, new_off
+                          offsets.ctypes.data + 8 * lo, hi - lo, dst, dst_off)))
 
 
 # -- one array -------------------------------------------------------------------------------------
