@@ -288,6 +288,25 @@ def test_metaspace_gives_sentencepieces_text(prepend, monkeypatch):
     check(*normalize_packed(data, offsets, name))
 
 
+def test_find_bytes_over_several_threads_finds_the_first():
+    """The compiled scan for bytes a vocab lacks, over several threads' parts (the ASCII
+    skip when every marked byte is >= 0x80, and without it): the first marked byte, as numpy
+    finds it, wherever it lies; -1 when there is none."""
+    rng = np.random.default_rng(11)
+    data = rng.integers(0x20, 0x80, 5_000_000).astype(np.uint8)   # (no 0x03)
+    data[rng.random(len(data)) < 0.05] = 0xE2   # non-ASCII that is not marked
+    for marked in ([0xF1, 0xFF], [0x03, 0xF1]):
+        table = np.zeros(256, bool)
+        table[marked] = True
+        assert str_pack.find_bytes(data, table, threads=8) == -1
+        for at in (0, 7, 8, 1_249_999, 1_250_000, 3_333_333, len(data) - 1):
+            d = data.copy()
+            d[at] = marked[-1]
+            d[min(at + 5, len(d) - 1)] = marked[0]
+            want = int(np.argmax(table[d]))
+            assert str_pack.find_bytes(d, table, threads=8) == want == at
+
+
 def test_metaspace_of_tiny_documents_over_several_threads():
     """Metaspace over ranges of tiny documents (0-3 bytes, mostly spaces): every range's last
     bytes, documents ending at a range's end, empty ones between: str.replace's bytes."""

@@ -435,8 +435,8 @@ EXPORT int64_t gpubpe_metaspace(const uint8_t *src, const int64_t *off, int64_t 
         if (prepend && i < end) { o[0] = 0xE2; o[1] = 0x96; o[2] = 0x81; o += 3; }
         int64_t stop = end < fast_end ? end : fast_end;
 #ifdef GPUBPE_SSE2
-        /* 16 bytes at a time: each byte's place from the spaces before it in the block (no
-           chain from one byte's place to the next) */
+        /* 16 bytes at a time: a block without a space copied whole; otherwise its bytes as
+           below, the space test taken from the block's mask */
         for (; i + 16 <= stop; i += 16) {
             __m128i v = _mm_loadu_si128((const __m128i *)(src + i));
             unsigned m = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(0x20)));

@@ -23,7 +23,6 @@ byte token is decoded only.
 from __future__ import annotations
 
 import functools
-
 import re
 from dataclasses import dataclass
 
