@@ -666,3 +666,87 @@ fn bpe_word_bits(@builtin(workgroup_id) wid: vec3<u32>,
     starts_out[w] = bits;
 }
 //#endif
+
+// Merge-order long words (torch_gpubpe/encoding/long_bpe.py): a word of many KB is cut into
+// pieces, each walked as a word of its own by the walk above; these passes check and move the
+// cuts. One thread per item of aux_in (AUX_PAIR, AUX_BOUNDARY) or one workgroup per block
+// (AUX_RECOUNT), after the walks:
+//   AUX_PAIR      aux_in[i] = a cut v: aux_out[i] = 1 iff the token ending at v and the token
+//                 at v form a valid pair (then the join is the merge-order result)
+//   AUX_BOUNDARY  aux_in[i] = a position t: aux_out[i] = the first token start >= t within
+//                 aux.reach bytes, else NO_TOKEN
+//   AUX_RECOUNT   counts[block] = the token starts of the block (walks of re-walked pieces
+//                 counted their tokens again)
+//  24 aux     : uniform                                 (mode, items, n, reach)
+//  25 aux_in  : storage, read        array<u32>
+//  26 aux_out : storage, read_write  array<u32>
+struct AuxParams {
+    mode: u32,
+    count: u32,
+    n: u32,
+    reach: u32,
+}
+@group(0) @binding(24) var<uniform> aux: AuxParams;
+@group(0) @binding(25) var<storage, read> aux_in: array<u32>;
+@group(0) @binding(26) var<storage, read_write> aux_out: array<u32>;
+const AUX_PAIR: u32 = 0u;
+const AUX_BOUNDARY: u32 = 1u;
+const AUX_RECOUNT: u32 = 2u;
+
+@compute @workgroup_size(WG)
+fn bpe_long_aux(@builtin(workgroup_id) wid: vec3<u32>,
+                @builtin(num_workgroups) nwg: vec3<u32>,
+                @builtin(local_invocation_index) lid: u32) {
+    let lw = linear_workgroup(wid, nwg);
+    if (aux.mode == AUX_RECOUNT) {
+        if (lid == 0u) { atomicStore(&wg_count, 0u); }
+        workgroupBarrier();
+        let cs = (lw * WG + lid) * CHUNK;
+        let ce = min(cs + CHUNK, aux.n);
+        var own = 0u;
+        for (var q = cs; q < ce; q++) {
+            if (ld_scratch(q) != NO_TOKEN) { own += 1u; }
+        }
+        atomicAdd(&wg_count, own);
+        workgroupBarrier();
+        if (lid == 0u && lw * WG * CHUNK < aux.n) {
+            atomicStore(&counts[lw], atomicLoad(&wg_count));
+        }
+        return;
+    }
+    let i = lw * WG + lid;
+    if (i >= aux.count) { return; }
+    var steps = 0u;
+    if (aux.mode == AUX_PAIR) {
+        let v = aux_in[i];
+        let r = ld_scratch(v);
+        var l = NO_TOKEN;
+        var j = v;
+        for (var k = 0u; k < aux.reach && j > 0u; k++) {
+            j -= 1u;
+            l = ld_scratch(j);
+            if (l != NO_TOKEN) { break; }
+        }
+        var ok = 0u;
+        if (l < BAD_TOKEN && r < BAD_TOKEN) {
+            let li = ld_info(l);
+            let ri = ld_info(r);
+            // the token before v must end at v (it does: v is a word start for its walk)
+            if (j + (li.w >> RANK_BITS) == v
+                && valid_pair(l, spine_r(li, ld_bounds(l)), r, spine_l(ri, ld_bounds(r)),
+                              &steps)) {
+                ok = 1u;
+            }
+        }
+        aux_out[i] = ok;
+    } else {
+        let t = aux_in[i];
+        var p = NO_TOKEN;
+        for (var k = 0u; k < aux.reach; k++) {
+            let q = t + k;
+            if (q >= aux.n) { break; }
+            if (ld_scratch(q) != NO_TOKEN) { p = q; break; }
+        }
+        aux_out[i] = p;
+    }
+}

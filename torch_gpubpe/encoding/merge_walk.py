@@ -193,6 +193,7 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
                                             constants={"WG": WG}, source=bsrc)
     sess.bpe_pipeline = g.pipeline("encode_bpe", "bpe_tokenizer_chunked", constants=consts,
                                    source=shader_source("encode_bpe", frozenset(flags)))
+    sess.long_bpe_args = (consts, frozenset(flags))
     sess.bpe_steps = {"unwind": unwind, "step_max": smax, "budget": sess.budget}
 
 

@@ -85,6 +85,11 @@ class Session:
         self.long_dispatches = 0
         self.junction_checks = 0  # merge-order slicing: joins checked, and redone
         self.junction_retries = 0
+        # merge-order long words cut into pieces (torch_gpubpe.encoding.long_bpe): words, their
+        # pieces, cut pairs checked, failed, and pieces walked again
+        self.long_bpe_words = self.long_bpe_pieces = self.long_bpe_checks = 0
+        self.long_bpe_failed = self.long_bpe_rewalks = 0
+        self.long_bpe_args = None  # (constants, flags) of its pass, set by bpe_session_setup
         # Long words: tiles of lc >= max_depth bytes (a power of two, ~4 tokens of the longest
         # kind), windows of ldw = max_depth nodes per tile.
         md = trie.max_depth
@@ -172,6 +177,17 @@ class Session:
         """wgsl/specials.wgsl's pipeline (compiled on first use, cached by the GPU object)."""
         return self.gpu.pipeline("specials", "insert_specials",
                                  constants={"WG": WG, "OUT16": int(self.id_size == 2)})
+
+    def long_bpe_pipeline(self):
+        """The pass of merge-order long words (``bpe_long_aux``), compiled on first use: most
+        sessions never need it."""
+        p = self.pipes.get("long_bpe_aux")
+        if p is None:
+            consts, flags = self.long_bpe_args
+            p = self.pipes["long_bpe_aux"] = self.gpu.pipeline(
+                "encode_bpe", "bpe_long_aux", constants=consts,
+                source=shader_source("encode_bpe", flags))
+        return p
 
     def dispatch(self, cp, name: str, bind_group, grid: tuple[int, int]) -> None:
         """Record one dispatch of pipeline ``name`` into compute pass ``cp`` (every dispatch of

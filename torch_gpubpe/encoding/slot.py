@@ -64,6 +64,7 @@ from torch_gpubpe.encoding.layout import (DOC_OFF, INFO_BAD_TOKENS, INFO_CONT_HI
                                           INFO_UNFINISHED, MAX_CONTINUATIONS_PER_SUBMIT,
                                           META_HEAD, NO_TOKEN, REG_INLINE, REG_OFF, TS_COUNT,
                                           TS_OFF, WG)
+from torch_gpubpe.encoding.long_bpe import AFTER_DISPATCHES, LongBpeWords
 from torch_gpubpe.encoding.long_words import LongWordPasses
 from torch_gpubpe.core import str_pack
 from torch_gpubpe.errors import GPUOperationError, InputError
@@ -101,7 +102,7 @@ def doc_start_bits(out: np.ndarray, starts: np.ndarray, end: int | None) -> None
                                               first)
 
 
-class Slot(LongWordPasses):
+class Slot(LongWordPasses, LongBpeWords):
     """One set of per-batch GPU buffers (two slots → two batches in flight), grown ×1.5."""
 
     def __init__(self, sess: Any, idx: int) -> None:  # its Session (which imports this module)
@@ -141,7 +142,9 @@ class Slot(LongWordPasses):
         self.scratch = g.buffer(cap_n * 4, U.STORAGE, f"{lab}.scratch")
         self.counts = g.buffer(nb * 4, U.STORAGE | U.COPY_DST, f"{lab}.counts")
         self.block_off = g.buffer(nb * 4, U.STORAGE, f"{lab}.block_off")
-        self.state = g.buffer((2 * nchunks + nb) * 4, U.STORAGE, f"{lab}.state")
+        # (read and written by the host for merge-order long words: encoding/long_bpe.py)
+        self.state = g.buffer((2 * nchunks + nb) * 4, U.STORAGE | U.COPY_SRC | U.COPY_DST,
+                              f"{lab}.state")
         if s.bpe is not None:  # merge-order mode: dead-position bits (wgsl/encode_bpe.wgsl)
             self.dead_bytes = ((cap_n + 1 + 31) // 32 + 1) * 4
             self.dead = g.buffer(self.dead_bytes, U.STORAGE | U.COPY_DST, f"{lab}.dead")
@@ -177,7 +180,8 @@ class Slot(LongWordPasses):
             bind.update(s.bpe_bind)
         walk = s.chunked_bindings
         if s.bpe_bits_pipeline is not None:  # merge order: word starts as bits first
-            self.wbits = g.buffer(((cap_n + 31) // 32 + 2) * 4, U.STORAGE, f"{lab}.word_bits")
+            self.wbits = g.buffer(((cap_n + 31) // 32 + 2) * 4,
+                                  U.STORAGE | U.COPY_SRC | U.COPY_DST, f"{lab}.word_bits")
             bind[16] = bind[23] = self.wbits
         if s.pretok:  # the walk reads word starts from the regex pre-tokenizer's mask
             self.pt = s.pretok.scratch(cap_n, self.text, self.bits, f"{lab}.pretok")
@@ -510,6 +514,9 @@ class Slot(LongWordPasses):
         g = self.sess.gpu
         total, unfinished, doc_tok = self.read_meta()
         k, dispatches = 1, 0
+        self.lw = None
+        # merge order: a word of many KB is cut into pieces walked side by side (long_bpe)
+        may_cut = self.sess.bpe is not None
         while unfinished:  # a word longer than the per-thread budget: continue (rare)
             # Each dispatch emits >= 1 token per unfinished walk (merge order: takes >= 1 step
             # of at most max_depth per walk, so allow that many times more).
@@ -536,6 +543,15 @@ class Slot(LongWordPasses):
                                                        DOC_OFF + 4 * self.ndocs)
             _, unfinished, _ = self.read_meta()
             k = min(2 * k, MAX_CONTINUATIONS_PER_SUBMIT)
+            if unfinished and may_cut and dispatches >= AFTER_DISPATCHES:
+                may_cut = False
+                cut = self.cut_long_words(*self.cont_blocks)
+                if cut is not None:
+                    (unfinished, self.cont_blocks), k = cut, 1
+            if not unfinished and self.lw is not None:  # check the cuts; walk moved pieces
+                more = self.check_cuts()
+                if more is not None:
+                    (unfinished, self.cont_blocks), k = more, 1
             if not unfinished and not self.nreg:  # every walk done: prefix sum + compaction
                 enc = g.device.create_command_encoder(label=f"encode[{self.idx}].compact")
                 self.record_passes(enc, first=False, continuations=0, scan=True)
