@@ -267,9 +267,11 @@ class LongBpeWords:
             keep[bad[~fine]] = False
             walk = set(lw.cut[bad[fine]].tolist())
             gone = bad[~fine]
+            s.long_bpe_moved += int(fine.sum())
         else:
             keep[bad] = False
             walk, gone = set(), bad
+        s.long_bpe_removed += len(gone)
         # a removed cut: the piece before it (the last kept start before the cut) walks again
         kept = np.flatnonzero(keep)
         walk.update(lw.cut[kept[np.searchsorted(kept, gone) - 1]].tolist())

@@ -1,0 +1,156 @@
+"""Merge-order long words cut into pieces walked side by side (torch_gpubpe.encoding.long_bpe):
+the ids equal tiktoken's (or the Python walk's) whether the cuts' pairs pass at once, after a
+move, or only after a removal; one word, many, beside short ones, across slices, with the
+byte-class split, a regex split and SentencePiece."""
+
+from __future__ import annotations
+
+import base64
+import random
+
+import pytest
+import tiktoken
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import corpus_docs
+from test_encode_merge_order import GPT2, tiktoken_of
+from torch_gpubpe.core.patterns import PATTERN_OF
+from torch_gpubpe.core.vocab_files import load_tiktoken
+from torch_gpubpe.encoding.long_bpe import PIECE_UNIT, cut_gap, piece_bytes
+from torch_gpubpe.encoding.tokenizer import Tokenizer
+
+pytestmark = pytest.mark.gpu
+rng = random.Random(7)
+
+
+def rand(alphabet: str, n: int) -> str:
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+# Each is one word of the byte-class split and of GPT-2's (a letter run, a digit run, ...).
+WORDS = {
+    "digits": rand("0123456789", 30_000),
+    "letters": rand("abcdefghijklmnopqrstuvwxyz", 25_000),
+    "dna": rand("acgt", 30_000),
+    "one letter": "a" * 40_000,
+    "equals": "=" * 30_000,       # GPT-2 has runs of '=' up to 64 bytes
+    "two letters": "ab" * 15_000,
+    "five letters": "abcde" * 6_000,  # its period does not divide the cut spacing
+    "emoji": "🙂" * 8_000,
+    "cjk": "的" * 10_000,
+    "accented": "ğ" * 12_000,
+}
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return load_tiktoken(GPT2)
+
+
+def oracle(v, split: str) -> tiktoken.Encoding:
+    if split == "bytes-classes":
+        return tiktoken_of(v)
+    return tiktoken.Encoding("t", pat_str=PATTERN_OF[split], mergeable_ranks=v.bpe_ranks,
+                             special_tokens={})
+
+
+def test_cut_spacing():
+    """Cuts are a multiple of 768 bytes apart and leave more than a token, a chunk and 64
+    bytes on each side of a cut moved into the middle of a piece."""
+    for md, ch in ((4, 4), (128, 32), (256, 1024), (1000, 64)):
+        k = piece_bytes(md, ch)
+        assert k % PIECE_UNIT == 0 and k >= 4 * cut_gap(md, ch) > 4 * max(md, ch, 64)
+
+
+@pytest.mark.parametrize("split", ["bytes-classes", "gpt2"])
+def test_long_words_equal_tiktoken(gpt2, split):
+    tok = Tokenizer(gpt2, pre_tokenizer=split, thread_budget=8_000)
+    tt = oracle(gpt2, split)
+    short = corpus_docs("multi_udhr", 6_000, max_doc_bytes=2_000)
+    docs = list(WORDS.values()) + short + ["x " + WORDS["digits"] + " y" + WORDS["dna"]]
+    got = tok.encode_batch(docs).tolist()
+    for d, g in zip(docs, got):
+        assert g == tt.encode_ordinary(d), repr(d[:40])
+    s = tok._session()
+    assert s.long_bpe_words >= len(WORDS)
+    assert s.long_bpe_moved > 0
+    assert s.long_bpe_checks > s.long_bpe_pieces - s.long_bpe_words
+
+
+def test_each_kind_alone_and_its_repairs(gpt2):
+    """One word per call: a run of one unit whose period divides 768 passes every cut at once;
+    random digits need moves. The ids are tiktoken's."""
+    tok = Tokenizer(gpt2, thread_budget=8_000)
+    tt = tiktoken_of(gpt2)
+    seen = {}
+    for name, d in WORDS.items():
+        s = tok._session()
+        before = (s.long_bpe_words, s.long_bpe_failed, s.long_bpe_moved, s.long_bpe_removed)
+        assert tok.encode_batch([d]).tolist()[0] == tt.encode_ordinary(d), name
+        seen[name] = tuple(a - b for a, b in zip(
+            (s.long_bpe_words, s.long_bpe_failed, s.long_bpe_moved, s.long_bpe_removed), before))
+    for name in ("one letter", "equals", "emoji", "cjk"):
+        assert seen[name][0] == 1 and seen[name][1] == 0, (name, seen[name])
+    assert seen["digits"][2] > 0
+
+
+def test_cuts_removed_when_they_cannot_move(gpt2, monkeypatch):
+    """A failing cut that finds no token start to move to is removed and the pieces around it
+    are walked as one: still tiktoken's ids (the boundary pass made to find none)."""
+    from torch_gpubpe.encoding import long_bpe
+
+    real = long_bpe.LongBpeWords.aux
+
+    def no_boundary(self, mode, items, reach):
+        out = real(self, mode, items, reach)
+        if mode == long_bpe.AUX_BOUNDARY:
+            out[:] = long_bpe.NO_TOKEN
+        return out
+
+    monkeypatch.setattr(long_bpe.LongBpeWords, "aux", no_boundary)
+    tok = Tokenizer(gpt2, thread_budget=8_000)
+    tt = tiktoken_of(gpt2)
+    docs = [WORDS["digits"], WORDS["dna"], WORDS["one letter"]]
+    assert tok.encode_batch(docs).tolist() == [tt.encode_ordinary(d) for d in docs]
+    s = tok._session()
+    assert s.long_bpe_removed > 0 and s.long_bpe_moved == 0
+
+
+def test_a_long_word_across_slices(gpt2):
+    """A word longer than a slice: each slice cuts its part; the slices' join is checked as
+    before."""
+    tok = Tokenizer(gpt2, thread_budget=8_000, max_slice_bytes=20_000)
+    tt = tiktoken_of(gpt2)
+    docs = [WORDS["digits"] + WORDS["letters"][:9_000], "q" + WORDS["dna"]]
+    assert tok.encode_batch(docs).tolist() == [tt.encode_ordinary(d) for d in docs]
+    assert tok._session().long_bpe_words > 0
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["01", "0123456789", "ab", "abc", "abcdefg", "a ", "aé🙂", "xyz="]),
+       st.integers(8_000, 24_000), st.integers(0, 2**32 - 1))
+def test_random_long_words(gpt2, alphabet, n, seed):
+    r = random.Random(seed)
+    word = "".join(r.choice(alphabet) for _ in range(n))
+    tok = Tokenizer(gpt2, thread_budget=4_000)
+    tt = tiktoken_of(gpt2)
+    assert tok.encode_batch([word, "a" + word]).tolist() == [tt.encode_ordinary(word),
+                                                             tt.encode_ordinary("a" + word)]
+
+
+def test_sentencepiece_documents_are_words(tmp_path):
+    """A SentencePiece model trained across whitespace encodes each document as one word:
+    long documents are cut into pieces too, with SentencePiece's ids."""
+    from test_encode_sentencepiece_model import train
+    from torch_gpubpe.core.reference import to_bytes
+
+    path, sp = train(tmp_path, "joined", split_by_whitespace=False)
+    tok = Tokenizer.from_sentencepiece(path, thread_budget=8_000)
+    assert tok.gpu_split == "whole"
+    text = " ".join(corpus_docs("multi_udhr", 200_000))
+    docs = [text[:60_000], text[60_000:140_000], base64.b64encode(text[:20_000].encode()).decode()]
+    got = tok.encode_batch(docs).tolist()
+    for d, g in zip(docs, got):
+        assert g == sp.encode(to_bytes(d).decode()), repr(d[:40])
+    assert tok._session().long_bpe_words >= 2
