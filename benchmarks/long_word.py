@@ -42,13 +42,15 @@ printed side by side (absolute times of the long word and of the split document:
 moved), each headed by the process's RSS, tracked Python objects and live threads.
 Ends with the SM clock, the machine, the date and the command.
 
-``--mode bpe`` (issue 15): the same cases in merge-order mode (``Tokenizer(vocab, mode="bpe")``,
-default vocab GPT-2's ``tests/data/vocabs/gpt2.tiktoken``). A merge-order word is walked by ONE
-GPU thread, continued across dispatches (there is no parallel path in that mode: see
-docs/PERFORMANCE.md), so the table shows that serial cost: time, MB/s, the walk dispatches it
-took. The first 64 KB of each long word are checked against the Python backtracking encoder
-(``torch_gpubpe.core.bpe_tables.backtrack_encode``, itself tested against tiktoken), leaving out the last 64
-tokens (a prefix of a word ends inside it). Example::
+``--mode bpe``: the same cases in merge-order mode (``Tokenizer(vocab, mode="bpe")``, default
+vocab GPT-2's ``tests/data/vocabs/gpt2.tiktoken``), plus random digits and random letters (a run
+of one character is periodic; these are not). A long merge-order word is cut into pieces walked
+side by side (``torch_gpubpe.encoding.long_bpe``); the table shows its time, MB/s, the walk
+dispatches, and the cuts checked / failed / moved / removed. The first 64 KB of each
+long word are checked against the Python backtracking encoder
+(``torch_gpubpe.core.bpe_tables.backtrack_encode``, itself tested against tiktoken), leaving out
+the last 64 tokens (a prefix of a word ends inside it), and the whole ids must decode to the
+word (the tests check whole long words against tiktoken). Example::
 
     python3 benchmarks/long_word.py --mode bpe --mb 1 --repeat 1
 
@@ -330,29 +332,37 @@ def bpe_main(args, nbytes: int) -> None:
     print(f"merge-order mode, vocab {Path(path).name} ({len(vocab)} ids); adapter: "
           f"{sess.gpu.adapter_name}; SM clock at start {sm_clock_now()}; walk budget "
           f"{sess.budget} loop iterations per thread per dispatch\n")
-    print(f"{'case':<12} {'long word':>11} {'split':>9} {'ratio':>7} {'MB/s long':>10} "
-          f"{'dispatches':>10}")
+    print(f"{'case':<16} {'long word':>11} {'split':>9} {'ratio':>7} {'MB/s long':>10} "
+          f"{'dispatches':>10} {'cuts checked/failed/moved/removed':>34}")
+    rng = np.random.default_rng(0)
+    cases = {name: (CASES[name][0] * (nbytes // len(CASES[name][0])),
+                    CASES[name][1] * (nbytes // len(CASES[name][1]))) for name in args.cases}
+    for name, alphabet in (("digits (random)", b"0123456789"),
+                           ("letters (random)", b"abcdefghijklmnopqrstuvwxyz")):
+        word = np.frombuffer(alphabet, np.uint8)[rng.integers(0, len(alphabet), nbytes)]
+        split = word.copy()
+        split[7::8] = ord(" ")
+        cases[name] = (word.tobytes(), split.tobytes())
+    stat = ("long_bpe_checks", "long_bpe_failed", "long_bpe_moved", "long_bpe_removed")
     rows = []
     with GPUMonitor() as mon:
-        for name in args.cases:
-            unit, split_unit = CASES[name]
-            long_doc = unit * (nbytes // len(unit))
-            split_doc = split_unit * (nbytes // len(split_unit))
+        for name, (long_doc, split_doc) in cases.items():
             d0 = sess.continuation_dispatches
+            s0 = [getattr(sess, k) for k in stat]
             t_long, ids = best(tok, long_doc, args.repeat)
             disp = (sess.continuation_dispatches - d0) // args.repeat
-            head = long_doc[: (1 << 16) // len(unit) * len(unit)]
-            want = backtrack_encode(head, vocab, tables)
+            cuts = "/".join(str((getattr(sess, k) - v) // args.repeat) for k, v in zip(stat, s0))
+            want = backtrack_encode(long_doc[: 1 << 16], vocab, tables)
             got = ids[: len(want)].tolist()
             assert got[: len(want) - 64] == want[: len(want) - 64], f"{name}: ids differ"
+            assert tok.decode_bytes(ids.tolist()) == long_doc, f"{name}: not the bytes"
             t_split, _ = best(tok, split_doc, args.repeat)
-            print(f"{name:<12} {t_long * 1e3:>9.1f}ms {t_split * 1e3:>7.1f}ms "
-                  f"{t_long / t_split:>7.1f} {len(long_doc) / t_long / 1e6:>10.2f} {disp:>10}",
-                  flush=True)
+            print(f"{name:<16} {t_long * 1e3:>9.1f}ms {t_split * 1e3:>7.1f}ms "
+                  f"{t_long / t_split:>7.1f} {len(long_doc) / t_long / 1e6:>10.2f} {disp:>10} "
+                  f"{cuts:>34}", flush=True)
             rows.append({"case": name, "long_s": t_long, "split_s": t_split})
     print(f"\n{mon.summary()}")
-    print(f"worst ratio long/split: {max(r['long_s'] / r['split_s'] for r in rows):.1f} "
-          "(merge-order mode: serial walk, see docs/PERFORMANCE.md)")
+    print(f"worst ratio long/split: {max(r['long_s'] / r['split_s'] for r in rows):.1f}")
     print_footer()
 
 
