@@ -12,11 +12,12 @@ longest hash probe), and a thread stops before a step that could pass the budget
 ``(position, candidate)``; dead positions live in a per-slice bit array. So the result does not
 depend on budget, chunking or slicing.
 
-A word longer than a slice (MBs of one character) is cut at a token boundary as in greedy mode;
-the next slice restarts there. The join is exact when the last token kept and the next slice's
-first token form a valid pair (a sequence whose pairs are all valid is the BPE encoding, see
-:mod:`torch_gpubpe.core.bpe_tables`); otherwise :func:`junction_ok` says so and the encoder drops that last
-token and encodes again from its start.
+A word of many KB is cut into pieces walked side by side, each cut's pair checked
+(:mod:`torch_gpubpe.encoding.long_bpe`). A word longer than a slice is cut at a token boundary
+as in greedy mode; the next slice restarts there. The join is exact when the last token kept
+and the next slice's first token form a valid pair (a sequence whose pairs are all valid is the
+BPE encoding, see :mod:`torch_gpubpe.core.bpe_tables`); otherwise :func:`junction_ok` says so
+and the encoder drops that last token and encodes again from its start.
 
 The walk is one loop, as encode.wgsl's greedy walk: an iteration is one trie step, or, in the
 iteration that ends a walk, the try of its candidate (the lanes of a subgroup run walks and
