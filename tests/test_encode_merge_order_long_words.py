@@ -154,3 +154,28 @@ def test_sentencepiece_documents_are_words(tmp_path):
     for d, g in zip(docs, got):
         assert g == sp.encode(to_bytes(d).decode()), repr(d[:40])
     assert tok._session().long_bpe_words >= 2
+
+
+def test_every_cut_failing_ends_in_one_walk(gpt2, monkeypatch):
+    """If no cut's pair ever passed, the rounds stay bounded (move, remove, then the rest of
+    the word walked on from its start) and the ids are still tiktoken's."""
+    from torch_gpubpe.encoding import long_bpe
+
+    real = long_bpe.LongBpeWords.aux
+    rounds = []
+
+    def failing(self, mode, items, reach):
+        out = real(self, mode, items, reach)
+        if mode == long_bpe.AUX_PAIR:
+            rounds.append(len(items))
+            out[:] = 0
+        return out
+
+    monkeypatch.setattr(long_bpe.LongBpeWords, "aux", failing)
+    tok = Tokenizer(gpt2, thread_budget=8_000)
+    tt = tiktoken_of(gpt2)
+    docs = [WORDS["digits"], WORDS["two letters"]]
+    assert tok.encode_batch(docs).tolist() == [tt.encode_ordinary(d) for d in docs]
+    s = tok._session()
+    assert s.long_bpe_moved > 0 and s.long_bpe_removed > 0
+    assert len(rounds) <= 3 * len(docs)

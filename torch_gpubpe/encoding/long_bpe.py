@@ -9,16 +9,19 @@ every cut is valid; a cut whose pair is not valid is moved or removed and its pi
 again, until every cut passes. Nothing is assumed about where the word's true token boundaries
 lie: the cuts are only guesses, checked.
 
-The guesses, per long word (its walk at ``pos`` after a few continuation dispatches):
+The guesses, per long word (its walk at ``pos``, out of budget after the slice's first walk):
 
-1. Cuts every ``piece`` bytes from ``pos`` (a token boundary of the walk so far). ``piece`` is a
-   multiple of 768 = 3 × 256: a run of one repeated byte or 3-byte character encodes with a
-   period of 2^k or 3 × 2^k bytes from a boundary, so such runs pass every cut at once.
+1. Cuts every ``piece`` bytes, from a token start of the walk so far (halfway between the word
+   start and ``pos``, where the walk's tokens stay; its frontier may still be popped). ``piece``
+   is a multiple of 768 = 3 × 256: a run of one repeated byte or 3-byte character encodes with
+   a period of 2^k or 3 × 2^k bytes from a boundary, so such runs pass every cut at once.
 2. A cut whose pair fails moves to a token start near the middle of the piece before it (that
    piece's own walk, far from both of its ends, is the word's walk there in practice); the
    piece after the moved cut is walked again. The piece before it keeps its tokens: a prefix of
    an encoding up to one of its token boundaries is the encoding of those bytes.
-3. A cut that still fails is removed, and the two pieces around it are walked as one.
+3. A cut that still fails is removed, and the two pieces around it are walked as one; after
+   that, a word with a failing cut is walked on from the last cut before it (the rounds are
+   bounded: the worst case is the one-thread walk).
 
 The cuts are word starts in the walk's word-start bits (``word_mask`` / the byte-class bits);
 each piece's walk is a resumed walk (``state``) of the continuation loop of
@@ -37,8 +40,13 @@ from torch_gpubpe.errors import GPUOperationError
 
 PIECE_UNIT = 768
 """Cuts are a multiple of this many bytes apart (3 × 256, see the module docstring)."""
+FEW_WALKS = 64
+"""At most this many walks out of budget after a slice's first walk: their words are looked at
+for cutting at once (each continuation dispatch of a long walk is one thread's serial work)."""
 AFTER_DISPATCHES = 3
-"""Continuation dispatches a walk runs before its word is looked at for cutting."""
+"""More walks than :data:`FEW_WALKS` (many long documents of a SentencePiece model that keeps
+documents whole): their words are looked at after this many continuation dispatches, which end
+most of them."""
 MIN_PIECES = 4
 """A word is cut when at least this many pieces lie ahead of its walk."""
 AUX_PAIR, AUX_BOUNDARY, AUX_RECOUNT = 0, 1, 2  # wgsl/encode_bpe.wgsl's bpe_long_aux modes
@@ -121,7 +129,7 @@ class LongBpeWords:
                 break
             w1 = min(nw, w0 + 2 * (w1 - w0))
         mask_at = lambda w: int(words[w - w0])  # noqa: E731
-        cuts, heads, wends, starts = [], [], [], []
+        found = []  # (ws, we, pos) of each unfinished walk's word
         for c, p in zip(chunk.tolist(), pos.tolist()):
             cs = c * ch
             ws = -1
@@ -143,10 +151,30 @@ class LongBpeWords:
                 we = n if i >= len(nz) else 32 * int(nz[i]) + (
                     (mask_at(int(nz[i])) & -mask_at(int(nz[i]))).bit_length() - 1)
                 we = min(we, n)
-            m = (we - p) // K - 1  # cuts p + K, ..., each with >= K bytes after it
+            if (we - p) // K >= MIN_PIECES:
+                found.append((ws, we, p))
+        if not found:
+            return None
+        # The cuts' phase: a token start of the walk halfway between its word start and pos
+        # (far enough behind the walk's frontier to stay; pos itself may still be popped), or
+        # the word start.
+        ws_, we_, p_ = (np.array(x, np.int64) for x in zip(*found))
+        gap = cut_gap(s.trie.max_depth, ch)
+        far = np.flatnonzero(p_ - ws_ >= 2 * gap)
+        anchor = ws_.copy()
+        if len(far):
+            mid = self.aux(AUX_BOUNDARY, (ws_[far] + p_[far]) // 2, s.trie.max_depth + 1)
+            mid = mid.astype(np.int64)
+            ok = (mid != NO_TOKEN) & (mid <= p_[far])
+            anchor[far[ok]] = mid[ok]
+        cuts, heads, wends, starts, clear = [], [], [], [], []
+        for ws, we, p, a in zip(ws_.tolist(), we_.tolist(), p_.tolist(), anchor.tolist()):
+            j0 = (p + gap - a + K - 1) // K  # the first cut at least gap past pos
+            m = (we - K - a) // K - j0 + 1   # ... and each with >= K bytes after it
             if m + 1 < MIN_PIECES:
                 continue
-            v = p + K * np.arange(1, m + 1, dtype=np.int64)
+            v = a + K * np.arange(j0, j0 + m, dtype=np.int64)
+            clear.append(p)
             cuts += [np.array([ws], np.int64), v]
             heads += [np.array([True]), np.zeros(m, bool)]
             wends.append(np.full(m + 1, we, np.int64))
@@ -155,7 +183,10 @@ class LongBpeWords:
             return None
         lw = LongWords(np.concatenate(cuts), np.concatenate(heads), np.concatenate(wends))
         self.lw = lw
-        self.write_cuts(lw, np.concatenate(starts), clear_from=None)
+        # the dead bits past each walk's position: its end moves to the first cut, and its
+        # exploration past pos may have marked positions of the pieces (a dead bit holds for
+        # one walk's start and end)
+        self.write_cuts(lw, np.concatenate(starts), clear_from=np.array(clear, np.int64))
         s.long_bpe_words += int(lw.head.sum())
         s.long_bpe_pieces += len(lw.cut)
         cb = np.concatenate([chunk, lw.cut[~lw.head] // ch]) // WG
@@ -165,8 +196,8 @@ class LongBpeWords:
     def write_cuts(self, lw: LongWords, walk_from: np.ndarray,
                    clear_from: np.ndarray | None) -> None:
         """Write each cut word's word-start bits (its start, then its cuts), the states of the
-        pieces to walk (they start at ``walk_from``), and clear the dead bits of each word from
-        its ``clear_from`` (None: nothing walked there yet)."""
+        pieces to walk (they start at ``walk_from``), and clear the dead bits of each word that
+        walks from its ``clear_from`` to its end (None: none)."""
         s, g = self.sess, self.sess.gpu
         ch, q = s.chunk, g.device.queue
         bits = self.word_bits_buffer()
@@ -268,9 +299,15 @@ class LongBpeWords:
             walk = set(lw.cut[bad[fine]].tolist())
             gone = bad[~fine]
             s.long_bpe_moved += int(fine.sum())
-        else:
+        elif lw.round == 2:
             keep[bad] = False
             walk, gone = set(), bad
+        else:  # rounds are bounded: a word still failing is walked on from its last good cut
+            first_bad = np.full(len(first), len(lw.cut), np.int64)
+            np.minimum.at(first_bad, wi[bad], bad)
+            gone = np.flatnonzero(~lw.head & (np.arange(len(lw.cut)) >= first_bad[wi]))
+            keep[gone] = False
+            walk = set()
         s.long_bpe_removed += len(gone)
         # a removed cut: the piece before it (the last kept start before the cut) walks again
         kept = np.flatnonzero(keep)

@@ -64,7 +64,7 @@ from torch_gpubpe.encoding.layout import (DOC_OFF, INFO_BAD_TOKENS, INFO_CONT_HI
                                           INFO_UNFINISHED, MAX_CONTINUATIONS_PER_SUBMIT,
                                           META_HEAD, NO_TOKEN, REG_INLINE, REG_OFF, TS_COUNT,
                                           TS_OFF, WG)
-from torch_gpubpe.encoding.long_bpe import AFTER_DISPATCHES, LongBpeWords
+from torch_gpubpe.encoding.long_bpe import AFTER_DISPATCHES, FEW_WALKS, LongBpeWords
 from torch_gpubpe.encoding.long_words import LongWordPasses
 from torch_gpubpe.core import str_pack
 from torch_gpubpe.errors import GPUOperationError, InputError
@@ -518,6 +518,11 @@ class Slot(LongWordPasses, LongBpeWords):
         # merge order: a word of many KB is cut into pieces walked side by side (long_bpe)
         may_cut = self.sess.bpe is not None
         while unfinished:  # a word longer than the per-thread budget: continue (rare)
+            if may_cut and (unfinished <= FEW_WALKS or dispatches >= AFTER_DISPATCHES):
+                may_cut = False
+                cut = self.cut_long_words(*self.cont_blocks)
+                if cut is not None:
+                    (unfinished, self.cont_blocks), k = cut, 1
             # Each dispatch emits >= 1 token per unfinished walk (merge order: takes >= 1 step
             # of at most max_depth per walk, so allow that many times more).
             if dispatches > (self.n + 8) * self.sess.progress_factor:
@@ -543,11 +548,6 @@ class Slot(LongWordPasses, LongBpeWords):
                                                        DOC_OFF + 4 * self.ndocs)
             _, unfinished, _ = self.read_meta()
             k = min(2 * k, MAX_CONTINUATIONS_PER_SUBMIT)
-            if unfinished and may_cut and dispatches >= AFTER_DISPATCHES:
-                may_cut = False
-                cut = self.cut_long_words(*self.cont_blocks)
-                if cut is not None:
-                    (unfinished, self.cont_blocks), k = cut, 1
             if not unfinished and self.lw is not None:  # check the cuts; walk moved pieces
                 more = self.check_cuts()
                 if more is not None:
