@@ -6,6 +6,7 @@ byte-class split, a regex split and SentencePiece."""
 from __future__ import annotations
 
 import base64
+import json
 import random
 
 import pytest
@@ -13,6 +14,7 @@ import tiktoken
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import llamacpp_vocabs
 from conftest import corpus_docs
 from test_encode_merge_order import GPT2, tiktoken_of
 from torch_gpubpe.core.patterns import PATTERN_OF
@@ -179,3 +181,24 @@ def test_every_cut_failing_ends_in_one_walk(gpt2, monkeypatch):
     s = tok._session()
     assert s.long_bpe_moved > 0 and s.long_bpe_removed > 0
     assert len(rounds) <= 3 * len(docs)
+
+
+@pytest.mark.skipif(llamacpp_vocabs.models_dir() is None,
+                    reason=f"${llamacpp_vocabs.ENV} is not set (.ci/run sets it)")
+@pytest.mark.parametrize("name", ["llama-bpe", "qwen2", "deepseek-llm"])
+def test_models_vocabularies(tmp_path, name):
+    """Llama 3 (tokens BPE never builds, taken whole only as whole words), Qwen2 and DeepSeek
+    LLM with their own splits: long words cut into pieces give Hugging Face's ids."""
+    from tokenizers import Tokenizer as HFTokenizer
+
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(llamacpp_vocabs.tokenizer_json(name), ensure_ascii=False),
+                    encoding="utf-8")
+    hf = HFTokenizer.from_file(str(path))
+    tok = Tokenizer.from_hf(str(path), thread_budget=8_000)
+    docs = [WORDS["letters"], "Привет" * 5_000, "x" * 40_000, " " + WORDS["two letters"],
+            WORDS["cjk"]]
+    got = tok.encode_batch(docs).tolist()
+    for d, g in zip(docs, got):
+        assert g == hf.encode(d, add_special_tokens=False).ids, repr(d[:40])
+    assert tok._session().long_bpe_words >= len(docs)
