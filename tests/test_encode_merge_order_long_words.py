@@ -141,11 +141,14 @@ def test_random_long_words(gpt2, alphabet, n, seed):
                                                              tt.encode_ordinary("a" + word)]
 
 
-def test_sentencepiece_documents_are_words(tmp_path):
+def test_sentencepiece_documents_are_words(tmp_path, monkeypatch):
     """A SentencePiece model trained across whitespace encodes each document as one word:
     long documents are cut into pieces too, with SentencePiece's ids."""
     from test_encode_sentencepiece_model import train
+    from torch_gpubpe import notices
     from torch_gpubpe.core.reference import to_bytes
+
+    monkeypatch.setattr(notices, "said", set())  # (its notice stays unsaid for other tests)
 
     path, sp = train(tmp_path, "joined", split_by_whitespace=False)
     tok = Tokenizer.from_sentencepiece(path, thread_budget=8_000)
