@@ -13,8 +13,10 @@ The guesses, per long word (its walk at ``pos``, out of budget after the slice's
 
 1. Cuts every ``piece`` bytes, from a token start of the walk so far (halfway between the word
    start and ``pos``, where the walk's tokens stay; its frontier may still be popped). ``piece``
-   is a multiple of 768 = 3 × 256: a run of one repeated byte or 3-byte character encodes with
-   a period of 2^k or 3 × 2^k bytes from a boundary, so such runs pass every cut at once.
+   is a multiple of 768 = 3 × 256: a run of one repeated character of 1–4 bytes encodes with a
+   period of its length × 2^k bytes from a boundary (equal tokens merge in pairs), which
+   divides 768 up to 256 bytes (768 for 3-byte characters), so such runs pass every cut at
+   once.
 2. A cut whose pair fails moves to a token start near the middle of the piece before it (that
    piece's own walk, far from both of its ends, is the word's walk there in practice); the
    piece after the moved cut is walked again. The piece before it keeps its tokens: a prefix of
