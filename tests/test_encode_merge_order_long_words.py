@@ -205,3 +205,30 @@ def test_models_vocabularies(tmp_path, name):
     for d, g in zip(docs, got):
         assert g == hf.encode(d, add_special_tokens=False).ids, repr(d[:40])
     assert tok._session().long_bpe_words >= len(docs)
+
+
+def test_a_call_interrupted_after_cutting_leaves_the_tokenizer_working(gpt2, monkeypatch):
+    """An exception while the pieces walk (Ctrl-C, a GPU timeout) leaves their walk states in
+    the slot's buffer; a later, smaller slice with a long word in its last block must not take
+    the states past its end for walks (it raised IndexError)."""
+    from torch_gpubpe.encoding import long_bpe
+
+    r = random.Random(121)
+    real = long_bpe.LongBpeWords.write_cuts
+    armed = [True]
+
+    def interrupted(self, *a, **k):
+        real(self, *a, **k)
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt("while the pieces walk")
+
+    tok = Tokenizer(gpt2, thread_budget=4_000)
+    tt = tiktoken_of(gpt2)
+    monkeypatch.setattr(long_bpe.LongBpeWords, "write_cuts", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        tok.encode_batch(["".join(r.choice("0123456789") for _ in range(100_000))])
+    doc = "ab " * (49_300 // 3) + "".join(r.choice("0123456789") for _ in range(7_201))
+    for _ in range(2):
+        assert tok.encode_batch([doc]).tolist()[0] == tt.encode_ordinary(doc)
+    assert not armed[0] and tok._session().long_bpe_words >= 2

@@ -111,7 +111,10 @@ class LongBpeWords:
         ch = s.chunk
         st = g.read_u32(self.state, 8 * lo * WG, 2 * (hi - lo) * WG,
                         what="long-word walk states").reshape(-1, 2)
+        # (chunks past the slice's end keep whatever an earlier, interrupted slice left there:
+        # the walk never reads them)
         act = np.flatnonzero(st[:, 0])
+        act = act[(lo * WG + act.astype(np.int64)) * ch < self.n]
         if not len(act):
             return None
         chunk = lo * WG + act.astype(np.int64)
