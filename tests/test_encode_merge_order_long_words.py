@@ -232,3 +232,15 @@ def test_a_call_interrupted_after_cutting_leaves_the_tokenizer_working(gpt2, mon
     for _ in range(2):
         assert tok.encode_batch([doc]).tolist()[0] == tt.encode_ordinary(doc)
     assert not armed[0] and tok._session().long_bpe_words >= 2
+
+
+@pytest.mark.parametrize("chunk", [4, 64, 1024])
+def test_chunk_sizes_and_words_before_a_long_word_in_its_chunk(gpt2, chunk):
+    """A long word whose chunk (the thread that starts it) begins with other words, at chunk
+    sizes from 4 to 1,024 bytes: its start is found among them; the ids are tiktoken's."""
+    tok = Tokenizer(gpt2, thread_budget=4_000, chunk_bytes=chunk)
+    tt = tiktoken_of(gpt2)
+    docs = [f"{'x ' * k}{WORDS['digits'][:20_000 + 97 * k]} {WORDS['dna'][:9_000]}"
+            for k in (0, 1, 7, 40, 300)]
+    assert tok.encode_batch(docs).tolist() == [tt.encode_ordinary(d) for d in docs]
+    assert tok._session().long_bpe_words >= len(docs)

@@ -51,6 +51,8 @@ documents whole): their words are looked at after this many continuation dispatc
 most of them."""
 MIN_PIECES = 4
 """A word is cut when at least this many pieces lie ahead of its walk."""
+MAX_WORDS = 1024
+"""Words cut in one slice at most (the longest; each costs a few host writes)."""
 AUX_PAIR, AUX_BOUNDARY, AUX_RECOUNT = 0, 1, 2  # wgsl/encode_bpe.wgsl's bpe_long_aux modes
 
 
@@ -133,37 +135,44 @@ class LongBpeWords:
             if w1 >= nw or (after < len(nz)).all():
                 break
             w1 = min(nw, w0 + 2 * (w1 - w0))
-        mask_at = lambda w: int(words[w - w0])  # noqa: E731
-        found = []  # (ws, we, pos) of each unfinished walk's word
-        for c, p in zip(chunk.tolist(), pos.tolist()):
-            cs = c * ch
-            ws = -1
-            for w in range(cs // 32, (min(cs + ch, p + 1) - 1) // 32 + 1):
-                b = mask_at(w)
-                for k in range(32):
-                    q = 32 * w + k
-                    if (b >> k) & 1 and cs <= q <= p:
-                        ws = q
-            if ws < 0:
-                raise GPUOperationError(
-                    f"encoding a slice of {n} bytes: an unfinished walk at byte {p} has no word "
-                    f"start in its chunk on {g.adapter_name}")
-            b = mask_at(p // 32) >> (p % 32 + 1) if p % 32 < 31 else 0
-            if b:
-                we = p + 1 + (b & -b).bit_length() - 1
-            else:
-                i = np.searchsorted(nz, p // 32 + 1)
-                we = n if i >= len(nz) else 32 * int(nz[i]) + (
-                    (mask_at(int(nz[i])) & -mask_at(int(nz[i]))).bit_length() - 1)
-                we = min(we, n)
-            if (we - p) // K >= MIN_PIECES:
-                found.append((ws, we, p))
-        if not found:
+        # Each walk's word: its start, the highest word-start bit of its chunk at or below pos;
+        # its end, the lowest bit after pos (or the slice's end).
+        cs = chunk * ch
+        ws_ = np.full(len(pos), -1, np.int64)
+        for j in range(-(-ch // 32)):
+            w = cs // 32 + j
+            m = words[np.minimum(w, w1 - 1) - w0].astype(np.int64)  # (past pos: masked off)
+            lo_bit = np.clip(cs - 32 * w, 0, 32)
+            hi_bit = np.clip(pos - 32 * w + 1, 0, 32)  # bits [lo_bit, hi_bit) of word w
+            m &= ((1 << hi_bit) - 1) & ~((1 << lo_bit) - 1)
+            top = np.where(m > 0, 32 * w + np.floor(np.log2(np.maximum(m, 1))).astype(np.int64),
+                           -1)
+            ws_ = np.maximum(ws_, top)
+        if (ws_ < 0).any():
+            p = int(pos[ws_ < 0][0])
+            raise GPUOperationError(
+                f"encoding a slice of {n} bytes: an unfinished walk at byte {p} has no word "
+                f"start in its chunk on {g.adapter_name}")
+        own = words[pos // 32 - w0].astype(np.int64) >> (pos % 32 + 1)  # bits after pos
+        i = np.searchsorted(nz, pos // 32 + 1)
+        has_next = i < len(nz)
+        nxt = nz[np.minimum(i, len(nz) - 1)] if len(nz) else np.zeros_like(pos)
+        nxt = np.where(has_next, nxt, w0)
+        nw_bits = words[nxt - w0].astype(np.int64)
+        low = lambda x: np.log2(np.maximum(x & -x, 1)).astype(np.int64)  # noqa: E731
+        we_ = np.where(own > 0, pos + 1 + low(own),
+                       np.where(has_next, 32 * nxt + low(nw_bits), n))
+        we_ = np.minimum(we_, n)
+        keep = (we_ - pos) // K >= MIN_PIECES
+        # the longest words first, at most MAX_WORDS of them (the rest continue as they are)
+        order = np.argsort(-(we_ - pos)[keep], kind="stable")[:MAX_WORDS]
+        sel = np.sort(np.flatnonzero(keep)[order])
+        if not len(sel):
             return None
+        ws_, we_, p_ = ws_[sel], we_[sel], pos[sel]
         # The cuts' phase: a token start of the walk halfway between its word start and pos
         # (far enough behind the walk's frontier to stay; pos itself may still be popped), or
         # the word start.
-        ws_, we_, p_ = (np.array(x, np.int64) for x in zip(*found))
         gap = cut_gap(s.trie.max_depth, ch)
         far = np.flatnonzero(p_ - ws_ >= 2 * gap)
         anchor = ws_.copy()
