@@ -244,3 +244,19 @@ def test_chunk_sizes_and_words_before_a_long_word_in_its_chunk(gpt2, chunk):
             for k in (0, 1, 7, 40, 300)]
     assert tok.encode_batch(docs).tolist() == [tt.encode_ordinary(d) for d in docs]
     assert tok._session().long_bpe_words >= len(docs)
+
+
+def test_many_long_words_in_one_slice(gpt2, monkeypatch):
+    """More long words than are looked at right after the first walk (FEW_WALKS), and more
+    than are cut in one slice (MAX_WORDS, made small): the others go on walking; the ids are
+    tiktoken's."""
+    from torch_gpubpe.encoding import long_bpe
+
+    monkeypatch.setattr(long_bpe, "MAX_WORDS", 24)
+    r = random.Random(5)
+    docs = ["".join(r.choice("0123456789") for _ in range(r.randrange(6_000, 9_000)))
+            for _ in range(long_bpe.FEW_WALKS + 6)]
+    tok = Tokenizer(gpt2, thread_budget=4_000)
+    tt = tiktoken_of(gpt2)
+    assert tok.encode_batch(docs).tolist() == [tt.encode_ordinary(d) for d in docs]
+    assert tok._session().long_bpe_words == 24
