@@ -161,9 +161,11 @@ def test_sentencepiece_documents_are_words(tmp_path, monkeypatch):
     assert tok._session().long_bpe_words >= 2
 
 
-def test_every_cut_failing_ends_in_one_walk(gpt2, monkeypatch):
-    """If no cut's pair ever passed, the rounds stay bounded (move, remove, then the rest of
-    the word walked on from its start) and the ids are still tiktoken's."""
+def test_cuts_failing_round_after_round_end_in_one_walk(gpt2, monkeypatch):
+    """If cuts' pairs kept failing (every cut in the first round, every other one in the
+    second, every one left in the third), the rounds stay bounded (move, remove, then the rest
+    of the word walked on from its last good cut, said once) and the ids are still
+    tiktoken's."""
     from torch_gpubpe.encoding import long_bpe
 
     real = long_bpe.LongBpeWords.aux
@@ -174,15 +176,22 @@ def test_every_cut_failing_ends_in_one_walk(gpt2, monkeypatch):
         if mode == long_bpe.AUX_PAIR:
             rounds.append(len(items))
             out[:] = 0
+            if len(rounds) == 2:
+                out[::2] = 1
         return out
 
     monkeypatch.setattr(long_bpe.LongBpeWords, "aux", failing)
+    from torch_gpubpe import notices
+
+    monkeypatch.setattr(notices, "said", set())
     tok = Tokenizer(gpt2, thread_budget=8_000)
     tt = tiktoken_of(gpt2)
     docs = [WORDS["digits"], WORDS["two letters"]]
-    assert tok.encode_batch(docs).tolist() == [tt.encode_ordinary(d) for d in docs]
+    with pytest.warns(notices.GPUBPEWarning, match="walked by one GPU thread"):
+        got = tok.encode_batch(docs).tolist()
+    assert got == [tt.encode_ordinary(d) for d in docs]
     s = tok._session()
-    assert s.long_bpe_moved > 0 and s.long_bpe_removed > 0
+    assert s.long_bpe_moved > 0 and s.long_bpe_removed > 0 and s.long_bpe_walked_on == 2
     assert len(rounds) <= 3 * len(docs)
 
 
@@ -252,11 +261,17 @@ def test_many_long_words_in_one_slice(gpt2, monkeypatch):
     tiktoken's."""
     from torch_gpubpe.encoding import long_bpe
 
+    from torch_gpubpe import notices
+
     monkeypatch.setattr(long_bpe, "MAX_WORDS", 24)
+    monkeypatch.setattr(notices, "said", set())
     r = random.Random(5)
     docs = ["".join(r.choice("0123456789") for _ in range(r.randrange(6_000, 9_000)))
             for _ in range(long_bpe.FEW_WALKS + 6)]
     tok = Tokenizer(gpt2, thread_budget=4_000)
     tt = tiktoken_of(gpt2)
-    assert tok.encode_batch(docs).tolist() == [tt.encode_ordinary(d) for d in docs]
-    assert tok._session().long_bpe_words == 24
+    with pytest.warns(notices.GPUBPEWarning, match="more than 24 long words"):
+        got = tok.encode_batch(docs).tolist()
+    assert got == [tt.encode_ordinary(d) for d in docs]
+    s = tok._session()
+    assert s.long_bpe_words == 24 and s.long_bpe_uncut == len(docs) - 24

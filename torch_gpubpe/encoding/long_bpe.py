@@ -39,6 +39,7 @@ import numpy as np
 
 from torch_gpubpe.encoding.layout import NO_TOKEN, WG
 from torch_gpubpe.errors import GPUOperationError
+from torch_gpubpe.notices import warn_once
 
 PIECE_UNIT = 768
 """Cuts are a multiple of this many bytes apart (3 × 256, see the module docstring)."""
@@ -166,6 +167,11 @@ class LongBpeWords:
         keep = (we_ - pos) // K >= MIN_PIECES
         # the longest words first, at most MAX_WORDS of them (the rest continue as they are)
         order = np.argsort(-(we_ - pos)[keep], kind="stable")[:MAX_WORDS]
+        if keep.sum() > MAX_WORDS:
+            s.long_bpe_uncut += int(keep.sum()) - MAX_WORDS
+            warn_once("long_bpe_uncut", f"torch_gpubpe: more than {MAX_WORDS} long words in "
+                      "one slice in merge-order mode; the shorter ones are walked by one GPU "
+                      "thread each (Tokenizer session counter long_bpe_uncut)")
         sel = np.sort(np.flatnonzero(keep)[order])
         if not len(sel):
             return None
@@ -322,6 +328,11 @@ class LongBpeWords:
             gone = np.flatnonzero(~lw.head & (np.arange(len(lw.cut)) >= first_bad[wi]))
             keep[gone] = False
             walk = set()
+            s.long_bpe_walked_on += len(np.unique(wi[bad]))
+            warn_once("long_bpe_walked_on", "torch_gpubpe: a long word's cuts kept failing "
+                      "their checks in merge-order mode; the rest of it is walked by one GPU "
+                      "thread (slow for MB-long words; Tokenizer session counter "
+                      "long_bpe_walked_on)")
         s.long_bpe_removed += len(gone)
         # a removed cut: the piece before it (the last kept start before the cut) walks again
         kept = np.flatnonzero(keep)

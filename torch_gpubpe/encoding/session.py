@@ -86,10 +86,12 @@ class Session:
         self.junction_checks = 0  # merge-order slicing: joins checked, and redone
         self.junction_retries = 0
         # merge-order long words cut into pieces (torch_gpubpe.encoding.long_bpe): words, their
-        # pieces, cut pairs checked, failed, cuts moved and removed, pieces walked again
+        # pieces, cut pairs checked, failed, cuts moved and removed, pieces walked again; words
+        # walked on by one thread after their cuts kept failing, and words left uncut (above
+        # the per-slice cap): the slower paths, each said once
         self.long_bpe_words = self.long_bpe_pieces = self.long_bpe_checks = 0
         self.long_bpe_failed = self.long_bpe_moved = self.long_bpe_removed = 0
-        self.long_bpe_rewalks = 0
+        self.long_bpe_rewalks = self.long_bpe_walked_on = self.long_bpe_uncut = 0
         self.long_bpe_args = None  # (constants, flags) of its pass, set by bpe_session_setup
         # Long words: tiles of lc >= max_depth bytes (a power of two, ~4 tokens of the longest
         # kind), windows of ldw = max_depth nodes per tile.
