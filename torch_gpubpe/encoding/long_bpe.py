@@ -221,26 +221,26 @@ class LongBpeWords:
         s, g = self.sess, self.sess.gpu
         ch, q = s.chunk, g.device.queue
         bits = self.word_bits_buffer()
-        wi = np.cumsum(lw.head) - 1  # word index of each piece
         first = np.flatnonzero(lw.head)
         wstart, wend = lw.cut[first], lw.wend[first]
-        walk_word = wi[np.searchsorted(lw.cut, walk_from)]
+        last = np.append(first[1:], len(lw.cut))  # each word's pieces: [first, last)
+        walk_from = np.sort(walk_from)
+        wa, wb = np.searchsorted(walk_from, wstart), np.searchsorted(walk_from, wend)
         enc = None
         if clear_from is not None:
             enc = g.device.create_command_encoder(label=f"encode[{self.idx}].long_bpe_dead")
         for k in range(len(first)):
             ws, we = int(wstart[k]), int(wend[k])
-            sel = wi == k
             # bits: the words strictly inside the word hold no word start but its cuts
             a, b = ws // 32 + 1, (we - 1) // 32
             if b > a:
                 m = np.zeros(b - a, np.uint32)
-                c = lw.cut[sel & ~lw.head]
+                c = lw.cut[first[k] + 1: last[k]]
                 np.bitwise_or.at(m, c // 32 - a, (np.uint32(1) << (c % 32).astype(np.uint32)))
                 q.write_buffer(bits, 4 * a, m)
             # states: the chunks strictly between the word's start and end start no word of
             # their own (their walkers are idle), each cut lies in one of them (cut_gap)
-            f = walk_from[walk_word == k]
+            f = walk_from[wa[k]: wb[k]]
             ca, cb = ws // ch + 1, we // ch
             if cb > ca:
                 sv = np.zeros((cb - ca, 2), np.uint32)
