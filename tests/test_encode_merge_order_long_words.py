@@ -275,3 +275,30 @@ def test_many_long_words_in_one_slice(gpt2, monkeypatch):
     assert got == [tt.encode_ordinary(d) for d in docs]
     s = tok._session()
     assert s.long_bpe_words == 24 and s.long_bpe_uncut == len(docs) - 24
+
+
+@pytest.mark.parametrize("split", ["bytes-classes", "gpt2"])
+def test_real_text_as_long_words_and_sizes_at_the_cut_thresholds(gpt2, split):
+    """Long words made of the corpora's own letters (English, and dozens of scripts: each a
+    single word of these splits), and random digit words at sizes around the cut spacing and
+    the pieces needed for cutting; tiktoken's ids."""
+    import regex
+
+    from torch_gpubpe.encoding.long_bpe import MIN_PIECES
+
+    def letters(name: str, n: int) -> str:
+        text = "".join(regex.findall(r"\p{L}+", " ".join(corpus_docs(name, 4 * n))))
+        return text[:n]
+
+    k = piece_bytes(max(len(b) for b in gpt2.bpe_ranks), 32)
+    sizes = [m * k + d for m in (MIN_PIECES, MIN_PIECES + 1, 2 * MIN_PIECES) for d in (-1, 0, 1)]
+    r = random.Random(11)
+    docs = [letters("en_novels", 30_000), letters("multi_udhr", 30_000),
+            letters("tr_manpages", 12_000)]
+    docs += ["".join(r.choice("0123456789") for _ in range(n)) for n in sizes]
+    tok = Tokenizer(gpt2, pre_tokenizer=split, thread_budget=4_000)
+    tt = oracle(gpt2, split)
+    got = tok.encode_batch(docs).tolist()
+    for d, g in zip(docs, got):
+        assert g == tt.encode_ordinary(d), (len(d), repr(d[:40]))
+    assert tok._session().long_bpe_words >= 3
