@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from torch_gpubpe.encoding.pretokenize import (
     word_start_mask,
     word_starts_gpu,
 )
-from torch_gpubpe.gpu.shaders import preprocess
+from torch_gpubpe.gpu.shaders import preprocess, shader_info
 
 pytestmark = pytest.mark.gpu
 
@@ -38,6 +39,30 @@ def test_workgroup_storage_checked_before_pipeline():
     g = gpumod.get_gpu()
     with pytest.raises(ValueError, match="workgroup memory"):
         g.pipeline("pretokenize", "bpe_word_boundary", workgroup_bytes=g.max_workgroup_storage + 4)
+
+
+def test_compile_pipelines_creates_each_missing_pipeline_once_on_threads(monkeypatch):
+    g = gpumod.get_gpu()
+    # (an override value no other test uses: these pipelines are not cached yet)
+    consts = {"MAX_PROBE": 37}
+    specs = [("wordcount", e, consts) for e in shader_info("wordcount", g.flags).entry_points]
+    threads: set[str] = set()
+    made = []
+    real = g.device.create_compute_pipeline
+
+    def recording(**kw):
+        threads.add(threading.current_thread().name)
+        made.append(kw["label"])
+        return real(**kw)
+
+    monkeypatch.setattr(g.device, "create_compute_pipeline", recording)
+    g.compile_pipelines(specs + specs, threads=2)   # (duplicates compiled once)
+    assert sorted(made) == sorted(f"wordcount.{e}" for _, e, _ in specs)
+    assert all(t.startswith("gpubpe-compile") for t in threads)
+    g.compile_pipelines(specs)
+    for _, e, c in specs:
+        g.pipeline("wordcount", e, constants=c)
+    assert len(made) == len(specs)   # every later request came from the cache
 
 
 def test_grid_folding():

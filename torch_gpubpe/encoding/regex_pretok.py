@@ -158,6 +158,24 @@ def _dsllm_b_at() -> np.ndarray:
     return out
 
 
+SCANNED_PASSES = ("pt_classify", "pt_scan_blocks", "pt_mark")
+
+
+def passes(family: str) -> tuple[str, ...]:
+    """The entry points of wgsl/pretokenize_unicode.wgsl that split ``family``, in order:
+    GPT-2's rules and the like are local (no automata): one pass, ``pt_local``; the others
+    scan."""
+    if resolve(family) in ("gpt2", "starcoder", "deepseek-coder", "whole", "metaspace-words"):
+        return ("pt_local",)
+    return SCANNED_PASSES
+
+
+def pipeline_specs(family: str) -> list[tuple[str, str, dict]]:
+    """``(shader, entry point, constants)`` of the pipelines that split ``family`` (for
+    :meth:`~torch_gpubpe.gpu.device.GPU.compile_pipelines`)."""
+    return [(_SHADER, e, {"WG": WG}) for e in passes(family)]
+
+
 class UnicodePreTokenizer:
     """The passes of wgsl/pretokenize_unicode.wgsl for one pattern family (:attr:`PASSES`:
     ``pt_classify → pt_scan_blocks → pt_mark``; GPT-2, whose rules read only the code points
@@ -181,9 +199,8 @@ class UnicodePreTokenizer:
         self.family = fam
         self.family_id = FAMILIES.index(fam)
         self.gpu = g = gpu or get_gpu()
-        # GPT-2's rules are local (no automata): one pass, pt_local; the others scan.
-        self.PASSES = (("pt_local",) if fam in ("gpt2", "starcoder", "deepseek-coder", "whole",
-                                                "metaspace-words") else self.PASSES)
+        self.PASSES = passes(fam)
+        g.compile_pipelines(pipeline_specs(fam))
         self.pipes = {e: g.pipeline(_SHADER, e, constants={"WG": WG}) for e in self.PASSES}
         U = g.wgpu.BufferUsage
         tw = table_words()
@@ -215,7 +232,7 @@ class UnicodePreTokenizer:
         ``mask`` buffer receives the word starts."""
         return PreTokScratch(self, cap, text, bits, label)
 
-    PASSES = ("pt_classify", "pt_scan_blocks", "pt_mark")
+    PASSES = SCANNED_PASSES
 
     def record(self, enc, sc: PreTokScratch, n: int, c0: int = 0, c1: int | None = None,
                f_in: int = 0, b_in: int = 0, timestamps=None) -> None:

@@ -25,7 +25,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,8 @@ ENV_NO_SUBGROUPS = "TORCH_GPUBPE_NO_SUBGROUPS"
 ENV_TIMEOUT = "TORCH_GPUBPE_TIMEOUT"
 DEFAULT_TIMEOUT_S = 600.0
 MAX_WORKGROUPS_PER_DIM = 65535
+COMPILE_THREADS = 8
+"""Most pipelines :meth:`GPU.compile_pipelines` creates at once."""
 
 _lock = threading.RLock()
 _gpu: GPU | None = None
@@ -435,6 +438,35 @@ class GPU:
                     label=f"{name}.{entry_point}", layout="auto", compute=compute
                 )
         return self._pipelines[key]
+
+    def compile_pipelines(self, specs: Iterable[tuple[str, str, Mapping[str, float] | None]],
+                          threads: int | None = None) -> None:
+        """Create the ``(shader, entry point, constants)`` pipelines not yet cached, several at
+        once (:meth:`pipeline` for each; errors as there).
+
+        The first time a machine sees a pipeline, the driver compiles it (NVIDIA then keeps it
+        in a disk cache): one after another, a fresh machine's first process waits for all of
+        them on one core. wgpu-py releases the GIL while wgpu-native translates and the driver
+        compiles, so they overlap on threads. ``threads``: at most this many at once (default
+        :data:`COMPILE_THREADS`, at most the host's cores).
+        """
+        todo = list(dict.fromkeys(
+            (name, entry, tuple(sorted((constants or {}).items())))
+            for name, entry, constants in specs))
+        todo = [t for t in todo if (t[0], None, t[1], t[2]) not in self._pipelines]
+        if not todo:
+            return
+        for name in dict.fromkeys(t[0] for t in todo):   # (modules are cached unlocked)
+            self.module(name)
+        n = min(threads or COMPILE_THREADS, os.cpu_count() or 1, len(todo))
+        if n <= 1:
+            for name, entry, consts in todo:
+                self.pipeline(name, entry, constants=dict(consts))
+            return
+        with ThreadPoolExecutor(n, thread_name_prefix="gpubpe-compile") as pool:
+            for f in [pool.submit(self.pipeline, name, entry, constants=dict(consts))
+                      for name, entry, consts in todo]:
+                f.result()
 
     # -- buffers and dispatch ----------------------------------------------------------------
     def binding_bytes(self, elem_bytes: int) -> int:

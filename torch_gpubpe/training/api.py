@@ -25,11 +25,13 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import torch_gpubpe.encoding.regex_pretok as regex_pretok
+import torch_gpubpe.training.gpu_counter as gpu_counter
 from torch_gpubpe._util import is_hf
+from torch_gpubpe.core.patterns import DEFAULT
 from torch_gpubpe.core.vocab import Vocab
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.gpu.device import get_gpu
-from torch_gpubpe.gpu.shaders import shader_info
 from torch_gpubpe.training.batches import str_packer
 from torch_gpubpe.training.counting import (check_count_args, count_budgeted, plan_budget,
                                             training_split)
@@ -198,7 +200,7 @@ def train(
     # The device opens on a thread from here on (_Opener), while this thread reads and packs
     # the first documents (the CPU counts the words, count_on="cpu"): in a fresh process the
     # opening (importing wgpu, the adapter, the device) is the longest step before counting.
-    opener = _Opener(count_on == "gpu")
+    opener = _Opener(count_on == "gpu", family)
     pool = ThreadPoolExecutor(1, thread_name_prefix="gpubpe-init")
     fut = pool.submit(opener.run)
     try:
@@ -283,8 +285,9 @@ class _Opener:
     and device), ``seconds_compile_count``, ``seconds_compile_train``,
     ``seconds_import_arrow`` (on the thread)."""
 
-    def __init__(self, count_on_gpu: bool) -> None:
+    def __init__(self, count_on_gpu: bool, family: str = DEFAULT) -> None:
         self.count_on_gpu = count_on_gpu
+        self.family = family
         self.ready = threading.Event()
         self.gpu = None
         self.times: dict[str, float] = {}
@@ -295,9 +298,11 @@ class _Opener:
             self.gpu = g = get_gpu()
             t1 = time.perf_counter()
             self.times["seconds_gpu_open"] = t1 - t
-            if self.count_on_gpu:
-                for e in shader_info("wordcount", g.flags).entry_points:
-                    g.pipeline("wordcount", e)       # (GPUWordCounter's, from the cache)
+            if self.count_on_gpu:   # (GPUWordCounter's, then from the cache)
+                specs = gpu_counter.pipeline_specs(g)
+                if self.family != DEFAULT:
+                    specs += regex_pretok.pipeline_specs(self.family)
+                g.compile_pipelines(specs)
                 self.times["seconds_compile_count"] = time.perf_counter() - t1
         finally:
             self.ready.set()

@@ -52,6 +52,13 @@ _S_TOP, _S_OCC, _S_NLONG, _S_OVERFLOW, _S_NWORDS, _S_NOUT, _S_NEED = (
     _WC[k] for k in ("S_TOP", "S_OCC", "S_NLONG", "S_OVERFLOW", "S_NWORDS", "S_NOUT", "S_NEED"))
 _WC_WG = _WC["WG"]
 
+def pipeline_specs(gpu, constants: dict | None = None) -> list[tuple[str, str, dict]]:
+    """``(shader, entry point, constants)`` of the word counter's pipelines on ``gpu`` (for
+    :meth:`~torch_gpubpe.gpu.device.GPU.compile_pipelines`)."""
+    return [("wordcount", e, dict(constants or {}))
+            for e in shader_info("wordcount", gpu.flags).entry_points]
+
+
 class GPUWordCounter:
     """Counts words on the GPU into a hash table that lives across batches (wordcount.wgsl).
 
@@ -107,6 +114,7 @@ class GPUWordCounter:
         self.min_slots = min_slots     # (tests: small tables and stores to force growth)
         self.min_store = min_store
         consts = {} if max_probe is None else {"MAX_PROBE": max_probe}
+        g.compile_pipelines(pipeline_specs(g, consts))
         self.pipes = {name: g.pipeline("wordcount", name, constants=consts)
                       for name in shader_info("wordcount", g.flags).entry_points}
         U = g.wgpu.BufferUsage

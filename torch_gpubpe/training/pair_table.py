@@ -33,8 +33,10 @@ def local_slots(gpu, info: ShaderInfo) -> int:
 
 def compile_pipelines(gpu, name: str, constants: Mapping[str, int]) -> dict:
     """Entry point → compute pipeline for every entry point of training shader ``name``
-    (gpu.pipeline caches them and checks each one's parsed workgroup memory)."""
+    (compiled several at once; gpu.pipeline caches them and checks each one's parsed
+    workgroup memory)."""
     info = training_shader(gpu, name)
+    gpu.compile_pipelines((name, e, constants) for e in info.entry_points)
     return {e: gpu.pipeline(name, e, constants=dict(constants)) for e in info.entry_points}
 
 
