@@ -345,3 +345,46 @@ def test_sharded_reading_in_a_fresh_process_does_not_import_pandas(tmp_path):
     want = [d.encode() if d is not None else None for d in docs[1::3]]
     got = [x.encode() if isinstance(x, str) else x for x in res["got"]]
     assert [g for g in got if g is not None] == [w for w in want if w is not None]
+
+
+def test_ordered_keeps_results_in_order_and_in_flight_bytes_under_the_window():
+    """``ordered`` with sizes: tasks submitted and not yet handed on hold at most ``max_size``
+    bytes (one task at least, however large), and the results come in task order."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from torch_gpubpe._util import ordered
+
+    sizes = [40, 10, 70, 10, 10, 200, 5, 5, 60, 30]
+    lock = threading.Lock()
+    live = {"bytes": 0, "most": 0}
+
+    def task(i):
+        def run():
+            with lock:
+                live["bytes"] += sizes[i]
+                live["most"] = max(live["most"], live["bytes"] if sizes[i] <= 100 else 0)
+            return i
+        return run
+
+    out = []
+    with ThreadPoolExecutor(8) as pool:
+        for i in ordered((task(i) for i in range(len(sizes))), pool, 8, sizes=iter(sizes),
+                         max_size=100):
+            out.append(i)
+            with lock:              # handed on: no longer held by the reader
+                live["bytes"] -= sizes[i]
+    assert out == list(range(len(sizes)))
+    assert live["most"] <= 100
+
+
+def test_parquet_read_ahead_window_gives_the_same_documents(tmp_path):
+    """A parquet file of many row groups read with a read-ahead window smaller than one row
+    group, and with none: the same documents in the same order as pyarrow's."""
+    docs = corpus_docs("en_novels")[:400]
+    pq.write_table(pa.table({"text": docs}), tmp_path / "w.parquet", row_group_size=37)
+    want = [d.encode() for d in pq.read_table(tmp_path / "w.parquet").column("text").to_pylist()]
+    for window in (1, 4096, None):
+        got = [v for _, v in read_all(FileReader(tmp_path / "w.parquet", threads=4,
+                                                 read_ahead_bytes=window))]
+        assert got == want, window

@@ -125,20 +125,30 @@ def prefetch(items: Iterator, depth: int = 2, name: str = "torch_gpubpe prefetch
     yield from Pump(iter(items), depth, name, join_s=join_s)
 
 
-def ordered(tasks: Iterator[Callable[[], Any]], pool: ThreadPoolExecutor, ahead: int
-            ) -> Iterator[Any]:
+def ordered(tasks: Iterator[Callable[[], Any]], pool: ThreadPoolExecutor, ahead: int, *,
+            sizes: Iterator[int] | None = None, max_size: int | None = None) -> Iterator[Any]:
     """Run the callables of ``tasks`` on ``pool``, at most ``ahead`` at a time, results in
-    order."""
+    order. With ``sizes`` (one per task: the bytes its result holds) and ``max_size``, the
+    tasks submitted and not yet handed on also hold at most ``max_size`` bytes (one task at
+    least), so that a reader faster than its consumer does not hold every file at once."""
     pending: deque = deque()
+    held = 0
+    sizes = iter(sizes) if sizes is not None else None
     try:
         for t in tasks:
-            pending.append(pool.submit(t))
-            # the oldest result as soon as it is ready (not only once `ahead` are queued: the
-            # first batch would wait for `ahead` tasks to be made)
-            while pending and (len(pending) >= ahead or pending[0].done()):
-                yield pending.popleft().result()
+            size = next(sizes) if sizes is not None else 0
+            # The oldest result as soon as it is ready (not only once `ahead` are queued: the
+            # first batch would wait for `ahead` tasks to be made), or when this task would
+            # overfill the window.
+            while pending and (len(pending) >= ahead or pending[0][0].done()
+                               or (max_size is not None and held + size > max_size)):
+                f, s = pending.popleft()
+                held -= s
+                yield f.result()
+            pending.append((pool.submit(t), size))
+            held += size
         while pending:
-            yield pending.popleft().result()
+            yield pending.popleft()[0].result()
     finally:
-        for f in pending:
+        for f, _s in pending:
             f.cancel()

@@ -7,6 +7,7 @@ counts file instead (:mod:`torch_gpubpe.cli.counts`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 import warnings
@@ -194,8 +195,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             raise InputError("--pre-tokenizer with --counts: a counts file holds words already "
                              "split (by `count`, which uses this project's split)")
         return cmd_train_counts(args, out)
-    source = source_from_args(args)
+    from torch_gpubpe.training.counting import READ_AHEAD_BYTES
     from torch_gpubpe.training.trainer import train  # the GPU trainer (DESIGN.md §3)
+
+    source = dataclasses.replace(source_from_args(args), read_ahead_bytes=READ_AHEAD_BYTES)
 
     t0 = time.perf_counter()
     reader = CorpusReader(args, source)

@@ -36,6 +36,10 @@ from torch_gpubpe.training.word_counts import WordCounts
 # Documents packed into GPU batches while the device opens, at most this many bytes (in a fresh
 # process the device takes a second or two to open; far less than this is packed by then).
 PREFETCH_BYTES = 512 << 20
+# What the ``train`` command lets its file reader hold ahead of counting: the reader decodes
+# parquet several times faster than the GPU counts, so a larger window only holds memory (a
+# corpus of a few large row groups would be held whole).
+READ_AHEAD_BYTES = 256 << 20
 NO_LIMIT = 1 << 62      # count_words(max_memory=None): a budget that never spills nor refuses
 
 
@@ -199,7 +203,7 @@ def count_words(documents: Iterable[str | bytes], *, count_on: str = "gpu",
     return counts
 
 
-__all__ = ["PREFETCH_BYTES", "check_count_on", "count_budgeted", "count_words", "plan_budget",
+__all__ = ["PREFETCH_BYTES", "READ_AHEAD_BYTES", "check_count_on", "count_budgeted", "count_words", "plan_budget",
            "training_split"]
 
 

@@ -31,11 +31,16 @@ class ColumnarFormats:
             if self.text_column not in names:
                 raise self._missing_column(p, names)
             md = pf.metadata
+            # (the text column's decoded bytes per row group: what a read one holds until
+            # handed on; 0 where the column is nested, not one leaf)
+            col = next((i for i in range(md.num_columns)
+                        if md.schema.column(i).path == self.text_column), None)
             base = 0
             for g in range(md.num_row_groups):
-                n = md.row_group(g).num_rows
-                tasks.append((t, p, md, g, n, base))
-                base += n
+                rg = md.row_group(g)
+                size = rg.column(col).total_uncompressed_size if col is not None else 0
+                tasks.append((t, p, md, g, rg.num_rows, base, size))
+                base += rg.num_rows
 
         def read(p, md, g):
             f = pq.ParquetFile(p, metadata=md)
@@ -45,7 +50,7 @@ class ColumnarFormats:
 
         def gen():
             nonlocal skip
-            for _t, p, md, g, n, base in tasks:
+            for _t, p, md, g, n, base, _size in tasks:
                 if skip >= n:  # a resumed shard: this row group is before anything needed
                     skip -= n
                     yield (lambda n=n: n)
@@ -53,7 +58,9 @@ class ColumnarFormats:
                 skip = 0
                 yield (lambda p=p, md=md, g=g: read(p, md, g))
 
-        for (t, p, md, g, n, base), col in zip(tasks, ordered(gen(), pool, 2 * self.threads)):
+        results = ordered(gen(), pool, 2 * self.threads, sizes=(task[6] for task in tasks),
+                          max_size=self.read_ahead_bytes)
+        for (t, p, md, g, n, base, _size), col in zip(tasks, results):
             self._file = t
             if isinstance(col, int):
                 yield pa.nulls(col, pa.large_binary()), Origin(lambda j: "")

@@ -53,8 +53,9 @@ class FileReader(ColumnarFormats, JsonLinesFormat, PlainTextFormat, Reader):
             of the call would be decoded on that one thread).
         chunk_bytes: decompressed JSON Lines / text bytes per parse task.
         read_ahead_bytes: decompressed bytes that JSON Lines files after the one being read
-            may hold ahead (their threads decompress in parallel; default
-            :data:`DEFAULT_READ_AHEAD_BYTES`, 1/8 of the RAM, at most 4 GiB).
+            may hold ahead (their threads decompress in parallel), and that parquet row groups
+            read ahead of the consumer may hold (default :data:`DEFAULT_READ_AHEAD_BYTES`, 1/8
+            of the RAM, at most 4 GiB).
         nice: added to the scheduling niceness of the reader's own threads (decompressing,
             parsing; Linux sets it per thread, elsewhere it is ignored, said in
             ``stats["nice"]``): with ``nice > 0`` the threads that feed the GPU get the cores

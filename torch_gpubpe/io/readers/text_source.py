@@ -33,7 +33,8 @@ class TextSource:
             extension (:func:`infer_format`).
         sample_by: for plain-text files, what one document is: ``"line"`` (line breaks kept, so
             the documents joined give the file back), ``"paragraph"`` or ``"document"``.
-        threads, nice: :class:`FileReader`'s (``--read-threads``, ``--read-nice``).
+        threads, nice, read_ahead_bytes: :class:`FileReader`'s (``--read-threads``,
+            ``--read-nice``; the ``train`` command bounds the read-ahead).
     """
 
     dataset: str | None = None
@@ -47,6 +48,7 @@ class TextSource:
     load_kwargs: dict = field(default_factory=dict, compare=False)
     threads: int | None = field(default=None, compare=False)
     nice: int = field(default=0, compare=False)
+    read_ahead_bytes: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         files = self.data_files
@@ -77,7 +79,8 @@ class TextSource:
         """
         if self.data_files:
             return FileReader(self.data_files, self.text_column, self.file_format,
-                              self.sample_by, self.threads, nice=self.nice)
+                              self.sample_by, self.threads, nice=self.nice,
+                              read_ahead_bytes=self.read_ahead_bytes)
         return LazyHFReader(self)
 
     def load(self):
