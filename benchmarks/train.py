@@ -187,7 +187,7 @@ def run_gpubpe_seed(docs, vocab_size, min_frequency, profile):
 
 def run_warmup(docs, vocab_size, min_frequency, profile):
     """The driver's shader cache: a GPU process's first run on a machine compiles the
-    pipelines (the NVIDIA driver keeps them on disk; 2.4 s of the first training at 23:10 UTC on
+    pipelines (with the same split as the timed rows: a regex split has its own) (the NVIDIA driver keeps them on disk; 2.4 s of the first training at 23:10 UTC on
     the H200, 0.25 s in the next process). Both algorithms train on the first ~4 MB once, so
     that every timed row is a fresh process with the driver's cache warm, as a user's second
     run is."""
@@ -202,7 +202,8 @@ def run_warmup(docs, vocab_size, min_frequency, profile):
     out = {}
     for algorithm in ("wordlist", "seed"):
         t = time.perf_counter()
-        train(head, min(vocab_size, 2048), min_frequency=min_frequency, algorithm=algorithm)
+        train(head, min(vocab_size, 2048), min_frequency=min_frequency, algorithm=algorithm,
+              pre_tokenizer=PRE_TOKENIZER)
         out[algorithm] = time.perf_counter() - t
     if sum(map(len, docs)) >= 2 ** 31:  # 64-bit pair counts (trainer: total pairs >= 2^31):
         t = time.perf_counter()         # other pipelines; a few merges on everything
@@ -289,7 +290,29 @@ def child(args) -> None:
     print("@@RESULT@@" + json.dumps(res))
 
 
-def run_child(method: str, args) -> dict:
+def cold_env() -> dict[str, str]:
+    """Environment of a process that finds no cache, as on a fresh machine: the driver's shader
+    cache (NVIDIA's ``__GL_SHADER_DISK_CACHE_PATH``, Mesa's under ``XDG_CACHE_HOME``), this
+    package's disk caches (``XDG_CACHE_HOME``) and its byte code (each ``__pycache__`` of the
+    package is removed first); the OS page cache is dropped where this user may
+    (``/proc/sys/vm/drop_caches``), else it stays warm (said)."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="gpubpe-cold-"))
+    for d in (REPO / "torch_gpubpe").rglob("__pycache__"):
+        shutil.rmtree(d, ignore_errors=True)
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        print("cold caches: page cache dropped", file=sys.stderr)
+    except OSError as e:
+        print(f"cold caches: page cache kept ({e})", file=sys.stderr)
+    return {"XDG_CACHE_HOME": str(root / "xdg"), "__GL_SHADER_DISK_CACHE_PATH": str(root / "nv"),
+            "MESA_SHADER_CACHE_DIR": str(root / "mesa")}
+
+
+def run_child(method: str, args, env: dict[str, str] | None = None) -> dict:
     cmd = [sys.executable, __file__, "--worker", method, "--vocab-size", str(args.vocab_size),
            "--min-frequency", str(args.min_frequency)]
     for c in args.corpus:
@@ -306,13 +329,15 @@ def run_child(method: str, args) -> dict:
     print(f"running {method} ...", file=sys.stderr, flush=True)
     from benchmarks._report import GPUMonitor
 
+    t = time.perf_counter()
     with GPUMonitor() as mon:
         p = subprocess.run(cmd, capture_output=True, text=True, env={
-            **os.environ,
+            **os.environ, **(env or {}),
             "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")})
     for line in p.stdout.splitlines():
         if line.startswith("@@RESULT@@"):
-            return dict(json.loads(line[len("@@RESULT@@"):]), sm_clock=mon.summary())
+            return dict(json.loads(line[len("@@RESULT@@"):]), sm_clock=mon.summary(),
+                        process_s=time.perf_counter() - t)
     return {"error": (p.stderr or p.stdout)[-2000:], "sm_clock": mon.summary()}
 
 
@@ -379,6 +404,10 @@ def main() -> None:
     ap.add_argument("--no-driver-warmup", action="store_true",
                     help="time the first GPU process too (the driver compiles the pipelines "
                          "into its cache there)")
+    ap.add_argument("--cold-caches", action="store_true",
+                    help="first, a gpubpe row in a process that finds no cache (driver "
+                         "shaders, disk caches, byte code; the page cache where allowed), as "
+                         "the first run on a fresh machine")
     ap.add_argument("--parquet", metavar="DIR",
                     help="also run the train CLI and gigatoken's train_bpe on the documents "
                          "as parquet files in DIR (written there first if DIR has none)")
@@ -412,13 +441,16 @@ def main() -> None:
             [] if args.skip_rustbpe else ["rustbpe_count_only"])
     profile = args.profile
     args.profile = False
+    results = {}
+    if args.cold_caches:
+        results["gpubpe_cold_caches"] = run_child("gpubpe", args, env=cold_env())
     if not args.no_driver_warmup:
         w = run_child("gpubpe_warmup", args)
         print("driver shader cache warm-up (a GPU process's first run on a machine compiles the "
               "pipelines): " + (", ".join(f"{k} {v:.2f} s" for k, v in w["warmup_s"].items())
                                 if "warmup_s" in w else "ERROR " + w["error"][-300:]),
               flush=True)
-    results = {m: run_child(m, args) for m in methods}
+    results.update({m: run_child(m, args) for m in methods})
     if profile:
         args.profile = True
         results["gpubpe_profiled"] = run_child("gpubpe", args)
@@ -476,7 +508,7 @@ def main() -> None:
               f"{(g.get('count_gpu_memory_bytes') or 0) / 1e6:,.0f} MB, word-table retries "
               f"{g.get('count_table_retries')}, distinct words gathered in "
               f"{_fmt(g.get('seconds_count_result'))} s")
-    for m in ("gpubpe", "gpubpe_seed"):
+    for m in ("gpubpe_cold_caches", "gpubpe", "gpubpe_seed"):
         r = results.get(m, {})
         for label, rr in (("fresh", r), ("warm", r.get("warm"))):
             if isinstance(rr, dict) and rr.get("stats"):
@@ -502,6 +534,9 @@ def main() -> None:
                 sp = results["rustbpe"]["wall_s"] / results[gm]["warm"]["wall_s"]
                 print(f", {sp:.2f}x with the device already open (second training)", end="")
             print()
+    print("\nwhole child process (interpreter start, imports, loading the documents, every "
+          "run in it): " + ", ".join(f"{m} {r['process_s']:.2f} s" for m, r in results.items()
+                                     if "process_s" in r))
     print("\nSM clock while each ran:")
     for m, r in results.items():
         print(f"  {m:<24} {r.get('sm_clock', 'n/a')}")
