@@ -24,6 +24,8 @@ POISON_FLAG = "POISON_WORKGROUP"
 POISON_VALUE = 0xDEADBEEF
 _ENTRY = _re.compile(r"@compute\s*@workgroup_size\(([^)]*)\)\s*fn\s+(\w+)\s*\(")
 _LID = _re.compile(r"@builtin\(\s*local_invocation_index\s*\)\s*(\w+)\s*:")
+_STRUCT = _re.compile(r"\bstruct\s+(\w+)\s*\{([^}]*)\}")
+_PARAM = _re.compile(r"(\w+)\s*:\s*(\w+)\s*(?:,|$)")
 
 
 def _poison_stores(name: str, ty: str, lid: str, threads: str) -> list[str]:
@@ -61,13 +63,16 @@ def poison_workgroup(source: str) -> str:
     filling every ``var<workgroup>`` it reaches (directly or through the functions it calls)
     with 0xDEADBEEF, strided over its invocations, followed by ``workgroupBarrier()``.
     Comments are dropped. Entry points that reach no workgroup memory are unchanged; one
-    without a ``local_invocation_index`` parameter gets one (``poison_lid``).
+    without a ``local_invocation_index`` parameter, nor a struct parameter with such a member
+    (common.wgsl's ``Lanes``), gets one (``poison_lid``).
 
     Raises:
         ValueError: a workgroup variable of a type it cannot fill (nested arrays, vectors).
     """
     src = _COMMENT.sub("", source)
     info = parse_wgsl(src)
+    struct_lid = {m.group(1): lm.group(1) for m in _STRUCT.finditer(src)
+                  if (lm := _LID.search(m.group(2)))}
     out, pos = [], 0
     for m in _ENTRY.finditer(src):
         used = info.reachable(m.group(2))
@@ -82,9 +87,14 @@ def poison_workgroup(source: str) -> str:
                 break
         params = src[open_paren + 1:close_paren]
         lid_m = _LID.search(params)
+        in_struct = [f"{p.group(1)}.{struct_lid[p.group(2)]}" for p in _PARAM.finditer(params)
+                     if p.group(2) in struct_lid]
         threads = "(" + ") * (".join(d.strip() for d in m.group(1).split(",") if d.strip()) + ")"
         if lid_m:
             lid = lid_m.group(1)
+            new_params = params
+        elif in_struct:
+            lid = in_struct[0]
             new_params = params
         else:
             lid = "poison_lid"

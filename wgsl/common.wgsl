@@ -1,5 +1,6 @@
 // common.wgsl — helpers shared by every torch_gpubpe shader (prepended to each file).
-// Byte classes and the word-start rule of DESIGN.md §2; linear ids over 2-D grids.
+// Byte classes and the word-start rule of DESIGN.md §2; linear ids over 2-D grids; the
+// entry-point parameter of the kernels with a subgroup path.
 
 // "No token" in the encoder's tables and buffers (torch_gpubpe.core.trie.NO_TOKEN).
 const NO_TOKEN: u32 = 0xFFFFFFFFu;
@@ -60,4 +61,37 @@ fn fmix(h0: u32) -> u32 {
     h *= 0xc2b2ae35u;
     h ^= h >> 16u;
     return h;
+}
+
+// An invocation's place in its workgroup, as one entry-point parameter: the kernels with a
+// subgroup path declare these builtins here once. The subgroup members exist only in SUBGROUPS
+// builds (the builtins fail shader creation on adapters without the feature).
+struct Lanes {
+    @builtin(local_invocation_index) lid: u32,
+//#if SUBGROUPS
+    @builtin(subgroup_invocation_id) lane: u32,
+    @builtin(subgroup_size) sg_size: u32,
+    @builtin(subgroup_id) sg_id: u32,
+//#endif
+}
+
+// The `sg` argument of the subgroup-aware reductions and scans: (lane, subgroup size,
+// subgroup id); zeros without subgroups, where their portable paths ignore it.
+fn lanes_sg(l: Lanes) -> vec3<u32> {
+//#if SUBGROUPS
+    return vec3<u32>(l.lane, l.sg_size, l.sg_id);
+//#else
+    return vec3<u32>(0u);
+//#endif
+}
+
+// The invocation's element index for a workgroup scan: (subgroup, lane) order with subgroups,
+// whatever the hardware's lid ↔ lane mapping, so that a subgroup's lanes hold consecutive
+// elements; lid without.
+fn lanes_elem(l: Lanes) -> u32 {
+//#if SUBGROUPS
+    return l.sg_id * l.sg_size + l.lane;
+//#else
+    return l.lid;
+//#endif
 }

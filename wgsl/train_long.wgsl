@@ -155,11 +155,11 @@ fn long_handoff(p: u32, prev: u32, z: u32) -> bool {
     return true;
 }
 
-// Exclusive prefix sums of (x, y) over the workgroup in element order e (the caller's
-// position of this invocation: sg_id · sg_size + lane with subgroups, else lid), and their
-// totals: (x', y', Σx, Σy). Uniform control flow (barriers). With subgroups: lanes by
-// subgroupExclusiveAdd, subgroup totals through workgroup memory (2 barriers, not 2 · log2 WG:
-// a barrier is what costs on a CPU adapter, where lc_apply spent most of a round in them).
+// Exclusive prefix sums of (x, y) over the workgroup in element order e (the caller's lanes_elem:
+// sg_id · sg_size + lane with subgroups, else lid), and their totals: (x', y', Σx, Σy). Uniform
+// control flow (barriers). With subgroups: lanes by subgroupExclusiveAdd, subgroup totals through
+// workgroup memory (2 barriers, not 2 · log2 WG: a barrier is what costs on a CPU adapter, where
+// lc_apply spent most of a round in them).
 fn lc_scan2(e: u32, sg: vec3<u32>, x: u32, y: u32) -> vec4<u32> {
 //#if SUBGROUPS
     let ex = subgroupExclusiveAdd(x);
@@ -243,20 +243,10 @@ fn lc_starts(p: u32, a: u32, b: u32) -> bool {
 
 // ---- lc_plan: the round's chains and their blocks ----------------------------------------------
 @compute @workgroup_size(WG)
-fn lc_plan(@builtin(local_invocation_index) lid: u32,
-//#if SUBGROUPS
-            @builtin(subgroup_invocation_id) lane: u32,
-            @builtin(subgroup_size) sg_size: u32,
-            @builtin(subgroup_id) sg_id: u32,
-//#endif
-            ) {
-//#if SUBGROUPS
-    let sg = vec3<u32>(lane, sg_size, sg_id);
-    let e = sg_id * sg_size + lane;      // element order of lc_scan2
-//#else
-    let sg = vec3<u32>(0u);
-    let e = lid;
-//#endif
+fn lc_plan(l: Lanes) {
+    let lid = l.lid;
+    let sg = lanes_sg(l);
+    let e = lanes_elem(l);      // element order of lc_scan2
     if (lid == 0u) {
         sh_u = min(lc_get(LH_COUNT), LC_CAP);
         atomicStore(&lc_slot, 0u);
@@ -426,20 +416,10 @@ fn lc_break(@builtin(workgroup_id) wid: vec3<u32>,
 @compute @workgroup_size(WG)
 fn lc_scan(@builtin(workgroup_id) wid: vec3<u32>,
            @builtin(num_workgroups) nwg: vec3<u32>,
-           @builtin(local_invocation_index) lid: u32,
-//#if SUBGROUPS
-            @builtin(subgroup_invocation_id) lane: u32,
-            @builtin(subgroup_size) sg_size: u32,
-            @builtin(subgroup_id) sg_id: u32,
-//#endif
-            ) {
-//#if SUBGROUPS
-    let sg = vec3<u32>(lane, sg_size, sg_id);
-    let e = sg_id * sg_size + lane;      // element order of lc_scan2
-//#else
-    let sg = vec3<u32>(0u);
-    let e = lid;
-//#endif
+           l: Lanes) {
+    let lid = l.lid;
+    let sg = lanes_sg(l);
+    let e = lanes_elem(l);      // element order of lc_scan2
     if (lid == 0u) { sh_u = select(0u, lc_get(LH_COUNT), lc_get(LH_ITEMS) != 0u); }
     let cnt = workgroupUniformLoad(&sh_u);
     let groups = nwg.x * nwg.y;
@@ -496,20 +476,10 @@ fn lc_ends(m: Merge, j: u32, pairs: u32, prev: u32, rr: u32, lo: u32, hi: u32) {
 @compute @workgroup_size(WG)
 fn lc_apply(@builtin(workgroup_id) wid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>,
-            @builtin(local_invocation_index) lid: u32,
-//#if SUBGROUPS
-            @builtin(subgroup_invocation_id) lane: u32,
-            @builtin(subgroup_size) sg_size: u32,
-            @builtin(subgroup_id) sg_id: u32,
-//#endif
-            ) {
-//#if SUBGROUPS
-    let sg = vec3<u32>(lane, sg_size, sg_id);
-    let e = sg_id * sg_size + lane;      // element order of lc_scan2
-//#else
-    let sg = vec3<u32>(0u);
-    let e = lid;
-//#endif
+            l: Lanes) {
+    let lid = l.lid;
+    let sg = lanes_sg(l);
+    let e = lanes_elem(l);      // element order of lc_scan2
     if (lid == 0u) { sh_u = lc_get(LH_ITEMS); }
     let nitems = workgroupUniformLoad(&sh_u);
     merge_stamp = atomicLoad(&state[S_SH]);

@@ -112,18 +112,9 @@ fn wg_incl_add(lid: u32, v: u32) -> u32 {
 // The order (count desc, a asc, b asc) is total, so the result does not depend on slot order or
 // thread scheduling.
 @compute @workgroup_size(WG)
-fn find_max_final_det(@builtin(local_invocation_index) lid: u32,
-//#if SUBGROUPS
-                      @builtin(subgroup_invocation_id) lane: u32,
-                      @builtin(subgroup_size) sg_size: u32,
-                      @builtin(subgroup_id) sg_id: u32,
-//#endif
-                      ) {
-//#if SUBGROUPS
-    let sg = vec3<u32>(lane, sg_size, sg_id);
-//#else
-    let sg = vec3<u32>(0u);
-//#endif
+fn find_max_final_det(l: Lanes) {
+    let lid = l.lid;
+    let sg = lanes_sg(l);
     if (lid == 0u) { sh_u = atomicLoad(&state[S_STOP]); }
     if (workgroupUniformLoad(&sh_u) != 0u) { return; }
     let r = final_best(lid, sg);
@@ -358,24 +349,14 @@ fn flags_at(i: u32, ctx: StreamCtx) -> u32 {
 @compute @workgroup_size(WG)
 fn finalize_compact(@builtin(workgroup_id) wid: vec3<u32>,
                     @builtin(num_workgroups) nwg: vec3<u32>,
-                    @builtin(local_invocation_index) lid: u32,
-//#if SUBGROUPS
-                    @builtin(subgroup_invocation_id) lane: u32,
-                    @builtin(subgroup_size) sg_size: u32,
-                    @builtin(subgroup_id) sg_id: u32,
-//#endif
-                    ) {
+                    l: Lanes) {
+    let lid = l.lid;
     let t = linear_id(wid, nwg);
     let ctx = load_ctx(lid);
     let n = ctx.n;
     let ntiles = (n + TILE - 1u) / TILE;
     if (t >= ntiles) { return; }
-//#if SUBGROUPS
-    // Element order follows (subgroup, lane), whatever the hardware's lid ↔ lane mapping.
-    let e = sg_id * sg_size + lane;
-//#else
-    let e = lid;
-//#endif
+    let e = lanes_elem(l);
     let first = t * TILE + e * ITEMS;
     let tile_off = tiles[P.tile_cap + t];
     var kept = 0u;
@@ -391,10 +372,10 @@ fn finalize_compact(@builtin(workgroup_id) wid: vec3<u32>,
     // totals through workgroup memory (any subgroup size: ≤ 128 totals summed serially).
     let local_excl = subgroupExclusiveAdd(kept);
     let sg_total = subgroupAdd(kept);
-    if (lane == 0u) { sh_sg[sg_id] = sg_total; }
+    if (l.lane == 0u) { sh_sg[l.sg_id] = sg_total; }
     workgroupBarrier();
     var base = 0u;
-    for (var q = 0u; q < sg_id; q++) { base += sh_sg[q]; }
+    for (var q = 0u; q < l.sg_id; q++) { base += sh_sg[q]; }
     var dst = tile_off + base + local_excl;
 //#else
     var dst = tile_off + wg_incl_add(lid, kept) - kept;

@@ -459,18 +459,9 @@ fn pair_count(@builtin(workgroup_id) wid: vec3<u32>,
 @compute @workgroup_size(WG)
 fn find_max4(@builtin(workgroup_id) wid: vec3<u32>,
              @builtin(num_workgroups) nwg: vec3<u32>,
-             @builtin(local_invocation_index) lid: u32,
-//#if SUBGROUPS
-             @builtin(subgroup_invocation_id) lane: u32,
-             @builtin(subgroup_size) sg_size: u32,
-             @builtin(subgroup_id) sg_id: u32,
-//#endif
-             ) {
-//#if SUBGROUPS
-    let sg = vec3<u32>(lane, sg_size, sg_id);
-//#else
-    let sg = vec3<u32>(0u);
-//#endif
+             l: Lanes) {
+    let lid = l.lid;
+    let sg = lanes_sg(l);
     let g = linear_id(wid, nwg);
     let groups = nwg.x * nwg.y;
     var first_blk = 0u;

@@ -436,18 +436,9 @@ fn wl_byte_lists(@builtin(workgroup_id) wid: vec3<u32>,
 @compute @workgroup_size(WG)
 fn find_max_super(@builtin(workgroup_id) wid: vec3<u32>,
                   @builtin(num_workgroups) nwg: vec3<u32>,
-                  @builtin(local_invocation_index) lid: u32,
-//#if SUBGROUPS
-                  @builtin(subgroup_invocation_id) lane: u32,
-                  @builtin(subgroup_size) sg_size: u32,
-                  @builtin(subgroup_id) sg_id: u32,
-//#endif
-                  ) {
-//#if SUBGROUPS
-    let sg = vec3<u32>(lane, sg_size, sg_id);
-//#else
-    let sg = vec3<u32>(0u);
-//#endif
+                  l: Lanes) {
+    let lid = l.lid;
+    let sg = lanes_sg(l);
     let s = linear_id(wid, nwg);
     if (lid == 0u) {
         if (s == 0u) { atomicStore(&state[S_ALL], 0u); }

@@ -300,8 +300,9 @@ def parse_wgsl(source: str) -> ShaderInfo:
                 val = None
         info.overrides[m.group(1)] = val
     for m in _STRUCT.finditer(src):
-        info.structs[m.group(1)] = tuple(f.split(":")[0].strip() for f in m.group(2).split(",")
-                                         if ":" in f)
+        # a member's name is the last word before its ':' (after attributes such as @builtin)
+        info.structs[m.group(1)] = tuple(f.split(":")[0].split()[-1]
+                                         for f in m.group(2).split(",") if ":" in f)
     for m in _WGVAR.finditer(src):
         info.workgroup_vars[m.group(1)] = m.group(2).strip()
     entries = []
