@@ -368,6 +368,19 @@ fn wg_best_sg(lid: u32, v: vec4<u32>, sg: vec3<u32>) -> vec4<u32> {
 
 fn linear_id(wid: vec3<u32>, nwg: vec3<u32>) -> u32 { return linear_workgroup(wid, nwg); }
 
+// A workgroup's part of a pass over the stream (pair_count, the word list's set-up), which the
+// host may split into several submits (S_WG0): `items` positions per thread from `base`, those
+// at or past the stream length n being none.
+struct StreamSlice {
+    n: u32,
+    base: u32,
+}
+
+fn stream_slice(wid: vec3<u32>, nwg: vec3<u32>, items: u32) -> StreamSlice {
+    let n = atomicLoad(&state[S_N]);
+    return StreamSlice(n, (atomicLoad(&state[S_WG0]) + linear_id(wid, nwg)) * (WG * items));
+}
+
 // ---- clear_table: empty the pair table, mark every block dirty ---------------------------------
 @compute @workgroup_size(WG)
 fn clear_table(@builtin(workgroup_id) wid: vec3<u32>,
@@ -441,12 +454,11 @@ fn pair_count(@builtin(workgroup_id) wid: vec3<u32>,
               @builtin(num_workgroups) nwg: vec3<u32>,
               @builtin(local_invocation_index) lid: u32) {
     local_table_clear(lid);
-    let n = atomicLoad(&state[S_N]);
-    let base = (atomicLoad(&state[S_WG0]) + linear_id(wid, nwg)) * (WG * PC_ITEMS);
+    let sl = stream_slice(wid, nwg, PC_ITEMS);
     for (var it = 0u; it < PC_ITEMS; it++) {
-        let i = base + it * WG + lid;
-        if (i >= n) { continue; }
-        let p = stream_pair(i, n);    // (a, b, word, valid): the including file's stream
+        let i = sl.base + it * WG + lid;
+        if (i >= sl.n) { continue; }
+        let p = stream_pair(i, sl.n);    // (a, b, word, valid): the including file's stream
         if (p.w == 0u) { continue; }
         local_table_add(p.x, p.y, weights[2u * p.z], weights[2u * p.z + 1u]);
     }

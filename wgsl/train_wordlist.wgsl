@@ -361,14 +361,13 @@ fn wl_links(@builtin(workgroup_id) wid: vec3<u32>,
             @builtin(num_workgroups) nwg: vec3<u32>,
             @builtin(local_invocation_index) lid: u32) {
     setup_clear_hist(lid);
-    let n = atomicLoad(&state[S_N]);
-    let base = (atomicLoad(&state[S_WG0]) + linear_id(wid, nwg)) * (WG * SETUP_ITEMS);
+    let sl = stream_slice(wid, nwg, SETUP_ITEMS);
     for (var it = 0u; it < SETUP_ITEMS; it++) {
-        let i = base + it * WG + lid;
-        if (i >= n) { continue; }
+        let i = sl.base + it * WG + lid;
+        if (i >= sl.n) { continue; }
         let s = lsym[i];
         var r = NONE;
-        if (i + 1u < n && (lsym[i + 1u] & TWS) == 0u) { r = i + 1u; }
+        if (i + 1u < sl.n && (lsym[i + 1u] & TWS) == 0u) { r = i + 1u; }
         nxt[i] = r;
         prv[i] = select(i - 1u, NONE, (s & TWS) != 0u);
         atomicAdd(&sh_hist[s & 0xFFu], 1u);
@@ -406,14 +405,13 @@ fn wl_byte_lists(@builtin(workgroup_id) wid: vec3<u32>,
                  @builtin(num_workgroups) nwg: vec3<u32>,
                  @builtin(local_invocation_index) lid: u32) {
     setup_clear_hist(lid);
-    let n = atomicLoad(&state[S_N]);
-    let base = (atomicLoad(&state[S_WG0]) + linear_id(wid, nwg)) * (WG * SETUP_ITEMS);
+    let sl = stream_slice(wid, nwg, SETUP_ITEMS);
     var byt: array<u32, SETUP_ITEMS>;
     var at: array<u32, SETUP_ITEMS>;     // place among this workgroup's positions of the byte
     for (var it = 0u; it < SETUP_ITEMS; it++) {
-        let i = base + it * WG + lid;
+        let i = sl.base + it * WG + lid;
         at[it] = NONE;
-        if (i >= n) { continue; }
+        if (i >= sl.n) { continue; }
         byt[it] = lsym[i] & 0xFFu;
         at[it] = atomicAdd(&sh_hist[byt[it]], 1u);
     }
@@ -427,7 +425,7 @@ fn wl_byte_lists(@builtin(workgroup_id) wid: vec3<u32>,
     workgroupBarrier();
     for (var it = 0u; it < SETUP_ITEMS; it++) {
         if (at[it] == NONE) { continue; }
-        pool[atomicLoad(&sh_hist[byt[it]]) + at[it]] = base + it * WG + lid;
+        pool[atomicLoad(&sh_hist[byt[it]]) + at[it]] = sl.base + it * WG + lid;
     }
 }
 
