@@ -365,18 +365,22 @@ fn region_of_tile(t: u32) -> u32 {
     return lo;
 }
 
-// Long-word tile t: its region, the region's end, the tile's first byte and first entry (base).
+// Long-word tile t: its region, the region's end, the tile's first byte, its end (the region's
+// end cuts the last tile short) and first entry (base).
 struct LongTile {
     r: u32,
     first: u32,   // the region's first tile
     end: u32,
     cs: u32,
+    ce: u32,
     base: u32,
 }
 fn long_tile(t: u32) -> LongTile {
     let r = region_of_tile(t);
     let first = ltab[4u * r + 2u];
-    return LongTile(r, first, ltab[4u * r + 1u], ltab[4u * r] + (t - first) * LC, t * LC);
+    let end = ltab[4u * r + 1u];
+    let cs = ltab[4u * r] + (t - first) * LC;
+    return LongTile(r, first, end, cs, min(cs + LC, end), t * LC);
 }
 
 fn global_id(wid: vec3<u32>, nwg: vec3<u32>, lid: u32) -> u32 {
@@ -397,29 +401,25 @@ fn long_periods(@builtin(workgroup_id) wid: vec3<u32>,
     let t = global_id(wid, nwg, lid);
     if (t >= lparams.ntiles) { return; }
     let tile = long_tile(t);
-    let end = tile.end;
-    let cs = tile.cs;
-    let ce = min(cs + LC, end);
-    let base = tile.base;
     var run = vec4<u32>(0u);
-    for (var q = min(ce + LDW, end); q > cs; q--) {
+    for (var q = min(tile.ce + LDW, tile.end); q > tile.cs; q--) {
         let i = q - 1u;
         let b = text_byte(i);
         var eq = vec4<bool>(false);
-        if (i >= cs + 1u) { eq.x = b == text_byte(i - 1u); }
-        if (i >= cs + 2u) { eq.y = b == text_byte(i - 2u); }
-        if (i >= cs + 3u) { eq.z = b == text_byte(i - 3u); }
-        if (i >= cs + 4u) { eq.w = b == text_byte(i - 4u); }
+        if (i >= tile.cs + 1u) { eq.x = b == text_byte(i - 1u); }
+        if (i >= tile.cs + 2u) { eq.y = b == text_byte(i - 2u); }
+        if (i >= tile.cs + 3u) { eq.z = b == text_byte(i - 3u); }
+        if (i >= tile.cs + 4u) { eq.w = b == text_byte(i - 4u); }
         run = select(vec4<u32>(0u), min(run + 1u, vec4<u32>(LDW)), eq);
-        if (i < ce) {
+        if (i < tile.ce) {
             var flag = 0u;
-            if (i + LDW <= end) {
+            if (i + LDW <= tile.end) {
                 if (run.w >= LDW) { flag = COPY | 4u; }
                 if (run.z >= LDW) { flag = COPY | 3u; }
                 if (run.y >= LDW) { flag = COPY | 2u; }
                 if (run.x >= LDW) { flag = COPY | 1u; }
             }
-            llen[base + (i - cs)] = flag;
+            llen[tile.base + (i - tile.cs)] = flag;
         }
     }
 }
@@ -467,33 +467,29 @@ fn long_exits(@builtin(workgroup_id) wid: vec3<u32>,
     let t = global_id(wid, nwg, lid);
     if (t >= lparams.ntiles) { return; }
     let tile = long_tile(t);
-    let end = tile.end;
-    let t0 = tile.first;
-    let cs = tile.cs;
-    let len = min(cs + LC, end) - cs;
-    let base = tile.base;
+    let len = tile.ce - tile.cs;
     for (var o = 0u; o < len; o++) {
-        let v = llen[base + o];
+        let v = llen[tile.base + o];
         if (v >= COPY) {
             let src = o - (v & 7u);
-            llen[base + o] = llen[base + src];
-            scratch[cs + o] = scratch[cs + src];
+            llen[tile.base + o] = llen[tile.base + src];
+            scratch[tile.cs + o] = scratch[tile.cs + src];
         }
     }
     for (var k = len; k > 0u; k--) {
-        let nx = k - 1u + llen[base + k - 1u];  // offset of the next token
-        var ex = cs + nx;
-        if (nx < len) { ex = lexit[base + nx]; }
-        lexit[base + k - 1u] = ex;
+        let nx = k - 1u + llen[tile.base + k - 1u];  // offset of the next token
+        var ex = tile.cs + nx;
+        if (nx < len) { ex = lexit[tile.base + nx]; }
+        lexit[tile.base + k - 1u] = ex;
     }
     for (var o = 0u; o < LDW; o++) {
         var ptr = TERM;
         if (o < len) {
-            let ex = lexit[base + o];
-            if (ex < end) { ptr = (t + 1u) * LDW + (ex - (cs + LC)); }
+            let ex = lexit[tile.base + o];
+            if (ex < tile.end) { ptr = (t + 1u) * LDW + (ex - (tile.cs + LC)); }
         }
         lptr0[t * LDW + o] = ptr;
-        atomicStore(&lmark[t * LDW + o], select(0u, 1u, t == t0 && o == 0u));
+        atomicStore(&lmark[t * LDW + o], select(0u, 1u, t == tile.first && o == 0u));
     }
 }
 
@@ -526,15 +522,10 @@ fn long_emit(@builtin(workgroup_id) wid: vec3<u32>,
     let t = global_id(wid, nwg, lid);
     if (t >= lparams.ntiles) { return; }
     let tile = long_tile(t);
-    let end = tile.end;
-    let t0 = tile.first;
-    let cs = tile.cs;
-    let ce = min(cs + LC, end);
-    let base = tile.base;
     var e = NO_TOKEN;
-    for (var o = 0u; o < LDW && cs + o < ce; o++) {
+    for (var o = 0u; o < LDW && tile.cs + o < tile.ce; o++) {
         if (atomicLoad(&lmark[t * LDW + o]) != 0u) {
-            e = cs + o;
+            e = tile.cs + o;
             break;
         }
     }
@@ -542,11 +533,11 @@ fn long_emit(@builtin(workgroup_id) wid: vec3<u32>,
         atomicAdd(&info[INFO_LONG_ERRORS], 1u);
         return;
     }
-    var blk = cs / (WG * CHUNK);
+    var blk = tile.cs / (WG * CHUNK);
     var cnt = 0u;
-    for (var i = cs; i < ce; i++) {
+    for (var i = tile.cs; i < tile.ce; i++) {
         if (i == e) {
-            e += llen[base + (i - cs)];
+            e += llen[tile.base + (i - tile.cs)];
             let b = i / (WG * CHUNK);
             if (b != blk) {
                 atomicAdd(&counts[blk], cnt);
