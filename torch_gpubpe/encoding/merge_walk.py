@@ -187,13 +187,17 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
     # mask, or this project's split computed first by bpe_word_bits.
     flags.add("WORD_MASK")
     sess.bpe_bits_pipeline = None
+    walk = ("encode_bpe", "bpe_tokenizer_chunked", consts,
+            shader_source("encode_bpe", frozenset(flags)))
+    bits = None
     if sess.pretok is None:
         bits_flags = frozenset(flags - {"WORD_MASK"} - sess.walk_flags)
         bsrc = None if bits_flags == frozenset(g.flags) else shader_source("encode_bpe", bits_flags)
-        sess.bpe_bits_pipeline = g.pipeline("encode_bpe", "bpe_word_bits",
-                                            constants={"WG": WG}, source=bsrc)
-    sess.bpe_pipeline = g.pipeline("encode_bpe", "bpe_tokenizer_chunked", constants=consts,
-                                   source=shader_source("encode_bpe", frozenset(flags)))
+        bits = ("encode_bpe", "bpe_word_bits", {"WG": WG}, bsrc)
+    g.compile_pipelines([walk] + ([bits] if bits else []))
+    if bits is not None:
+        sess.bpe_bits_pipeline = g.pipeline(bits[0], bits[1], constants=bits[2], source=bits[3])
+    sess.bpe_pipeline = g.pipeline(walk[0], walk[1], constants=walk[2], source=walk[3])
     sess.long_bpe_args = (consts, frozenset(flags))
     sess.bpe_steps = {"unwind": unwind, "step_max": smax, "budget": sess.budget}
 

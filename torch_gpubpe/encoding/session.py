@@ -145,22 +145,24 @@ class Session:
             bpe_session_setup(self, g, trie, chunk, budget)
         self.open_seconds["bpe_tables"] = time.perf_counter() - t_open
         t_open = time.perf_counter()
-        kw = {"constants": consts, "source": source(g.flags)}
-        self.pipes = {
-            "chunked": (g.pipeline("encode", "trie_tokenizer_chunked", constants=consts,
-                                   source=source(walk_flags)) if bpe is None
-                        else self.bpe_pipeline),
-            "prefix": g.pipeline("encode", "trie_prefix_sum", **kw),
-            "compact": g.pipeline("encode", "trie_tokenizer_compact", **kw),
-        }
-        if self.bpe_bits_pipeline is not None:
-            self.pipes["wbits"] = self.bpe_bits_pipeline
+        base = source(g.flags)
+        specs = {"prefix": ("encode", "trie_prefix_sum", consts, base),
+                 "compact": ("encode", "trie_tokenizer_compact", consts, base)}
+        if bpe is None:
+            specs["chunked"] = ("encode", "trie_tokenizer_chunked", consts, source(walk_flags))
         if self.long_from:
             for name, entry in (("ends", "long_word_ends"), ("lperiods", "long_periods"),
                                 ("lmatch", "long_match"),
                                 ("lexits", "long_exits"), ("ljump", "long_jump"),
                                 ("lemit", "long_emit")):
-                self.pipes[name] = g.pipeline("encode", entry, **kw)
+                specs[name] = ("encode", entry, consts, base)
+        g.compile_pipelines(specs.values())
+        self.pipes = {name: g.pipeline(n, e, constants=c, source=src)
+                      for name, (n, e, c, src) in specs.items()}
+        if bpe is not None:
+            self.pipes["chunked"] = self.bpe_pipeline
+        if self.bpe_bits_pipeline is not None:
+            self.pipes["wbits"] = self.bpe_bits_pipeline
         self.open_seconds["pipelines"] = time.perf_counter() - t_open
         t_open = time.perf_counter()
         self.slots = [self.slot_class(self, 0), self.slot_class(self, 1)]

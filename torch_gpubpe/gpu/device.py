@@ -439,10 +439,10 @@ class GPU:
                 )
         return self._pipelines[key]
 
-    def compile_pipelines(self, specs: Iterable[tuple[str, str, Mapping[str, float] | None]],
-                          threads: int | None = None) -> None:
-        """Create the ``(shader, entry point, constants)`` pipelines not yet cached, several at
-        once (:meth:`pipeline` for each; errors as there).
+    def compile_pipelines(self, specs: Iterable[tuple], threads: int | None = None) -> None:
+        """Create the pipelines of ``specs`` not yet cached, several at once (:meth:`pipeline`
+        for each; errors as there). A spec is ``(shader, entry point, constants)`` or
+        ``(shader, entry point, constants, source)``.
 
         The first time a machine sees a pipeline, the driver compiles it (NVIDIA then keeps it
         in a disk cache): one after another, a fresh machine's first process waits for all of
@@ -451,21 +451,24 @@ class GPU:
         :data:`COMPILE_THREADS`, at most the host's cores).
         """
         todo = list(dict.fromkeys(
-            (name, entry, tuple(sorted((constants or {}).items())))
-            for name, entry, constants in specs))
-        todo = [t for t in todo if (t[0], None, t[1], t[2]) not in self._pipelines]
+            (s[0], s[1], tuple(sorted((s[2] or {}).items())), s[3] if len(s) > 3 else None)
+            for s in specs))
+        todo = [t for t in todo if (t[0], t[3], t[1], t[2]) not in self._pipelines]
         if not todo:
             return
-        for name in dict.fromkeys(t[0] for t in todo):   # (modules are cached unlocked)
-            self.module(name)
+        for name, _e, _c, source in dict.fromkeys((t[0], None, None, t[3]) for t in todo):
+            self.module(name, source)     # (modules are cached unlocked: made here, once)
+
+        def make(t):
+            return self.pipeline(t[0], t[1], constants=dict(t[2]), source=t[3])
+
         n = min(threads or COMPILE_THREADS, os.cpu_count() or 1, len(todo))
         if n <= 1:
-            for name, entry, consts in todo:
-                self.pipeline(name, entry, constants=dict(consts))
+            for t in todo:
+                make(t)
             return
         with ThreadPoolExecutor(n, thread_name_prefix="gpubpe-compile") as pool:
-            for f in [pool.submit(self.pipeline, name, entry, constants=dict(consts))
-                      for name, entry, consts in todo]:
+            for f in [pool.submit(make, t) for t in todo]:
                 f.result()
 
     # -- buffers and dispatch ----------------------------------------------------------------
