@@ -52,6 +52,7 @@ _S_TOP, _S_OCC, _S_NLONG, _S_OVERFLOW, _S_NWORDS, _S_NOUT, _S_NEED = (
     _WC[k] for k in ("S_TOP", "S_OCC", "S_NLONG", "S_OVERFLOW", "S_NWORDS", "S_NOUT", "S_NEED"))
 _WC_WG = _WC["WG"]
 
+
 def pipeline_specs(gpu, constants: dict | None = None) -> list[tuple[str, str, dict]]:
     """``(shader, entry point, constants)`` of the word counter's pipelines on ``gpu`` (for
     :meth:`~torch_gpubpe.gpu.device.GPU.compile_pipelines`)."""
