@@ -56,12 +56,12 @@ def test_compile_pipelines_creates_each_missing_pipeline_once_on_threads(monkeyp
         return real(**kw)
 
     monkeypatch.setattr(g.device, "create_compute_pipeline", recording)
-    g.compile_pipelines(specs + specs, threads=2)   # (duplicates compiled once)
+    got = g.compile_pipelines(specs + specs, threads=2)   # (duplicates compiled once)
     assert sorted(made) == sorted(f"wordcount.{e}" for _, e, _ in specs)
     assert all(t.startswith("gpubpe-compile") for t in threads)
-    g.compile_pipelines(specs)
-    for _, e, c in specs:
-        g.pipeline("wordcount", e, constants=c)
+    assert [p.label for p in got] == [f"wordcount.{e}" for _, e, _ in specs + specs]
+    assert got[:len(specs)] == got[len(specs):] == g.compile_pipelines(specs)
+    assert got[:len(specs)] == [g.pipeline("wordcount", e, constants=c) for _, e, c in specs]
     assert len(made) == len(specs)   # every later request came from the cache
 
 

@@ -194,10 +194,10 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
         bits_flags = frozenset(flags - {"WORD_MASK"} - sess.walk_flags)
         bsrc = None if bits_flags == frozenset(g.flags) else shader_source("encode_bpe", bits_flags)
         bits = ("encode_bpe", "bpe_word_bits", {"WG": WG}, bsrc)
-    g.compile_pipelines([walk] + ([bits] if bits else []))
+    made = g.compile_pipelines([walk] + ([bits] if bits else []))
+    sess.bpe_pipeline = made[0]
     if bits is not None:
-        sess.bpe_bits_pipeline = g.pipeline(bits[0], bits[1], constants=bits[2], source=bits[3])
-    sess.bpe_pipeline = g.pipeline(walk[0], walk[1], constants=walk[2], source=walk[3])
+        sess.bpe_bits_pipeline = made[1]
     sess.long_bpe_args = (consts, frozenset(flags))
     sess.bpe_steps = {"unwind": unwind, "step_max": smax, "budget": sess.budget}
 

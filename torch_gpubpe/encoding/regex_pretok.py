@@ -200,8 +200,7 @@ class UnicodePreTokenizer:
         self.family_id = FAMILIES.index(fam)
         self.gpu = g = gpu or get_gpu()
         self.PASSES = passes(fam)
-        g.compile_pipelines(pipeline_specs(fam))
-        self.pipes = {e: g.pipeline(_SHADER, e, constants={"WG": WG}) for e in self.PASSES}
+        self.pipes = dict(zip(self.PASSES, g.compile_pipelines(pipeline_specs(fam))))
         U = g.wgpu.BufferUsage
         tw = table_words()
         self.table = g.buffer(tw.nbytes, U.STORAGE | U.COPY_DST, "pretok_unicode.table")

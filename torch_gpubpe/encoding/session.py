@@ -156,9 +156,7 @@ class Session:
                                 ("lexits", "long_exits"), ("ljump", "long_jump"),
                                 ("lemit", "long_emit")):
                 specs[name] = ("encode", entry, consts, base)
-        g.compile_pipelines(specs.values())
-        self.pipes = {name: g.pipeline(n, e, constants=c, source=src)
-                      for name, (n, e, c, src) in specs.items()}
+        self.pipes = dict(zip(specs, g.compile_pipelines(specs.values())))
         if bpe is not None:
             self.pipes["chunked"] = self.bpe_pipeline
         if self.bpe_bits_pipeline is not None:

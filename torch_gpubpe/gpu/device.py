@@ -439,10 +439,10 @@ class GPU:
                 )
         return self._pipelines[key]
 
-    def compile_pipelines(self, specs: Iterable[tuple], threads: int | None = None) -> None:
-        """Create the pipelines of ``specs`` not yet cached, several at once (:meth:`pipeline`
-        for each; errors as there). A spec is ``(shader, entry point, constants)`` or
-        ``(shader, entry point, constants, source)``.
+    def compile_pipelines(self, specs: Iterable[tuple], threads: int | None = None) -> list:
+        """The pipelines of ``specs``, in their order: those not yet cached are created several
+        at once (:meth:`pipeline` for each; errors as there). A spec is ``(shader, entry point,
+        constants)`` or ``(shader, entry point, constants, source)``.
 
         The first time a machine sees a pipeline, the driver compiles it (NVIDIA then keeps it
         in a disk cache): one after another, a fresh machine's first process waits for all of
@@ -450,12 +450,9 @@ class GPU:
         compiles, so they overlap on threads. ``threads``: at most this many at once (default
         :data:`COMPILE_THREADS`, at most the host's cores).
         """
-        todo = list(dict.fromkeys(
-            (s[0], s[1], tuple(sorted((s[2] or {}).items())), s[3] if len(s) > 3 else None)
-            for s in specs))
-        todo = [t for t in todo if (t[0], t[3], t[1], t[2]) not in self._pipelines]
-        if not todo:
-            return
+        wanted = [(s[0], s[1], tuple(sorted((s[2] or {}).items())), s[3] if len(s) > 3 else None)
+                  for s in specs]
+        todo = [t for t in dict.fromkeys(wanted) if (t[0], t[3], t[1], t[2]) not in self._pipelines]
         for name, _e, _c, source in dict.fromkeys((t[0], None, None, t[3]) for t in todo):
             self.module(name, source)     # (modules are cached unlocked: made here, once)
 
@@ -463,13 +460,11 @@ class GPU:
             return self.pipeline(t[0], t[1], constants=dict(t[2]), source=t[3])
 
         n = min(threads or COMPILE_THREADS, os.cpu_count() or 1, len(todo))
-        if n <= 1:
-            for t in todo:
-                make(t)
-            return
-        with ThreadPoolExecutor(n, thread_name_prefix="gpubpe-compile") as pool:
-            for f in [pool.submit(make, t) for t in todo]:
-                f.result()
+        if n > 1:
+            with ThreadPoolExecutor(n, thread_name_prefix="gpubpe-compile") as pool:
+                for f in [pool.submit(make, t) for t in todo]:
+                    f.result()
+        return [make(t) for t in wanted]    # (from the cache; one at a time where n ≤ 1)
 
     # -- buffers and dispatch ----------------------------------------------------------------
     def binding_bytes(self, elem_bytes: int) -> int:

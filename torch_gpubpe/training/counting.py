@@ -203,8 +203,8 @@ def count_words(documents: Iterable[str | bytes], *, count_on: str = "gpu",
     return counts
 
 
-__all__ = ["PREFETCH_BYTES", "READ_AHEAD_BYTES", "check_count_on", "count_budgeted", "count_words", "plan_budget",
-           "training_split"]
+__all__ = ["PREFETCH_BYTES", "READ_AHEAD_BYTES", "check_count_on", "count_budgeted",
+           "count_words", "plan_budget", "training_split"]
 
 
 def training_split(pre_tokenizer: str | None) -> str:

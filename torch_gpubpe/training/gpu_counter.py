@@ -115,9 +115,8 @@ class GPUWordCounter:
         self.min_slots = min_slots     # (tests: small tables and stores to force growth)
         self.min_store = min_store
         consts = {} if max_probe is None else {"MAX_PROBE": max_probe}
-        g.compile_pipelines(pipeline_specs(g, consts))
-        self.pipes = {name: g.pipeline("wordcount", name, constants=consts)
-                      for name in shader_info("wordcount", g.flags).entry_points}
+        specs = pipeline_specs(g, consts)
+        self.pipes = {s[1]: p for s, p in zip(specs, g.compile_pipelines(specs))}
         U = g.wgpu.BufferUsage
         self.U = U
         self.params = g.buffer(16, U.UNIFORM | U.COPY_DST, "wc.params")

@@ -36,8 +36,8 @@ def compile_pipelines(gpu, name: str, constants: Mapping[str, int]) -> dict:
     (compiled several at once; gpu.pipeline caches them and checks each one's parsed
     workgroup memory)."""
     info = training_shader(gpu, name)
-    gpu.compile_pipelines((name, e, constants) for e in info.entry_points)
-    return {e: gpu.pipeline(name, e, constants=dict(constants)) for e in info.entry_points}
+    return dict(zip(info.entry_points, gpu.compile_pipelines(
+        (name, e, constants) for e in info.entry_points)))
 
 
 def bind_groups(gpu, pipes: Mapping, info: ShaderInfo, buffers: Mapping, label: str) -> dict:
