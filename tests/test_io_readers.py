@@ -348,34 +348,35 @@ def test_sharded_reading_in_a_fresh_process_does_not_import_pandas(tmp_path):
 
 
 def test_ordered_keeps_results_in_order_and_in_flight_bytes_under_the_window():
-    """``ordered`` with sizes: tasks submitted and not yet handed on hold at most ``max_size``
-    bytes (one task at least, however large), and the results come in task order."""
-    import threading
+    """``ordered`` with sizes: when a result is handed on, the tasks submitted after it hold at
+    most ``max_size`` bytes (one task at least, however large), the next task is already
+    submitted (reading overlaps the consumer, also when one task fills the window), and the
+    results come in task order."""
     from concurrent.futures import ThreadPoolExecutor
 
     from torch_gpubpe._util import ordered
 
-    sizes = [40, 10, 70, 10, 10, 200, 5, 5, 60, 30]
-    lock = threading.Lock()
-    live = {"bytes": 0, "most": 0}
+    sizes = [40, 10, 70, 10, 10, 200, 5, 5, 60, 30, 120, 130, 90]
 
-    def task(i):
-        def run():
-            with lock:
-                live["bytes"] += sizes[i]
-                live["most"] = max(live["most"], live["bytes"] if sizes[i] <= 100 else 0)
-            return i
-        return run
+    class Counting(ThreadPoolExecutor):
+        submitted = 0
 
-    out = []
-    with ThreadPoolExecutor(8) as pool:
-        for i in ordered((task(i) for i in range(len(sizes))), pool, 8, sizes=iter(sizes),
-                         max_size=100):
-            out.append(i)
-            with lock:              # handed on: no longer held by the reader
-                live["bytes"] -= sizes[i]
-    assert out == list(range(len(sizes)))
-    assert live["most"] <= 100
+        def submit(self, fn, /, *args, **kwargs):
+            self.submitted += 1
+            return super().submit(fn, *args, **kwargs)
+
+    for ahead in (8, 2):
+        out = []
+        with Counting(8) as pool:
+            for i in ordered((lambda i=i: i for i in range(len(sizes))), pool, ahead,
+                             sizes=iter(sizes), max_size=100):
+                out.append(i)
+                after = range(i + 1, pool.submitted)   # submitted, not yet handed on
+                assert len(after) <= ahead
+                assert sum(sizes[j] for j in after) <= 100 or len(after) == 1, (i, after)
+                if i + 1 < len(sizes):
+                    assert len(after) >= 1, i   # the next one is being read already
+        assert out == list(range(len(sizes)))
 
 
 def test_parquet_read_ahead_window_gives_the_same_documents(tmp_path):

@@ -130,25 +130,42 @@ def ordered(tasks: Iterator[Callable[[], Any]], pool: ThreadPoolExecutor, ahead:
     """Run the callables of ``tasks`` on ``pool``, at most ``ahead`` at a time, results in
     order. With ``sizes`` (one per task: the bytes its result holds) and ``max_size``, the
     tasks submitted and not yet handed on also hold at most ``max_size`` bytes (one task at
-    least), so that a reader faster than its consumer does not hold every file at once."""
+    least), so that a reader faster than its consumer does not hold every file at once. The
+    next tasks are submitted before a result is handed on: reading goes on while the consumer
+    works, also when one task fills the window."""
     pending: deque = deque()
     held = 0
+    tasks = iter(tasks)
     sizes = iter(sizes) if sizes is not None else None
-    try:
-        for t in tasks:
-            size = next(sizes) if sizes is not None else 0
-            # The oldest result as soon as it is ready (not only once `ahead` are queued: the
-            # first batch would wait for `ahead` tasks to be made), or when this task would
-            # overfill the window.
-            while pending and (len(pending) >= ahead or pending[0][0].done()
-                               or (max_size is not None and held + size > max_size)):
-                f, s = pending.popleft()
-                held -= s
-                yield f.result()
+    nxt = None  # the next task and its size, made but not yet submitted
+
+    def fill() -> None:
+        # Submit while there is room; stop at a ready oldest result (hand it on first: the
+        # first result would otherwise wait for `ahead` tasks to be made).
+        nonlocal held, nxt
+        while len(pending) < ahead and not (pending and pending[0][0].done()):
+            if nxt is None:
+                t = next(tasks, None)
+                if t is None:
+                    return
+                nxt = (t, next(sizes) if sizes is not None else 0)
+            t, size = nxt
+            if pending and max_size is not None and held + size > max_size:
+                return
             pending.append((pool.submit(t), size))
             held += size
-        while pending:
-            yield pending.popleft()[0].result()
+            nxt = None
+
+    try:
+        while True:
+            fill()
+            if not pending:
+                return
+            f, s = pending.popleft()
+            held -= s
+            result = f.result()
+            fill()
+            yield result
     finally:
         for f, _s in pending:
             f.cancel()
