@@ -113,3 +113,33 @@ def test_fresh_train_of_strings_imports_neither_pandas_nor_acero():
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert not got["pandas"] and not got["acero"], got
     assert [tuple(m) for m in got["merges"]] == reference.train(docs, 300, min_frequency=1)
+
+
+def test_64_bit_count_variant_compiled_only_once_the_bytes_counted_can_need_it():
+    """The opening thread compiles the 64-bit count variant only once the bytes counted reach
+    2^31 (a word has fewer pairs than bytes): not for a smaller corpus, whose run never uses
+    it; and train() on one records no such compile."""
+    from torch_gpubpe.training import api
+    from torch_gpubpe.training.gpu_trainer import WIDE_PAIRS
+
+    class Trainer:
+        too_many_buffers: dict = {}
+
+        def __init__(self):
+            self.compiled = []
+
+        def pipelines(self, algorithm, wide, profile=False):
+            self.compiled.append((algorithm, wide))
+
+    for counted_bytes, want in ((0, []), (WIDE_PAIRS - 1, []), (WIDE_PAIRS, [("wordlist", True)])):
+        opener, tr = api._Opener(count_on_gpu=True), Trainer()
+        opener.counted.set()          # counting has ended with these bytes
+        opener.compile_wide(tr, {"corpus_bytes": counted_bytes})
+        assert tr.compiled == want, counted_bytes
+        assert ("seconds_compile_wide" in opener.times) == bool(want)
+
+    docs = corpus_docs("en_novels", 200_000)
+    st: dict = {}
+    vocab = train(docs, 400, min_frequency=1, stats=st)
+    assert st["corpus_bytes"] < WIDE_PAIRS and "seconds_compile_wide" not in st
+    assert list(vocab.merges) == reference.train(docs, 400, min_frequency=1)

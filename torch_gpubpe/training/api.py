@@ -36,7 +36,7 @@ from torch_gpubpe.training.batches import str_packer
 from torch_gpubpe.training.counting import (check_count_args, count_budgeted, plan_budget,
                                             training_split)
 from torch_gpubpe.training.from_counts import check_sizes, train_counts
-from torch_gpubpe.training.gpu_trainer import GPUTrainer, get_trainer
+from torch_gpubpe.training.gpu_trainer import WIDE_PAIRS, GPUTrainer, get_trainer
 from torch_gpubpe.training.memory import check_merge_memory, default_max_memory, prune_words
 from torch_gpubpe.training.merge_loop import check_algorithm
 from torch_gpubpe.training.progress import ProgressBars, ProgressFn
@@ -96,7 +96,9 @@ def train(
             ``seconds_merge`` (of which ``seconds_rebuilds``), ``seconds_total``; on the
             opening thread ``seconds_gpu_open`` (importing wgpu, opening the device),
             ``seconds_compile_count``, ``seconds_compile_train``, ``seconds_import_arrow``
-            (counting on the GPU: pyarrow.compute, which the end of counting uses);
+            (counting on the GPU: pyarrow.compute, which the end of counting uses),
+            ``seconds_compile_wide`` (only where 2^31 bytes or more were counted: the 64-bit
+            count variant);
             ``table_slots``, ``distinct_initial_pairs``, ``rebuilds``, ``restarts``,
             ``adapter``, ``merges_per_submit``, ``algorithm``, ``wide_counts``,
             ``gpu_memory_bytes`` (the run's GPU buffers), ``walks_paused`` and
@@ -201,33 +203,43 @@ def train(
     # the first documents (the CPU counts the words, count_on="cpu"): in a fresh process the
     # opening (importing wgpu, the adapter, the device) is the longest step before counting.
     opener = _Opener(count_on == "gpu", family)
+    info: dict = {"num_documents": 0, "corpus_bytes": 0}
     pool = ThreadPoolExecutor(1, thread_name_prefix="gpubpe-init")
     fut = pool.submit(opener.run)
+    # (then, on the same thread, the 64-bit variant if the corpus grows large enough for it)
+    wide = pool.submit(lambda: opener.compile_wide(fut.result(), info))
     try:
         return _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch,
-                                opener, fut, min_frequency=min_frequency,
+                                opener, fut, wide, info, min_frequency=min_frequency,
                                 special_tokens=special_tokens, progress=progress, batch=batch,
                                 profile=profile, algorithm=algorithm, count_on=count_on,
                                 max_memory=limit, prune_below=prune_below, family=family)
     finally:
+        opener.counted.set()
         pool.shutdown(wait=True)
         budget.close()
 
 
 def _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch, opener, fut,
-                     *, min_frequency, special_tokens, progress, batch, profile, algorithm,
-                     count_on, max_memory, prune_below, family) -> Vocab:
-    """train() after its checks: count under ``budget``, then merge. ``opener`` (_Opener) is
-    opening the device on a thread (``fut``): it compiles the counting pipelines first and says
-    so, then the training pipelines while the GPU counts."""
-    info: dict = {"num_documents": 0, "corpus_bytes": 0}
+                     wide, info, *, min_frequency, special_tokens, progress, batch, profile,
+                     algorithm, count_on, max_memory, prune_below, family) -> Vocab:
+    """train() after its checks: count under ``budget`` (``info``: the documents and bytes
+    counted so far), then merge. ``opener`` (_Opener) is opening the device on a thread
+    (``fut``): it compiles the counting pipelines first and says so, then the training
+    pipelines while the GPU counts, then (``wide``) the 64-bit variant if the corpus grows
+    large enough to need it."""
     count_stats: dict = {}
-    counts, gpu_wait = count_budgeted(
-        documents, budget, count_on=count_on, info=info, stats=st, count_stats=count_stats,
-        gpu_batch=gpu_batch, prefetch=prefetch, open_gpu=lambda: opener.wait_gpu(fut),
-        gpu_ready=opener.ready.is_set, t0=t0, family=family)
+    try:
+        counts, gpu_wait = count_budgeted(
+            documents, budget, count_on=count_on, info=info, stats=st,
+            count_stats=count_stats, gpu_batch=gpu_batch, prefetch=prefetch,
+            open_gpu=lambda: opener.wait_gpu(fut), gpu_ready=opener.ready.is_set, t0=t0,
+            family=family)
+    finally:
+        opener.counted.set()
     t3 = time.perf_counter()
     trainer = fut.result()      # the training pipelines (compiled while counting)
+    wide.result()               # (its compile, if it started, ends before the merges)
     t4 = time.perf_counter()
     if count_on == "cpu":       # (the device opened while the CPU counted: waited for here)
         gpu_wait, t3 = t4 - t3, t4
@@ -279,16 +291,22 @@ def _note_skipped(documents, st: dict) -> int:
 class _Opener:
     """train()'s device opening on a thread, in the order the run needs it: the device, the
     counting pipelines (then :attr:`ready` is set: the GPU can count), then the training
-    pipelines (:func:`get_trainer`, compiled while the GPU counts; on a GPU also the 64-bit
-    count variant, which corpora with ≥ 2^31 pairs take), then (counting on the GPU) imports
-    pyarrow.compute. :attr:`times`: ``seconds_gpu_open`` (importing wgpu, opening the adapter
-    and device), ``seconds_compile_count``, ``seconds_compile_train``,
-    ``seconds_import_arrow`` (on the thread)."""
+    pipelines (:func:`get_trainer`, compiled while the GPU counts), then (counting on the GPU)
+    imports pyarrow.compute. :attr:`times`: ``seconds_gpu_open`` (importing wgpu, opening the
+    adapter and device), ``seconds_compile_count``, ``seconds_compile_train``,
+    ``seconds_import_arrow`` (on the thread), ``seconds_compile_wide`` (where
+    :meth:`compile_wide` compiled).
+
+    The 64-bit count variant of the training pipelines (corpora of ≥ 2^31 pairs) is compiled
+    by :meth:`compile_wide` only once the bytes counted reach its threshold
+    (:data:`~torch_gpubpe.training.gpu_trainer.WIDE_PAIRS`: a word has fewer pairs than bytes): a smaller corpus never uses it, and on a
+    machine whose driver has no cache of it, compiling it competed with the counting."""
 
     def __init__(self, count_on_gpu: bool, family: str = DEFAULT) -> None:
         self.count_on_gpu = count_on_gpu
         self.family = family
         self.ready = threading.Event()
+        self.counted = threading.Event()    # set by train() when counting has ended
         self.gpu = None
         self.times: dict[str, float] = {}
 
@@ -307,9 +325,7 @@ class _Opener:
         finally:
             self.ready.set()
         t = time.perf_counter()
-        tr = get_trainer()
-        if not tr.is_cpu and "wordlist" not in tr.too_many_buffers:
-            tr.pipelines("wordlist", wide=True)
+        tr = get_trainer()          # (the 32-bit count variant, compiled in its constructor)
         self.times["seconds_compile_train"] = time.perf_counter() - t
         if self.count_on_gpu:
             # The end of counting groups the words too long for the GPU table with
@@ -319,6 +335,19 @@ class _Opener:
             import pyarrow.compute  # noqa: F401
             self.times["seconds_import_arrow"] = time.perf_counter() - t
         return tr
+
+    def compile_wide(self, tr: GPUTrainer, info: dict) -> None:
+        """Compile the 64-bit count variant while counting goes on, once ``info``'s
+        ``corpus_bytes`` reach ``WIDE_PAIRS``; nothing if counting ends first
+        (the merge phase compiles it where a run needs it)."""
+        if "wordlist" in tr.too_many_buffers:
+            return
+        while info["corpus_bytes"] < WIDE_PAIRS:
+            if self.counted.wait(0.05):
+                return
+        t = time.perf_counter()
+        tr.pipelines("wordlist", wide=True)
+        self.times["seconds_compile_wide"] = time.perf_counter() - t
 
     def wait_gpu(self, fut):
         """The opened GPU, once the counting pipelines are compiled (the thread's error, if it

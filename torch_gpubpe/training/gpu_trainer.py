@@ -24,6 +24,10 @@ import torch_gpubpe.training.pair_table as pair_table
 from torch_gpubpe.training.pair_table import local_slots, training_shader
 from torch_gpubpe.training.progress import ProgressFn, ProgressReporter
 
+# From this total pair count on, pair counts are 64-bit (train_table.wgsl WIDE): a 32-bit count
+# keeps a margin below 2^32 for the float estimate of the total.
+WIDE_PAIRS = 2 ** 31
+
 _trainers: dict[int, GPUTrainer] = {}
 _trainers_lock = threading.Lock()
 
@@ -179,7 +183,7 @@ class GPUTrainer:
         # estimate: a margin below 2^32); the seed's pipeline always counts in 64.
         total_pairs = float(np.dot((lens - 1).astype(np.float64),
                                    np.asarray(weights, np.uint64).astype(np.float64)))
-        wide = algorithm == "seed" or total_pairs >= 2.0 ** 31
+        wide = algorithm == "seed" or total_pairs >= WIDE_PAIRS
         st.update(stream_symbols=n, distinct_initial_pairs=distinct, adapter=g.adapter_name,
                   merges_per_submit=batch, wide_counts=wide)
         st["seconds_upload_host"] = time.perf_counter() - t0   # the arrays built (numpy)
