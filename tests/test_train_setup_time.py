@@ -115,31 +115,76 @@ def test_fresh_train_of_strings_imports_neither_pandas_nor_acero():
     assert [tuple(m) for m in got["merges"]] == reference.train(docs, 300, min_frequency=1)
 
 
-def test_64_bit_count_variant_compiled_only_once_the_bytes_counted_can_need_it():
+def test_64_bit_count_variant_compiled_only_once_the_bytes_counted_can_need_it(monkeypatch):
     """The opening thread compiles the 64-bit count variant only once the bytes counted reach
-    2^31 (a word has fewer pairs than bytes): not for a smaller corpus, whose run never uses
-    it; and train() on one records no such compile."""
+    2^31 (a word has fewer pairs than bytes), and not on a CPU adapter (whose cores count);
+    train() on a smaller corpus asks for no 64-bit pipeline at all."""
     from torch_gpubpe.training import api
-    from torch_gpubpe.training.gpu_trainer import WIDE_PAIRS
+    from torch_gpubpe.training.gpu_trainer import WIDE_PAIRS, GPUTrainer
 
     class Trainer:
         too_many_buffers: dict = {}
 
-        def __init__(self):
-            self.compiled = []
+        def __init__(self, is_cpu):
+            self.is_cpu, self.compiled = is_cpu, []
 
         def pipelines(self, algorithm, wide, profile=False):
             self.compiled.append((algorithm, wide))
 
-    for counted_bytes, want in ((0, []), (WIDE_PAIRS - 1, []), (WIDE_PAIRS, [("wordlist", True)])):
-        opener, tr = api._Opener(count_on_gpu=True), Trainer()
+    for is_cpu, counted_bytes, want in ((False, 0, []), (False, WIDE_PAIRS - 1, []),
+                                        (False, WIDE_PAIRS, [("wordlist", True)]),
+                                        (True, WIDE_PAIRS, [])):
+        opener, tr = api._Opener(count_on_gpu=True), Trainer(is_cpu)
         opener.counted.set()          # counting has ended with these bytes
         opener.compile_wide(tr, {"corpus_bytes": counted_bytes})
-        assert tr.compiled == want, counted_bytes
+        assert tr.compiled == want, (is_cpu, counted_bytes)
         assert ("seconds_compile_wide" in opener.times) == bool(want)
 
+    asked = []
+    pipelines = GPUTrainer.pipelines
+
+    def recording(self, algorithm, wide, profile=False):
+        asked.append((algorithm, wide))
+        return pipelines(self, algorithm, wide, profile)
+
+    monkeypatch.setattr(GPUTrainer, "pipelines", recording)
     docs = corpus_docs("en_novels", 200_000)
     st: dict = {}
     vocab = train(docs, 400, min_frequency=1, stats=st)
+    assert ("wordlist", False) in asked and ("wordlist", True) not in asked, asked
     assert st["corpus_bytes"] < WIDE_PAIRS and "seconds_compile_wide" not in st
     assert list(vocab.merges) == reference.train(docs, 400, min_frequency=1)
+
+
+def test_trainer_pipelines_compiled_once_when_asked_from_two_threads(monkeypatch):
+    """GPUTrainer.pipelines asked for the same variant by two threads at once (train()'s
+    opening thread compiling the 64-bit variant while a run asks for it) compiles it once;
+    both get the same pipelines."""
+    import threading
+    import time
+
+    from torch_gpubpe.gpu.device import get_gpu
+    from torch_gpubpe.training import gpu_trainer, pair_table
+
+    tr = gpu_trainer.GPUTrainer(get_gpu())
+    calls = []
+    compile_pipelines = pair_table.compile_pipelines
+
+    def slow(*a, **kw):
+        calls.append(threading.current_thread().name)
+        time.sleep(0.3)     # both threads are asking while the first compiles
+        return compile_pipelines(*a, **kw)
+
+    monkeypatch.setattr(pair_table, "compile_pipelines", slow)
+    got = [None, None]
+
+    def ask(i):
+        got[i] = tr.pipelines("wordlist", wide=True)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(calls) == 1, calls
+    assert got[0] is got[1] and got[0]

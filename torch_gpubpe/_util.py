@@ -135,9 +135,11 @@ def ordered(tasks: Iterator[Callable[[], Any]], pool: ThreadPoolExecutor, ahead:
     works, also when one task fills the window."""
     pending: deque = deque()
     held = 0
+    ahead = max(1, ahead)
     tasks = iter(tasks)
     sizes = iter(sizes) if sizes is not None else None
     nxt = None  # the next task and its size, made but not yet submitted
+    end = object()
 
     def fill() -> None:
         # Submit while there is room; stop at a ready oldest result (hand it on first: the
@@ -145,8 +147,8 @@ def ordered(tasks: Iterator[Callable[[], Any]], pool: ThreadPoolExecutor, ahead:
         nonlocal held, nxt
         while len(pending) < ahead and not (pending and pending[0][0].done()):
             if nxt is None:
-                t = next(tasks, None)
-                if t is None:
+                t = next(tasks, end)
+                if t is end:
                     return
                 nxt = (t, next(sizes) if sizes is not None else 0)
             t, size = nxt

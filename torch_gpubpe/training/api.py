@@ -207,27 +207,28 @@ def train(
     pool = ThreadPoolExecutor(1, thread_name_prefix="gpubpe-init")
     fut = pool.submit(opener.run)
     # (then, on the same thread, the 64-bit variant if the corpus grows large enough for it)
-    wide = pool.submit(lambda: opener.compile_wide(fut.result(), info))
+    pool.submit(lambda: opener.compile_wide(fut.result(), info))
     try:
         return _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch,
-                                opener, fut, wide, info, min_frequency=min_frequency,
+                                opener, fut, info, min_frequency=min_frequency,
                                 special_tokens=special_tokens, progress=progress, batch=batch,
                                 profile=profile, algorithm=algorithm, count_on=count_on,
                                 max_memory=limit, prune_below=prune_below, family=family)
     finally:
         opener.counted.set()
         pool.shutdown(wait=True)
+        st.update(opener.times)   # (with seconds_compile_wide, which may end during the merges)
         budget.close()
 
 
 def _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch, opener, fut,
-                     wide, info, *, min_frequency, special_tokens, progress, batch, profile,
+                     info, *, min_frequency, special_tokens, progress, batch, profile,
                      algorithm, count_on, max_memory, prune_below, family) -> Vocab:
     """train() after its checks: count under ``budget`` (``info``: the documents and bytes
     counted so far), then merge. ``opener`` (_Opener) is opening the device on a thread
     (``fut``): it compiles the counting pipelines first and says so, then the training
-    pipelines while the GPU counts, then (``wide``) the 64-bit variant if the corpus grows
-    large enough to need it."""
+    pipelines while the GPU counts, then the 64-bit variant if the corpus grows large enough
+    to need it."""
     count_stats: dict = {}
     try:
         counts, gpu_wait = count_budgeted(
@@ -239,7 +240,8 @@ def _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch,
         opener.counted.set()
     t3 = time.perf_counter()
     trainer = fut.result()      # the training pipelines (compiled while counting)
-    wide.result()               # (its compile, if it started, ends before the merges)
+    # (the 64-bit variant is not waited for here: a compile that started late goes on during
+    # the merges, and a run that takes that variant waits for it in GPUTrainer.pipelines)
     t4 = time.perf_counter()
     if count_on == "cpu":       # (the device opened while the CPU counted: waited for here)
         gpu_wait, t3 = t4 - t3, t4
@@ -340,8 +342,8 @@ class _Opener:
         """Compile the 64-bit count variant while counting goes on, once ``info``'s
         ``corpus_bytes`` reach ``WIDE_PAIRS``; nothing if counting ends first
         (the merge phase compiles it where a run needs it)."""
-        if "wordlist" in tr.too_many_buffers:
-            return
+        if tr.is_cpu or "wordlist" in tr.too_many_buffers:
+            return  # (a CPU adapter's compiling would take the cores that count)
         while info["corpus_bytes"] < WIDE_PAIRS:
             if self.counted.wait(0.05):
                 return

@@ -54,6 +54,8 @@ class GPUTrainer:
         self.info = {a: training_shader(g, algorithm_module(a).SHADER) for a in ALGORITHMS}
         self.local_slots = local_slots(g, self.info["wordlist"])
         self._pipes: dict[tuple, dict] = {}
+        self._locks: dict[tuple, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
         self.is_cpu = "cpu" in str(g.adapter_info.get("adapter_type", "")).lower()
         # An algorithm whose entry points bind more storage buffers than the adapter allows per
         # shader stage (OpenGL's llvmpipe: 16; the word list's wl_merge binds 17) cannot run
@@ -80,12 +82,16 @@ class GPUTrainer:
         pair counts (train_table.wgsl WIDE); ``profile``: the word list's walk counters
         (train_wordlist.wgsl PROFILE)."""
         key = (algorithm, bool(wide), bool(profile))
-        if key not in self._pipes:
-            consts = {"LSLOTS": self.local_slots, "WIDE": int(wide)}
-            if profile and "PROFILE" in self.info[algorithm].overrides:
-                consts["PROFILE"] = 1
-            # (through the module: tests wrap compile_pipelines)
-            self._pipes[key] = pair_table.compile_pipelines(self.gpu, algorithm_module(algorithm).SHADER, consts)
+        with self._locks_lock:    # (one lock per variant: train()'s opening thread may be
+            lock = self._locks.setdefault(key, threading.Lock())   # compiling this one)
+        with lock:
+            if key not in self._pipes:
+                consts = {"LSLOTS": self.local_slots, "WIDE": int(wide)}
+                if profile and "PROFILE" in self.info[algorithm].overrides:
+                    consts["PROFILE"] = 1
+                # (through the module: tests wrap compile_pipelines)
+                self._pipes[key] = pair_table.compile_pipelines(
+                    self.gpu, algorithm_module(algorithm).SHADER, consts)
         return self._pipes[key]
 
     # -- one training run ---------------------------------------------------------------------
