@@ -230,14 +230,11 @@ def _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch,
     pipelines while the GPU counts, then the 64-bit variant if the corpus grows large enough
     to need it."""
     count_stats: dict = {}
-    try:
-        counts, gpu_wait = count_budgeted(
-            documents, budget, count_on=count_on, info=info, stats=st,
-            count_stats=count_stats, gpu_batch=gpu_batch, prefetch=prefetch,
-            open_gpu=lambda: opener.wait_gpu(fut), gpu_ready=opener.ready.is_set, t0=t0,
-            family=family)
-    finally:
-        opener.counted.set()
+    counts, gpu_wait = count_budgeted(
+        documents, budget, count_on=count_on, info=info, stats=st, count_stats=count_stats,
+        gpu_batch=gpu_batch, prefetch=prefetch, open_gpu=lambda: opener.wait_gpu(fut),
+        gpu_ready=opener.ready.is_set, t0=t0, family=family)
+    opener.counted.set()        # (and in train()'s finally, when counting raised)
     t3 = time.perf_counter()
     trainer = fut.result()      # the training pipelines (compiled while counting)
     # (the 64-bit variant is not waited for here: a compile that started late goes on during
@@ -301,8 +298,9 @@ class _Opener:
 
     The 64-bit count variant of the training pipelines (corpora of ≥ 2^31 pairs) is compiled
     by :meth:`compile_wide` only once the bytes counted reach its threshold
-    (:data:`~torch_gpubpe.training.gpu_trainer.WIDE_PAIRS`: a word has fewer pairs than bytes): a smaller corpus never uses it, and on a
-    machine whose driver has no cache of it, compiling it competed with the counting."""
+    (:data:`~torch_gpubpe.training.gpu_trainer.WIDE_PAIRS`: a word has fewer pairs than
+    bytes): a smaller corpus never uses it, and on a machine whose driver has no cache of it,
+    compiling it competed with the counting."""
 
     def __init__(self, count_on_gpu: bool, family: str = DEFAULT) -> None:
         self.count_on_gpu = count_on_gpu
