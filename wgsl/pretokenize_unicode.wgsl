@@ -52,7 +52,6 @@
 struct Params {
     n: u32,           // bytes in the buffer
     num_blocks: u32,  // ceil(n / (WG * 32))
-    pattern: u32,     // PAT_* (the order of torch_gpubpe.core.patterns.FAMILIES)
     c0: u32,          // the automata read bytes [c0, c1) only (a slice's core; halo outside)
     c1: u32,
     f_in: u32,        // F state before byte c0 (unless c0 starts a document)
@@ -70,6 +69,9 @@ struct Params {
 @group(0) @binding(7) var<uniform> params: Params;
 
 override WG: u32 = 256u;
+// The pattern family, PAT_* (the order of torch_gpubpe.core.patterns.FAMILIES): a constant of
+// the pipeline, so that the driver compiles only that family's rules.
+override PATTERN: u32;
 
 const CHUNK: u32 = 32u;            // bytes per thread = bits of one mask word
 const STAGE1_LEN: u32 = 4352u;     // 0x110000 >> 8
@@ -113,15 +115,15 @@ const FOLD_CJK: u32 = 2u;
 const FOLD_DL: u32 = 4u;
 const SETS_LIMIT: u32 = 0x1E960u;  // torch_gpubpe.core.patterns.SETS_LIMIT
 fn gpt2_like() -> bool {
-    return params.pattern == PAT_GPT2 || params.pattern == PAT_STARCODER;
+    return PATTERN == PAT_GPT2 || PATTERN == PAT_STARCODER;
 }
 // \p{N}{1,3} (nanochat: {1,2}): digit runs split in groups from the left (else one digit
 // per match)
 fn digits_by_three() -> bool {
-    return params.pattern == PAT_CL100K || params.pattern == PAT_LLAMA3
-        || params.pattern == PAT_NANOCHAT;
+    return PATTERN == PAT_CL100K || PATTERN == PAT_LLAMA3
+        || PATTERN == PAT_NANOCHAT;
 }
-fn digit_group() -> u32 { return select(3u, 2u, params.pattern == PAT_NANOCHAT); }
+fn digit_group() -> u32 { return select(3u, 2u, PATTERN == PAT_NANOCHAT); }
 
 // Byte code: bits 0-2 class K_*, bits 3-6 fold (1 + index in "sdmtlvre" of the contraction
 // letter it matches under (?i); FOLD_APOS for U+0027), bit 7 the code point is that letter in
@@ -249,9 +251,9 @@ fn cp_class(cp: u32) -> u32 {
 
 // Byte code of a code point (see the K_* constants).
 fn cp_code(cp: u32) -> u32 {
-    if (params.pattern == PAT_METASPACE) { return select(K_O, META_CODE, cp == 0x2581u); }
+    if (PATTERN == PAT_METASPACE) { return select(K_O, META_CODE, cp == 0x2581u); }
     let t = cp_class(cp);
-    if (params.pattern == PAT_O200K) { return o_code(cp, t); }
+    if (PATTERN == PAT_O200K) { return o_code(cp, t); }
     var k = K_O;
     switch (t & 3u) {
         case 0u: { k = K_L; }
@@ -263,11 +265,11 @@ fn cp_code(cp: u32) -> u32 {
         }
         default: {
             k = K_O;
-            if (params.pattern == PAT_QWEN35 && (t & 12u) != 0u) { k = K_L; }  // \p{M}
+            if (PATTERN == PAT_QWEN35 && (t & 12u) != 0u) { k = K_L; }  // \p{M}
         }
     }
     var fold = t >> 4u;
-    if (params.pattern == PAT_DSLLM) {
+    if (PATTERN == PAT_DSLLM) {
         fold = 0u;
         if (cp < SETS_LIMIT) {
             let w = params.sets_at + (cp >> 5u);
@@ -280,7 +282,7 @@ fn cp_code(cp: u32) -> u32 {
         }
         return k | (fold << 3u);
     }
-    if (params.pattern == PAT_DSCODER) {
+    if (PATTERN == PAT_DSCODER) {
         fold = select(0u, FOLD_P, fold == 15u);
         if ((cp >= 0x800u && cp <= 0x9FA5u) || (cp >= 0xAC00u && cp <= 0xD7FFu)) {
             fold |= FOLD_CJK;
@@ -543,27 +545,27 @@ fn or_compose(a: u32, b: u32) -> u32 {
 }
 
 // The automata of the pattern: o200k's or the others'.
-fn fx_id() -> u32 { return select(F_ID, OF_ID, params.pattern == PAT_O200K); }
+fn fx_id() -> u32 { return select(F_ID, OF_ID, PATTERN == PAT_O200K); }
 fn bx_id() -> u32 {
-    if (params.pattern == PAT_DSLLM) { return DLB_ID; }
-    return select(B_ID, OR_ID, params.pattern == PAT_O200K);
+    if (PATTERN == PAT_DSLLM) { return DLB_ID; }
+    return select(B_ID, OR_ID, PATTERN == PAT_O200K);
 }
 fn fx_get(f: u32, s: u32) -> u32 {
-    if (params.pattern == PAT_O200K) { return of_get(f, s); }
+    if (PATTERN == PAT_O200K) { return of_get(f, s); }
     return f_get(f, s);
 }
 fn bx_get(f: u32, s: u32) -> u32 {
-    if (params.pattern == PAT_O200K) { return or_get(f, s); }
-    if (params.pattern == PAT_DSLLM) { return dlb_get(f, s); }
+    if (PATTERN == PAT_O200K) { return or_get(f, s); }
+    if (PATTERN == PAT_DSLLM) { return dlb_get(f, s); }
     return b_get(f, s);
 }
 fn fx_compose(a: u32, b: u32) -> u32 {
-    if (params.pattern == PAT_O200K) { return of_compose(a, b); }
+    if (PATTERN == PAT_O200K) { return of_compose(a, b); }
     return f_compose(a, b);
 }
 fn bx_compose(a: u32, b: u32) -> u32 {
-    if (params.pattern == PAT_O200K) { return or_compose(a, b); }
-    if (params.pattern == PAT_DSLLM) { return dlb_compose(a, b); }
+    if (PATTERN == PAT_O200K) { return or_compose(a, b); }
+    if (PATTERN == PAT_DSLLM) { return dlb_compose(a, b); }
     return b_compose(a, b);
 }
 
@@ -580,8 +582,8 @@ fn text_next(j: u32) -> u32 { return j + max(seq_len(j), 1u); }
 // `tiled`, in the workgroup's tile; without `tiled`, the chunk's F and B functions.
 fn chunk_codes(lo: u32, hi: u32, tiled: bool) -> vec2<u32> {
     let n = params.n;
-    let o200k = params.pattern == PAT_O200K;
-    let dsllm = params.pattern == PAT_DSLLM;
+    let o200k = PATTERN == PAT_O200K;
+    let dsllm = PATTERN == PAT_DSLLM;
     var fa = fx_id();
     var ba = bx_id();
     // valid-sequence lengths of the 3 bytes before the current one (same document)
@@ -935,7 +937,7 @@ fn dl_starts(i: u32, b: u32, a: u32, hi: u32, b_hi: u32) -> bool {
 // b_hi = B state at hi.
 fn starts_word(i: u32, c: u32, fs: u32, hi: u32, b_hi: u32, h: Hist) -> bool {
     if (h.c1 == K_NONE) { return true; }
-    let pat = params.pattern;
+    let pat = PATTERN;
     if (pat == PAT_DSCODER) { return ds_starts(i, c, h.c1); }
     if (pat == PAT_DSLLM) { return dl_starts(i, c, h.c1, hi, b_hi); }
     if (pat == PAT_WHOLE) { return false; }
@@ -1069,7 +1071,7 @@ fn pt_mark(@builtin(workgroup_id) wid: vec3<u32>,
     let fs = fx_get(thr[2u * t], blk[4u * block + 2u]);
     let b_end = bx_get(thr[2u * t + 1u], blk[4u * block + 3u]);
     let hi = min(chunk_end, max(params.c1, lo));
-    if (params.pattern == PAT_O200K) {
+    if (PATTERN == PAT_O200K) {
         mask[t] = o_mark(lo, chunk_end, hi, fs, b_end);
         return;
     }

@@ -173,7 +173,8 @@ def passes(family: str) -> tuple[str, ...]:
 def pipeline_specs(family: str) -> list[tuple[str, str, dict]]:
     """``(shader, entry point, constants)`` of the pipelines that split ``family`` (for
     :meth:`~torch_gpubpe.gpu.device.GPU.compile_pipelines`)."""
-    return [(_SHADER, e, {"WG": WG}) for e in passes(family)]
+    fam = resolve(family)
+    return [(_SHADER, e, {"WG": WG, "PATTERN": FAMILIES.index(fam)}) for e in passes(fam)]
 
 
 class UnicodePreTokenizer:
@@ -197,7 +198,6 @@ class UnicodePreTokenizer:
         from torch_gpubpe.gpu.device import get_gpu
 
         self.family = fam
-        self.family_id = FAMILIES.index(fam)
         self.gpu = g = gpu or get_gpu()
         self.PASSES = passes(fam)
         self.pipes = dict(zip(self.PASSES, g.compile_pipelines(pipeline_specs(fam))))
@@ -244,7 +244,7 @@ class UnicodePreTokenizer:
         nb = -(-n // BLOCK)
         c1 = n if c1 is None else c1
         g.device.queue.write_buffer(sc.params, 0, np.array(
-            [n, nb, self.family_id, c0, c1, f_in, b_in, sets_at()], np.uint32))
+            [n, nb, c0, c1, f_in, b_in, sets_at()], np.uint32))
         grids = {"pt_classify": g.grid(nb), "pt_scan_blocks": (1, 1), "pt_mark": g.grid(nb),
                  "pt_local": g.grid(nb)}
         for k, e in enumerate(self.PASSES):
