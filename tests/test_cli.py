@@ -148,6 +148,29 @@ def test_train_heldout_compression_and_sampling(tmp_path, capsys, tr_docs):
     assert "nothing (pass --out DIR to save)" in stdout
 
 
+def test_train_says_both_errors_when_encode_and_export_fail(tmp_path, capsys, tr_docs,
+                                                          monkeypatch):
+    """The files are written on a thread while the held-out documents are encoded: when both
+    fail, the command fails with the encoder's error and says the export's, not losing it."""
+    import torch_gpubpe.cli.train as train_cmd
+    import torch_gpubpe.core.export as export
+
+    def no_encoder(vocab, texts):
+        raise InputError("the held-out encode broke")
+
+    def no_files(vocab, out):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(train_cmd, "_count_tokens", no_encoder)
+    monkeypatch.setattr(export, "export_all", no_files)
+    data = _write_jsonl_gz(tmp_path / "tr.jsonl.gz", tr_docs[:8])
+    code, _, err = _run(capsys, "train", "--data-files", str(data), "--vocab-size", "300",
+                        "--out", str(tmp_path / "out"), "--no-progress")
+    assert code == 2
+    assert "writing the files failed too: [Errno 28] No space left on device" in err
+    assert err.rstrip().endswith("error: the held-out encode broke")
+
+
 @pytest.mark.gpu
 def test_train_max_bytes_and_text_files(tmp_path, capsys):
     """Plain-text input (one document per line, line breaks kept) and --max-bytes (the last

@@ -255,7 +255,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     with ThreadPoolExecutor(1, thread_name_prefix="torch_gpubpe export") as pool:
         exported = pool.submit(export) if out is not None else None
         t3 = time.perf_counter()
-        held_tokens = _count_tokens(vocab, held) if held else 0
+        try:
+            held_tokens = _count_tokens(vocab, held) if held else 0
+        except BaseException:
+            # Raised below; the export's own failure is said first, not lost with it.
+            if exported is not None and (err := exported.exception()) is not None:
+                print(f"{PROG}: error: writing the files failed too: "
+                      f"{cli_names(' '.join(str(err).split()) or type(err).__name__)}",
+                      file=sys.stderr)
+            raise
         t_eval = time.perf_counter() - t3
         written, t_export = exported.result() if exported is not None else ({}, 0.0)
 
