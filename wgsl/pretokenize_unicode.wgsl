@@ -69,8 +69,9 @@ struct Params {
 @group(0) @binding(7) var<uniform> params: Params;
 
 override WG: u32 = 256u;
-// The pattern family, PAT_* (the order of torch_gpubpe.core.patterns.FAMILIES): a constant of
-// the pipeline, so that the driver compiles only that family's rules.
+// The pattern family, one of the PAT_* below (torch_gpubpe.encoding.regex_pretok.PAT_CONSTS
+// names the family of each): a constant of the pipeline, so that the driver compiles only that
+// family's rules.
 override PATTERN: u32;
 
 const CHUNK: u32 = 32u;            // bytes per thread = bits of one mask word

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from torch_gpubpe.core.vocab import Vocab, load_vocab_file, vocab_file
 from torch_gpubpe.encoding.stream import ENCODE_READ_NICE
-from torch_gpubpe.errors import InputError
+from torch_gpubpe.errors import GPUBPEError, InputError, NoAdapterError
 
 if TYPE_CHECKING:  # at run time imported where used: pyarrow takes ~0.3 s to import
     from torch_gpubpe.io.readers import TextSource
@@ -145,6 +145,19 @@ def cli_names(message: str) -> str:
     message = _OPT_THEN_KW.sub(lambda m: m["opt"], message)
     message = _KW_OR_OPT.sub(lambda m: m["opt"], message)
     return _KW_VALUE.sub(lambda m: CLI_OPTIONS[m["name"]] + _plain(m["val"]), message)
+
+
+def error_text(e: BaseException) -> str:
+    """The command line's text of an error: its message with the option names
+    (:func:`cli_names`); on one line, but for a missing adapter (what is missing, what to run);
+    the type's name before it unless it is one of this package's errors."""
+    if isinstance(e, NoAdapterError):
+        msg = str(e).strip()
+    else:
+        msg = " ".join(str(e).split()) or type(e).__name__
+    if not isinstance(e, GPUBPEError):
+        msg = f"{type(e).__name__}: {msg}"
+    return cli_names(msg)
 
 
 def add_debug(p: argparse.ArgumentParser) -> None:

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 
 from torch_gpubpe import __version__
 from torch_gpubpe.cli import counts, doctor, encode, train
-from torch_gpubpe.cli.common import (DEFAULT_BATCH_BYTES, PROG, add_debug, cli_names,
+from torch_gpubpe.cli.common import (DEFAULT_BATCH_BYTES, PROG, add_debug, cli_names, error_text,
                                      implied_pre_tokenizer, load_vocab_arg, parse_size,
                                      prepare_out_dir, seconds_since_process_start,
                                      source_from_args)
@@ -53,7 +53,7 @@ from torch_gpubpe.cli.train import (DEFAULT_HOLDOUT_EVERY, DEFAULT_HOLDOUT_MAX_B
                                     DEFAULT_SPECIAL_TOKENS, DEFAULT_VOCAB_SIZE, CorpusReader,
                                     cmd_train)
 from torch_gpubpe.encoding.stream import ENCODE_READ_NICE
-from torch_gpubpe.errors import GPUBPEError, NoAdapterError
+from torch_gpubpe.errors import GPUBPEError
 from torch_gpubpe.notices import GPUBPEWarning
 
 # (the readers — pyarrow, ~0.3 s to import — are imported once the GPU has begun to open)
@@ -137,13 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (GPUBPEError, OSError, ValueError) as e:
         if args.debug:
             raise
-        if isinstance(e, NoAdapterError):  # a few lines: what is missing, what to run
-            msg = str(e).strip()
-        else:
-            msg = " ".join(str(e).split()) or type(e).__name__
-        if not isinstance(e, GPUBPEError):
-            msg = f"{type(e).__name__}: {msg}"
-        print(f"{PROG}: error: {cli_names(msg)}", file=sys.stderr)
+        print(f"{PROG}: error: {error_text(e)}", file=sys.stderr)
         return 2
 
 

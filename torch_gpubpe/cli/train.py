@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from torch_gpubpe.cli.common import (DEFAULT_BATCH_BYTES, PROG, adapter_name, add_debug,
-                                     add_source_args, cli_names, parse_size, peak_rss_bytes,
-                                     positive_int, prepare_out_dir, progress, source_from_args)
+                                     add_source_args, cli_names, error_text, parse_size,
+                                     peak_rss_bytes, positive_int, prepare_out_dir, progress,
+                                     source_from_args)
 from torch_gpubpe.cli.counts import cmd_train_counts
 from torch_gpubpe.cli.summary import print_train_summary, vocab_summary
 from torch_gpubpe.core.vocab import MAX_VOCAB_SIZE, Vocab
@@ -260,8 +261,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         except BaseException:
             # Raised below; the export's own failure is said first, not lost with it.
             if exported is not None and (err := exported.exception()) is not None:
-                print(f"{PROG}: error: writing the files failed too: "
-                      f"{cli_names(' '.join(str(err).split()) or type(err).__name__)}",
+                print(f"{PROG}: error: writing the files failed too: {error_text(err)}",
                       file=sys.stderr)
             raise
         t_eval = time.perf_counter() - t3

@@ -125,7 +125,7 @@ FAMILIES = ("gpt2", "cl100k", "qwen2", "o200k", "llama3", "qwen35", "starcoder",
 DEFAULT = "bytes-classes"
 """DESIGN.md §2's byte-class rule (this project's vocabularies)."""
 
-# Family id on the GPU (wgsl/pretokenize_unicode.wgsl PAT_*): the order of FAMILIES.
+# Names and spellings users give, to their family.
 _NAMES = {
     "gpt2": "gpt2", "r50k_base": "gpt2", "p50k_base": "gpt2", "p50k_edit": "gpt2",
     "cl100k": "cl100k", "cl100k_base": "cl100k",

@@ -82,6 +82,17 @@ if _C["STAGE1_LEN"] * 256 != 0x110000:
     raise ImportError("wgsl/pretokenize_unicode.wgsl STAGE1_LEN does not cover 0x110000 code points")
 if _C["SETS_LIMIT"] != SETS_LIMIT:
     raise ImportError("wgsl/pretokenize_unicode.wgsl SETS_LIMIT is not torch_gpubpe.core.patterns'")
+PAT_CONSTS = {"gpt2": "PAT_GPT2", "cl100k": "PAT_CL100K", "qwen2": "PAT_QWEN2",
+              "o200k": "PAT_O200K", "llama3": "PAT_LLAMA3", "qwen35": "PAT_QWEN35",
+              "starcoder": "PAT_STARCODER", "deepseek-coder": "PAT_DSCODER", "whole": "PAT_WHOLE",
+              "deepseek-llm": "PAT_DSLLM", "nanochat": "PAT_NANOCHAT",
+              "metaspace-words": "PAT_METASPACE"}
+"""Each family's constant in wgsl/pretokenize_unicode.wgsl: its value is the pipeline's
+``PATTERN`` override."""
+if set(PAT_CONSTS) != set(FAMILIES) or \
+        len({_C[c] for c in PAT_CONSTS.values()}) != len(PAT_CONSTS):
+    raise ImportError("wgsl/pretokenize_unicode.wgsl's PAT_* do not name each family of "
+                      "torch_gpubpe.core.patterns.FAMILIES once")
 
 
 def _ascii_kinds() -> np.ndarray:
@@ -174,7 +185,7 @@ def pipeline_specs(family: str) -> list[tuple[str, str, dict]]:
     """``(shader, entry point, constants)`` of the pipelines that split ``family`` (for
     :meth:`~torch_gpubpe.gpu.device.GPU.compile_pipelines`)."""
     fam = resolve(family)
-    return [(_SHADER, e, {"WG": WG, "PATTERN": FAMILIES.index(fam)}) for e in passes(fam)]
+    return [(_SHADER, e, {"WG": WG, "PATTERN": _C[PAT_CONSTS[fam]]}) for e in passes(fam)]
 
 
 class UnicodePreTokenizer:
