@@ -20,6 +20,7 @@ from torch_gpubpe import Vocab
 from torch_gpubpe.core import reference
 from torch_gpubpe.core.export import (
     MAX_INPUT_CHARS_PER_WORD,
+    byte_level_strings,
     bytes_to_unicode,
     export_all,
     hf_tokenizer_json,
@@ -158,6 +159,15 @@ def test_byte_level_alphabet_is_gpt2():
     from tokenizers.pre_tokenizers import ByteLevel
 
     assert set(table.values()) == set(ByteLevel.alphabet())
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(max_size=12), max_size=40))
+def test_byte_level_strings_spell_each_byte_in_the_alphabet(tokens):
+    """Each token's string (all translated at once) is its bytes, one alphabet character
+    each, in order: the spelling a per-byte lookup gives."""
+    table = bytes_to_unicode()
+    assert byte_level_strings(tokens) == ["".join(table[b] for b in t) for t in tokens]
 
 
 def test_save_and_load_from_file(tmp_path, mixed):
