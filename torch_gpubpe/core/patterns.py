@@ -356,12 +356,14 @@ def table() -> tuple[np.ndarray, np.ndarray, dict]:
         return z["stage1"], z["stage2"], json.loads(str(z["meta"]))
 
 
-def table_words() -> np.ndarray:
+def table_words(with_sets: bool = True) -> np.ndarray:
     """The table as the GPU reads it: stage1 as u32, then stage2's bytes packed 4 per u32, then
-    :func:`set_words` (at :func:`sets_at`)."""
+    :func:`set_words` (at :func:`sets_at`). ``with_sets=False``: zeros in their place, for the
+    families whose shader never reads them (all but DeepSeek LLM): building the sets runs
+    ``regex`` over every code point, a tenth of a second on a fresh process's critical path."""
     stage1, stage2, _ = table()
-    return np.concatenate([stage1.astype(np.uint32), stage2.reshape(-1).view(np.uint32),
-                           set_words()])
+    sets = set_words() if with_sets else np.zeros(2 * SETS_LIMIT // 32, np.uint32)
+    return np.concatenate([stage1.astype(np.uint32), stage2.reshape(-1).view(np.uint32), sets])
 
 
 def sets_at() -> int:

@@ -213,7 +213,7 @@ class UnicodePreTokenizer:
         self.PASSES = passes(fam)
         self.pipes = dict(zip(self.PASSES, g.compile_pipelines(pipeline_specs(fam))))
         U = g.wgpu.BufferUsage
-        tw = table_words()
+        tw = table_words(with_sets=fam == "deepseek-llm")   # (only its shader reads them)
         self.table = g.buffer(tw.nbytes, U.STORAGE | U.COPY_DST, "pretok_unicode.table")
         g.device.queue.write_buffer(self.table, 0, tw)
         limit = (g.binding_bytes(1) - 2 * BLOCK) // BLOCK * BLOCK  # positions < 2^31
