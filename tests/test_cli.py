@@ -156,7 +156,7 @@ def test_train_says_both_errors_when_encode_and_export_fail(tmp_path, capsys, tr
     import torch_gpubpe.cli.train as train_cmd
     import torch_gpubpe.core.export as export
 
-    def no_encoder(vocab, texts):
+    def no_encoder(encoder, texts):
         raise InputError("the held-out encode broke")
 
     def no_files(vocab, out):
@@ -170,6 +170,27 @@ def test_train_says_both_errors_when_encode_and_export_fail(tmp_path, capsys, tr
     assert code == 2
     assert "writing the files failed too: OSError: [Errno 28] No space left on device" in err
     assert err.rstrip().endswith("error: the held-out encode broke")
+
+
+@pytest.mark.gpu
+def test_train_writes_the_files_when_the_heldout_encoder_cannot_open(tmp_path, capsys, tr_docs,
+                                                                    monkeypatch):
+    """The held-out encoder is made before the export starts: when making it fails, the files
+    are still written (the trained vocab is not lost) and the command fails with its error."""
+    import torch_gpubpe.cli.train as train_cmd
+
+    def no_encoder(vocab):
+        raise InputError("no encoder for the held-out documents")
+
+    monkeypatch.setattr(train_cmd, "_heldout_encoder", no_encoder)
+    data = _write_jsonl_gz(tmp_path / "tr.jsonl.gz", tr_docs[:8])
+    code, _, err = _run(capsys, "train", "--data-files", str(data), "--vocab-size", "300",
+                        "--out", str(tmp_path / "out"), "--no-progress")
+    assert code == 2
+    assert err.rstrip().endswith("error: no encoder for the held-out documents")
+    assert "failed too" not in err
+    assert (tmp_path / "out" / "tokenizer.json").is_file()
+    assert Vocab.load(tmp_path / "out").merges
 
 
 @pytest.mark.gpu

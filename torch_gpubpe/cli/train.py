@@ -251,15 +251,21 @@ def cmd_train(args: argparse.Namespace) -> int:
         t = time.perf_counter()
         return export_all(vocab, out), time.perf_counter() - t
 
-    # The files are written while the held-out documents are encoded (the encoder's set-up
-    # waits on the driver, without the GIL).
+    # The files are written while the held-out documents are encoded (the encoder's session
+    # waits on the driver and the GPU, without the GIL); the encoder's trie, all Python and
+    # numpy, is built first, not competing with the export for the GIL.
     with ThreadPoolExecutor(1, thread_name_prefix="torch_gpubpe export") as pool:
-        exported = pool.submit(export) if out is not None else None
+        exported = None
         t3 = time.perf_counter()
         try:
-            held_tokens = _count_tokens(vocab, held) if held else 0
+            encoder = _heldout_encoder(vocab) if held else None
+            exported = pool.submit(export) if out is not None else None
+            held_tokens = _count_tokens(encoder, held) if held else 0
         except BaseException:
-            # Raised below; the export's own failure is said first, not lost with it.
+            # Raised below, once the files are written; the export's own failure is said
+            # first, not lost with it.
+            if exported is None and out is not None:
+                exported = pool.submit(export)
             if exported is not None and (err := exported.exception()) is not None:
                 print(f"{PROG}: error: writing the files failed too: {error_text(err)}",
                       file=sys.stderr)
@@ -299,9 +305,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 
-def _count_tokens(vocab: Vocab, texts: list[str]) -> int:
-    """Tokens of ``texts`` with the GPU encoder (DESIGN.md §4)."""
+def _heldout_encoder(vocab: Vocab):
+    """The GPU encoder of the held-out documents (DESIGN.md §4), its trie built."""
     from torch_gpubpe.encoding.tokenizer import Tokenizer
 
-    enc = Tokenizer(vocab).encode_batch(texts)
-    return int(len(enc.ids))
+    tok = Tokenizer(vocab)
+    tok.trie  # noqa: B018 - built here (property)
+    return tok
+
+
+def _count_tokens(encoder, texts: list[bytes]) -> int:
+    """Tokens of ``texts`` with ``encoder`` (:func:`_heldout_encoder`)."""
+    return int(len(encoder.encode_batch(texts).ids))
