@@ -149,6 +149,24 @@ def test_train_heldout_compression_and_sampling(tmp_path, capsys, tr_docs):
 
 
 @pytest.mark.gpu
+def test_train_compression_on_the_first_documents_without_holdout(tmp_path, capsys, tr_docs):
+    """Without --holdout-every the vocab is trained on every document and the compression is
+    measured on the first ones, up to --holdout-max-bytes (whole documents)."""
+    data = _write_jsonl_gz(tmp_path / "tr.jsonl.gz", tr_docs)
+    sizes = [len(d.encode()) for d in tr_docs]
+    cap = sum(sizes[:5]) + sizes[5] // 2       # five documents fit, the sixth does not
+    code, _, err = _run(capsys, "train", "--data-files", str(data), "--vocab-size", "300",
+                        "--holdout-max-bytes", str(cap), "--special-tokens",
+                        "--summary-json", str(tmp_path / "s.json"), "--no-progress")
+    assert code == 0, err
+    s = json.loads((tmp_path / "s.json").read_text())
+    merges = reference.train(tr_docs, 300)
+    assert s["num_merges"] == len(merges) and s["heldout_is_training"]
+    assert s["heldout_documents"] == 5 and s["heldout_bytes"] == sum(sizes[:5])
+    assert s["heldout_tokens"] == sum(len(reference.encode(d, merges)) for d in tr_docs[:5])
+
+
+@pytest.mark.gpu
 def test_train_says_both_errors_when_encode_and_export_fail(tmp_path, capsys, tr_docs,
                                                           monkeypatch):
     """The files are written on a thread while the held-out documents are encoded: when both
@@ -156,7 +174,7 @@ def test_train_says_both_errors_when_encode_and_export_fail(tmp_path, capsys, tr
     import torch_gpubpe.cli.train as train_cmd
     import torch_gpubpe.core.export as export
 
-    def no_encoder(encoder, texts):
+    def no_encoder(encoder, data, offsets):
         raise InputError("the held-out encode broke")
 
     def no_files(vocab, out):

@@ -114,3 +114,35 @@ def test_dataset_keeps_the_pre_tokenizer_in_workers(family):
         assert got == [greedy_reference(d, family, vocab()) for d in docs]
     with pytest.raises(ValueError, match="splits with"):
         TokenizedDataset(docs, Tokenizer(vocab(), pre_tokenizer="gpt2"), pre_tokenizer="qwen2")
+
+
+@pytest.mark.parametrize("family", ["bytes-classes", "cl100k"])
+def test_precompile_makes_the_modules_a_greedy_session_opens_with(family, monkeypatch):
+    """precompile(split) creates every shader module a greedy session of that split then asks
+    for (on a device of its own, whose caches start empty), and the session encodes as the
+    oracle does."""
+    import torch_gpubpe.encoding.session as session
+    from torch_gpubpe.gpu.device import GPU
+
+    g = GPU()
+    asked: list[tuple] = []
+    make = g.module
+
+    def module(name, source=None):
+        asked.append((name, source))
+        return make(name, source)
+
+    monkeypatch.setattr(g, "module", module)
+    monkeypatch.setattr(session, "get_gpu", lambda: g)
+    session.precompile(family, gpu=g)
+    made = set(asked)
+    asked.clear()
+    v = vocab()
+    tok = Tokenizer(v, pre_tokenizer=family)
+    docs = corpus_docs("multi_udhr", max_bytes=20_000)
+    got = tok.encode_batch(docs)
+    encode_modules = {k for k in asked if k[0] == "encode"}
+    assert encode_modules and encode_modules <= made
+    want = [greedy_reference(d, family, v) if family != "bytes-classes"
+            else reference.encode(d, v.merges) for d in docs]
+    assert got.tolist() == want

@@ -9,12 +9,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from torch_gpubpe.cli.common import (DEFAULT_BATCH_BYTES, PROG, adapter_name, add_debug,
                                      add_source_args, cli_names, error_text, parse_size,
@@ -103,15 +106,18 @@ class CorpusReader:
     (until ``holdout_max_bytes``).
 
     Read it once (the trainer does, DESIGN.md §3); afterwards ``train_bytes``, ``train_docs``,
-    ``heldout`` (list of bytes) and ``heldout_bytes`` describe what was read and ``seconds`` is
-    the wall time spent reading (reading + the trainer's word counting).
+    ``heldout_bytes`` and the held-out documents (:meth:`heldout_packed`, or :attr:`heldout` as
+    a list of bytes) describe what was read and ``seconds`` is the wall time spent reading
+    (reading + the trainer's word counting).
     """
 
     def __init__(self, args: argparse.Namespace, source: TextSource) -> None:
         self.args, self.source = args, source
         self.train_bytes = self.train_docs = self.heldout_bytes = 0
-        self.heldout: list[bytes] = []
-        self.heldout_is_training = False   # (holdout off: ``heldout`` is training text)
+        # the held-out documents as packed pieces (bytes, lengths): kept packed, they are
+        # encoded as they were read, with no Python object per document
+        self._held: list[tuple[np.ndarray, np.ndarray]] = []
+        self.heldout_is_training = False   # (holdout off: the held-out slice is training text)
         self.seconds = 0.0
         self.read_stats: dict = {}
 
@@ -122,8 +128,6 @@ class CorpusReader:
         return self.read_stats
 
     def packed_batches(self, batch_bytes: int):
-        import numpy as np
-
         from torch_gpubpe.io.readers import documents, prefetch
 
         a = self.args
@@ -144,8 +148,9 @@ class CorpusReader:
                     before = self.heldout_bytes + np.cumsum(cl) - cl
                     held = cand[before < cap]
                     if len(held):
-                        for j in held.tolist():
-                            self.heldout.append(data[offsets[j] : offsets[j + 1]].tobytes())
+                        self._held.append((np.concatenate(
+                            [data[offsets[j] : offsets[j + 1]] for j in held.tolist()]),
+                            lens[held]))
                         self.heldout_bytes += int(lens[held].sum())
                         keep = np.ones(len(p), bool)
                         keep[held] = False
@@ -161,14 +166,30 @@ class CorpusReader:
                     # training documents (a copy; they are trained on too)
                     lens = np.diff(offsets)
                     k = int(np.searchsorted(self.heldout_bytes + np.cumsum(lens), cap, "right"))
-                    self.heldout += [data[offsets[j] : offsets[j + 1]].tobytes()
-                                     for j in range(k)]
+                    if k:
+                        self._held.append((data[: offsets[k]].copy(), lens[:k]))
                     self.heldout_bytes += int(lens[:k].sum())
                     self.heldout_is_training = True
                 self.train_docs += len(offsets) - 1
                 self.train_bytes += int(offsets[-1])
                 yield data, offsets
         self.seconds = time.perf_counter() - t0
+
+    def heldout_packed(self) -> tuple[np.ndarray, np.ndarray]:
+        """The held-out documents as ``(data, offsets)`` (uint8 bytes, int64 offsets from 0),
+        as :meth:`torch_gpubpe.encoding.tokenizer.Tokenizer.submit_packed` takes them."""
+        data = np.concatenate([d for d, _ in self._held]) if self._held else np.zeros(0, np.uint8)
+        offsets = np.zeros(sum(len(n) for _, n in self._held) + 1, np.int64)
+        if self._held:
+            np.cumsum(np.concatenate([n for _, n in self._held]), out=offsets[1:])
+        return data, offsets
+
+    @property
+    def heldout(self) -> list[bytes]:
+        """The held-out documents, one ``bytes`` each."""
+        data, offsets = self.heldout_packed()
+        raw, o = data.tobytes(), offsets.tolist()
+        return [raw[o[j] : o[j + 1]] for j in range(len(o) - 1)]
 
     def __iter__(self):
         """Documents one by one as bytes (for callers without the packed path)."""
@@ -210,6 +231,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     def on_progress(p) -> None:
         nonlocal bar
         if bar is None:  # created at the first report, once the reading bar is closed
+            if reader.heldout_bytes:
+                _precompile_heldout_encoder(args.pre_tokenizer)
             bar = progress(args, desc="merge", unit="merge", total=p.total_merges)
         bar.update(p.merges_done - bar.n)
         bar.set_postfix_str(f"last count {p.last_count:,}", refresh=False)
@@ -243,7 +266,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         vocab = Vocab.from_merges(vocab, specials)
     if getattr(args, "mode", "greedy") != vocab.mode:
         vocab = vocab.with_mode(args.mode)
-    held, held_bytes = reader.heldout, reader.heldout_bytes
+    held, held_offsets = reader.heldout_packed()
+    held_docs, held_bytes = len(held_offsets) - 1, reader.heldout_bytes
 
     def export() -> tuple[dict[str, Path], float]:
         from torch_gpubpe.core.export import export_all
@@ -258,9 +282,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         exported = None
         t3 = time.perf_counter()
         try:
-            encoder = _heldout_encoder(vocab) if held else None
+            encoder = _heldout_encoder(vocab) if held_docs else None
             exported = pool.submit(export) if out is not None else None
-            held_tokens = _count_tokens(encoder, held) if held else 0
+            held_tokens = _count_tokens(encoder, held, held_offsets) if held_docs else 0
         except BaseException:
             # Raised below, once the files are written; the export's own failure is said
             # first, not lost with it.
@@ -284,7 +308,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         # rows whose text is None (null, a missing field): not documents, skipped (as encode's)
         "skipped_none_rows": int(reader.read_stats.get("skipped_none", 0)),
         "heldout_bytes": held_bytes,
-        "heldout_documents": len(held),
+        "heldout_documents": held_docs,
         "heldout_is_training": reader.heldout_is_training,
         **vocab_summary(args, vocab, specials, stats),
         "seconds": {
@@ -305,6 +329,22 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 
+def _precompile_heldout_encoder(pre_tokenizer: str | None) -> None:
+    """Compile the shaders the held-out encoder shares with every encoder of its split
+    (:func:`torch_gpubpe.encoding.session.precompile`) on a daemon thread, while the GPU merges
+    and the host mostly waits: a fresh process's encoder then opens its session without them on
+    the critical path. A failure here is met again, and said, when the encoder opens."""
+    from torch_gpubpe.encoding.session import precompile
+
+    def run() -> None:
+        try:
+            precompile(pre_tokenizer or "bytes-classes")
+        except Exception:  # noqa: BLE001, S110 - raised again by the encoder's own opening
+            pass
+
+    threading.Thread(target=run, name="torch_gpubpe precompile", daemon=True).start()
+
+
 def _heldout_encoder(vocab: Vocab):
     """The GPU encoder of the held-out documents (DESIGN.md §4), its trie built."""
     from torch_gpubpe.encoding.tokenizer import Tokenizer
@@ -314,6 +354,7 @@ def _heldout_encoder(vocab: Vocab):
     return tok
 
 
-def _count_tokens(encoder, texts: list[bytes]) -> int:
-    """Tokens of ``texts`` with ``encoder`` (:func:`_heldout_encoder`)."""
-    return int(len(encoder.encode_batch(texts).ids))
+def _count_tokens(encoder, data: np.ndarray, offsets: np.ndarray) -> int:
+    """Tokens of the packed documents ``data``, ``offsets`` with ``encoder``
+    (:func:`_heldout_encoder`)."""
+    return int(len(encoder.submit_packed(data, offsets).result().ids))

@@ -198,3 +198,20 @@ class Session:
         cp.set_pipeline(self.pipes[name])
         cp.set_bind_group(0, bind_group)
         cp.dispatch_workgroups(*grid)
+
+
+def precompile(pre_tokenizer: str = "bytes-classes", gpu=None) -> None:
+    """Compile what every greedy-mode session with the split ``pre_tokenizer`` shares, into the
+    GPU's caches: the shader modules of ``wgsl/encode.wgsl`` and, for a regex split, its
+    pre-tokenizer's pipelines and tables. A :class:`Session` opened afterwards finds them made;
+    its walk pipelines, whose constants depend on the vocab, are its own. For work known to
+    come before a vocab exists (the ``train`` command compiles them while it merges).
+
+    Raises:
+        NoAdapterError, GPUOperationError: as :class:`Session`.
+    """
+    g = gpu or get_gpu()
+    g.module("encode")
+    if pre_tokenizer != "bytes-classes":
+        g.module("encode", shader_source("encode", g.flags | {"WORD_MASK"}))
+        UnicodePreTokenizer(pre_tokenizer, gpu=g)
