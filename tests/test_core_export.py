@@ -182,7 +182,9 @@ def test_export_all_files(tmp_path, mixed):
     vocab, _ = mixed
     paths = export_all(vocab, tmp_path / "out")
     assert {p.name for p in paths.values()} == {
-        "vocab.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.tiktoken"}
+        "vocab.json", "tokenizer.json", "tokenizer_config.json", "tokenizer.tiktoken",
+        "tokenizer.tiktoken.json"}
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {p.name for p in paths.values()}
     assert Vocab.load(paths["vocab"]) == vocab
     cfg = json.loads(paths["hf_config"].read_text())
     assert cfg["eos_token"] == EOT and cfg["clean_up_tokenization_spaces"] is False

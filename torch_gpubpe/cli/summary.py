@@ -50,7 +50,8 @@ def format_train_summary(s: dict) -> str:
     stopped = ""
     if s["num_merges"] < s["requested_merges"]:
         stopped = f" (stopped early: no pair occurs {min_frequency}+ times)"
-    where = ("the first training documents (--holdout-every K: on held-out ones)"
+    where = ("the first training documents, up to --holdout-max-bytes (--holdout-every K "
+             "holds documents out of training instead)"
              if s.get("heldout_is_training") else "the held-out slice")
     held = (
         f"{s['heldout_bytes_per_token']:.3f} bytes/token on {where} "

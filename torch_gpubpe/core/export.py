@@ -316,7 +316,8 @@ def export_all(vocab: Vocab, out_dir: str | os.PathLike) -> dict[str, Path]:
     ``tokenizer.tiktoken.json`` (the split's ``pat_str``, the special tokens).
 
     Returns:
-        format name (``"vocab"``, ``"hf"``, ``"hf_config"``, ``"tiktoken"``) → path written.
+        format name (``"vocab"``, ``"hf"``, ``"hf_config"``, ``"tiktoken"``,
+        ``"tiktoken_sidecar"``) → path written.
     Raises:
         OSError: ``out_dir`` cannot be created or written.
     """
@@ -329,4 +330,5 @@ def export_all(vocab: Vocab, out_dir: str | os.PathLike) -> dict[str, Path]:
     paths["hf_config"].write_text(json.dumps(hf_tokenizer_config(vocab), indent=2) + "\n",
                                   encoding="utf-8")
     save_tiktoken(vocab, paths["tiktoken"])
+    paths["tiktoken_sidecar"] = Path(str(paths["tiktoken"]) + ".json")
     return paths
