@@ -123,6 +123,16 @@ def test_runtime_dir_default_silences_mesa(tmp_path):
     assert f"DIR {tmp_path} " in keep.stdout  # a valid directory is left alone
 
 
+def test_doctor_says_when_it_set_the_runtime_dir(tmp_path):
+    """doctor's environment line says the XDG_RUNTIME_DIR it shows was set by the package
+    (the user did not set it), and shows a user's own without that remark."""
+    set_here = _run(["-m", "torch_gpubpe", "doctor"], drop=("XDG_RUNTIME_DIR",))
+    assert "(set by torch_gpubpe: Mesa's drivers need one)" in set_here.stdout, set_here.stdout
+    own = _run(["-m", "torch_gpubpe", "doctor"], XDG_RUNTIME_DIR=str(tmp_path))
+    line = next(x for x in own.stdout.splitlines() if x.startswith("environment:"))
+    assert str(tmp_path) in line and "set by torch_gpubpe" not in line
+
+
 def test_adapter_rank_prefers_real_gpus_and_keeps_opengl_last():
     from torch_gpubpe.gpu.device import adapter_rank
 

@@ -134,7 +134,8 @@ def run(out: TextIO = sys.stdout, *, install_missing: bool = False) -> int:
     def say(line: str = "") -> None:
         print(line, file=out, flush=True)
 
-    gpumod.ensure_runtime_dir()
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    runtime_dir_set = gpumod.ensure_runtime_dir() != runtime_dir
     say(f"torch_gpubpe {__version__}, Python {platform.python_version()}, "
         f"{platform.system()} {platform.release()} ({platform.machine()})")
     try:
@@ -143,7 +144,10 @@ def run(out: TextIO = sys.stdout, *, install_missing: bool = False) -> int:
         say("wgpu: NOT INSTALLED — pip install 'wgpu>=0.32,<0.33'")
         return 2
     say(f"wgpu {wgpu.__version__}")
-    say("environment: " + ", ".join(f"{k}={os.environ[k]!r}" for k in _ENV if k in os.environ))
+    say("environment: " + ", ".join(
+        f"{k}={os.environ[k]!r}" + (" (set by torch_gpubpe: Mesa's drivers need one)"
+                                    if k == "XDG_RUNTIME_DIR" and runtime_dir_set else "")
+        for k in _ENV if k in os.environ))
     import ctypes.util
 
     loader = ctypes.util.find_library("vulkan")
