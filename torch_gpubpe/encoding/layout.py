@@ -15,7 +15,9 @@ DEFAULT_BUDGET = 1 << 15  # walk steps per thread per dispatch (lavapipe stops l
 MAX_CONTINUATIONS_PER_SUBMIT = 64
 DEFAULT_LONG_WORD = 2048  # a walk this many bytes past its chunk hands the word to the long path
 MAX_LONG_TILE = 16384  # bytes per long-word tile (>= the longest token; lavapipe's loop cap)
-GROUP_BYTES = 32 << 20  # a call above one slice: groups of whole documents of about this size
+# A call above two groups is cut into groups of whole documents of about this size, two in
+# flight; smaller groups made calls of 50-250 MB a third slower (docs/PERFORMANCE.md).
+GROUP_BYTES = 128 << 20
 MAX_SLICE_POSITIONS = 1 << 31  # byte positions of a slice stay far below 2^32 (u32 in WGSL)
 HOST_STEPS = ("wait_upload_map", "upload_copy", "upload_doc_starts", "record",
               "previous_readback_submit", "wait_token_count", "submit", "wait_ids", "ids_copy")
