@@ -119,7 +119,7 @@ def test_a_split_without_a_tokenizer_json_form_is_refused():
     from conftest import shared_vocab
 
     tok = Tokenizer.from_tiktoken(shared_vocab("gpt2.tiktoken"), pattern="deepseek-coder")
-    with pytest.raises(InputError, match="no tokenizer.json"):
+    with pytest.raises(InputError, match="'deepseek-coder', which the exported files cannot"):
         tok.as_hf()
 
 

@@ -157,6 +157,50 @@ def test_save_pretrained_and_from_pretrained(tmp_path, monkeypatch):
         Tokenizer.from_pretrained("no-such-org/no-such-model")
 
 
+def test_save_pretrained_keeps_a_model_tokenizers_ids(tmp_path):
+    """A model's tokenizer loaded from its tiktoken file or its tokenizer.json (neither records
+    the split in the vocab) saves files that give its ids back: here, in HF tokenizers and in
+    tiktoken; a tokenizer.json read with its own split is written as it was read."""
+    import filecmp
+    import os
+
+    import tiktoken
+    import tokenizers
+    from tiktoken.load import load_tiktoken_bpe
+
+    docs = TEXTS + corpus_docs("multi_udhr", max_bytes=8_000)
+    from_file = Tokenizer.from_tiktoken(shared_vocab("gpt2.tiktoken"), pattern="gpt2")
+    want = from_file.encode_batch(docs).tolist()
+    assert from_file.vocab.pre_tokenizer is None  # (what the files must make up for)
+    saved = tmp_path / "tiktoken"
+    from_file.save_pretrained(saved)
+    back = Tokenizer.from_pretrained(saved)
+    assert back.pre_tokenizer == "gpt2" and back.encode_batch(docs).tolist() == want
+    hf = tokenizers.Tokenizer.from_file(str(saved / "tokenizer.json"))
+    plain = [k for k, d in enumerate(docs) if EOT not in d]  # (HF matches added tokens in text)
+    got = hf.encode_batch([docs[k] for k in plain], add_special_tokens=False)
+    assert [e.ids for e in got] == [want[k] for k in plain]
+    side = json.loads((saved / "tokenizer.tiktoken.json").read_text())
+    enc = tiktoken.Encoding("saved", pat_str=side["pattern"], special_tokens={},
+                            mergeable_ranks=load_tiktoken_bpe(str(saved / "tokenizer.tiktoken")))
+    assert [enc.encode_ordinary(d) for d in docs] == want
+
+    source = gpt2_json(tmp_path, template(BOS + SEQ))
+    model = Tokenizer.from_hf(source)
+    written = model.save_pretrained(tmp_path / "hf")
+    assert {os.path.basename(p) for p in written} == {"tokenizer.json", "tokenizer_config.json"}
+    assert filecmp.cmp(source, tmp_path / "hf" / "tokenizer.json", shallow=False)
+    back = Tokenizer.from_pretrained(tmp_path / "hf")
+    assert back.encode_batch(docs).tolist() == want and back.template == model.template
+
+
+def test_save_pretrained_refuses_a_split_its_files_cannot_record(tmp_path):
+    tok = Tokenizer.from_tiktoken(shared_vocab("gpt2.tiktoken"), pattern="deepseek-llm")
+    with pytest.raises(InputError, match="'deepseek-llm', which the exported files cannot"):
+        tok.save_pretrained(tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_offsets_keep_an_added_prefix_space_as_transformers(tmp_path):
     """A ``ByteLevel`` post-processor with ``trim_offsets`` and ``add_prefix_space``: the first
     token keeps its one leading space (RoBERTa's rule), others are trimmed."""

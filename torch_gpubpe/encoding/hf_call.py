@@ -214,12 +214,66 @@ class HFCompat:
                 f"{len(self.vocab.special_tokens)})")
 
     def save_pretrained(self, save_directory) -> tuple[str, ...]:
-        """Write the vocab in every format (:func:`torch_gpubpe.core.export.export_all`:
-        ``vocab.json``, ``tokenizer.json`` + ``tokenizer_config.json``, ``tokenizer.tiktoken``
-        + sidecar) into ``save_directory``; the paths written, as ``transformers`` returns."""
-        from torch_gpubpe.core.export import export_all
+        """Write this tokenizer into ``save_directory`` so that :meth:`from_pretrained` (and
+        ``transformers.AutoTokenizer``) of it gives the same ids; the paths written, as
+        ``transformers`` returns.
 
-        return tuple(str(p) for p in export_all(self.vocab, save_directory).values())
+        A model's ``tokenizer.json`` read with its own split (:meth:`from_hf`) is written as it
+        was read (its normalizer, post-processor and added tokens kept), with a
+        ``tokenizer_config.json``, as ``transformers`` does. Any other tokenizer is exported in
+        every format (:func:`torch_gpubpe.core.export.export_all`: ``vocab.json``,
+        ``tokenizer.json`` + ``tokenizer_config.json``, ``tokenizer.tiktoken`` + sidecar) with
+        the split it encodes with recorded.
+
+        Raises:
+            InputError: a split or normalizer those formats cannot record (named; keep the
+                model's own files instead).
+        """
+        import json
+        import os
+        import shutil
+        from pathlib import Path
+
+        from torch_gpubpe.core.export import (HF_CONFIG_FILE, HF_TOKENIZER_FILE, export_all,
+                                              hf_tokenizer_config)
+
+        if self.hf_source is not None:
+            out = Path(save_directory)
+            out.mkdir(parents=True, exist_ok=True)
+            dst = out / HF_TOKENIZER_FILE
+            if not (dst.exists() and os.path.samefile(self.hf_source, dst)):
+                shutil.copyfile(self.hf_source, dst)
+            cfg = out / HF_CONFIG_FILE
+            cfg.write_text(json.dumps(hf_tokenizer_config(self.vocab), indent=2) + "\n",
+                           encoding="utf-8")
+            return str(dst), str(cfg)
+        return tuple(str(p) for p in export_all(self.saved_vocab(), save_directory).values())
+
+    def saved_vocab(self):
+        """:attr:`vocab` with the split this tokenizer encodes with recorded
+        (:attr:`~torch_gpubpe.core.vocab.Vocab.pre_tokenizer`), as its exports need it: a model's
+        vocab loaded from a tiktoken file or a ``tokenizer.json`` does not record its split.
+
+        Raises:
+            InputError: a split or normalizer the exported formats cannot record.
+        """
+        import dataclasses
+
+        from torch_gpubpe.core.vocab import TRAINED_SPLITS
+
+        vocab, split = self.vocab, self.pre_tokenizer
+        if vocab.normalizer is not None:
+            raise InputError(f"this tokenizer normalizes text ({vocab.normalizer}) before its "
+                             "split, which the exported files cannot record; load the model's "
+                             "own tokenizer.json (Tokenizer.from_hf) instead")
+        if split == (vocab.pre_tokenizer or "bytes-classes"):
+            return vocab
+        if split not in TRAINED_SPLITS:
+            raise InputError(f"this tokenizer splits with {split!r}, which the exported files "
+                             f"cannot record (they name one of {', '.join(TRAINED_SPLITS)}, or "
+                             "this project's byte classes); load the model's own tokenizer.json "
+                             "(Tokenizer.from_hf) instead")
+        return dataclasses.replace(vocab, pre_tokenizer=split)
 
     @classmethod
     def from_pretrained(cls, name_or_path, **kwargs):

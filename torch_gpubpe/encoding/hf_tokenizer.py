@@ -13,7 +13,6 @@ special-token masks, token type ids) is encoded by that backend, with the same i
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 from torch_gpubpe.errors import InputError
@@ -27,18 +26,11 @@ def backend_json(tok) -> str:
         InputError: a split no ``tokenizer.json`` expresses here (named).
     """
     from torch_gpubpe.core.export import hf_tokenizer_json
-    from torch_gpubpe.core.patterns import PATTERN_OF
 
     if tok.hf_source is not None:
         with open(tok.hf_source, encoding="utf-8") as f:
             return f.read()
-    vocab = tok.vocab
-    if tok.pre_tokenizer != (vocab.pre_tokenizer or "bytes-classes"):
-        if tok.pre_tokenizer not in PATTERN_OF:
-            raise InputError(f"as_hf(): the split {tok.pre_tokenizer!r} has no tokenizer.json "
-                             "form here; load the model's own tokenizer.json (Tokenizer.from_hf)")
-        vocab = dataclasses.replace(vocab, pre_tokenizer=tok.pre_tokenizer)
-    return hf_tokenizer_json(vocab)
+    return hf_tokenizer_json(tok.saved_vocab())
 
 
 def as_hf(tok):
