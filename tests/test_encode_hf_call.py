@@ -192,6 +192,14 @@ def test_save_pretrained_keeps_a_model_tokenizers_ids(tmp_path):
     assert filecmp.cmp(source, tmp_path / "hf" / "tokenizer.json", shallow=False)
     back = Tokenizer.from_pretrained(tmp_path / "hf")
     assert back.encode_batch(docs).tolist() == want and back.template == model.template
+    # the model's own tokenizer_config.json goes with it; saving into its own folder keeps both
+    config = '{"chat_template": "{{ messages }}", "model_max_length": 8192}'
+    (tmp_path / "tokenizer_config.json").write_text(config, encoding="utf-8")
+    Tokenizer.from_hf(source).save_pretrained(tmp_path / "hf2")
+    assert (tmp_path / "hf2" / "tokenizer_config.json").read_text(encoding="utf-8") == config
+    Tokenizer.from_hf(source).save_pretrained(tmp_path)
+    assert (tmp_path / "tokenizer_config.json").read_text(encoding="utf-8") == config
+    assert filecmp.cmp(tmp_path / "hf" / "tokenizer.json", source, shallow=False)
 
 
 def test_save_pretrained_refuses_a_split_its_files_cannot_record(tmp_path):

@@ -219,8 +219,9 @@ class HFCompat:
         ``transformers`` returns.
 
         A model's ``tokenizer.json`` read with its own split (:meth:`from_hf`) is written as it
-        was read (its normalizer, post-processor and added tokens kept), with a
-        ``tokenizer_config.json``, as ``transformers`` does. Any other tokenizer is exported in
+        was read (its normalizer, post-processor and added tokens kept), with the
+        ``tokenizer_config.json`` beside it (or one made from the vocab), as ``transformers``
+        does. Any other tokenizer is exported in
         every format (:func:`torch_gpubpe.core.export.export_all`: ``vocab.json``,
         ``tokenizer.json`` + ``tokenizer_config.json``, ``tokenizer.tiktoken`` + sidecar) with
         the split it encodes with recorded.
@@ -240,13 +241,19 @@ class HFCompat:
         if self.hf_source is not None:
             out = Path(save_directory)
             out.mkdir(parents=True, exist_ok=True)
-            dst = out / HF_TOKENIZER_FILE
-            if not (dst.exists() and os.path.samefile(self.hf_source, dst)):
-                shutil.copyfile(self.hf_source, dst)
-            cfg = out / HF_CONFIG_FILE
-            cfg.write_text(json.dumps(hf_tokenizer_config(self.vocab), indent=2) + "\n",
-                           encoding="utf-8")
-            return str(dst), str(cfg)
+            written = []
+            # the model's tokenizer_config.json (its chat template, special-token settings)
+            # goes with its tokenizer.json where there is one; else one made from the vocab
+            for name in (HF_TOKENIZER_FILE, HF_CONFIG_FILE):
+                src = Path(self.hf_source).with_name(name)
+                dst = out / name
+                if name == HF_CONFIG_FILE and not src.is_file():
+                    dst.write_text(json.dumps(hf_tokenizer_config(self.vocab), indent=2) + "\n",
+                                   encoding="utf-8")
+                elif not (dst.exists() and os.path.samefile(src, dst)):
+                    shutil.copyfile(src, dst)
+                written.append(str(dst))
+            return tuple(written)
         return tuple(str(p) for p in export_all(self.saved_vocab(), save_directory).values())
 
     def saved_vocab(self):
