@@ -50,13 +50,13 @@ def format_train_summary(s: dict) -> str:
     stopped = ""
     if s["num_merges"] < s["requested_merges"]:
         stopped = f" (stopped early: no pair occurs {min_frequency}+ times)"
-    where = ("the first training documents, up to --holdout-max-bytes (--holdout-every K "
-             "holds documents out of training instead)"
-             if s.get("heldout_is_training") else "the held-out slice")
+    where, how = (("the first training documents", "; up to --holdout-max-bytes, or "
+                   "--holdout-every K to hold documents out of training")
+                  if s.get("heldout_is_training") else ("the held-out slice", ""))
     held = (
         f"{s['heldout_bytes_per_token']:.3f} bytes/token on {where} "
         f"({s['heldout_bytes']:,} bytes in {docs(s['heldout_documents'])} → "
-        f"{s['heldout_tokens']:,} tokens)"
+        f"{s['heldout_tokens']:,} tokens{how})"
         if s["heldout_tokens"] else "n/a (no held-out documents; see --holdout-every)"
     )
     rows = [
