@@ -221,14 +221,13 @@ class HFCompat:
         A model's ``tokenizer.json`` read with its own split (:meth:`from_hf`) is written as it
         was read (its normalizer, post-processor and added tokens kept), with the
         ``tokenizer_config.json`` beside it (or one made from the vocab), as ``transformers``
-        does. Any other tokenizer is exported in
-        every format (:func:`torch_gpubpe.core.export.export_all`: ``vocab.json``,
-        ``tokenizer.json`` + ``tokenizer_config.json``, ``tokenizer.tiktoken`` + sidecar) with
-        the split it encodes with recorded.
+        does. Any other tokenizer is exported in every format
+        (:func:`torch_gpubpe.core.export.export_all`: ``vocab.json``, ``tokenizer.json`` +
+        ``tokenizer_config.json``, ``tokenizer.tiktoken`` + sidecar) with the split it encodes
+        with recorded (:meth:`saved_vocab`).
 
         Raises:
-            InputError: a split or normalizer those formats cannot record (named; keep the
-                model's own files instead).
+            InputError: a split or normalizer those formats cannot record (named).
         """
         import json
         import os
