@@ -257,6 +257,22 @@ def test_nothing_to_merge():
     assert train(["abab"], 256).merges == ()
 
 
+def test_arrow_arrays_and_tables_train_as_their_strings():
+    import pyarrow as pa
+
+    docs = corpus_docs("multi_xquad", 6_000) + [None, "", "tail"]
+    want = train([d for d in docs if d is not None], 300).merges
+    assert list(want) == ref_merges([d for d in docs if d is not None], 300)
+    chunked = pa.chunked_array([docs[:5], docs[5:]])
+    stats: dict = {}
+    assert train(chunked, 300, stats=stats).merges == want
+    assert stats["skipped_none"] == 1
+    assert train(pa.table({"text": chunked}), 300).merges == want
+    assert train(pa.array([d and d.encode() for d in docs], pa.binary()), 300).merges == want
+    with pytest.raises(InputError, match="no column 'text'"):
+        train(pa.table({"body": chunked}), 300)
+
+
 # -- determinism ---------------------------------------------------------------------------------
 def test_same_merges_for_reversed_documents_and_across_runs():
     docs = corpus_docs("multi_xquad", 12_000) + corpus_docs("tr_ud_boun", 8_000)

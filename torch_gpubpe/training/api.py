@@ -63,8 +63,9 @@ def train(
 
     Args:
         documents: iterable of ``str`` (UTF-8; lone surrogates → U+FFFD) or bytes-like items,
-            a :class:`~torch_gpubpe.io.readers.Reader`, or a Hugging Face ``Dataset`` /
-            ``IterableDataset`` (its ``"text"`` column, read as Arrow batches); consumed once,
+            a :class:`~torch_gpubpe.io.readers.Reader`, a Hugging Face ``Dataset`` /
+            ``IterableDataset`` or a ``pyarrow`` table (its ``"text"`` column), or a
+            ``pyarrow`` string / binary array (read as Arrow batches); consumed once,
             word-counted in batches (64 MiB on the GPU, 4 MiB on the CPU).
         vocab_size: total vocab size in tokens: 256 bytes + merges + special tokens;
             ``256 + len(special_tokens) ≤ vocab_size ≤ 262,144``.
@@ -170,8 +171,9 @@ def train(
     ``RuntimeWarning`` says so and ``stats["stopped_early"]`` gives the reason.
     """
     t_start = time.perf_counter()
-    if is_hf(documents, "Dataset") or is_hf(documents, "IterableDataset"):
-        from torch_gpubpe.io.readers import open_source   # (lazy: only Datasets need it)
+    if (is_hf(documents, "Dataset") or is_hf(documents, "IterableDataset")
+            or _is_arrow(documents)):
+        from torch_gpubpe.io.readers import open_source   # (lazy: only these need it)
 
         documents = open_source(documents)   # its "text" column, as Arrow batches
     if progress is True:
@@ -275,6 +277,14 @@ def _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch,
         vocab = dataclasses.replace(vocab, pre_tokenizer=family)
     st["seconds_total"] = time.perf_counter() - t0
     return vocab
+
+def _is_arrow(obj: object) -> bool:
+    """Whether ``obj`` is a ``pyarrow`` array, chunked array, table or record batch, without
+    importing pyarrow (iterating one yields Arrow scalars, not ``str``)."""
+    return type(obj).__module__.startswith("pyarrow") and type(obj).__name__ in (
+        "ChunkedArray", "Table", "RecordBatch", "StringArray", "LargeStringArray",
+        "StringViewArray", "BinaryArray", "LargeBinaryArray", "BinaryViewArray")
+
 
 def _note_skipped(documents, st: dict) -> int:
     """``st["skipped_none"]``: the rows a reader source skipped because their text is None
