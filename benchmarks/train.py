@@ -22,6 +22,9 @@ merges/s, whether the merges equal rustbpe's (token bytes in rank order), and wi
 twice in its process: the first row includes opening the device and compiling the pipelines,
 the "(warm)" row is the second training (the device already open). Counting-only rows: the GPU
 word counter (device opened first, not timed), the CPU word counter and rustbpe's own counting.
+With ``--parquet DIR``: the ``train`` CLI on the files (``gpubpe_cli``), what an API user writes
+(``pq.read_table`` + ``train`` + ``Vocab.save``, ``gpubpe_api_files``), both whole processes
+timed from outside, and gigatoken's ``train_bpe`` on the same files.
 """
 
 from __future__ import annotations
@@ -244,6 +247,41 @@ def run_gpubpe_cli(docs, vocab_size, min_frequency, profile):
             "child_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
 
+_API_SCRIPT = """
+import sys
+import pyarrow.parquet as pq
+from torch_gpubpe import train
+out, vocab_size, min_frequency, pre_tokenizer, *files = sys.argv[1:]
+texts = pq.read_table(files, columns=["text"]).column("text")
+vocab = train(texts, int(vocab_size), min_frequency=int(min_frequency),
+              pre_tokenizer=pre_tokenizer or None)
+vocab.save(out)
+"""
+
+
+def run_gpubpe_api_files(docs, vocab_size, min_frequency, profile):
+    """What a user of the API writes to train from the parquet files (``--parquet``):
+    ``pq.read_table`` + ``train`` + ``Vocab.save`` in a fresh ``python`` process, timed from
+    outside like the CLI row (interpreter start and imports included in both)."""
+    import resource
+    import tempfile
+
+    from torch_gpubpe.core.vocab import Vocab
+
+    out = os.path.join(tempfile.mkdtemp(), "vocab.json")
+    cmd = [sys.executable, "-c", _API_SCRIPT, out, str(vocab_size), str(min_frequency),
+           PRE_TOKENIZER or "", *_parquet_files()]
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if p.returncode:
+        raise RuntimeError(p.stderr[-1500:])
+    vocab = Vocab.load(out)
+    return {"wall_s": wall, "num_merges": len(vocab.merges),
+            "token_bytes": [b.hex() for b in vocab.token_bytes],
+            "child_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+
+
 def run_gigatoken(docs, vocab_size, min_frequency, profile):
     """gigatoken's trainer (``train_bpe``) on the same parquet files (``--parquet``), or on the
     JSON Lines file; its own GPT-2-style split, whatever ``--pre-tokenizer`` says."""
@@ -270,13 +308,13 @@ def write_parquet(docs: list[str], folder: Path, files: int = 16) -> None:
             pq.write_table(pa.table({"text": part}), folder / f"part-{i:03d}.parquet")
 
 
-METHODS = {"gpubpe_cli": run_gpubpe_cli, "gigatoken": run_gigatoken, "gpubpe_warmup": run_warmup, "gpubpe": run_gpubpe, "gpubpe_seed": run_gpubpe_seed, "rustbpe": run_rustbpe,
+METHODS = {"gpubpe_cli": run_gpubpe_cli, "gpubpe_api_files": run_gpubpe_api_files, "gigatoken": run_gigatoken, "gpubpe_warmup": run_warmup, "gpubpe": run_gpubpe, "gpubpe_seed": run_gpubpe_seed, "rustbpe": run_rustbpe,
            "hf_tokenizers": run_hf,
            "gpubpe_count_only": run_gpubpe_count, "gpubpe_cpu_count_only": run_cpu_count,
            "rustbpe_count_only": run_rustbpe_count}
 
 
-FILE_METHODS = ("gpubpe_cli", "gigatoken")   # read the files themselves: no documents loaded
+FILE_METHODS = ("gpubpe_cli", "gpubpe_api_files", "gigatoken")   # read the files themselves: no documents loaded
 
 
 def child(args) -> None:
@@ -442,7 +480,7 @@ def main() -> None:
                           Path(args.parquet))
     if args.jsonl:
         os.environ["GPUBPE_JSONL"] = os.path.abspath(args.jsonl)
-    methods = ["gpubpe"] + (["gpubpe_cli"] if args.parquet else []) + (
+    methods = ["gpubpe"] + (["gpubpe_cli", "gpubpe_api_files"] if args.parquet else []) + (
         [] if args.skip_seed else ["gpubpe_seed"])
     if not args.skip_gigatoken and (args.parquet or args.jsonl):
         methods.append("gigatoken")
@@ -535,6 +573,10 @@ def main() -> None:
               + " + ".join(f"{k} {sec[k]:.2f}" for k in parts if sec.get(k) is not None)
               + " + the rest (interpreter start, imports, training set-up, exit) "
               + f"{cli['wall_s'] - sum(sec.get(k) or 0 for k in parts):.2f}")
+    for m, label in (("gpubpe", "the API's train() in a fresh process"),
+                     ("gpubpe_api_files", "the API from the files, whole process")):
+        if cli.get("wall_s") and results.get(m, {}).get("wall_s"):
+            print(f"gpubpe_cli / {label}: {cli['wall_s'] / results[m]['wall_s']:.2f}x")
     for pm in ("gpubpe_profiled", "gpubpe_seed_profiled"):
         pst = results.get(pm, {}).get("stats", {})
         prof = pst.get("gpu_us_per_merge")
