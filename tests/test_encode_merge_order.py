@@ -427,6 +427,34 @@ def test_gpu_walk_backtracks_and_continues(gpt2, gpt2_tt):
     assert tok._session().continuation_dispatches > 0
 
 
+RUN_WORDS = [" " + "-" * 150 + "\n", "\t" + " " * 40 + "x", "/" * 120, " " * 117 + "|",
+             "=" * 90 + "\n\n", "#" + "-" * 130]
+
+
+@gpu
+def test_gpu_budget_of_a_gpu_adapter(monkeypatch, gpt2, gpt2_tt):
+    """On a GPU (not a CPU adapter) the walk takes GPU_BUDGET steps per dispatch by default
+    (words of runs then need no continuation round) and a quarter of an explicit
+    thread_budget; the ids are the same. Run here with the adapter marked as a GPU: these
+    walks stay under lavapipe's loop cap."""
+    from torch_gpubpe.encoding.merge_walk import GPU_BUDGET
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
+    from torch_gpubpe.gpu.device import get_gpu
+
+    docs = corpus_docs("code_cpython_headers", 30_000, max_doc_bytes=4_000) + RUN_WORDS * 3
+    want = [gpt2_tt.encode_ordinary(d) for d in docs]
+    monkeypatch.setattr(get_gpu(), "is_cpu", False)
+    default, small = Tokenizer(gpt2), Tokenizer(gpt2, thread_budget=8_000)
+    smallest = Tokenizer(gpt2, thread_budget=1)
+    assert default._session().budget == GPU_BUDGET
+    assert small._session().budget == 8_000 // 4
+    assert_same(default.encode_batch(docs).tolist(), want, "default budget")
+    assert_same(small.encode_batch(docs).tolist(), want, "small budget")
+    assert_same(smallest.encode_batch(docs).tolist(), want, "smallest budget")
+    assert default._session().continuation_dispatches == 0
+    assert smallest._session().continuation_dispatches > 0
+
+
 @gpu
 def test_gpu_large_slice_continuation(gpt2, gpt2_tt):
     """Single-character words of 50-100 KB on a budget that needs many continuation

@@ -103,8 +103,9 @@ class Tokenizer(TokenDecoding, HFCompat):
         max_slice_bytes: cap on bytes per GPU pass (default: what the storage-binding limit
             allows, 1/4 of it); a batch above it is sliced at word starts.
         thread_budget: walk steps per GPU thread per dispatch (default 32,768; raised to the
-            longest token + 2); a word that needs more continues in further dispatches with the
-            same result. For tests.
+            longest token + 2; merge-order mode counts a quarter of it, and by default 65,536
+            steps on a GPU that is not a CPU adapter); a word that needs more continues in
+            further dispatches with the same result. For tests.
         long_word_bytes: a word whose walk gets this many bytes past the walking thread's
             chunk (default 2,048; at least ``chunk_bytes``) is finished by the parallel
             long-word path (every byte's longest match at once, the token chain marked by

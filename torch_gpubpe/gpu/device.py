@@ -329,6 +329,9 @@ class GPU:
         self.adapter_info = dict(adapter.info)
         self.backend = str(self.adapter_info.get("backend_type", ""))
         self.is_fallback = adapter_rank(self.adapter_info) >= 10  # OpenGL as the last resort
+        # A CPU adapter (lavapipe, llvmpipe): host memory for buffers, one submit at a time,
+        # and loops stopped at 65,535 iterations (WGPU_NOTES.md §5).
+        self.is_cpu = "cpu" in str(self.adapter_info.get("adapter_type", "")).lower()
         feats = set(adapter.features)
         want = []
         use_sg = "subgroup" in feats and os.environ.get(ENV_NO_SUBGROUPS, "") not in ("1", "true")

@@ -121,7 +121,7 @@ def count_budgeted(documents: Iterable[str | bytes], budget: CountBudget, *, cou
     counter.max_words = max(budget.max_table_words - gpu_batch // 8,
                             count_budget.MIN_TABLE_WORDS)
     counter.on_batch = lambda c: budget.on_gpu_batch(c, info["corpus_bytes"])
-    if "cpu" in str(gpu.adapter_info.get("adapter_type", "")).lower():
+    if gpu.is_cpu:
         # A CPU adapter's buffers are host memory: the batch buffers (text, bitmaps:
         # ~1.3 × a batch) come off the budget's share, and the word table (36 B per
         # slot with its backups and compaction output) gets a third of the rest; a

@@ -56,7 +56,7 @@ class GPUTrainer:
         self._pipes: dict[tuple, dict] = {}
         self._locks: dict[tuple, threading.Lock] = {}
         self._locks_lock = threading.Lock()
-        self.is_cpu = "cpu" in str(g.adapter_info.get("adapter_type", "")).lower()
+        self.is_cpu = g.is_cpu
         # An algorithm whose entry points bind more storage buffers than the adapter allows per
         # shader stage (OpenGL's llvmpipe: 16; the word list's wl_merge binds 17) cannot run
         # there: the run takes another one, recorded and said (run_arrays).
