@@ -10,7 +10,10 @@ Jobs (``--jobs``, default all):
              shards of ``--shard-tokens`` with the 256 x int32 header), tiktoken built from OUR
              vocab and split pattern (as benchmarks/encode.py). Parquet and jsonl.gz inputs.
              tiktoken applies merge-order BPE and we apply greedy longest match (DESIGN.md §4),
-             so the ids differ; the token counts are printed side by side.
+             so the ids differ; the token counts are printed side by side. With
+             ``--tiktoken-vocab`` (GPT-2 as llm.c uses it) also gigatoken: ``encode_files`` on
+             the same files, then EOT before each document and the shards written with numpy,
+             in one process, its shards compared with ours.
 ``train``    (b) ``python -m torch_gpubpe train`` from the parquet files (whole command) vs the
              in-memory API ``torch_gpubpe.train(docs)`` and rustbpe on the same documents
              (loaded first, not timed); and the reading + counting stage alone (device warm,
@@ -288,6 +291,40 @@ def peer_llmc(args) -> None:
     print(json.dumps({"tokens": ntok_total}))
 
 
+def peer_gigatoken(args) -> None:
+    """gigatoken's fastest path from files to llm.c shards: ``encode_files`` on the parquet
+    files (its threads), then EOT before each document and the shards written with numpy."""
+    import awkward as ak
+    import gigatoken
+
+    side = json.loads(Path(args.peer_vocab + ".json").read_text())
+    eot = side["special_tokens"][EOT]
+    t0 = time.perf_counter()
+    tok = gigatoken.Tokenizer.from_tiktoken(args.peer_vocab, pretokenizer="gpt2",
+                                            special_tokens={EOT: eot})
+    src = (gigatoken.ParquetFileSource(args.peer_files, column="text")
+           if args.peer_files[0].endswith(".parquet") else args.peer_files)
+    ids = tok.encode_files(src)
+    t1 = time.perf_counter()
+    counts = ak.to_numpy(ak.num(ids)).astype(np.int64)
+    flat = ak.to_numpy(ak.flatten(ids))
+    dtype = np.uint16 if tok.vocab_size <= 65536 else np.uint32
+    out_ids = np.empty(len(flat) + len(counts), dtype)
+    starts = np.zeros(len(counts), np.int64)
+    np.cumsum(counts[:-1] + 1, out=starts[1:])
+    is_eot = np.zeros(len(out_ids), bool)
+    is_eot[starts] = True
+    out_ids[is_eot] = eot
+    out_ids[~is_eot] = flat
+    out = Path(args.peer_out)
+    out.mkdir(parents=True, exist_ok=True)
+    for k, a in enumerate(range(0, len(out_ids), args.shard_tokens)):
+        split = "val" if k == 0 else "train"
+        _write_datafile(str(out / f"peer_{split}_{k:06d}.bin"), out_ids[a:a + args.shard_tokens])
+    print(json.dumps({"tokens": int(len(out_ids)), "encode_files_s": t1 - t0,
+                      "shards_s": time.perf_counter() - t1}))
+
+
 # ================================================================================================
 # jobs
 # ================================================================================================
@@ -469,6 +506,23 @@ def job_encode(args, data: Path, nbytes: int, work: Path, vocab_dir: Path | None
                   f"{len(peer_files)} shards)")
             if not same:
                 sys.exit("FAIL: the shards differ from tiktoken's")
+            if not args.skip_gigatoken:
+                gcmd = [sys.executable, __file__, "--peer-gigatoken", "--peer-vocab", tik,
+                        "--peer-out", str(work / f"giga-{kind}"), "--shard-tokens",
+                        str(args.shard_tokens), "--peer-files", *fs]
+                gwall, gout, gerr = timed_cmd(gcmd)
+                if not gout.strip():
+                    print(f"    gigatoken failed: {gerr.strip()[-300:]}")
+                    continue
+                g = json.loads(gout.strip().splitlines()[-1])
+                giga = sorted((work / f"giga-{kind}").glob("peer_*.bin"),
+                              key=lambda f: f.stem[-6:])
+                ident = sum(a.read_bytes() == b.read_bytes() for a, b in zip(ours_files, giga))
+                row(f"gigatoken encode_files + numpy shards ({kind})", gwall, nbytes, None,
+                    f"{g['tokens']:,} tokens; encode_files {g['encode_files_s']:.2f} s, EOT + "
+                    f"shards {g['shards_s']:.2f} s; torch_gpubpe's first run = "
+                    f"{gwall / wall:.1f}x this, best run {gwall / min(walls):.1f}x; shards "
+                    f"identical to ours: {ident} of {len(giga)}")
 
 
 def _pipelined(tok, batches) -> tuple[float, int]:
@@ -590,7 +644,10 @@ def main() -> None:
                     "as JSON here")
     ap.add_argument("--skip-rustbpe", action="store_true")
     ap.add_argument("--work", help="scratch folder (default: a temporary one)")
+    ap.add_argument("--skip-gigatoken", action="store_true",
+                    help="job encode with --tiktoken-vocab: leave out gigatoken's encode_files")
     ap.add_argument("--peer-llmc", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--peer-gigatoken", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--api-train", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--peer-files", nargs="+", help=argparse.SUPPRESS)
     ap.add_argument("--peer-vocab", help=argparse.SUPPRESS)
@@ -601,6 +658,9 @@ def main() -> None:
         args.batch_bytes = 64 << 20
     if args.peer_llmc:
         peer_llmc(args)
+        return
+    if args.peer_gigatoken:
+        peer_gigatoken(args)
         return
     if args.api_train:
         api_train(args)
