@@ -269,8 +269,12 @@ def test_arrow_arrays_and_tables_train_as_their_strings():
     assert stats["skipped_none"] == 1
     assert train(pa.table({"text": chunked}), 300).merges == want
     assert train(pa.array([d and d.encode() for d in docs], pa.binary()), 300).merges == want
+    assert train(pa.array(docs[:-3]).dictionary_encode(), 300).merges == train(
+        docs[:-3], 300).merges
     with pytest.raises(InputError, match="no column 'text'"):
         train(pa.table({"body": chunked}), 300)
+    with pytest.raises(InputError, match="holds int, not text"):
+        train(pa.array([1, 2]), 300)
 
 
 # -- determinism ---------------------------------------------------------------------------------
