@@ -223,10 +223,7 @@ def _parquet_files() -> list[str]:
 def run_gpubpe_cli(docs, vocab_size, min_frequency, profile):
     """The ``train`` CLI on the parquet files (``--parquet``): a fresh ``python -m
     torch_gpubpe`` process, timed from outside, as a user runs it."""
-    import resource
     import tempfile
-
-    from torch_gpubpe.core.vocab import Vocab
 
     out = tempfile.mkdtemp()
     cmd = [sys.executable, "-m", "torch_gpubpe", "train", "--data-files", *_parquet_files(),
@@ -235,14 +232,24 @@ def run_gpubpe_cli(docs, vocab_size, min_frequency, profile):
            "--special-tokens"]  # none, as the API and peers
     if PRE_TOKENIZER:
         cmd += ["--pre-tokenizer", PRE_TOKENIZER]
+    res = _whole_process(cmd, out)
+    res["cli_seconds"] = json.loads(Path(out, "summary.json").read_text())["seconds"]
+    return res
+
+
+def _whole_process(cmd: list[str], vocab_path: str) -> dict:
+    """Run ``cmd`` (a fresh process that saves a vocab at ``vocab_path``), timed from outside."""
+    import resource
+
+    from torch_gpubpe.core.vocab import Vocab
+
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t
     if p.returncode:
         raise RuntimeError(p.stderr[-1500:])
-    vocab = Vocab.load(out)
-    seconds = json.loads(Path(out, "summary.json").read_text())["seconds"]
-    return {"wall_s": wall, "num_merges": len(vocab.merges), "cli_seconds": seconds,
+    vocab = Vocab.load(vocab_path)
+    return {"wall_s": wall, "num_merges": len(vocab.merges),
             "token_bytes": [b.hex() for b in vocab.token_bytes],
             "child_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
 
@@ -263,23 +270,11 @@ def run_gpubpe_api_files(docs, vocab_size, min_frequency, profile):
     """What a user of the API writes to train from the parquet files (``--parquet``):
     ``pq.read_table`` + ``train`` + ``Vocab.save`` in a fresh ``python`` process, timed from
     outside like the CLI row (interpreter start and imports included in both)."""
-    import resource
     import tempfile
 
-    from torch_gpubpe.core.vocab import Vocab
-
     out = os.path.join(tempfile.mkdtemp(), "vocab.json")
-    cmd = [sys.executable, "-c", _API_SCRIPT, out, str(vocab_size), str(min_frequency),
-           PRE_TOKENIZER or "", *_parquet_files()]
-    t = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t
-    if p.returncode:
-        raise RuntimeError(p.stderr[-1500:])
-    vocab = Vocab.load(out)
-    return {"wall_s": wall, "num_merges": len(vocab.merges),
-            "token_bytes": [b.hex() for b in vocab.token_bytes],
-            "child_peak_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+    return _whole_process([sys.executable, "-c", _API_SCRIPT, out, str(vocab_size),
+                           str(min_frequency), PRE_TOKENIZER or "", *_parquet_files()], out)
 
 
 def run_gigatoken(docs, vocab_size, min_frequency, profile):
