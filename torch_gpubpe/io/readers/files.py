@@ -153,11 +153,6 @@ class FileReader(ColumnarFormats, JsonLinesFormat, PlainTextFormat, Reader):
             f"{path}: no column {self.text_column!r} (columns: {', '.join(map(str, names))}); "
             f"pass --text-column (text_column=) with one of them")
 
-    def _column(self, table: pa.Table | pa.RecordBatch, path: str) -> pa.Array:
-        if self.text_column not in table.schema.names:
-            raise self._missing_column(path, table.schema.names)
-        return table.column(self.text_column)
-
     def _typed(self, col: pa.Array, path: str, describe) -> tuple[pa.Array, Origin]:
         """A column as text (or nulls + type names when it holds something else)."""
         col = as_binary(col)
