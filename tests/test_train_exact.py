@@ -273,8 +273,12 @@ def test_arrow_arrays_and_tables_train_as_their_strings():
         docs[:-3], 300).merges
     with pytest.raises(InputError, match="no column 'text'"):
         train(pa.table({"body": chunked}), 300)
-    with pytest.raises(InputError, match="holds int, not text"):
+    with pytest.raises(InputError, match="the Arrow array holds int64, not text"):
         train(pa.array([1, 2]), 300)
+    with pytest.raises(InputError, match="2 columns named 'text'"):
+        train(pa.Table.from_arrays([chunked, chunked], names=["text", "text"]), 300)
+    with pytest.raises(InputError, match="row 1 of the Arrow string array is not valid UTF-8"):
+        train(pa.array([b"ab", b"\xff ab"]).view(pa.string()), 300)
 
 
 # -- determinism ---------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pyarrow as pa
 from torch_gpubpe._util import is_hf
 from torch_gpubpe.core.reference import to_bytes
 from torch_gpubpe.errors import InputError
+from torch_gpubpe.io.arrow_pack import is_text_type
 from torch_gpubpe.io.formats import DEFAULT_SAMPLE_BY, infer_format
 from torch_gpubpe.io.readers.base import Reader
 from torch_gpubpe.io.readers.files import FileReader
@@ -49,17 +50,38 @@ def open_source(source: Any, *, text_column: str = "text", format: str | None = 
     if is_hf(source, "Dataset") or is_hf(source, "IterableDataset"):
         return HFReader(source, text_column)
     if isinstance(source, (pa.Array, pa.ChunkedArray)):
+        _check_arrow_type(source.type, "the Arrow array")
         return PyReader(ArrowList(source), text_column)
     if isinstance(source, (pa.Table, pa.RecordBatch)):
-        if text_column not in source.schema.names:
+        names = source.schema.names
+        if text_column not in names:
             raise InputError(f"the table has no column {text_column!r} (columns: "
-                             f"{', '.join(source.schema.names)}); pass text_column=")
-        return PyReader(ArrowList(source.column(text_column)), text_column)
+                             f"{', '.join(names)}); pass text_column=")
+        if names.count(text_column) > 1:
+            raise InputError(f"the table has {names.count(text_column)} columns named "
+                             f"{text_column!r}; rename them or pass text_column=")
+        col = source.column(text_column)
+        _check_arrow_type(col.type, f"the table's column {text_column!r}")
+        return PyReader(ArrowList(col), text_column)
     if isinstance(source, Mapping):
         raise InputError("source is a mapping; pass a sequence of documents or a dataset")
     if not (isinstance(source, Iterable) or callable(source)):
         raise InputError(f"source of type {type(source).__name__} is not iterable")
     return PyReader(source, text_column)
+
+
+def _check_arrow_type(t: pa.DataType, what: str) -> None:
+    """Refuse, by name, an Arrow type that holds no text (numbers, lists ...): text (string,
+    binary and their large and view forms, also dictionary- or run-end-encoded), nulls, or
+    structs (rows, read as dicts) are read."""
+    base = t
+    if pa.types.is_dictionary(t):
+        base = t.value_type
+    elif pa.types.is_run_end_encoded(t):
+        base = t.value_type
+    if not (is_text_type(base) or pa.types.is_null(base) or pa.types.is_struct(base)
+            or pa.types.is_fixed_size_binary(base)):
+        raise InputError(f"{what} holds {t}, not text: pass a string or binary array")
 
 
 def iter_texts(source: Any, *, text_column: str | None = None, max_docs: int | None = None,

@@ -147,4 +147,9 @@ class ArrowList(Sequence):
         return len(self.arr)
 
     def __getitem__(self, k):
-        return self.arr[k].as_py()
+        try:
+            return self.arr[k].as_py()
+        except UnicodeDecodeError as e:  # string bytes that are not UTF-8 (a bad file, a view)
+            raise InputError(f"row {k} of the Arrow {self.arr.type} array is not valid UTF-8 "
+                             f"({e.reason} at byte {e.start}); read the column as binary "
+                             "(e.g. .cast(pa.binary())) to take its bytes as they are") from e
