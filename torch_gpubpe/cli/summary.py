@@ -73,7 +73,7 @@ def format_train_summary(s: dict) -> str:
                        f"{' '.join(s['special_tokens']) or '-'})"),
         ("time", f"read + count words {t(sec['read_and_count'])} | merge {t(sec['merge'])} | "
                  f"train total {t(sec['train_total'])} | export {t(sec['export'])} | "
-                 f"held-out encode {t(sec['heldout_encode'])} | all {t(sec['total'])}"),
+                 f"compression encode {t(sec['heldout_encode'])} | all {t(sec['total'])}"),
         ("peak memory", f"{fmt_bytes(s['peak_rss_bytes'])} (host RSS)"),
         ("compression", held),
         ("written", (", ".join(s["written"].values()) + (
