@@ -41,8 +41,8 @@ from torch_gpubpe.gpu.shaders import shader_source
 
 GPU_BUDGET = 1 << 16
 """The walk's steps per thread per dispatch on a GPU (not a CPU adapter) with the default
-``thread_budget``: in an 868 MB call of Llama 3 (code-heavy text), 8,192 took 25 continuation
-dispatches and 1,579 MB/s, 65,536 none and 2,515 MB/s, 262,144 and 2^20 2,389 and 2,269 MB/s."""
+``thread_budget``: enough that words of runs in code-heavy text need no continuation round, and
+no more (larger budgets measured slower; docs/PERFORMANCE.md)."""
 
 
 def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
