@@ -455,6 +455,39 @@ def test_gpu_budget_of_a_gpu_adapter(monkeypatch, gpt2, gpt2_tt):
     assert smallest._session().continuation_dispatches > 0
 
 
+@pytest.fixture(scope="module")
+def gpu_rule(gpt2):
+    """A merge-order tokenizer whose session opened under the GPU rule (GPU_BUDGET), here on
+    lavapipe: the walks of the test below stay under its loop cap."""
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
+    from torch_gpubpe.gpu.device import get_gpu
+
+    g = get_gpu()
+    was, g.is_cpu = g.is_cpu, False
+    try:
+        tok = Tokenizer(gpt2, max_slice_bytes=600)
+        tok._session()
+    finally:
+        g.is_cpu = was
+    return tok
+
+
+RUNS = st.sampled_from([" ", "-", "=", "\t", "/", "#", "a", "\n", "ab", " -", "🙂"])
+
+
+@gpu
+@HSET
+@given(st.lists(st.lists(st.tuples(RUNS, st.integers(1, 160)), max_size=6)
+                .map(lambda rs: "".join(p * k for p, k in rs)), min_size=1, max_size=5))
+def test_gpu_budget_random_runs(gpu_rule, gpt2_tt, docs):
+    """Random runs of punctuation, spaces and letters (up to 160 each, across slices of 600
+    bytes) under the GPU budget: tiktoken's ids."""
+    from torch_gpubpe.encoding.merge_walk import GPU_BUDGET
+
+    assert gpu_rule._session().budget == GPU_BUDGET
+    assert_same(gpu_rule.encode_batch(docs).tolist(), [gpt2_tt.encode_ordinary(d) for d in docs])
+
+
 @gpu
 def test_gpu_large_slice_continuation(gpt2, gpt2_tt):
     """Single-character words of 50-100 KB on a budget that needs many continuation

@@ -6,8 +6,8 @@ and compaction, unchanged.
 
 Bounded work (DESIGN.md §8): every loop iteration of the kernel counts against the per-dispatch
 ``budget`` (a quarter of ``thread_budget`` on a CPU adapter: lavapipe counts more iterations
-than the kernel does; :data:`GPU_BUDGET` on a GPU); one step of the walk (a trie walk, or one candidate tried: pair check, writes, pop)
-costs at most ``STEP_MAX`` iterations, computed here from the vocab (longest token, deepest split,
+than the kernel does; :data:`GPU_BUDGET` on a GPU); one step of the walk (a trie walk, or one
+candidate tried: pair check, writes, pop) costs at most ``STEP_MAX`` iterations, computed here from the vocab (longest token, deepest split,
 longest hash probe), and a thread stops before a step that could pass the budget, saving
 ``(position, candidate)``; dead positions live in a per-slice bit array. So the result does not
 depend on budget, chunking or slicing.

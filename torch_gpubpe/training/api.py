@@ -278,6 +278,7 @@ def _count_and_train(documents, vocab_size, budget, st, t0, gpu_batch, prefetch,
     st["seconds_total"] = time.perf_counter() - t0
     return vocab
 
+
 def _is_arrow(obj: object) -> bool:
     """Whether ``obj`` is a ``pyarrow`` array, chunked array, table or record batch, without
     importing pyarrow (iterating one yields Arrow scalars, not ``str``)."""

@@ -74,11 +74,8 @@ def _check_arrow_type(t: pa.DataType, what: str) -> None:
     """Refuse, by name, an Arrow type that holds no text (numbers, lists ...): text (string,
     binary and their large and view forms, also dictionary- or run-end-encoded), nulls, or
     structs (rows, read as dicts) are read."""
-    base = t
-    if pa.types.is_dictionary(t):
-        base = t.value_type
-    elif pa.types.is_run_end_encoded(t):
-        base = t.value_type
+    encoded = pa.types.is_dictionary(t) or pa.types.is_run_end_encoded(t)
+    base = t.value_type if encoded else t
     if not (is_text_type(base) or pa.types.is_null(base) or pa.types.is_struct(base)
             or pa.types.is_fixed_size_binary(base)):
         raise InputError(f"{what} holds {t}, not text: pass a string or binary array")
