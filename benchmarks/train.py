@@ -23,8 +23,9 @@ twice in its process: the first row includes opening the device and compiling th
 the "(warm)" row is the second training (the device already open). Counting-only rows: the GPU
 word counter (device opened first, not timed), the CPU word counter and rustbpe's own counting.
 With ``--parquet DIR``: the ``train`` CLI on the files (``gpubpe_cli``), what an API user writes
-(``pq.read_table`` + ``train`` + ``Vocab.save``, ``gpubpe_api_files``), both whole processes
-timed from outside, and gigatoken's ``train_bpe`` on the same files.
+(``pq.read_table`` + ``train`` + ``Vocab.save``, ``gpubpe_api_files``; ``train(FileReader(files))``
++ ``Vocab.save``, ``gpubpe_api_reader``), all whole processes timed from outside, and
+gigatoken's ``train_bpe`` on the same files.
 """
 
 from __future__ import annotations
@@ -277,6 +278,28 @@ def run_gpubpe_api_files(docs, vocab_size, min_frequency, profile):
                            str(min_frequency), PRE_TOKENIZER or "", *_parquet_files()], out)
 
 
+_READER_SCRIPT = """
+import sys
+from torch_gpubpe import train
+from torch_gpubpe.io.readers import FileReader
+out, vocab_size, min_frequency, pre_tokenizer, *files = sys.argv[1:]
+vocab = train(FileReader(files), int(vocab_size), min_frequency=int(min_frequency),
+              pre_tokenizer=pre_tokenizer or None)
+vocab.save(out)
+"""
+
+
+def run_gpubpe_api_reader(docs, vocab_size, min_frequency, profile):
+    """The API streaming the parquet files as the README shows (``train(FileReader(files))``
+    + ``Vocab.save``), a fresh ``python`` process timed from outside like the CLI row: the
+    same reading as the CLI, without its export of three formats and its compression line."""
+    import tempfile
+
+    out = os.path.join(tempfile.mkdtemp(), "vocab.json")
+    return _whole_process([sys.executable, "-c", _READER_SCRIPT, out, str(vocab_size),
+                           str(min_frequency), PRE_TOKENIZER or "", *_parquet_files()], out)
+
+
 def run_gigatoken(docs, vocab_size, min_frequency, profile):
     """gigatoken's trainer (``train_bpe``) on the same parquet files (``--parquet``), or on the
     JSON Lines file; its own GPT-2-style split, whatever ``--pre-tokenizer`` says."""
@@ -303,13 +326,14 @@ def write_parquet(docs: list[str], folder: Path, files: int = 16) -> None:
             pq.write_table(pa.table({"text": part}), folder / f"part-{i:03d}.parquet")
 
 
-METHODS = {"gpubpe_cli": run_gpubpe_cli, "gpubpe_api_files": run_gpubpe_api_files, "gigatoken": run_gigatoken, "gpubpe_warmup": run_warmup, "gpubpe": run_gpubpe, "gpubpe_seed": run_gpubpe_seed, "rustbpe": run_rustbpe,
+METHODS = {"gpubpe_cli": run_gpubpe_cli, "gpubpe_api_files": run_gpubpe_api_files,
+           "gpubpe_api_reader": run_gpubpe_api_reader, "gigatoken": run_gigatoken, "gpubpe_warmup": run_warmup, "gpubpe": run_gpubpe, "gpubpe_seed": run_gpubpe_seed, "rustbpe": run_rustbpe,
            "hf_tokenizers": run_hf,
            "gpubpe_count_only": run_gpubpe_count, "gpubpe_cpu_count_only": run_cpu_count,
            "rustbpe_count_only": run_rustbpe_count}
 
 
-FILE_METHODS = ("gpubpe_cli", "gpubpe_api_files", "gigatoken")   # read the files themselves: no documents loaded
+FILE_METHODS = ("gpubpe_cli", "gpubpe_api_files", "gpubpe_api_reader", "gigatoken")   # read the files themselves: no documents loaded
 
 
 def child(args) -> None:
@@ -475,7 +499,7 @@ def main() -> None:
                           Path(args.parquet))
     if args.jsonl:
         os.environ["GPUBPE_JSONL"] = os.path.abspath(args.jsonl)
-    methods = ["gpubpe"] + (["gpubpe_cli", "gpubpe_api_files"] if args.parquet else []) + (
+    methods = ["gpubpe"] + (["gpubpe_cli", "gpubpe_api_files", "gpubpe_api_reader"] if args.parquet else []) + (
         [] if args.skip_seed else ["gpubpe_seed"])
     if not args.skip_gigatoken and (args.parquet or args.jsonl):
         methods.append("gigatoken")
@@ -569,7 +593,8 @@ def main() -> None:
               + " + the rest (interpreter start, imports, training set-up, exit) "
               + f"{cli['wall_s'] - sum(sec.get(k) or 0 for k in parts):.2f}")
     for m, label in (("gpubpe", "the API's train() in a fresh process"),
-                     ("gpubpe_api_files", "the API from the files, whole process")):
+                     ("gpubpe_api_files", "the API from pq.read_table, whole process"),
+                     ("gpubpe_api_reader", "the API from FileReader, whole process")):
         if cli.get("wall_s") and results.get(m, {}).get("wall_s"):
             print(f"gpubpe_cli / {label}: {cli['wall_s'] / results[m]['wall_s']:.2f}x")
     for pm in ("gpubpe_profiled", "gpubpe_seed_profiled"):
