@@ -749,10 +749,20 @@ _UNREACHABLE_TOK: dict = {}
 def _replay_counts(docs, vocab: Vocab) -> tuple[list[list[int]], dict[str, int]]:
     """The GPU walk's work counters (benchmarks/_walk_work.py), counted by replaying the walk in
     Python word by word: trie steps (bytes the trie walk extends a match by), candidates tried,
-    pair checks, shorter candidates, backtracks, tokens accepted."""
+    pair checks, shorter candidates, backtracks, tokens accepted. A walk that starts a run of a
+    byte whose run path is ``RUN_MIN_DEPTH`` deep or more jumps over the run's first ``m`` bytes
+    (the run's length in the word, at most that depth): ``m - 1`` trie steps fewer."""
+    from torch_gpubpe.encoding.merge_walk import RUN_MAX_DEPTH, RUN_MIN_DEPTH
+
     t = bpe_tables(vocab)
     toks_b = vocab.token_bytes
     prefixes = {tb[:k] for i, tb in enumerate(toks_b) for k in range(1, len(tb) + 1)}
+    run_depth = {}
+    for b in range(256):
+        k = 0
+        while k < RUN_MAX_DEPTH and bytes([b]) * (k + 1) in prefixes:
+            k += 1
+        run_depth[b] = k if k >= RUN_MIN_DEPTH else 0
     ids = vocab.bytes_to_id
     c = dict.fromkeys(("steps", "tries", "checks", "shorter", "pops", "tokens"), 0)
     out = []
@@ -765,7 +775,10 @@ def _replay_counts(docs, vocab: Vocab) -> tuple[list[list[int]], dict[str, int]]
                     k = 1
                     while pos + k < len(w) and w[pos : pos + k + 1] in prefixes:
                         k += 1
-                    c["steps"] += k - 1
+                    run = 1
+                    while pos + run < len(w) and w[pos + run] == w[pos]:
+                        run += 1
+                    c["steps"] += k - 1 - max(min(run, run_depth[w[pos]]) - 1, 0)
                     cand = next(ids[w[pos : pos + j]] for j in range(k, 0, -1)
                                 if w[pos : pos + j] in ids)
                 c["tries"] += 1
@@ -845,6 +858,43 @@ def test_fused_edges_and_depth2_table(gpt2):
         tid = trie_lookup(trie, pair)
         assert int(d2[key, 2]) == (0xFFFFFFFF if tid is None else tid)
     assert (d2[~present] == 0xFFFFFFFF).all()
+
+
+def test_d1_rows_run_nodes(gpt2):
+    """d1_rows' run header of a byte (first row << 9 | depth, 0 below RUN_MIN_DEPTH) and its
+    run rows: the node of b * k (trie_lookup agrees on its token) and the longest reachable
+    token of b * 1 .. b * k with its length, for every depth k of the run's path."""
+    from torch_gpubpe.core.bpe_tables import bpe_tables
+    from torch_gpubpe.core.trie import compile_trie, trie_lookup
+    from torch_gpubpe.encoding.merge_walk import RUN_MIN_DEPTH, d1_rows
+
+    trie = compile_trie(gpt2.token_bytes)
+    t = bpe_tables(gpt2)
+    rows = d1_rows(trie, t)
+    prefixes = {tb[:k] for tb in gpt2.token_bytes for k in range(1, len(tb) + 1)}
+    reachable = set(range(len(gpt2.token_bytes))) - set(t.unreachable)
+    runs = 0
+    for b in range(256):
+        depth = 0
+        while bytes([b]) * (depth + 1) in prefixes:
+            depth += 1
+        hdr = int(rows[3 * b, 3])
+        if depth < RUN_MIN_DEPTH:
+            assert hdr == 0, b
+            continue
+        runs += 1
+        assert hdr & 511 == depth, b
+        best = None
+        for k in range(1, depth + 1):
+            r = rows[(hdr >> 9) + k - 1]
+            tid = trie_lookup(trie, bytes([b]) * k)
+            assert int(r[2]) == (0xFFFFFFFF if tid is None else tid)
+            assert int(r[0]) & 0xFF == b
+            if tid is not None and tid in reachable:
+                best = (tid, k)
+            assert (int(r[3]) & ((1 << 18) - 1), int(r[3]) >> 18) == best
+    assert runs >= 3   # spaces, dashes, equals signs at least
+    assert len(rows) == 768 + sum(int(h) & 511 for h in rows[0:768:3, 3])
 
 
 @gpu

@@ -78,8 +78,9 @@ struct Params {
 @group(0) @binding(18) var<storage, read_write> work: array<atomic<u32>>;
 //#endif
 // 22 d1rows : storage, read array<vec4<u32>>  per byte b, rows 3b .. 3b + 2: the depth-1 node
-//             of b as a node record (nc << 8, fc, token, 0), its token's tokinfo and bounds
-//             rows (a global table, L1-cached: no per-workgroup copies to fill)
+//             of b as a node record (nc << 8, fc, token, run header: run_hdr below), its
+//             token's tokinfo and bounds rows (a global table, L1-cached: no per-workgroup
+//             copies to fill); then the nodes of the runs of bytes (ld_run)
 @group(0) @binding(22) var<storage, read> d1rows: array<vec4<u32>>;
 //#if WORD_MASK
 // 16 word_mask : as in encode.wgsl (a regex pre-tokenizer's word starts; bit 0 set)
@@ -126,6 +127,13 @@ const W_COUNT: u32 = 16u;
 fn d1_node(b: u32) -> vec4<u32> { work_count(W_LD_TRIE, 1u); return d1rows[3u * b]; }
 fn d1_info(b: u32) -> vec4<u32> { work_count(W_LD_ROWS, 1u); return d1rows[3u * b + 1u]; }
 fn d1_bounds(b: u32) -> vec4<u32> { work_count(W_LD_ROWS, 1u); return d1rows[3u * b + 2u]; }
+// The node of a run of m bytes (2 <= m <= depth) whose d1 row's w is hdr, as a fused edge row
+// (nc << 8 | byte, fc, token at the node, best | len << RANK_BITS): best, the longest reachable
+// token of the run's first m bytes.
+fn ld_run(hdr: u32, m: u32) -> vec4<u32> {
+    work_count(W_LD_TRIE, 1u);
+    return d1rows[(hdr >> 9u) + m - 1u];
+}
 var<workgroup> wg_count: atomic<u32>;
 //#if PROFILE
 var<workgroup> wg_work: array<atomic<u32>, 16>;
@@ -418,12 +426,25 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     var last_tid = NO_TOKEN;
     var stop = NO_TOKEN;   // where the last walk stopped, and whether a word starts there
     var stop_ws = false;
+    // Runs of one byte (indentation, " ----", "////"): a vocab with many tokens of one repeated
+    // byte makes the walk pass the same run nodes again after each token and each pop, one
+    // child search each. The walk's first byte's d1 row says (run_hdr: row << 9 | depth, 0: no
+    // such run) where the nodes of its run lie in d1rows; the walk then jumps to the deepest
+    // node the run reaches, with the candidate the step-by-step walk would have. The run
+    // [run_lo, run_hi) of byte run_c (no word start after run_lo; run_open: it may go on past
+    // run_hi) is scanned once, not at every position in it.
+    var run_hdr = 0u;
+    var run_c = 256u;
+    var run_lo = 0u;
+    var run_hi = 0u;
+    var run_open = false;
     if (walking && cand == NO_TOKEN) {
         b0 = text_byte(pos);
         let d1 = d1_node(b0);
         fc = d1.y;
         nc = d1.x >> 8u;
         cand = d1.z;  // single bytes are always reachable
+        run_hdr = d1.w;
         ci = d1_info(b0);
         cb = d1_bounds(b0);
         cand_len = 1u;
@@ -451,6 +472,48 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             break;
         }
         iters += 1u;
+        let lazy = prev == NO_TOKEN;
+        if (in_walk && q == pos + 1u && run_hdr != 0u) {
+            // The run jump (run_hdr above): the scan and the clears are within STEP_MAX.
+            let dmax = run_hdr & 511u;
+            if (b0 != run_c || pos < run_lo || pos >= run_hi) {
+                run_c = b0;
+                run_lo = pos;
+                run_hi = pos + 1u;
+                run_open = true;
+            }
+            while (run_open && run_hi < pos + dmax) {
+                steps += 1u;
+                if (run_hi >= n || word_start_at(run_hi) || text_byte(run_hi) != b0) {
+                    run_open = false;
+                } else {
+                    run_hi += 1u;
+                }
+            }
+            let m = min(run_hi - pos, dmax);
+            if (m >= 2u) {
+                let r = ld_run(run_hdr, m);
+                for (var j = pos + 1u; j < pos + m; j++) {
+                    steps += 1u;
+                    scratch[j] = NO_TOKEN;
+                }
+                q = pos + m;
+                fc = r.y;
+                nc = r.x >> 8u;
+                last_tid = r.z;
+                let best = r.w & RANK_MASK;
+                if (best != cand) {
+                    cand = best;
+                    cand_len = r.w >> RANK_BITS;
+                    if (!lazy) {
+                        ci = ld_info(cand);
+                        cb = ld_bounds(cand);
+                    } else {
+                        rows_ok = false;
+                    }
+                }
+            }
+        }
         // One trie step: the longest reachable token at pos so far (cand); the whole word if it
         // is a token and pos starts the word.
         var child = vec4<u32>(NO_TOKEN);  // the child's node record (child_node)
@@ -462,10 +525,10 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
             }
         }
         let found = child.x != NO_TOKEN;
-        // A candidate at a word start needs no rows unless it is rejected (a dead end) or its
-        // word goes on after it (then it is the next check's prev); other candidates' rows are
-        // loaded in the step that finds them (their loads overlap the next steps').
-        let lazy = prev == NO_TOKEN;
+        // (lazy, above: a candidate at a word start needs no rows unless it is rejected (a dead
+        // end) or its word goes on after it (then it is the next check's prev); other
+        // candidates' rows are loaded in the step that finds them, their loads overlapping the
+        // next steps'.)
         if (in_walk) {
             if (found) {
                 work_count(W_STEPS, 1u);
@@ -574,6 +637,7 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
                 fc = d1.y;
                 nc = d1.x >> 8u;
                 cand = d1.z;
+                run_hdr = d1.w;
                 ci = d1_info(b0);
                 cb = d1_bounds(b0);
                 cand_len = 1u;

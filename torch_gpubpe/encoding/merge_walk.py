@@ -45,11 +45,18 @@ GPU_BUDGET = 1 << 16
 no more (larger budgets measured slower; docs/PERFORMANCE.md)."""
 
 
+RUN_MIN_DEPTH = 4
+"""A byte whose run of this many bytes or more is a trie path gets the walk's run jump
+(:func:`d1_rows`); shorter runs are walked step by step."""
+RUN_MAX_DEPTH = 511   # (9 bits of the run header; a longer run's path is walked on from there)
+
+
 def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
     """(UNWIND, STEP_MAX): iterations of ``valid_pair``'s loop, and the most loop iterations one
-    step of the walk can take (see the module docstring)."""
+    step of the walk can take (see the module docstring): a trie walk, with the run jump's scan
+    and clears of up to ``max_depth`` bytes each, and a try."""
     unwind = 2 * t.max_height + 4
-    walk = max_depth + 2
+    walk = 3 * max_depth + 2
     tried = unwind * (t.max_probe + 1) + 2 * max_depth + 4
     return unwind, walk + tried + 1  # one iteration may walk and then try
 
@@ -88,21 +95,50 @@ def depth2_table(trie) -> np.ndarray:
 
 
 def d1_rows(trie, t: BpeTables) -> np.ndarray:
-    """``(768, 4)`` uint32: rows ``3b .. 3b + 2`` for byte ``b``: its depth-1 node as a
-    :func:`fused_edges` row (``x = b | nc << 8``, ``fc``, token), the token's tokinfo row and
-    its bounds row (one global table, L1-cached: no per-workgroup copies to fill). A byte with
-    no token (the encoder refuses text holding it) gets ``NO_TOKEN`` rows."""
+    """``(768 + runs, 4)`` uint32: rows ``3b .. 3b + 2`` for byte ``b``: its depth-1 node as a
+    :func:`fused_edges` row (``x = b | nc << 8``, ``fc``, token, run header), the token's
+    tokinfo row and its bounds row (one global table, L1-cached: no per-workgroup copies to
+    fill). A byte with no token (the encoder refuses text holding it) gets ``NO_TOKEN`` rows.
+
+    Then, for each byte ``b`` whose run ``b * k`` is a trie path to a depth ``D`` of at least
+    :data:`RUN_MIN_DEPTH`, the nodes of that path at depths ``1 .. D`` (at most
+    :data:`RUN_MAX_DEPTH`) as :func:`fused_edges` rows whose ``w`` is ``best | len << 18``: the
+    longest reachable token among the path's first ``k`` bytes and its length. The run header
+    of ``b`` is ``first row << 9 | D`` (0: no such run): the walk's jump over a run."""
     nodes = trie.nodes.reshape(-1, 3)
+    edges = trie.edges.reshape(-1, 2)
     fe = fused_edges(trie)
     root_fc = int(nodes[0, 0])
-    node = fe[root_fc : root_fc + 256]
+    node = fe[root_fc : root_fc + 256].copy()
     tid = node[:, 2].astype(np.int64)
     has = tid != NO_TOKEN
     info = np.full((256, 4), NO_TOKEN, np.uint32)
     bounds = np.full((256, 4), NO_TOKEN, np.uint32)
     info[has], bounds[has] = t.gpu_info[tid[has]], t.gpu_bounds[tid[has]]
-    out = np.stack([node, info, bounds], axis=1)
-    return np.ascontiguousarray(out.reshape(-1, 4), dtype=np.uint32)
+    runs: list[np.ndarray] = []
+    first = 768
+    for b in np.flatnonzero(has).tolist():
+        path = [root_fc + b]   # the edge of each node of the run's path
+        while len(path) < RUN_MAX_DEPTH:
+            fc, nc = (int(x) for x in nodes[int(edges[path[-1], 1]), :2])
+            k = fc + int(np.searchsorted(edges[fc : fc + nc, 0], b))
+            if k >= fc + nc or int(edges[k, 0]) != b:
+                break
+            path.append(k)
+        if len(path) < RUN_MIN_DEPTH:
+            continue
+        rows = fe[path].copy()
+        tok = rows[:, 2].astype(np.int64)
+        ok = tok != NO_TOKEN
+        ok[ok] = t.gpu_info[tok[ok], 1] != NO_TOKEN   # reachable (single bytes: left = itself)
+        depth = np.arange(1, len(path) + 1)
+        last = np.maximum.accumulate(np.where(ok, depth, 0))   # the deepest reachable so far
+        rows[:, 3] = tok[last - 1] | (last << RANK_BITS)
+        node[b, 3] = first << 9 | len(path)
+        runs.append(rows)
+        first += len(path)
+    out = np.stack([node, info, bounds], axis=1).reshape(-1, 4)
+    return np.ascontiguousarray(np.concatenate([out, *runs]), dtype=np.uint32)
 
 
 def spine_rows(t: BpeTables) -> np.ndarray:
