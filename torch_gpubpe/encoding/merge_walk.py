@@ -24,7 +24,10 @@ iteration that ends a walk, the try of its candidate (the lanes of a subgroup ru
 tries side by side instead of each waiting for the subgroup's longest walk, then its longest
 pair check). Its loads are few (global-memory load instructions dominate its time): a trie
 step is one :func:`fused_edges` row after a search that stops once one edge is left; the first
-step is one :func:`depth2_table` row; single bytes' rows come from :func:`d1_rows`; a pair check
+step is one :func:`depth2_table` row; single bytes' rows come from :func:`d1_rows`, which also
+holds the nodes of each byte's run, so that a walk over a run of one byte (indentation,
+`` ----``, ``////``: vocabs such as Llama 3's have dozens of such tokens, and the walk passes the
+run again after every token and pop) jumps to the run's deepest node in one load; a pair check
 reads the token it unwinds to as one :func:`spine_rows` row; a candidate at a word start loads
 no rows unless they are needed. The word starts of this project's split are computed first, as
 bits, by ``bpe_word_bits`` (in the walk's compute pass), so that a word-start test is one bit.
