@@ -57,9 +57,9 @@ RUN_MAX_DEPTH = 511   # (9 bits of the run header; a longer run's path is walked
 def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
     """(UNWIND, STEP_MAX): iterations of ``valid_pair``'s loop, and the most loop iterations one
     step of the walk can take (see the module docstring): a trie walk, with the run jump's scan
-    and clears of up to ``max_depth`` bytes each, and a try."""
+    and clears of up to ``min(max_depth, RUN_MAX_DEPTH)`` bytes each, and a try."""
     unwind = 2 * t.max_height + 4
-    walk = 3 * max_depth + 2
+    walk = max_depth + 2 * min(max_depth, RUN_MAX_DEPTH) + 2
     tried = unwind * (t.max_probe + 1) + 2 * max_depth + 4
     return unwind, walk + tried + 1  # one iteration may walk and then try
 
