@@ -752,7 +752,7 @@ def _replay_counts(docs, vocab: Vocab) -> tuple[list[list[int]], dict[str, int]]
     pair checks, shorter candidates, backtracks, tokens accepted. A walk that starts a run of a
     byte whose run path is ``RUN_MIN_DEPTH`` deep or more jumps over the run's first ``m`` bytes
     (the run's length in the word, at most that depth): ``m - 1`` trie steps fewer."""
-    from torch_gpubpe.encoding.merge_walk import RUN_MAX_DEPTH, RUN_MIN_DEPTH
+    from torch_gpubpe.encoding.merge_walk import RUN_MIN_DEPTH, run_depth_bits
 
     t = bpe_tables(vocab)
     toks_b = vocab.token_bytes
@@ -760,7 +760,7 @@ def _replay_counts(docs, vocab: Vocab) -> tuple[list[list[int]], dict[str, int]]
     run_depth = {}
     for b in range(256):
         k = 0
-        while k < RUN_MAX_DEPTH and bytes([b]) * (k + 1) in prefixes:
+        while k < (1 << run_depth_bits()) - 1 and bytes([b]) * (k + 1) in prefixes:
             k += 1
         run_depth[b] = k if k >= RUN_MIN_DEPTH else 0
     ids = vocab.bytes_to_id
@@ -861,16 +861,17 @@ def test_fused_edges_and_depth2_table(gpt2):
 
 
 def test_d1_rows_run_nodes(gpt2):
-    """d1_rows' run header of a byte (first row << 9 | depth, 0 below RUN_MIN_DEPTH) and its
+    """d1_rows' run header of a byte (first row << run_depth_bits() | depth, 0 below RUN_MIN_DEPTH) and its
     run rows: the node of b * k (trie_lookup agrees on its token) and the longest reachable
     token of b * 1 .. b * k with its length, for every depth k of the run's path."""
     from torch_gpubpe.core.bpe_tables import bpe_tables
     from torch_gpubpe.core.trie import compile_trie, trie_lookup
-    from torch_gpubpe.encoding.merge_walk import RUN_MIN_DEPTH, d1_rows
+    from torch_gpubpe.encoding.merge_walk import RUN_MIN_DEPTH, d1_rows, run_depth_bits
 
     trie = compile_trie(gpt2.token_bytes)
     t = bpe_tables(gpt2)
     rows = d1_rows(trie, t)
+    bits = run_depth_bits()
     prefixes = {tb[:k] for tb in gpt2.token_bytes for k in range(1, len(tb) + 1)}
     reachable = set(range(len(gpt2.token_bytes))) - set(t.unreachable)
     runs = 0
@@ -883,10 +884,10 @@ def test_d1_rows_run_nodes(gpt2):
             assert hdr == 0, b
             continue
         runs += 1
-        assert hdr & 511 == depth, b
+        assert hdr & ((1 << bits) - 1) == depth, b
         best = None
         for k in range(1, depth + 1):
-            r = rows[(hdr >> 9) + k - 1]
+            r = rows[(hdr >> bits) + k - 1]
             tid = trie_lookup(trie, bytes([b]) * k)
             assert int(r[2]) == (0xFFFFFFFF if tid is None else tid)
             assert int(r[0]) & 0xFF == b
@@ -894,7 +895,7 @@ def test_d1_rows_run_nodes(gpt2):
                 best = (tid, k)
             assert (int(r[3]) & ((1 << 18) - 1), int(r[3]) >> 18) == best
     assert runs >= 3   # spaces, dashes, equals signs at least
-    assert len(rows) == 768 + sum(int(h) & 511 for h in rows[0:768:3, 3])
+    assert len(rows) == 768 + sum(int(h) & ((1 << bits) - 1) for h in rows[0:768:3, 3])
 
 
 @gpu

@@ -102,6 +102,9 @@ override WHOLE_WORDS: bool = true;  // a word spelling an unreachable token is t
 const BAD_TOKEN: u32 = 0xFFFFFFFEu;  // no valid encoding found (vocab outside the supported set)
 const RANK_BITS: u32 = 18u;
 const RANK_MASK: u32 = (1u << RANK_BITS) - 1u;
+// A run header (d1rows row 3b's w): first run row << RUN_DEPTH_BITS | the run path's depth
+// (merge_walk.d1_rows reads this constant).
+const RUN_DEPTH_BITS: u32 = 9u;
 // Work counters of PROFILE builds (binding 18; torch_gpubpe.encoding.merge_walk.walk_work): totals over
 // the threads of a run, and W_LOCKSTEP: the sum over subgroups of the most walk-loop iterations
 // any lane of the subgroup ran (what the subgroup runs in lockstep; subgroup builds only).
@@ -132,7 +135,7 @@ fn d1_bounds(b: u32) -> vec4<u32> { work_count(W_LD_ROWS, 1u); return d1rows[3u 
 // token of the run's first m bytes.
 fn ld_run(hdr: u32, m: u32) -> vec4<u32> {
     work_count(W_LD_TRIE, 1u);
-    return d1rows[(hdr >> 9u) + m - 1u];
+    return d1rows[(hdr >> RUN_DEPTH_BITS) + m - 1u];
 }
 var<workgroup> wg_count: atomic<u32>;
 //#if PROFILE
@@ -428,8 +431,8 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
     var stop_ws = false;
     // Runs of one byte (indentation, " ----", "////"): a vocab with many tokens of one repeated
     // byte makes the walk pass the same run nodes again after each token and each pop, one
-    // child search each. The walk's first byte's d1 row says (run_hdr: row << 9 | depth, 0: no
-    // such run) where the nodes of its run lie in d1rows; the walk then jumps to the deepest
+    // child search each. The walk's first byte's d1 row says (run_hdr: row << RUN_DEPTH_BITS | depth,
+    // 0: no such run) where the nodes of its run lie in d1rows; the walk then jumps to the deepest
     // node the run reaches, with the candidate the step-by-step walk would have. The run
     // [run_lo, run_hi) of byte run_c (no word start after run_lo; run_open: it may go on past
     // run_hi) is scanned once, not at every position in it.
@@ -475,7 +478,7 @@ fn bpe_tokenizer_chunked(@builtin(workgroup_id) wid: vec3<u32>,
         let lazy = prev == NO_TOKEN;
         if (in_walk && q == pos + 1u && run_hdr != 0u) {
             // The run jump (run_hdr above): the scan and the clears are within STEP_MAX.
-            let dmax = run_hdr & 511u;
+            let dmax = run_hdr & ((1u << RUN_DEPTH_BITS) - 1u);
             if (b0 != run_c || pos < run_lo || pos >= run_hi) {
                 run_c = b0;
                 run_lo = pos;

@@ -35,11 +35,13 @@ bits, by ``bpe_word_bits`` (in the walk's compute pass), so that a word-start te
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from torch_gpubpe.core.bpe_tables import NO_TOKEN, RANK_BITS, BpeTables, valid_pair
 from torch_gpubpe.encoding.layout import DEFAULT_BUDGET, WG
-from torch_gpubpe.gpu.shaders import shader_source
+from torch_gpubpe.gpu.shaders import shader_info, shader_source
 
 
 GPU_BUDGET = 1 << 16
@@ -51,15 +53,21 @@ no more (larger budgets measured slower; docs/PERFORMANCE.md)."""
 RUN_MIN_DEPTH = 4
 """A byte whose run of this many bytes or more is a trie path gets the walk's run jump
 (:func:`d1_rows`); shorter runs are walked step by step."""
-RUN_MAX_DEPTH = 511   # (9 bits of the run header; a longer run's path is walked on from there)
+
+
+@functools.cache
+def run_depth_bits() -> int:
+    """Bits of a run header's depth, read from the WGSL (``RUN_DEPTH_BITS``): a run path is
+    jumped over to at most ``2 ** bits - 1`` bytes and walked on from there."""
+    return shader_info("encode_bpe").consts["RUN_DEPTH_BITS"]
 
 
 def step_max(t: BpeTables, max_depth: int) -> tuple[int, int]:
     """(UNWIND, STEP_MAX): iterations of ``valid_pair``'s loop, and the most loop iterations one
     step of the walk can take (see the module docstring): a trie walk, with the run jump's scan
-    and clears of up to ``min(max_depth, RUN_MAX_DEPTH)`` bytes each, and a try."""
+    and clears of up to ``min(max_depth, 2 ** run_depth_bits() - 1)`` bytes each, and a try."""
     unwind = 2 * t.max_height + 4
-    walk = max_depth + 2 * min(max_depth, RUN_MAX_DEPTH) + 2
+    walk = max_depth + 2 * min(max_depth, (1 << run_depth_bits()) - 1) + 2
     tried = unwind * (t.max_probe + 1) + 2 * max_depth + 4
     return unwind, walk + tried + 1  # one iteration may walk and then try
 
@@ -105,9 +113,9 @@ def d1_rows(trie, t: BpeTables) -> np.ndarray:
 
     Then, for each byte ``b`` whose run ``b * k`` is a trie path to a depth ``D`` of at least
     :data:`RUN_MIN_DEPTH`, the nodes of that path at depths ``1 .. D`` (at most
-    :data:`RUN_MAX_DEPTH`) as :func:`fused_edges` rows whose ``w`` is ``best | len << 18``: the
+    ``2 ** run_depth_bits() - 1``) as :func:`fused_edges` rows whose ``w`` is ``best | len << 18``: the
     longest reachable token among the path's first ``k`` bytes and its length. The run header
-    of ``b`` is ``first row << 9 | D`` (0: no such run): the walk's jump over a run."""
+    of ``b`` is ``first row << run_depth_bits() | D`` (0: no such run): the walk's jump over a run."""
     nodes = trie.nodes.reshape(-1, 3)
     edges = trie.edges.reshape(-1, 2)
     fe = fused_edges(trie)
@@ -118,11 +126,12 @@ def d1_rows(trie, t: BpeTables) -> np.ndarray:
     info = np.full((256, 4), NO_TOKEN, np.uint32)
     bounds = np.full((256, 4), NO_TOKEN, np.uint32)
     info[has], bounds[has] = t.gpu_info[tid[has]], t.gpu_bounds[tid[has]]
+    bits = run_depth_bits()
     runs: list[np.ndarray] = []
     first = 768
     for b in np.flatnonzero(has).tolist():
         path = [root_fc + b]   # the edge of each node of the run's path
-        while len(path) < RUN_MAX_DEPTH:
+        while len(path) < (1 << bits) - 1:
             fc, nc = (int(x) for x in nodes[int(edges[path[-1], 1]), :2])
             k = fc + int(np.searchsorted(edges[fc : fc + nc, 0], b))
             if k >= fc + nc or int(edges[k, 0]) != b:
@@ -137,7 +146,7 @@ def d1_rows(trie, t: BpeTables) -> np.ndarray:
         depth = np.arange(1, len(path) + 1)
         last = np.maximum.accumulate(np.where(ok, depth, 0))   # the deepest reachable so far
         rows[:, 3] = tok[last - 1] | (last << RANK_BITS)
-        node[b, 3] = first << 9 | len(path)
+        node[b, 3] = first << bits | len(path)
         runs.append(rows)
         first += len(path)
     out = np.stack([node, info, bounds], axis=1).reshape(-1, 4)
