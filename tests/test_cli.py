@@ -211,6 +211,33 @@ def test_train_writes_the_files_when_the_heldout_encoder_cannot_open(tmp_path, c
     assert Vocab.load(tmp_path / "out").merges
 
 
+
+@pytest.mark.gpu
+def test_train_bpe_vocab_the_gpu_walk_refuses_is_written_and_said(tmp_path, capsys):
+    """A vocab with a token longer than merge-order mode's GPU walk takes (two documents with
+    the same 20,000-space run): every file is written, the command succeeds and says once why
+    the compression was not measured."""
+    data = _write_jsonl_gz(tmp_path / "d.jsonl.gz", ["x" + " " * 20000, "y" + " " * 20000,
+                                                      "hello world"])
+    code, out, err = _run(capsys, "train", "--data-files", str(data), "--vocab-size", "300",
+                          "--pre-tokenizer", "cl100k", "--mode", "bpe",
+                          "--out", str(tmp_path / "out"), "--no-progress")
+    assert code == 0
+    assert "n/a (the encoder refuses the vocab" in out
+    assert err.count("compression not measured") == 1 and "at most 16,383 bytes" in err
+    v = Vocab.load(tmp_path / "out")
+    assert v.mode == "bpe" and max(map(len, v.token_bytes)) == 20000
+    assert (tmp_path / "out" / "tokenizer.json").is_file()
+    assert (tmp_path / "out" / "tokenizer.tiktoken").is_file()
+
+
+def test_error_special_token_without_a_utf8_spelling(tmp_path, capsys):
+    code, _, err = _run(capsys, "train", "--special-tokens", "<\udcff>",
+                        "--out", str(tmp_path / "out"))
+    assert code == 2
+    assert "lone surrogate" in _one_line_error(err)
+    assert not (tmp_path / "out").exists()
+
 @pytest.mark.gpu
 def test_train_max_bytes_and_text_files(tmp_path, capsys):
     """Plain-text input (one document per line, line breaks kept) and --max-bytes (the last

@@ -16,7 +16,7 @@ from conftest import CORPUS_NAMES, corpus_docs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_gpubpe import Vocab
+from torch_gpubpe import UnsupportedVocabError, Vocab
 from torch_gpubpe.core import reference
 from torch_gpubpe.core.export import (
     MAX_INPUT_CHARS_PER_WORD,
@@ -285,3 +285,21 @@ def test_tiktoken_export_loads_back_without_naming_its_split(tmp_path, mixed):
     back = Tokenizer.from_tiktoken(paths["tiktoken"])
     assert back.pre_tokenizer == "bytes-classes"
     assert back.encode_batch(docs).tolist() == Tokenizer(v).encode_batch(docs).tolist()
+
+
+def test_tokens_longer_than_the_gpu_walk_takes_export_and_are_refused_by_name(tmp_path):
+    # 14 doublings of a space: a token of 16,384 bytes, one above merge-order mode's GPU limit
+    merges = [(32, 32)] + [(256 + k, 256 + k) for k in range(13)]
+    v = Vocab(merges=merges, special_tokens=(EOT,), mode="bpe", pre_tokenizer="gpt2")
+    longest = 256 + len(merges) - 1
+    assert len(v.token_bytes[longest]) == 16384
+    export_all(v, tmp_path)     # the exports read no length: written, and exact in HF, tiktoken
+    text = " " * 16384 + "\n" + " " * 5
+    ids = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json")).encode(text).ids
+    assert ids[0] == longest
+    assert ids == tiktoken_encoding(v).encode_ordinary(text)
+    from torch_gpubpe.encoding.tokenizer import Tokenizer
+
+    with pytest.raises(UnsupportedVocabError, match="at most 16,383 bytes; this vocab has one of 16,384"):
+        Tokenizer(v)
+    assert Tokenizer(v, mode="greedy").mode == "greedy"

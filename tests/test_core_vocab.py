@@ -135,3 +135,13 @@ def test_load_of_a_large_file_is_exact(tmp_path):
     assert back == v and back.merges == tuple(map(tuple, merges))
     assert back.token_bytes == tuple(reference.token_bytes(merges))
     assert gc.isenabled()  # the load's collector pause is over
+
+
+@pytest.mark.parametrize("specials, match", [
+    (["<s\ud800>"], "lone surrogate at 2"), ([""], "non-empty"), (["a", "a"], "duplicate"),
+])
+def test_special_tokens_without_a_utf8_spelling_are_refused(specials, match):
+    with pytest.raises(ValueError, match=match):
+        Vocab(merges=[(97, 98)], special_tokens=specials)
+    with pytest.raises(ValueError, match=match):
+        Vocab(tokens=[bytes([b]) for b in range(256)], special_tokens=specials)

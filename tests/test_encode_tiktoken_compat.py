@@ -70,3 +70,12 @@ def test_attributes_and_decoding(pair):
     with pytest.raises(KeyError):
         ours.encode_single_token(b"no such token \x00")
     assert ours.token_byte_values() == ref.token_byte_values()
+
+
+def test_a_vocab_without_endoftext_makes_an_encoding():
+    from torch_gpubpe import Vocab
+
+    enc = Tokenizer(Vocab(merges=[(104, 105)], mode="bpe", pre_tokenizer="gpt2")).as_tiktoken()
+    assert enc.n_vocab == 257 and enc.special_tokens_set == set()
+    with pytest.raises(KeyError, match="endoftext"):
+        enc.eot_token    # as tiktoken's: asked for, not at construction

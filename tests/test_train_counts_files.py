@@ -227,3 +227,31 @@ def test_cli_count_merge_train_equals_train_on_all_files(tmp_path, capsys, docs)
     assert "not both" in capsys.readouterr().err
     assert cli.main(["merge-counts", str(data[0]), "--out", str(tmp_path / "x.parquet")]) == 2
     assert "not a Parquet counts file" in capsys.readouterr().err
+
+
+@pytest.mark.gpu
+def test_cli_train_counts_takes_mode_and_the_files_split_and_refuses_no_words(tmp_path, capsys):
+    docs = ["hello world hello there, hello again"] * 3
+    f = _jsonl(tmp_path / "d.jsonl.gz", docs)
+    counts = tmp_path / "c.parquet"
+    assert cli.main(["count", "--data-files", str(f), "--out", str(counts),
+                     "--pre-tokenizer", "cl100k", "--no-progress"]) == 0
+    # --mode bpe reaches the vocab and its exports (a real BPE model in tokenizer.json)
+    assert cli.main(["train", "--counts", str(counts), "--vocab-size", "280", "--mode", "bpe",
+                     "--pre-tokenizer", "cl100k", "--out", str(tmp_path / "v"),
+                     "--no-progress"]) == 0
+    v = Vocab.load(tmp_path / "v" / "vocab.json")
+    assert (v.mode, v.pre_tokenizer) == ("bpe", "cl100k")
+    assert json.loads((tmp_path / "v" / "tokenizer.json").read_text())["model"]["type"] == "BPE"
+    capsys.readouterr()
+    # another split than the file's: refused, naming both
+    assert cli.main(["train", "--counts", str(counts), "--vocab-size", "280",
+                     "--pre-tokenizer", "gpt2", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--pre-tokenizer gpt2" in err and "'cl100k'" in err
+    # a counts file of empty documents: no words, refused as train() refuses an empty corpus
+    empty = _jsonl(tmp_path / "e.jsonl.gz", ["", ""])
+    assert cli.main(["count", "--data-files", str(empty), "--out", str(tmp_path / "e.parquet"),
+                     "--no-progress"]) == 0
+    with pytest.raises(InputError, match="empty corpus: the counts file .* holds no words"):
+        train_from_counts_file(tmp_path / "e.parquet", 300)

@@ -23,6 +23,7 @@ from torch_gpubpe.errors import (
     GPUOperationError,
     InputError,
     NoAdapterError,
+    UnsupportedVocabError,
     VocabFormatError,
     VocabNotFoundError,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "GPUOperationError",
     "InputError",
     "NoAdapterError",
+    "UnsupportedVocabError",
     "Vocab",
     "VocabFormatError",
     "VocabNotFoundError",

@@ -32,6 +32,11 @@ class GPUOperationError(GPUBPEError, RuntimeError):
     """A GPU operation failed or did not complete in time; the message names the operation."""
 
 
+class UnsupportedVocabError(GPUBPEError, ValueError):
+    """A vocab the GPU encoder cannot encode exactly in the mode asked (or on this adapter); the
+    message names the limit. Its files and the other mode may still take it."""
+
+
 class InputError(GPUBPEError, ValueError):
     """A document or argument cannot be processed; the message names which and where."""
 

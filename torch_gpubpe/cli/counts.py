@@ -126,6 +126,17 @@ def cmd_train_counts(args: argparse.Namespace, out) -> int:
         raise InputError("give --counts or the input options (--dataset/--data-files), not both")
     specials = tuple(args.special_tokens or ())
     meta = read_metadata(args.counts)
+    if args.pre_tokenizer:   # (the words were split when counted: the file says how)
+        from torch_gpubpe.core.patterns import DEFAULT
+        from torch_gpubpe.core.vocab import PRE_TOKENIZER
+        from torch_gpubpe.training.counting import training_split
+
+        fam = training_split(args.pre_tokenizer)
+        if (PRE_TOKENIZER if fam == DEFAULT else fam) != meta.get("pre_tokenizer"):
+            raise InputError(
+                f"--pre-tokenizer {args.pre_tokenizer} with --counts {args.counts}: its words "
+                f"were split with {meta.get('pre_tokenizer')!r} when counted; give that split "
+                "or none, or count again with `count --pre-tokenizer`")
     t0 = time.perf_counter()
     stats: dict = {}
     bar = None
@@ -144,6 +155,8 @@ def cmd_train_counts(args: argparse.Namespace, out) -> int:
     finally:
         if bar is not None:
             bar.close()
+    if args.mode != vocab.mode:
+        vocab = vocab.with_mode(args.mode)
     t_train = time.perf_counter() - t0
     written: dict = {}
     t2 = time.perf_counter()

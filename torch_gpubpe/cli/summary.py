@@ -57,7 +57,9 @@ def format_train_summary(s: dict) -> str:
         f"{s['heldout_bytes_per_token']:.3f} bytes/token on {where} "
         f"({s['heldout_bytes']:,} bytes in {docs(s['heldout_documents'])} → "
         f"{s['heldout_tokens']:,} tokens{how})"
-        if s["heldout_tokens"] else "n/a (no held-out documents; see --holdout-every)"
+        if s["heldout_tokens"] else
+        "n/a (the encoder refuses the vocab: see the note below)" if s.get("heldout_refused")
+        else "n/a (no held-out documents; see --holdout-every)"
     )
     rows = [
         ("source", s["source"]),

@@ -25,8 +25,8 @@ from torch_gpubpe.cli.common import (DEFAULT_BATCH_BYTES, PROG, adapter_name, ad
                                      source_from_args)
 from torch_gpubpe.cli.counts import cmd_train_counts
 from torch_gpubpe.cli.summary import print_train_summary, vocab_summary
-from torch_gpubpe.core.vocab import MAX_VOCAB_SIZE, Vocab
-from torch_gpubpe.errors import InputError
+from torch_gpubpe.core.vocab import MAX_VOCAB_SIZE, Vocab, checked_special_tokens
+from torch_gpubpe.errors import InputError, UnsupportedVocabError
 
 if TYPE_CHECKING:  # at run time imported where used: pyarrow takes ~0.3 s to import
     from torch_gpubpe.io.readers import TextSource
@@ -199,10 +199,10 @@ class CorpusReader:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    specials = tuple(args.special_tokens or ())
-    if len(set(specials)) != len(specials) or any(not s for s in specials):
-        raise InputError(
-            f"--special-tokens must be distinct non-empty strings, got {list(specials)}")
+    try:
+        specials = checked_special_tokens(args.special_tokens or ())
+    except ValueError as e:
+        raise InputError(f"--special-tokens: {e}") from None
     if args.vocab_size < 256 + len(specials):
         raise InputError(
             f"--vocab-size {args.vocab_size} is below 256 byte tokens + {len(specials)} special "
@@ -214,9 +214,6 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InputError(f"--holdout-every must be >= 0, got {args.holdout_every}")
     out = prepare_out_dir(args.out) if args.out else None
     if args.counts:
-        if args.pre_tokenizer:
-            raise InputError("--pre-tokenizer with --counts: a counts file holds words already "
-                             "split (by `count`, which uses this project's split)")
         return cmd_train_counts(args, out)
     from torch_gpubpe.training.counting import READ_AHEAD_BYTES
     from torch_gpubpe.training.trainer import train  # the GPU trainer (DESIGN.md §3)
@@ -278,13 +275,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     # The files are written while the held-out documents are encoded (the encoder's session
     # waits on the driver and the GPU, without the GIL); the encoder's trie, all Python and
     # numpy, is built first, not competing with the export for the GIL.
+    held_refused = None   # why this project's encoder refuses the vocab, if it does
     with ThreadPoolExecutor(1, thread_name_prefix="torch_gpubpe export") as pool:
         exported = None
         t3 = time.perf_counter()
         try:
-            encoder = _heldout_encoder(vocab) if held_docs else None
+            encoder = None
+            if held_docs:
+                try:
+                    encoder = _heldout_encoder(vocab)
+                except UnsupportedVocabError as e:   # (the files take the vocab all the same)
+                    held_refused = str(e)
             exported = pool.submit(export) if out is not None else None
-            held_tokens = _count_tokens(encoder, held, held_offsets) if held_docs else 0
+            held_tokens = 0
+            if encoder is not None:
+                try:
+                    held_tokens = _count_tokens(encoder, held, held_offsets)
+                except UnsupportedVocabError as e:   # this adapter's, met as its session opens
+                    held_refused = str(e)
         except BaseException:
             # Raised below, once the files are written; the export's own failure is said
             # first, not lost with it.
@@ -322,11 +330,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         "peak_rss_bytes": peak_rss_bytes(),
         "heldout_tokens": held_tokens,
         "heldout_bytes_per_token": (held_bytes / held_tokens) if held_tokens else None,
+        "heldout_refused": held_refused,
         "written": {k: str(v) for k, v in written.items()},
     }
     print_train_summary(args, summary)
+    if held_refused:
+        print(f"{PROG}: note: compression not measured: this project's {vocab.mode} encoder "
+              f"refuses the vocab: {held_refused}", file=sys.stderr)
     return 0
-
 
 
 def _precompile_heldout_encoder(pre_tokenizer: str | None) -> None:

@@ -61,6 +61,8 @@ from torch_gpubpe.core.vocab import Vocab
 # Rank and length share one u32 on the GPU: rank | len << RANK_BITS. wgsl/encode_bpe.wgsl has
 # the same constant (tests/test_gpu_shaders.py checks that they agree).
 RANK_BITS = 18
+MAX_WALK_TOKEN_BYTES = (1 << (32 - RANK_BITS)) - 1
+"""The longest token the GPU's merge-order walk takes (its length shares a u32 with its rank)."""
 _GOLDEN = 0x9E3779B1
 
 
@@ -363,8 +365,9 @@ def _build_tables(vocab: Vocab) -> BpeTables:
             right_l[i] = min(right_l[i], right_l[a])  # left spine continues in a
     bounds = np.stack([np.array(left_l, np.uint32), np.array(right_l, np.uint32)], axis=1)
     lens = np.fromiter(map(len, toks), np.int64, n)
-    if lens.max() >= 1 << (32 - RANK_BITS):
-        raise ValueError(f"a token of {int(lens.max())} bytes is too long for merge-order mode")
+    # Longer tokens are clipped in the GPU rows: the walk refuses such a vocab
+    # (torch_gpubpe.encoding.tokenizer), the exports read no length.
+    lens = np.minimum(lens, MAX_WALK_TOKEN_BYTES)
     gb = np.full((n, 4), NO_TOKEN, np.uint32)
     gb[:, :2] = bounds
     r = np.flatnonzero(reach)

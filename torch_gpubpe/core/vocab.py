@@ -117,6 +117,31 @@ NORMALIZERS = ("nfc", "metaspace", "metaspace-prepend")
 FOREIGN_FORMATS: dict[str, Callable[..., Vocab]] = {}
 
 
+
+def checked_special_tokens(special_tokens) -> tuple[str, ...]:
+    """``special_tokens`` as a tuple, checked: each a non-empty ``str`` that UTF-8 can spell (no
+    lone surrogate: every file format and encoder writes the spelling as UTF-8), none twice.
+
+    Raises:
+        TypeError: one ``str`` given for the list.
+        ValueError: naming the first token that is not one.
+    """
+    if isinstance(special_tokens, str):
+        raise TypeError("special_tokens must be a list of str, not one str: pass [token]")
+    specials = tuple(special_tokens)
+    for s in specials:
+        if not isinstance(s, str) or not s:
+            raise ValueError(f"special tokens must be non-empty str, got {s!r}")
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"special token {s!r} is not valid Unicode text (a lone surrogate "
+                             f"at {e.start}): it has no UTF-8 spelling") from None
+    if len(set(specials)) != len(specials):
+        raise ValueError(f"duplicate special tokens in {specials!r}")
+    return specials
+
+
 @dataclass(frozen=True)
 class Vocab:
     """A byte-level BPE vocab (DESIGN.md §1).
@@ -190,12 +215,7 @@ class Vocab:
         if self.ranks is not None or self.special_ids is not None or self.decode_only:
             raise ValueError("ranks, special_ids and decode_only need an explicit tokens table")
         merges = _checked_merges(self.merges)
-        specials = tuple(self.special_tokens)
-        if len(set(specials)) != len(specials):
-            raise ValueError(f"duplicate special tokens in {specials!r}")
-        for s in specials:
-            if not isinstance(s, str) or not s:
-                raise ValueError(f"special tokens must be non-empty str, got {s!r}")
+        specials = checked_special_tokens(self.special_tokens)
         object.__setattr__(self, "merges", merges)
         object.__setattr__(self, "special_tokens", specials)
         object.__setattr__(self, "_bytes", tuple(token_bytes(merges)))
@@ -223,10 +243,7 @@ class Vocab:
             if len(ranks) != len(toks) or len(set(ranks)) != len(ranks):
                 raise ValueError("ranks must hold one distinct rank per token")
             object.__setattr__(self, "ranks", ranks)
-        specials = tuple(self.special_tokens)
-        if len(set(specials)) != len(specials) or not all(isinstance(s, str) and s
-                                                          for s in specials):
-            raise ValueError(f"special tokens must be distinct non-empty str: {specials!r}")
+        specials = checked_special_tokens(self.special_tokens)
         if self.special_ids is not None:
             sids = tuple(int(i) for i in self.special_ids)
             outside = [i for i in sids if i >= len(toks)]

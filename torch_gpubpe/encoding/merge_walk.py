@@ -42,6 +42,7 @@ import numpy as np
 from torch_gpubpe.core.bpe_tables import NO_TOKEN, RANK_BITS, BpeTables, valid_pair
 from torch_gpubpe.encoding.layout import DEFAULT_BUDGET, WG
 from torch_gpubpe.gpu.shaders import shader_info, shader_source
+from torch_gpubpe.errors import UnsupportedVocabError
 
 
 GPU_BUDGET = 1 << 16
@@ -205,7 +206,7 @@ def bpe_session_setup(sess, g, trie, chunk: int, budget: int) -> None:
     cap = (65535 - chunk - trie.max_depth - 64) // 4
     if g.is_cpu and sess.budget > cap:
         if floor > cap:
-            raise ValueError(
+            raise UnsupportedVocabError(
                 f"merge-order mode: one step of this vocab's walk may take {smax} loop "
                 "iterations, more than lavapipe's 65,535-iteration cap leaves")
         sess.budget = cap

@@ -26,8 +26,13 @@ class TiktokenEncoding:
         self.name = name
         self.n_vocab = tok.n_vocab
         self.max_token_value = tok.n_vocab - 1
-        self.eot_token = tok.eot_token
         self.special_tokens_set = set(tok.vocab.special_tokens)
+
+    @property
+    def eot_token(self) -> int:
+        """Id of ``<|endoftext|>``; ``KeyError`` where the vocab has none (read when asked
+        for, as tiktoken's: a vocab without it is still an encoding)."""
+        return self._tok.eot_token
 
     def __repr__(self) -> str:
         return f"<TiktokenEncoding {self.name!r} over {self._tok!r}>"

@@ -49,7 +49,7 @@ from torch_gpubpe.encoding.specials import (EOT, SpecialSet, encode_with_special
                                             insert_special_tokens,
                                             special_sets)
 from torch_gpubpe.encoding.stream import encode_groups, encode_stream
-from torch_gpubpe.errors import GPUOperationError, InputError
+from torch_gpubpe.errors import GPUOperationError, InputError, UnsupportedVocabError
 from torch_gpubpe.gpu.device import current_gpu
 from torch_gpubpe.notices import warn_once
 
@@ -126,6 +126,8 @@ class Tokenizer(TokenDecoding, HFCompat):
         ValueError: bad ``chunk_bytes``, ``thread_budget``, ``long_word_bytes`` or ``mode``,
             or a vocab that merge-order mode does not support
             (:func:`torch_gpubpe.core.bpe_tables.bpe_tables`).
+        UnsupportedVocabError: in merge-order mode, a token longer than the GPU walk takes
+            (:data:`~torch_gpubpe.core.bpe_tables.MAX_WALK_TOKEN_BYTES`).
         InputError: a ``pre_tokenizer`` the GPU cannot split exactly (named).
         VocabFormatError, OSError: ``vocab`` is a path that does not hold a vocab file.
     """
@@ -159,8 +161,14 @@ class Tokenizer(TokenDecoding, HFCompat):
         self._walk_vocab = walk_vocab
         self._bpe = None
         if self.mode == "bpe":
-            from torch_gpubpe.core.bpe_tables import bpe_tables
+            from torch_gpubpe.core.bpe_tables import MAX_WALK_TOKEN_BYTES, bpe_tables
 
+            longest = max(map(len, walk_vocab.token_bytes))
+            if longest > MAX_WALK_TOKEN_BYTES:
+                raise UnsupportedVocabError(
+                    f"merge-order mode on the GPU takes tokens of at most "
+                    f"{MAX_WALK_TOKEN_BYTES:,} bytes; this vocab has one of {longest:,} (greedy "
+                    "mode and the exported tokenizer.json / tokenizer.tiktoken take it)")
             self._bpe = bpe_tables(walk_vocab)
         self.vocab = vocab
         self.n_vocab = len(vocab)

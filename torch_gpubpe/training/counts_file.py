@@ -146,7 +146,7 @@ def train_from_counts_file(path: PathLike, vocab_size: int, *, min_frequency: in
     Returns:
         the :class:`~torch_gpubpe.core.vocab.Vocab`.
     Raises:
-        InputError: not a valid counts file, or one of a pre-tokenizer this package does not
+        InputError: not a valid counts file, one with no words, or one of a pre-tokenizer this package does not
             know (the vocab records the file's split).
         ValueError: ``vocab_size``/``min_frequency`` out of range.
         NoAdapterError, GPUOperationError: no usable GPU / a GPU operation failed.
@@ -158,6 +158,10 @@ def train_from_counts_file(path: PathLike, vocab_size: int, *, min_frequency: in
     if split != PRE_TOKENIZER and split not in TRAINED_SPLITS:
         raise InputError(f"{str(path)!r}: counts of pre-tokenizer {split!r}; this trainer's "
                          f"vocabularies use {PRE_TOKENIZER!r} or one of {TRAINED_SPLITS}")
+    if not meta.get("num_words"):
+        raise InputError(f"empty corpus: the counts file {str(path)!r} holds no words "
+                         f"({int(meta.get('num_documents', 0)):,} documents counted, "
+                         f"{int(meta.get('corpus_bytes', 0)):,} bytes)")
     wc = read_counts(path)
     st = {} if stats is None else stats
     st.update(num_documents=int(meta.get("num_documents", 0)),

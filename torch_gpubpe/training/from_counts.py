@@ -19,7 +19,7 @@ import numpy as np
 from torch_gpubpe import notices
 from torch_gpubpe.core import str_pack
 from torch_gpubpe.core.reference import to_bytes
-from torch_gpubpe.core.vocab import MAX_VOCAB_SIZE, Vocab
+from torch_gpubpe.core.vocab import MAX_VOCAB_SIZE, Vocab, checked_special_tokens
 from torch_gpubpe.errors import InputError
 from torch_gpubpe.gpu.wgpu_internals import fallbacks
 from torch_gpubpe.training.gpu_trainer import get_trainer
@@ -32,14 +32,7 @@ def check_sizes(vocab_size: int, special_tokens: Sequence[str], min_frequency: i
     """The number of merges ``vocab_size`` leaves after the 256 bytes and ``special_tokens``;
     ``TypeError``/``ValueError`` naming the argument when one is out of range. (Everything that
     could fail after hours of training is checked here, first.)"""
-    if isinstance(special_tokens, str):
-        raise TypeError("special_tokens must be a list of str, not one str: pass [token]")
-    specials = list(special_tokens)
-    for t in specials:
-        if not isinstance(t, str) or not t:
-            raise ValueError(f"special tokens must be non-empty str, got {t!r}")
-    if len(set(specials)) != len(specials):
-        raise ValueError(f"duplicate special tokens in {specials!r}")
+    specials = checked_special_tokens(special_tokens)
     nspecial = len(specials)
     if not isinstance(vocab_size, (int, np.integer)) or isinstance(vocab_size, bool):
         raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
