@@ -69,6 +69,12 @@ CALLS = [
     {"padding": True, "padding_side": "left", "return_offsets_mapping": True},
     {"truncation": True, "max_length": 5, "return_offsets_mapping": True},
     {"padding": True, "return_tensors": "pt", "return_offsets_mapping": True},
+    # transformers' defaults and per-row padding
+    {"padding": "max_length", "max_length": 3}, {"max_length": 4},
+    {"padding": True, "return_length": True}, {"return_length": True},
+    {"padding": True, "pad_to_multiple_of": 8, "return_length": True, "return_tensors": "np"},
+    {"return_attention_mask": None}, {"padding": True, "padding_side": None},
+    {"truncation": None, "max_length": 4}, {"padding": True, "truncation": None, "max_length": 4},
 ]
 
 
@@ -105,11 +111,63 @@ def test_padding_needs_a_pad_token(pair):
     ({"padding": "sideways"}, "padding"), ({"padding": "max_length"}, "max_length"),
     ({"truncation": True}, "max_length"), ({"return_tensors": "tf"}, "return_tensors"),
     ({"return_tensors": "np"}, "padding=True"), ({"padding_side": "up"}, "padding_side"),
+    ({"padding": "max_length", "max_length": 1, "return_tensors": "np"}, "truncation=True"),
+    ({"padding": True, "truncation": True, "max_length": 5, "pad_to_multiple_of": 3},
+     r"truncation length \(5\) is not a multiple of pad_to_multiple_of \(3\)"),
 ])
 def test_bad_arguments_are_named(pair, kw, match):
     tok, _ = pair
     with pytest.raises(InputError, match=match):
         tok(["a", "bb b"], **kw)
+
+
+@pytest.mark.parametrize("text", [{"text": ["a"], "label": [1]}, {"a", "b"}, None, 5,
+                                  (t for t in ["a"])])
+def test_a_batch_is_a_list_or_tuple_as_transformers_takes(pair, text):
+    tok, hf = pair
+    with pytest.raises(ValueError):
+        hf(text)
+    with pytest.raises(InputError, match="str or a list/tuple of str"):
+        tok(text)
+
+
+def test_sides_set_on_the_tokenizer_or_in_its_file(pair, tmp_path):
+    tok, hf = pair
+    texts = ["a b c d e f", "a"]
+    try:
+        tok.padding_side = hf.padding_side = "left"
+        tok.truncation_side = hf.truncation_side = "left"
+        kw = {"padding": True, "truncation": True, "max_length": 4}
+        assert tok(texts, **kw) == dict(hf(texts, **kw))
+    finally:
+        tok.padding_side = hf.padding_side = tok.truncation_side = hf.truncation_side = "right"
+    from transformers import PreTrainedTokenizerFast
+
+    d = json.loads(open(gpt2_json(tmp_path, None), encoding="utf-8").read())
+    d["padding"] = {"direction": "Left", "pad_id": 50256, "pad_token": EOT, "pad_type_id": 0,
+                    "strategy": "BatchLongest", "pad_to_multiple_of": None}
+    d["truncation"] = {"direction": "Left", "max_length": 512, "strategy": "LongestFirst",
+                       "stride": 0}
+    (tmp_path / "sides.json").write_text(json.dumps(d), encoding="utf-8")
+    mine = Tokenizer.from_hf(tmp_path / "sides.json")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "sides.json"))
+    assert (mine.padding_side, mine.truncation_side) == ("left", "left")
+    kw = {"padding": True, "truncation": True, "max_length": 3}
+    assert mine(texts, **kw) == dict(theirs(texts, **kw))
+
+
+def test_the_result_answers_as_a_batch_encoding(pair):
+    tok, hf = pair
+    got, want = tok(["a b", "c"], padding=True, return_tensors="pt"), hf(["a b", "c"],
+                                                                          padding=True,
+                                                                          return_tensors="pt")
+    assert got.input_ids.tolist() == want.input_ids.tolist()
+    assert got.to("cpu") is got and got.attention_mask.device.type == "cpu"
+    assert got.data.keys() == got.keys()
+    with pytest.raises(AttributeError):
+        got.no_such_key
 
 
 def test_batch_encoding_answers_transformers_keys(pair):
@@ -221,3 +279,54 @@ def test_offsets_keep_an_added_prefix_space_as_transformers(tmp_path):
     texts = [" hello world", "  two  spaces ", "x  y", " ", ""]
     want = hf(texts, return_offsets_mapping=True)["offset_mapping"]
     assert tok(texts, return_offsets_mapping=True)["offset_mapping"] == want
+
+
+def test_model_files_by_any_name_and_hub_snapshots(tmp_path):
+    """A ``tokenizer.json`` by another name loads (from_pretrained) and saves (save_pretrained)
+    as the model's own; a Hub snapshot's ``vocab.json`` (the model's, not this project's)
+    leaves the folder to its ``tokenizer.json``; the model's config and chat template go with
+    it, and ``as_hf`` applies them as transformers does."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    named = tmp_path / "bos.json"
+    shutil.copyfile(gpt2_json(tmp_path, template(BOS + SEQ)), named)
+    tok = Tokenizer.from_pretrained(named)
+    assert tok.template == ((50256,), ()) and tok("hi")["input_ids"][0] == 50256
+    tok.save_pretrained(tmp_path / "saved")
+    assert Tokenizer.from_pretrained(tmp_path / "saved")("hi") == tok("hi")
+    snap = tmp_path / "snapshot"
+    snap.mkdir()
+    shutil.copyfile(named, snap / "tokenizer.json")
+    (snap / "vocab.json").write_text(json.dumps({"a": 0, "b": 1}), encoding="utf-8")
+    (snap / "tokenizer_config.json").write_text(json.dumps(
+        {"model_max_length": 16, "padding_side": "left", "pad_token": EOT}), encoding="utf-8")
+    (snap / "chat_template.jinja").write_text("{{ messages }}", encoding="utf-8")
+    tok = Tokenizer.from_pretrained(snap)
+    assert tok.template == ((50256,), ())
+    mine, theirs = tok.as_hf(), AutoTokenizer.from_pretrained(snap)
+    long = "a " * 100
+    assert mine(long, truncation=True)["input_ids"] == theirs(long, truncation=True)["input_ids"]
+    assert len(mine(long, truncation=True)["input_ids"]) == 16
+    assert (mine.padding_side, mine.chat_template) == ("left", theirs.chat_template)
+    written = {p.split("/")[-1] for p in tok.save_pretrained(tmp_path / "again")}
+    assert written == {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"}
+
+
+def test_decode_stream_skips_only_the_special_added_tokens(tmp_path):
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers.decoders import DecodeStream as HFDecodeStream
+
+    d = json.loads(open(gpt2_json(tmp_path, None), encoding="utf-8").read())
+    d["added_tokens"].append({"id": 50257, "content": "<think>", "single_word": False,
+                              "lstrip": False, "rstrip": False, "normalized": False,
+                              "special": False})
+    (tmp_path / "think.json").write_text(json.dumps(d), encoding="utf-8")
+    hf, tok = HFTokenizer.from_file(str(tmp_path / "think.json")), Tokenizer.from_hf(
+        tmp_path / "think.json")
+    ids = hf.encode("<think>hi<|endoftext|>").ids
+    assert tok("<think>hi<|endoftext|>")["input_ids"] == ids
+    stream, theirs = tok.decode_stream(skip_special_tokens=True), HFDecodeStream(skip_special_tokens=True)
+    got = "".join(stream.step(i) or "" for i in ids) + stream.finish()
+    assert got == "".join(theirs.step(hf, i) or "" for i in ids) == "<think>hi"

@@ -21,6 +21,9 @@ class TokenDecoding:
     """Decoding of a :class:`~torch_gpubpe.core.vocab.Vocab`'s ids (a base of ``Tokenizer``);
     :meth:`_init_decoding` sets it up."""
 
+    # ids of special tokens that are text to Hugging Face (added tokens not marked special)
+    plain_added_ids: frozenset[int] = frozenset()
+
     vocab: Vocab
 
     def _init_decoding(self, vocab: Vocab) -> None:
@@ -90,7 +93,8 @@ class TokenDecoding:
 
     def decode_stream(self, *, skip_special_tokens: bool = False) -> DecodeStream:
         """A :class:`DecodeStream` of this tokenizer's vocab (ids fed one or a few at a time)."""
-        return DecodeStream(self.vocab, skip_special_tokens=skip_special_tokens)
+        return DecodeStream(self.vocab, skip_special_tokens=skip_special_tokens,
+                            not_special=self.plain_added_ids)
 
 
 class DecodeStream:
@@ -113,12 +117,15 @@ class DecodeStream:
     Args:
         vocab: the :class:`~torch_gpubpe.core.vocab.Vocab` the ids belong to.
         skip_special_tokens: drop special ids (else they give their spelling).
+        not_special: ids of the vocab's special tokens kept all the same (a ``tokenizer.json``'s
+            added tokens marked ``"special": false``, which Hugging Face never skips).
     """
 
-    def __init__(self, vocab: Vocab, *, skip_special_tokens: bool = False) -> None:
+    def __init__(self, vocab: Vocab, *, skip_special_tokens: bool = False,
+                 not_special: Iterable[int] = ()) -> None:
         self.vocab = vocab
         self.skip_special_tokens = skip_special_tokens
-        self._special = frozenset(vocab.special_token_ids.values())
+        self._special = frozenset(vocab.special_token_ids.values()) - frozenset(not_special)
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._at_start = True  # a "metaspace-prepend" vocab drops the text's first space
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from torch_gpubpe.errors import InputError
+from torch_gpubpe.errors import InputError, VocabFormatError
 
 PADDING = (False, True, "longest", "max_length", "do_not_pad")
 
@@ -58,38 +58,79 @@ def template_of(post_processor: object, token_id) -> tuple[tuple[int, ...], tupl
     return None
 
 
+class CallEncoding(dict):
+    """What :func:`encode_call` returns: a ``dict`` with ``transformers``' ``BatchEncoding``
+    access, the keys as attributes (``enc.input_ids``) and :meth:`to` (tensors to a device)."""
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def data(self) -> dict:
+        return dict(self)
+
+    def to(self, device) -> CallEncoding:
+        """Each tensor moved to ``device`` (``return_tensors="pt"``); returns ``self``."""
+        for key, v in self.items():
+            if hasattr(v, "to"):
+                self[key] = v.to(device)
+        return self
+
+
 def encode_call(tok, text, *, add_special_tokens: bool = True, padding=False,
-                truncation=False, max_length: int | None = None,
-                pad_to_multiple_of: int | None = None, padding_side: str = "right",
-                return_tensors: str | None = None, return_attention_mask: bool = True,
-                return_length: bool = False, return_offsets_mapping: bool = False) -> dict:
-    """:meth:`Tokenizer.__call__` (arguments and results as ``transformers``'
-    ``PreTrainedTokenizerFast.__call__`` for one text or a list of texts).
+                truncation=None, max_length: int | None = None,
+                pad_to_multiple_of: int | None = None, padding_side: str | None = None,
+                return_tensors: str | None = None, return_attention_mask: bool | None = None,
+                return_length: bool = False, return_offsets_mapping: bool = False
+                ) -> CallEncoding:
+    """:meth:`Tokenizer.__call__` (arguments, defaults and results as ``transformers``'
+    ``PreTrainedTokenizerFast.__call__`` for one text or a list of texts): ``truncation=None``
+    truncates to ``max_length`` when not padding; ``padding="max_length"`` pads shorter rows
+    and leaves longer ones (rows of different lengths: lists, no tensor); ``padding_side=None``
+    and truncation take ``tok.padding_side`` / ``tok.truncation_side`` (a ``tokenizer.json``'s
+    directions); ``length`` counts the padding.
 
     ``return_offsets_mapping``: each token's span (characters of a ``str``, bytes of a
     ``bytes`` text; ``(0, 0)`` for the template's ids and the padding) from the GPU's token
     boundaries (:func:`torch_gpubpe.encoding.offsets.offsets_mapping`).
 
     Raises:
-        InputError: an argument out of range, or padding asked for without a pad token
-            (``tok.pad_token_id``), or ``add_special_tokens`` with a post-processor not read,
-            or offsets of a vocab with a normalizer.
+        InputError: ``text`` neither a text nor a list/tuple of texts, an argument out of range,
+            padding asked for without a pad token (``tok.pad_token_id``), ``add_special_tokens``
+            with a post-processor not read, or offsets of a vocab with a normalizer.
     """
     single = isinstance(text, (str, bytes))
+    if not single and not isinstance(text, (list, tuple)):
+        raise InputError(f"text must be a str or a list/tuple of str (as transformers takes), "
+                         f"got {type(text).__name__}")
     texts = [text] if single else list(text)
     if padding not in PADDING:
         raise InputError(f"padding must be one of {PADDING}, got {padding!r}")
     if padding == "max_length" and max_length is None:
         raise InputError("padding='max_length' needs max_length")
+    pad = padding not in (False, "do_not_pad")
+    if truncation is None:   # (transformers: max_length alone truncates unless padding)
+        truncation = max_length is not None and not pad
     if truncation not in (False, True, "longest_first", "only_first", "do_not_truncate"):
         raise InputError(f"truncation={truncation!r} is not supported (one text per row)")
     truncate = truncation not in (False, "do_not_truncate")
     if truncate and max_length is None:
         raise InputError("truncation needs max_length (this tokenizer has no model maximum)")
-    if padding_side not in ("right", "left"):
-        raise InputError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+    padding_side = tok.padding_side if padding_side is None else padding_side
+    for name, side in (("padding_side", padding_side), ("truncation_side", tok.truncation_side)):
+        if side not in ("right", "left"):
+            raise InputError(f"{name} must be 'right' or 'left', got {side!r}")
     if return_tensors not in (None, "np", "pt"):
         raise InputError(f"return_tensors must be None, 'np' or 'pt', got {return_tensors!r}")
+    if truncate and pad and pad_to_multiple_of and max_length % pad_to_multiple_of:
+        raise InputError(f"truncation length ({max_length}) is not a multiple of "
+                         f"pad_to_multiple_of ({pad_to_multiple_of})")
+    if pad and tok.pad_token_id is None:
+        raise InputError("padding needs a pad token: set tok.pad_token_id (e.g. the EOS id, "
+                         "as GPT-2 users do) or pass padding=False")
     pre, post = (), ()
     if add_special_tokens:
         if tok.template is None:
@@ -100,40 +141,43 @@ def encode_call(tok, text, *, add_special_tokens: bool = True, padding=False,
     ids, offsets = enc.ids.astype(np.int64), enc.offsets
     body = np.diff(offsets)
     extra = len(pre) + len(post)
+    keep, skip = body, np.zeros_like(body)   # tokens kept of each text, dropped at its head
     if truncate:
         if max_length < extra:
             raise InputError(f"max_length={max_length} leaves no room beside the "
                              f"{extra} special tokens")
-        body = np.minimum(body, max_length - extra)
-    lengths = body + extra
-    width = int(lengths.max()) if len(lengths) else 0
-    pad = padding not in (False, "do_not_pad")
-    if padding == "max_length":
-        width = max(width, int(max_length)) if not truncate else int(max_length)
-    if pad and pad_to_multiple_of:
-        width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
-    if pad and tok.pad_token_id is None:
-        raise InputError("padding needs a pad token: set tok.pad_token_id (e.g. the EOS id, "
-                         "as GPT-2 users do) or pass padding=False")
-    if return_tensors is not None and not pad and len(set(lengths.tolist())) > 1:
-        raise InputError("rows of different lengths cannot be one tensor: pass padding=True")
+        keep = np.minimum(body, max_length - extra)
+        if tok.truncation_side == "left":
+            skip = body - keep
+    lengths = keep + extra
     rows = len(texts)
-    width = max(width, int(lengths.max()) if rows else 0)
+    target = lengths   # each row's length after padding (transformers pads row by row)
+    if pad and rows:
+        width = int(max_length) if padding == "max_length" else int(lengths.max())
+        if pad_to_multiple_of:
+            width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
+        target = np.maximum(lengths, width)
+    ragged = rows > 1 and int(target.min()) != int(target.max())
+    if return_tensors is not None and ragged:
+        raise InputError("rows of different lengths cannot be one tensor: pass padding=True"
+                         + (" or truncation=True" if pad else ""))
+    width = int(target.max()) if rows else 0
     out = np.full((rows, width), tok.pad_token_id if pad else 0, np.int64)
     mask = np.zeros((rows, width), np.int64)
     # every kept token's (row, column) at once
-    start = np.where(padding_side == "left", width - lengths, 0) if pad else np.zeros(rows, int)
-    r = np.repeat(np.arange(rows), body)
-    k = np.arange(int(body.sum())) - np.repeat(np.cumsum(body) - body, body)
-    out[r, start[r] + len(pre) + k] = ids[np.repeat(offsets[:-1], body) + k]
+    start = target - lengths if padding_side == "left" else np.zeros(rows, np.int64)
+    r = np.repeat(np.arange(rows), keep)
+    k = np.arange(int(keep.sum())) - np.repeat(np.cumsum(keep) - keep, keep)
+    src = np.repeat(offsets[:-1] + skip, keep) + k
+    out[r, start[r] + len(pre) + k] = ids[src]
     for j, t in enumerate(pre):
         out[np.arange(rows), start + j] = t
     for j, t in enumerate(post):
-        out[np.arange(rows), start + len(pre) + body + j] = t
+        out[np.arange(rows), start + len(pre) + keep + j] = t
     cols = np.arange(width)
     mask[(cols >= start[:, None]) & (cols < (start + lengths)[:, None])] = 1
     result = {"input_ids": out}
-    if return_attention_mask:
+    if return_attention_mask is not False:
         result["attention_mask"] = mask
     if return_offsets_mapping:
         from torch_gpubpe.encoding.offsets import offsets_mapping
@@ -141,27 +185,26 @@ def encode_call(tok, text, *, add_special_tokens: bool = True, padding=False,
         spans = np.concatenate([np.zeros((0, 2), np.int64), *offsets_mapping(
             tok, texts, enc, trim_offsets=tok.trim_offsets, prefix_space=tok.prefix_space)])
         om = np.zeros((rows, width, 2), np.int64)
-        om[r, start[r] + len(pre) + k] = spans[np.repeat(offsets[:-1], body) + k]
+        om[r, start[r] + len(pre) + k] = spans[src]
         result["offset_mapping"] = om
-    if return_length:
-        result["length"] = lengths
     if return_tensors == "np":
-        return result
+        if return_length:
+            result["length"] = target
+        return CallEncoding(result)
     if return_tensors == "pt":
         import torch
 
-        return {key: torch.from_numpy(v) for key, v in result.items()}
-    if not pad:  # ragged lists, as transformers returns them
-        listed = {key: [[tuple(x) for x in row[s:s + n]] if key == "offset_mapping"
-                        else row[s:s + n]
-                        for row, s, n in zip(v.tolist(), start.tolist(), lengths.tolist())]
-                  for key, v in result.items() if key != "length"}
         if return_length:
-            listed["length"] = lengths.tolist()
-    else:
-        listed = {key: [[tuple(x) for x in row] for row in v.tolist()] if key == "offset_mapping"
-                  else v.tolist() for key, v in result.items()}
-    return {key: v[0] for key, v in listed.items()} if single else listed
+            result["length"] = target
+        return CallEncoding({key: torch.from_numpy(v) for key, v in result.items()})
+    listed = {key: [[tuple(x) for x in row[:n]] if key == "offset_mapping" else row[:n]
+                    for row, n in zip(v.tolist(), target.tolist())]
+              for key, v in result.items()}
+    if single:
+        listed = {key: v[0] for key, v in listed.items()}
+    if return_length:   # (a list for one text too, as transformers returns it)
+        listed["length"] = target.tolist()
+    return CallEncoding(listed)
 
 
 def token_lookup(vocab):
@@ -180,7 +223,9 @@ class HFCompat:
     :class:`~torch_gpubpe.encoding.tokenizer.Tokenizer`): the call, ``len``, ``repr``,
     ``save_pretrained`` / ``from_pretrained``, :meth:`as_hf` and :meth:`as_tiktoken`."""
 
-    def __call__(self, text, **kwargs) -> dict:
+    padding_side = truncation_side = "right"   # (transformers' defaults; a file's own)
+
+    def __call__(self, text, **kwargs) -> CallEncoding:
         """``transformers``' call: ``tok(texts, padding=, truncation=, max_length=,
         return_tensors=, add_special_tokens=, ...)`` → ``{"input_ids", "attention_mask"}``
         (:func:`encode_call`)."""
@@ -240,16 +285,22 @@ class HFCompat:
         if self.hf_source is not None:
             out = Path(save_directory)
             out.mkdir(parents=True, exist_ok=True)
+            source = Path(self.hf_source)
+            # the model's tokenizer_config.json and chat template go with its tokenizer.json
+            # where they lie beside one so named (another name's folder may hold another
+            # model's); else a config made from the vocab
+            beside = source.name == HF_TOKENIZER_FILE
             written = []
-            # the model's tokenizer_config.json (its chat template, special-token settings)
-            # goes with its tokenizer.json where there is one; else one made from the vocab
-            for name in (HF_TOKENIZER_FILE, HF_CONFIG_FILE):
-                src = Path(self.hf_source).with_name(name)
+            for name in (HF_TOKENIZER_FILE, HF_CONFIG_FILE, "chat_template.jinja"):
+                src = source if name == HF_TOKENIZER_FILE else source.with_name(name)
                 dst = out / name
-                if name == HF_CONFIG_FILE and not src.is_file():
-                    dst.write_text(json.dumps(hf_tokenizer_config(self.vocab), indent=2) + "\n",
-                                   encoding="utf-8")
-                elif not (dst.exists() and os.path.samefile(src, dst)):
+                if name != HF_TOKENIZER_FILE and not (beside and src.is_file()):
+                    if name == HF_CONFIG_FILE:
+                        dst.write_text(json.dumps(hf_tokenizer_config(self.vocab), indent=2)
+                                       + "\n", encoding="utf-8")
+                        written.append(str(dst))
+                    continue
+                if not (dst.exists() and os.path.samefile(src, dst)):
                     shutil.copyfile(src, dst)
                 written.append(str(dst))
             return tuple(written)
@@ -283,8 +334,9 @@ class HFCompat:
 
     @classmethod
     def from_pretrained(cls, name_or_path, **kwargs):
-        """A tokenizer from a folder (its ``vocab.json``, else ``tokenizer.json``, else
-        ``tokenizer.model``, else one ``*.tiktoken``), a file, or a Hugging Face Hub model name
+        """A tokenizer from a folder (its ``vocab.json`` if this project's, else
+        ``tokenizer.json``, else ``tokenizer.model``, else one ``*.tiktoken``), a file (a
+        ``tokenizer.json`` by any name read as :meth:`from_hf`), or a Hugging Face Hub model name
         (its ``tokenizer.json``, else ``tokenizer.model``, through ``huggingface_hub``).
         ``kwargs`` go to the constructor.
 
@@ -295,8 +347,10 @@ class HFCompat:
         import glob
         import os
 
+        from torch_gpubpe.encoding.loaders import is_hf_tokenizer_json
+
         def load(path: str):   # (a tokenizer.json: its post-processor and padding too)
-            if os.path.basename(path) == "tokenizer.json":
+            if os.path.basename(path) == "tokenizer.json" or is_hf_tokenizer_json(path):
                 return cls.from_hf(path, **kwargs)
             return cls(path, **kwargs)
 
@@ -305,8 +359,15 @@ class HFCompat:
             return load(p)
         if os.path.isdir(p):
             for name in ("vocab.json", "tokenizer.json", "tokenizer.model"):
-                if os.path.isfile(os.path.join(p, name)):
-                    return load(os.path.join(p, name))
+                path = os.path.join(p, name)
+                if not os.path.isfile(path):
+                    continue
+                if name == "vocab.json" and os.path.isfile(os.path.join(p, "tokenizer.json")):
+                    try:   # (a Hub snapshot's vocab.json is the model's, beside its
+                        return load(path)   # tokenizer.json: that one is read then)
+                    except VocabFormatError:
+                        continue
+                return load(path)
             found = sorted(glob.glob(os.path.join(p, "*.tiktoken")))
             if len(found) == 1:
                 return load(found[0])

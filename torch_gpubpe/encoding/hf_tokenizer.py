@@ -57,6 +57,7 @@ def _fast_class():
     from transformers.tokenization_utils_base import BatchEncoding, TruncationStrategy
 
     from torch_gpubpe.core.export import hf_tokenizer_config
+    from torch_gpubpe.encoding.loaders import hf_config_beside
 
     class GPUTokenizerFast(PreTrainedTokenizerFast):
         """A ``PreTrainedTokenizerFast`` encoding on the GPU (``Tokenizer.as_hf()``)."""
@@ -67,8 +68,13 @@ def _fast_class():
             if tok.pad_token_id is not None and "pad_token" not in names:
                 names["pad_token"] = tok.vocab.id_to_bytes(tok.pad_token_id).decode(
                     "utf-8", "replace")
+            # the model's own settings (its context length, sides, chat template) as
+            # transformers would load them beside its tokenizer.json
+            settings = {"clean_up_tokenization_spaces": False, "padding_side": tok.padding_side,
+                        "truncation_side": tok.truncation_side, **names,
+                        **hf_config_beside(tok.hf_source)}
             super().__init__(tokenizer_object=tokenizers.Tokenizer.from_str(backend_json(tok)),
-                             clean_up_tokenization_spaces=False, **names)
+                             **settings)
             self.gpu_tokenizer = tok
             self.stats = {"gpu_calls": 0, "hf_backend_calls": 0}
 
@@ -118,7 +124,7 @@ def _fast_class():
             rows = []
             truncate = truncation_strategy not in (None, TruncationStrategy.DO_NOT_TRUNCATE)
             room = None
-            if truncate and max_length and max_length >= len(pre) + len(post):
+            if truncate and max_length is not None and max_length >= len(pre) + len(post):
                 room = max_length - len(pre) - len(post)   # (else transformers keeps all)
             for ids in enc.tolist():
                 if room is not None and len(ids) > room:

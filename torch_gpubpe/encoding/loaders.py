@@ -35,14 +35,17 @@ def tiktoken_file(path: str | os.PathLike, pattern: str | None) -> tuple[Vocab, 
 
 
 def hf_file(path: str | os.PathLike, pattern: str | None
-            ) -> tuple[Vocab, str, tuple | None, int | None, tuple[bool, bool]]:
+            ) -> tuple[Vocab, str, tuple | None, int | None, tuple[bool, bool], tuple[str, str],
+                       frozenset[int]]:
     """A Hugging Face ``tokenizer.json`` (byte-level or SentencePiece BPE,
     :func:`torch_gpubpe.core.vocab_files.vocab_from_hf_dict`; a folder: its
     ``tokenizer.json``), the split its pre-tokenizer implies
     (:func:`torch_gpubpe.core.patterns.from_hf_pre_tokenizer`) or ``pattern``, the ids its
     post-processor puts around a text (:func:`torch_gpubpe.encoding.hf_call.template_of`) and
-    its padding id (None without ``"padding"``) and the post-processor's offset rule:
-    ``(trim_offsets, add_prefix_space)`` of a ``ByteLevel`` / ``RobertaProcessing`` step.
+    its padding id (None without ``"padding"``), the post-processor's offset rule:
+    ``(trim_offsets, add_prefix_space)`` of a ``ByteLevel`` / ``RobertaProcessing`` step, and
+    the sides its ``"padding"`` and ``"truncation"`` take (``"left"`` / ``"right"``), and the
+    ids of its added tokens not marked special.
 
     Raises:
         InputError: a pre-tokenizer the GPU cannot split exactly.
@@ -66,8 +69,56 @@ def hf_file(path: str | os.PathLike, pattern: str | None
             and d.get("type") in ("ByteLevel", "RobertaProcessing")]
     trim = (any(d.get("trim_offsets", True) for d in rule),
             any(d.get("add_prefix_space", True) for d in rule))
-    return vocab, pattern, template, pad_id, trim
+    trunc = obj.get("truncation") if isinstance(obj.get("truncation"), dict) else {}
+    sides = tuple("left" if d.get("direction") == "Left" else "right" for d in (pad, trunc))
+    plain = frozenset(a["id"] for a in obj.get("added_tokens") or []
+                      if isinstance(a, dict) and a.get("special") is False
+                      and isinstance(a.get("id"), int))
+    return vocab, pattern, template, pad_id, trim, sides, plain
 
+
+def is_hf_tokenizer_json(path: str | os.PathLike) -> bool:
+    """Whether the file at ``path`` is a Hugging Face ``tokenizer.json`` by its content (a
+    JSON object with a ``"model"`` object), whatever its name."""
+    if not str(path).endswith(".json"):
+        return False
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(obj, dict) and isinstance(obj.get("model"), dict)
+
+CONFIG_KEYS = ("model_max_length", "padding_side", "truncation_side", "chat_template",
+               "bos_token", "eos_token", "unk_token", "pad_token", "clean_up_tokenization_spaces")
+
+
+def hf_config_beside(tokenizer_json: str | os.PathLike | None) -> dict:
+    """The settings of the ``tokenizer_config.json`` (and ``chat_template.jinja``) beside a
+    model's ``tokenizer.json`` that ``transformers`` applies on loading (:data:`CONFIG_KEYS`;
+    special tokens as their spelling), or ``{}``: none there, or a file not named
+    ``tokenizer.json`` (whose folder may hold another model's)."""
+    if tokenizer_json is None or os.path.basename(tokenizer_json) != "tokenizer.json":
+        return {}
+    folder = os.path.dirname(os.path.abspath(tokenizer_json))
+    out: dict = {}
+    try:
+        with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        cfg = {}
+    for key in CONFIG_KEYS if isinstance(cfg, dict) else ():
+        v = cfg.get(key)
+        if isinstance(v, dict):   # (an AddedToken written out)
+            v = v.get("content")
+        if v is not None:
+            out[key] = v
+    try:
+        with open(os.path.join(folder, "chat_template.jinja"), encoding="utf-8") as f:
+            out["chat_template"] = f.read()
+    except OSError:
+        pass
+    return out
 
 def spm_file(path: str | os.PathLike) -> tuple[Vocab, str]:
     """A SentencePiece BPE ``tokenizer.model`` with byte fallback

@@ -268,9 +268,11 @@ class Tokenizer(TokenDecoding, HFCompat):
         one) with the split its pre-tokenizer implies, or ``pattern``
         (:func:`~torch_gpubpe.encoding.loaders.hf_file`)."""
         own = pattern is None
-        vocab, pattern, template, pad_id, trim = loaders.hf_file(path, pattern)
+        vocab, pattern, template, pad_id, trim, sides, plain = loaders.hf_file(path, pattern)
         tok = cls(vocab, pre_tokenizer=pattern, **kwargs)
         tok.template, tok.pad_token_id, (tok.trim_offsets, tok.prefix_space) = template, pad_id, trim
+        tok.padding_side, tok.truncation_side = sides
+        tok.plain_added_ids = plain
         if own:
             tok.hf_source = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else str(path)
         return tok
