@@ -40,7 +40,10 @@ BOS = [{"SpecialToken": {"id": EOT, "type_id": 0}}]
 SEQ = [{"Sequence": {"id": "A", "type_id": 0}}]
 POSTS = {"none": None, "bos": template(BOS + SEQ), "bos_eos": template(BOS + SEQ + BOS),
          "byte_level": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
-                        "use_regex": True}}
+                        "use_regex": True},
+         # a key whose table lists two ids: tokenizers puts in the ids, not the key's spelling
+         "listed_ids": {**template(BOS + SEQ), "special_tokens": {
+             EOT: {"id": EOT, "ids": [50256, 50256], "tokens": [EOT, EOT]}}}}
 
 
 @pytest.fixture(scope="module", params=sorted(POSTS))

@@ -44,14 +44,22 @@ def template_of(post_processor: object, token_id) -> tuple[tuple[int, ...], tupl
         return tuple(pre), tuple(post)
     if kind == "TemplateProcessing":
         pre, post, seen = [], [], False
+        table = post_processor.get("special_tokens") or {}
         for item in post_processor.get("single") or []:
             if "Sequence" in item:
                 seen = True
             elif "SpecialToken" in item:
-                tid = token_id(item["SpecialToken"].get("id"))
-                if tid is None:
+                key = item["SpecialToken"].get("id")
+                # the ids its table gives the key (what tokenizers puts in), else its spelling's
+                listed = table.get(key, {}).get("ids") if isinstance(table, dict) else None
+                if isinstance(listed, list) and listed and all(
+                        isinstance(i, int) for i in listed):
+                    tids = listed
+                elif (tid := token_id(key)) is not None:
+                    tids = [tid]
+                else:
                     return None
-                (post if seen else pre).append(tid)
+                (post if seen else pre).extend(tids)
             else:
                 return None
         return (tuple(pre), tuple(post)) if seen else None
