@@ -111,3 +111,57 @@ def test_preparsed_cffi_types_equal_cffi_own_parse():
     wi.preparse_cffi_types()
     assert all(c in ffi._parsed_types for c in wi.CFFI_TYPES)
     assert all(ffi._parsed_types[c][0] is lazy[c] for c in wi.CFFI_TYPES)
+
+
+def test_a_ctrl_c_a_wgpu_callback_swallowed_is_raised_by_the_next_wait():
+    """cffi drops an exception raised in a callback (a Ctrl-C that lands while wgpu runs a
+    buffer-map callback): the map never settles, and the wait raises the interrupt within a
+    slice instead of sitting out its timeout; other unraisable errors still reach the hook
+    that was there."""
+    import threading
+    import time
+
+    import cffi
+
+    class Pending:   # a promise that never settles, as the map whose callback was cut
+        _state = "pending"
+        _thread_event = threading.Event()
+
+    seen = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = seen.append   # (the hook there before: ours chains to it)
+    wi.catch_lost_interrupts()         # (as a device's opening does)
+    try:
+        ffi = cffi.FFI()
+
+        def cut():
+            raise KeyboardInterrupt
+
+        def broken():
+            raise ValueError("a callback's own error")
+
+        ffi.callback("void(void)", cut)()
+        t = time.perf_counter()
+        with pytest.raises(wi.CallbackInterrupt):
+            wi.wait_promise(Pending(), 60)
+        assert time.perf_counter() - t < 5
+        assert wi.wait_promise(Pending(), 0.05) is False   # (raised once, then cleared)
+        ffi.callback("void(void)", broken)()
+        assert [type(u.exc_value) for u in seen] == [ValueError]
+    finally:
+        sys.unraisablehook = previous
+    # a device given up (here by that interrupt) is not waited on again: the map never settles
+    from types import SimpleNamespace
+
+    from torch_gpubpe.errors import GPUOperationError
+    from torch_gpubpe.gpu.device import GPU
+
+    gpu = SimpleNamespace(lost=False, adapter_name="test")
+    ffi.callback("void(void)", cut)()
+    with pytest.raises(wi.CallbackInterrupt):
+        GPU.wait_promise(gpu, Pending(), "token readback")
+    assert gpu.lost
+    t = time.perf_counter()
+    with pytest.raises(GPUOperationError, match="token readback on test: not waited for"):
+        GPU.wait_promise(gpu, Pending(), "token readback")
+    assert time.perf_counter() - t < 1

@@ -614,8 +614,10 @@ def test_rows_as_dicts_use_the_text_column(vocab, ref):
     rows = [{"text": "merhaba dünya", "id": 1}, {"text": "", "id": 2}]
     got = [t.tolist() for t in TokenizedDataset(rows, vocab, background=False)]
     assert got == [ref("merhaba dünya"), []]
-    with pytest.raises(InputError, match="dict"):
-        list(TokenizedDataset([{"body": "x"}], vocab, background=False))
+    for rows in ([{"body": "x"}], [{"text": "hello"}, {"body": "x"}]):   # (named as files do)
+        with pytest.raises(InputError, match=r"has no column 'text' \(columns: body\); pass "
+                                             "text_column="):
+            list(TokenizedDataset(rows, vocab, background=False))
 
 
 @pytest.mark.gpu

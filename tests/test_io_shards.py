@@ -225,6 +225,28 @@ def test_llmc_uint32_variant_and_writer_edges(tmp_path):
     assert megatron_load(tmp_path / "mg" / "data_000000") == [[70_000], [5]]
 
 
+
+@pytest.mark.parametrize("fmt, stale", [("llmc", "data_val_000000.bin.tmp"),
+                                        ("megatron", "data_000000.bin.tmp"),
+                                        ("flat", "ids.bin.tmp")])
+def test_files_of_others_in_the_output_folder_are_left_alone(tmp_path, fmt, stale):
+    """Only the writer's own files (its shards, metadata, progress and their ``.tmp``) are
+    its to delete, replace or resume from; anything else in the folder stays as it was."""
+    foreign = {"notes.tmp": "keep", "data_raw.bin": "keep", "README.txt": "keep",
+               "data_val_notes.bin": "keep", "ids.bin.bak": "keep"}
+    for name, text in foreign.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / stale).write_bytes(b"left by a killed run")
+    for overwrite in (False, True):
+        w = shardmod.ShardWriter(tmp_path, fmt, 50_000, eot_id=50_256 - 1, shard_tokens=4,
+                                 overwrite=overwrite)
+        w.add(np.array([1, 2, 3, 4, 5], np.uint16), np.array([0, 2, 5]))
+        w.close()
+        w.wait_flushed()
+        assert {n: (tmp_path / n).read_text() for n in foreign} == foreign
+        assert not (tmp_path / stale).exists()
+
+
 @pytest.mark.parametrize("avg", [0, 3, 255, 300, 5000])
 def test_eot_insertion_both_ways(avg):
     """The EOT-before-each-document stream (mask pass for short documents, slice copies for

@@ -355,7 +355,7 @@ class HFCompat:
         import glob
         import os
 
-        from torch_gpubpe.encoding.loaders import is_hf_tokenizer_json
+        from torch_gpubpe.encoding.hf_files import is_hf_tokenizer_json
 
         def load(path: str):   # (a tokenizer.json: its post-processor and padding too)
             if os.path.basename(path) == "tokenizer.json" or is_hf_tokenizer_json(path):

@@ -57,7 +57,7 @@ def _fast_class():
     from transformers.tokenization_utils_base import BatchEncoding, TruncationStrategy
 
     from torch_gpubpe.core.export import hf_tokenizer_config
-    from torch_gpubpe.encoding.loaders import hf_config_beside
+    from torch_gpubpe.encoding.hf_files import hf_config_beside
 
     class GPUTokenizerFast(PreTrainedTokenizerFast):
         """A ``PreTrainedTokenizerFast`` encoding on the GPU (``Tokenizer.as_hf()``)."""

@@ -304,6 +304,9 @@ class GPU:
         _check_fork()
         _mark_touched()
         ensure_runtime_dir()
+        from torch_gpubpe.gpu.wgpu_internals import catch_lost_interrupts
+
+        catch_lost_interrupts()   # (before any callback of this device can run)
         t = time.perf_counter()
         #: Seconds each step of opening took: import (wgpu), adapter (enumerating and picking
         #: one), device (request_device), probe (the subgroup-size probe's pipeline and run).
@@ -537,9 +540,20 @@ class GPU:
         """Wait for a ``GPUPromise`` with the configured timeout (see :meth:`wait_map`)."""
         limit = timeout_s()
         wait = None if limit == float("inf") else limit
-        from torch_gpubpe.gpu.wgpu_internals import wait_promise
+        from torch_gpubpe.gpu.wgpu_internals import (CallbackInterrupt, promise_settled,
+                                                     wait_promise)
 
-        if not wait_promise(promise, wait):
+        if self.lost and not promise_settled(promise):
+            # given up (a wait ran out or a callback was cut short): its maps may never settle,
+            # and the next call opens a fresh device
+            raise GPUOperationError(f"{what} on {self.adapter_name}: not waited for, the device "
+                                    "was given up by an earlier failed or interrupted wait")
+        try:
+            settled = wait_promise(promise, wait)
+        except CallbackInterrupt:
+            self.lost = True   # (a map its callback left unfinished never settles)
+            raise
+        if not settled:
             self.lost = True
             raise GPUOperationError(
                 f"{what} on {self.adapter_name} did not complete within {limit:.0f} s "

@@ -41,6 +41,7 @@ import os
 import pickle
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -227,6 +228,7 @@ def wait_promise(promise, timeout: float | None) -> bool:
 
     Raises:
         WgpuVersionError: wgpu-py is not 0.32.x, or its promise lacks the internals.
+        CallbackInterrupt: a Ctrl-C that a wgpu callback swallowed (since the last wait).
     """
     if not version_ok():
         raise WgpuVersionError(
@@ -240,9 +242,60 @@ def wait_promise(promise, timeout: float | None) -> bool:
         raise WgpuVersionError(
             f"wgpu-py {installed_version()}'s GPUPromise has no _state/_thread_event: "
             f"pip install 'wgpu=={WRITTEN_FOR[0]}.{WRITTEN_FOR[1]}.*'") from e
+    catch_lost_interrupts()
+    _raise_lost_interrupt()
     if state != "pending":
         return True
-    return bool(event.wait(timeout))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        # in slices, so that a Ctrl-C a callback swallowed is raised here within a slice
+        left = INTERRUPT_CHECK_S if deadline is None else deadline - time.monotonic()
+        settled = event.wait(max(0.0, min(left, INTERRUPT_CHECK_S)))
+        _raise_lost_interrupt()
+        if settled:
+            return True
+        if left <= INTERRUPT_CHECK_S:
+            return False
+
+
+def promise_settled(promise) -> bool:
+    """Whether ``promise`` (a ``wgpu.GPUPromise``) has settled, without waiting."""
+    return getattr(promise, "_state", "pending") != "pending"
+
+
+# A Ctrl-C that arrives while wgpu runs a buffer-map callback on this thread is raised inside
+# the callback, where cffi prints and drops it ("Exception ignored from cffi callback"): the map
+# never settles and the waiter would sit out the whole timeout. Such an interrupt is kept here
+# (sys.unraisablehook) and raised by the next wait, within INTERRUPT_CHECK_S.
+INTERRUPT_CHECK_S = 0.2
+_LOST_INTERRUPT = threading.Event()
+
+
+def catch_lost_interrupts() -> None:
+    """Put the hook in front of ``sys.unraisablehook`` (again, where another replaced it)."""
+    if getattr(sys.unraisablehook, "keeps_lost_interrupts", False):
+        return
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            _LOST_INTERRUPT.set()   # (raised again by the wait; not printed as ignored)
+        else:
+            previous(unraisable)
+
+    hook.keeps_lost_interrupts = True
+    sys.unraisablehook = hook
+
+
+class CallbackInterrupt(KeyboardInterrupt):
+    """A Ctrl-C that a wgpu callback swallowed, raised by the next wait: the callback did not
+    finish, so a buffer map may never settle (the device is to be opened afresh)."""
+
+
+def _raise_lost_interrupt() -> None:
+    if _LOST_INTERRUPT.is_set():
+        _LOST_INTERRUPT.clear()
+        raise CallbackInterrupt
 
 
 # -- speed: map mode -------------------------------------------------------------------------------

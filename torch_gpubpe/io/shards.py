@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import time
 from pathlib import Path
@@ -218,14 +219,22 @@ class ShardWriter:
         self._stream_docs = self.resume_documents  # documents of the stream added so far
 
     # -- output files ---------------------------------------------------------------------------
+    def _is_ours(self, name: str) -> bool:
+        """Whether a file of this name in the output folder is one this writer makes (its
+        shards, metadata and progress, and their ``.tmp`` while being written): other files
+        there are left alone."""
+        name = name.removesuffix(".tmp")
+        stem = re.escape(self.name)
+        pattern = {"llmc": rf"{stem}_(val|train)_\d{{6,}}\.bin",
+                   "megatron": rf"{stem}_\d{{6,}}\.(bin|idx)",
+                   "flat": r"ids\.bin|ids\.npy|offsets\.npy"}[self.fmt]
+        return name in (META_JSON, PROGRESS) or re.fullmatch(pattern, name) is not None
+
     def _ours(self) -> list[Path]:
-        pats = {"llmc": [f"{self.name}_val_*.bin", f"{self.name}_train_*.bin"],
-                "megatron": [f"{self.name}_*.bin", f"{self.name}_*.idx"],
-                "flat": ["ids.bin", "ids.npy", "offsets.npy"]}[self.fmt]
-        found = [p for pat in pats for p in self.out.glob(pat)]
-        found += [p for p in (self.out / META_JSON, self.out / PROGRESS) if p.exists()]
-        found += list(self.out.glob("*.tmp"))
-        return sorted(set(found))
+        return sorted(p for p in self.out.iterdir() if p.is_file() and self._is_ours(p.name))
+
+    def _our_tmps(self) -> list[Path]:
+        return [p for p in self._ours() if p.name.endswith(".tmp")]
 
     def _delete_in_background(self, paths: list[Path]) -> None:
         """Move ``paths`` (and folders left by earlier runs) into a fresh
@@ -289,7 +298,7 @@ class ShardWriter:
             self.documents = self.resume_documents = int(state["documents"])
             self.resume_tokens = int(state["next_document_tokens"])
             self._skip = self.resume_tokens
-            for p in self.out.glob("*.tmp"):
+            for p in self._our_tmps():
                 p.unlink()
             keep = set(self.shards) | {PROGRESS}
             for p in self._ours():
