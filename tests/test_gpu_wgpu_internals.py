@@ -148,20 +148,21 @@ def test_a_ctrl_c_a_wgpu_callback_swallowed_is_raised_by_the_next_wait():
         assert wi.wait_promise(Pending(), 0.05) is False   # (raised once, then cleared)
         ffi.callback("void(void)", broken)()
         assert [type(u.exc_value) for u in seen] == [ValueError]
+        # a device given up (here by such an interrupt) is not waited on again: its map
+        # never settles
+        from types import SimpleNamespace
+
+        from torch_gpubpe.errors import GPUOperationError
+        from torch_gpubpe.gpu.device import GPU
+
+        gpu = SimpleNamespace(lost=False, adapter_name="test")
+        ffi.callback("void(void)", cut)()
+        with pytest.raises(wi.CallbackInterrupt):
+            GPU.wait_promise(gpu, Pending(), "token readback")
+        assert gpu.lost
+        t = time.perf_counter()
+        with pytest.raises(GPUOperationError, match="token readback on test: not waited for"):
+            GPU.wait_promise(gpu, Pending(), "token readback")
+        assert time.perf_counter() - t < 1
     finally:
         sys.unraisablehook = previous
-    # a device given up (here by that interrupt) is not waited on again: the map never settles
-    from types import SimpleNamespace
-
-    from torch_gpubpe.errors import GPUOperationError
-    from torch_gpubpe.gpu.device import GPU
-
-    gpu = SimpleNamespace(lost=False, adapter_name="test")
-    ffi.callback("void(void)", cut)()
-    with pytest.raises(wi.CallbackInterrupt):
-        GPU.wait_promise(gpu, Pending(), "token readback")
-    assert gpu.lost
-    t = time.perf_counter()
-    with pytest.raises(GPUOperationError, match="token readback on test: not waited for"):
-        GPU.wait_promise(gpu, Pending(), "token readback")
-    assert time.perf_counter() - t < 1
