@@ -65,12 +65,12 @@ class DocBatch:
         if self.values[j].is_valid:
             return None
         r = int(self.rows[j])
-        if self.origin.missing is not None:   # (first: a row without the field is no text)
+        if r in self.origin.bad:
+            return "type", self.origin.bad[r]
+        if self.origin.missing is not None:
             why = self.origin.missing(r)
             if why is not None:
                 return "missing", why
-        if r in self.origin.bad:
-            return "type", self.origin.bad[r]
         return "null", "None"
 
     def take(self, js: np.ndarray) -> DocBatch:
