@@ -141,3 +141,11 @@ def test_added_tokens_that_are_not_special_and_short_truncation(tmp_path):
     for kw in ({"split_special_tokens": True}, {}, {"truncation": True, "max_length": 1},
                {"truncation": True, "max_length": 2}, {"truncation": True, "max_length": 0}):
         same(ours(texts, **kw), ref(texts, **kw))
+
+
+def test_truncation_to_zero_tokens(tmp_path):
+    path = gpt2_json(tmp_path, None)   # (no template: max_length=0 leaves no token)
+    ours = Tokenizer.from_hf(path).as_hf()
+    ref = transformers.PreTrainedTokenizerFast(tokenizer_file=path)
+    kw = {"truncation": True, "max_length": 0}
+    assert ours("a b c", **kw)["input_ids"] == ref("a b c", **kw)["input_ids"] == []
