@@ -399,11 +399,8 @@ class TokenizedDataset(IterableDataset):
     def _bad_document(self, b: DocBatch, j: int, info: ShardInfo) -> InputError:
         kind, detail = b.problem(j)
         k = int(b.indices[j])
-        if kind == "type" and detail == "dict" and b.origin.missing is not None:
-            # a row (dict) without the column, named as the file readers name it
-            why = b.origin.missing(b.rows[j])
-            if why is not None:
-                kind, detail = "missing", why
+        if kind == "type" and (why := b.missing_field(j)) is not None:
+            kind, detail = "missing", why   # (named as the file readers name it)
         if kind == "missing":
             return InputError(f"{b.where(j)}: {detail}; pass text_column= to name the field "
                               f"holding the text (document {k}; {info.describe()})")

@@ -73,6 +73,14 @@ class DocBatch:
                 return "missing", why
         return "null", "None"
 
+    def missing_field(self, j: int) -> str | None:
+        """Where document ``j``'s row is a dict without the text field (a ``"type"`` problem
+        of detail ``"dict"``): the fields it has, as :meth:`problem`'s ``"missing"`` says them;
+        else None."""
+        if self.origin.missing is None or self.origin.bad.get(int(self.rows[j])) != "dict":
+            return None
+        return self.origin.missing(int(self.rows[j]))
+
     def take(self, js: np.ndarray) -> DocBatch:
         js = np.asarray(js, np.int64)
         return DocBatch(self.values.take(arrow_indices(js)), self.indices[js], self.rows[js],

@@ -106,8 +106,7 @@ def documents(reader: Any, *,   # a Reader (io.readers.base, which imports this 
                 loc = b.where(j) if names_files else f"{what}: row {b.indices[j]}"
                 if kind == "type":
                     # a row (dict) without the column, or a row whose column holds a dict
-                    why = (b.origin.missing(b.rows[j])
-                           if detail == "dict" and b.origin.missing is not None else None)
+                    why = b.missing_field(j)
                     if why is not None:
                         raise InputError(f"{loc} {why}; pass --text-column (text_column=) "
                                          "with one of them")
